@@ -17,7 +17,8 @@ from typing import Any
 
 from ngym.errors import ConfigError
 
-SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
+#: NeMo Gym 0.7's server types (``environment_servers`` wrap agents); ngym serves the resources servers.
+SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
 _CONFIG_PATHS_KEY = "config_paths"
 
 
@@ -96,6 +97,8 @@ def instances_from_files(paths: list[Path], overrides: list[str]) -> list[Instan
     origin: dict[str, Path] = {}
     for path, data in files:
         for instance, body in data.items():
+            if instance == _CONFIG_PATHS_KEY and isinstance(body, list):
+                continue  # NeMo Gym includes (paths inside its own repository): not instances
             merged[instance] = body
             origin[instance] = path
     merged = apply_overrides(merged, overrides)
@@ -140,6 +143,14 @@ def environment_config_fields(config_file: Path, overrides: list[str] | None = N
     instances = instances_from_files([config_file], overrides or [])
     instances = [i for i in instances if i.server_type == "resources_servers"]
     return {k: v for k, v in instances[0].fields.items() if k != "entrypoint"} if instances else {}
+
+
+def defines_resources_server(config_file: Path) -> bool:
+    """True when the YAML file has a ``resources_servers`` instance (False when it is unreadable)."""
+    try:
+        return any(i.server_type == "resources_servers" for i in instances_from_files([config_file], []))
+    except ConfigError:
+        return False
 
 
 def resolve_entrypoint(instance: InstanceConfig) -> str:

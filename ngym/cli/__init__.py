@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "init": "ngym.cli.init:init",
     "install": "ngym.cli.install:install",
     "uninstall": "ngym.cli.install:uninstall",
+    "test": "ngym.cli.test:test",
 }
 
 

@@ -11,28 +11,60 @@ import click
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-e", "--editable", is_flag=True, help="Install each PACKAGE (a local folder) in editable mode.")
 @click.option("-U", "--upgrade", is_flag=True, help="Upgrade the packages to their newest versions.")
-def install(packages: tuple[str, ...], editable: bool, upgrade: bool) -> None:
-    """Install plugins (PyPI names, folders, wheels) where ngym will find them.
+@click.option("--as", "as_name", metavar="NAME", help="NeMo Gym environments: register it under NAME instead.")
+@click.option("--replace", is_flag=True, help="NeMo Gym environments: uninstall whatever holds the name first.")
+@click.option("-v", "--verbose", is_flag=True, help="NeMo Gym environments: show pip's output.")
+def install(
+    packages: tuple[str, ...], editable: bool, upgrade: bool, as_name: str | None, replace: bool, verbose: bool
+) -> None:
+    """Install plugins (PyPI names, folders, wheels) or NeMo Gym environments where ngym will find them.
 
     \b
     Examples:
       ngym install ngym-redis
       ngym install -e ./my_tool
+      ngym install nemo-gym:math_with_judge          (from the nemo-gym 0.7.0 wheel)
+      ngym install ./resources_servers/my_nemo_env   (a NeMo Gym environment folder)
+      ngym install nemo-gym:example_single_tool_call --as nemo_weather
     """
-    from ngym.plugins.install import pip_install_args, run_pip
+    from ngym.nemo.install import is_nemo_source
 
-    code = run_pip(pip_install_args(packages, editable=editable, upgrade=upgrade))
-    if code:
-        sys.exit(code)
+    nemo = [p for p in packages if is_nemo_source(p)]
+    if nemo:
+        _install_nemo(nemo, [p for p in packages if p not in nemo], as_name=as_name, replace=replace, verbose=verbose)
+    elif as_name or replace:
+        raise click.UsageError("--as and --replace apply to NeMo Gym environments (nemo-gym:NAME or a folder)")
+    if not nemo:
+        from ngym.plugins.install import pip_install_args, run_pip
+
+        code = run_pip(pip_install_args(packages, editable=editable, upgrade=upgrade))
+        if code:
+            sys.exit(code)
+
+
+def _install_nemo(sources: list[str], others: list[str], *, as_name: str | None, replace: bool, verbose: bool) -> None:
+    from ngym.nemo.install import install_nemo_environment
+
+    if others:
+        raise click.UsageError(f"install NeMo Gym environments and other packages in separate commands ({others[0]})")
+    if as_name and len(sources) > 1:
+        raise click.UsageError("--as names one environment: install them one at a time")
+    for source in sources:
+        install_nemo_environment(source, as_name=as_name, replace=replace, verbose=verbose, echo=click.echo)
 
 
 @click.command()
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def uninstall(packages: tuple[str, ...], yes: bool) -> None:
-    """Uninstall plugins from ngym's environment (works even when a plugin is broken)."""
+    """Uninstall plugins from ngym's environment (works even when a plugin is broken).
+
+    A NeMo Gym environment installed by ngym is the distribution ngym-nemo-<name> (nemo-gym:<name> works too).
+    """
+    from ngym.nemo.folder import distribution_name
     from ngym.plugins.install import pip_uninstall_args, run_pip
 
-    code = run_pip(pip_uninstall_args(packages, yes=yes))
+    names = [distribution_name(p.partition(":")[2]) if p.startswith("nemo-gym:") else p for p in packages]
+    code = run_pip(pip_uninstall_args(names, yes=yes))
     if code:
         sys.exit(code)

@@ -11,14 +11,23 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: a JSON list of rows.")
 @click.option("--hooks", is_flag=True, help="List hook plugins and the hooks they implement instead.")
 @click.option("--refresh", is_flag=True, help="Ignore the inspection cache: import and check every environment.")
-def list_command(as_json: bool, hooks: bool, refresh: bool) -> None:
+@click.option(
+    "--available",
+    type=click.Choice(["nemo-gym"]),
+    help="List what can be installed from a source instead (nemo-gym: the environments of nemo-gym 0.7.0).",
+)
+def list_command(as_json: bool, hooks: bool, refresh: bool, available: str | None) -> None:
     """List installed environments: name, domain, distribution, version, status, description.
 
     A broken plugin is listed with the reason; NGYM_STRICT_PLUGINS=1 makes it an error (exit 1).
+    `--available nemo-gym` lists NeMo Gym's environments instead (install one: ngym install nemo-gym:NAME).
     """
     from ngym.plugins import snapshot
     from ngym.plugins.server_info import ServerInfo
 
+    if available:
+        click.echo(render_available(as_json))
+        return
     if hooks:
         click.echo(render_hooks(as_json))
         return
@@ -45,8 +54,7 @@ def _render(rows: list) -> str:
         return "no environments installed (ngym init NAME scaffolds one; ngym install PKG installs one)"
     header = ("NAME", "DOMAIN", "DISTRIBUTION", "VERSION", "STATUS", "DESCRIPTION")
     table = [
-        (r.name, r.domain or "?", r.distribution or "-", r.version or "-", r.status, r.description or "")
-        for r in rows
+        (r.name, r.domain or "?", r.distribution or "-", r.version or "-", r.status, r.description or "") for r in rows
     ]
     widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(5)]
     lines = []
@@ -73,3 +81,33 @@ def render_hooks(as_json: bool) -> str:
         else:
             lines.append(f"{row['name']} ({dist}): BROKEN: {row['reason']}")
     return "\n".join(lines)
+
+
+def render_available(as_json: bool) -> str:
+    """NeMo Gym's environments (read from the cached nemo-gym wheel), marking the ones installed."""
+    from ngym.nemo.catalog import available_with_status
+
+    rows = available_with_status()
+    if as_json:
+        return json.dumps(rows, indent=2)
+    header = ("NAME", "DOMAIN", "INSTALLED", "TESTS", "EXAMPLES")
+    table = [
+        (
+            r["name"],
+            r["domain"] or "?",
+            r["installed_as"] or "-",
+            "yes" if r["has_tests"] else "no",
+            "yes" if r["has_example_rollouts"] else "no",
+            r["description"],
+        )
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
+    lines = [
+        "  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths, strict=True))
+        + "  "
+        + (row[5] if len(row) > 5 else "DESCRIPTION")
+        for row in [header, *table]
+    ]
+    lines.append(f"{len(rows)} environments in nemo-gym 0.7.0; install one: ngym install nemo-gym:NAME")
+    return "\n".join(line.rstrip() for line in lines)

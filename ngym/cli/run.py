@@ -109,8 +109,21 @@ def _spread_default_ports(specs: list) -> None:
 @click.option(
     "--refresh", is_flag=True, help="Resolve environment names through the plugin registry, not the serve snapshot."
 )
+@click.option(
+    "--model-url",
+    "model_urls",
+    multiple=True,
+    metavar="NAME=URL",
+    help="Where the model server NAME (a judge, a user simulator) listens; repeatable. Sets NGYM_MODEL_URLS.",
+)
 def run(
-    targets: tuple[str, ...], host: str | None, port: int | None, workers: int, access_log: bool, refresh: bool
+    targets: tuple[str, ...],
+    host: str | None,
+    port: int | None,
+    workers: int,
+    access_log: bool,
+    refresh: bool,
+    model_urls: tuple[str, ...],
 ) -> None:
     """Serve environments: config files (NeMo Gym YAML) and/or installed environment names.
 
@@ -119,12 +132,15 @@ def run(
       ngym run example_single_tool_call
       ngym run resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml port=9000
       ngym run "+config_paths=[a.yaml,b.yaml]"
+      ngym run math_with_judge --model-url policy_model=http://127.0.0.1:9000/v1
     """
     import logging
 
+    from ngym.nemo.model_urls import export_model_urls
     from ngym.serve import serve_many, serve_one
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    export_model_urls(model_urls)  # before any server starts: worker processes inherit it
     specs = build_specs(targets, host, port, refresh=refresh)
     if len(specs) == 1:
         serve_one(specs[0], workers=workers, access_log=access_log)

@@ -37,10 +37,21 @@ def inspect_entry(registry: Registry, entry: ServerEntry, cache: InspectionCache
     if spec is not None:
         info = _info(entry, spec.domain.value, spec.description, None)
     else:
-        info = _info(entry, entry.declared_domain, entry.declared_description or "", entry.error)
+        info = _info(
+            entry, entry.declared_domain or _config_domain(entry), entry.declared_description or "", entry.error
+        )
     if key is not None and cache is not None and info.reason is None:  # broken ones are retried every time
         cache.put(key, {"domain": info.domain, "description": info.description, "reason": None})
     return info
+
+
+def _config_domain(entry: ServerEntry) -> str | None:
+    """The domain a broken environment's config declares (so a broken row still says what it is)."""
+    try:
+        domain = entry.config_fields().get("domain")
+    except Exception:  # the config itself may be what is broken; the row already carries the error
+        return None
+    return str(domain) if domain is not None else None
 
 
 def list_servers(registry: Registry, *, use_cache: bool = True) -> list[ServerInfo]:

@@ -99,8 +99,15 @@ class ServerEntry:
         folder = self.package_dir()
         if folder is None:
             return None
-        candidate = folder / "configs" / f"{self.name}.yaml"
-        return candidate if candidate.is_file() else None
+        # configs/<name>.yaml; for an environment registered under another name (NeMo Gym's installed with
+        # `ngym install --as`), the one named after its folder, else the first that defines a resources server
+        for stem in dict.fromkeys((self.name, folder.name)):
+            candidate = folder / "configs" / f"{stem}.yaml"
+            if candidate.is_file():
+                return candidate
+        from ngym.config import defines_resources_server
+
+        return next((p for p in sorted((folder / "configs").glob("*.yaml")) if defines_resources_server(p)), None)
 
     def config_fields(self, overrides: list[str] | None = None) -> dict[str, Any]:
         """The fields of the first resources-server instance in ``configs/<name>.yaml`` (empty when none),
@@ -249,9 +256,7 @@ class Registry:
             entry.error = f"{entry.name}: cannot load {entry.target}: {describe_exception(exc)}"
             return None
         description = entry.declared_description or cls.describe() or ""
-        entry.spec = ServerSpec(
-            entry.name, cls, domain, config_class, entry.distribution, entry.version, description
-        )
+        entry.spec = ServerSpec(entry.name, cls, domain, config_class, entry.distribution, entry.version, description)
         return entry.spec
 
     def entry(self, name: str) -> ServerEntry:
@@ -268,8 +273,9 @@ class Registry:
         entry = self.entry(name)
         spec = self.load(entry)
         if spec is None:
-            raise PluginError(f"environment {name!r} ({entry.distribution or 'no distribution'}) is broken: "
-                              f"{entry.error}")
+            raise PluginError(
+                f"environment {name!r} ({entry.distribution or 'no distribution'}) is broken: {entry.error}"
+            )
         return spec
 
     def all_entries(self) -> list[ServerEntry]:
@@ -297,8 +303,10 @@ def build_registry(pm: NgymPluginManager | None = None) -> Registry:
     hook plugins that (per the hook cache) implement a registry hook.
     """
     if pm is None:
-        pm = get_plugin_manager() if get_plugin_manager.cache_info().currsize else make_plugin_manager(
-            only_hooks=REGISTRY_HOOKS
+        pm = (
+            get_plugin_manager()
+            if get_plugin_manager.cache_info().currsize
+            else make_plugin_manager(only_hooks=REGISTRY_HOOKS)
         )
     registry = Registry(pm)
     registry.run_hooks()

@@ -1,0 +1,26 @@
+"""``ngym test``: run an environment's own tests (NeMo Gym's ``gym env test`` way)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("target")
+@click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
+def test(target: str, pytest_args: tuple[str, ...]) -> None:
+    """Run the own tests of an environment (installed NAME or FOLDER) with pytest, from inside its folder.
+
+    Extra arguments go to pytest. pytest-asyncio runs in auto mode; the folder and the folder holding
+    resources_servers/ are on PYTHONPATH, as NeMo Gym's `gym env test` sets them.
+
+    \b
+    Examples:
+      ngym test math_with_judge
+      ngym test ./resources_servers/my_env -- -k verify -x
+    """
+    from ngym.nemo.envtest import run_tests
+
+    sys.exit(run_tests(target, [a for a in pytest_args if a != "--"]))

@@ -1,0 +1,215 @@
+"""``ngym install nemo-gym:<name>`` / ``ngym install <NeMo Gym environment folder>``.
+
+The environment (and every sibling environment it imports that is not installed yet) is packaged by
+``ngym.nemo.package`` in a temporary folder and installed with pip into ngym's own interpreter, in one pip
+call so that pip resolves all their requirements together. A name already registered by another
+distribution is never overwritten silently: the user picks ``--as NAME`` or ``--replace``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from ngym.errors import NgymError
+from ngym.nemo import wheel as nemo_wheel
+from ngym.nemo.folder import COMPAT_DISTRIBUTION, NemoEnvironment, NemoEnvironmentError, read_environment
+from ngym.nemo.package import build_project
+
+SOURCE_PREFIX = "nemo-gym:"
+Echo = Callable[[str], None]
+
+
+class NameClashError(NgymError):
+    """The environment's name is taken by another installed distribution."""
+
+    exit_code = 2
+
+
+class PipFailed(NgymError):
+    """pip could not install the generated packages (its last lines say why)."""
+
+
+@dataclass
+class InstallResult:
+    name: str  # the ngym name it is registered under
+    environment: NemoEnvironment
+    installed: list[str]  # distributions pip installed (the environment and new siblings)
+
+
+def is_nemo_source(text: str) -> bool:
+    """True for ``nemo-gym:<name>`` and for a folder holding a NeMo Gym environment (its requirements name
+    nemo-gym, or it has ``app.py`` and ``configs/`` but no ``pyproject.toml`` of its own)."""
+    if text.startswith(SOURCE_PREFIX):
+        return True
+    path = Path(text)
+    if not path.is_dir():
+        return False
+    if _mentions_nemo_gym(path):
+        return True
+    return (path / "app.py").is_file() and (path / "configs").is_dir() and not (path / "pyproject.toml").is_file()
+
+
+def _mentions_nemo_gym(path: Path) -> bool:
+    for name in ("requirements.txt", "pyproject.toml"):
+        file = path / name
+        if file.is_file() and "nemo-gym" in file.read_text(encoding="utf-8", errors="replace").replace("_", "-"):
+            return True
+    return False
+
+
+def install_nemo_environment(
+    source: str,
+    *,
+    as_name: str | None = None,
+    replace: bool = False,
+    verbose: bool = False,
+    echo: Echo = print,
+) -> InstallResult:
+    """Install one NeMo Gym environment (``nemo-gym:<name>`` or a folder) as an ngym plugin."""
+    with tempfile.TemporaryDirectory(prefix="ngym-nemo-") as tmp:
+        work = Path(tmp)
+        wheel_path: Path | None = None
+        if source.startswith(SOURCE_PREFIX):
+            env_name = source[len(SOURCE_PREFIX) :].strip()
+            if not env_name:
+                raise NemoEnvironmentError("give an environment name: nemo-gym:<name> (ngym list --available nemo-gym)")
+            wheel_path = nemo_wheel.nemo_gym_wheel()
+            echo(f"ngym: taking {env_name} from {wheel_path.name}")
+            folder = nemo_wheel.extract_environment(env_name, work / "src", wheel_path)
+            version = nemo_wheel.NEMO_GYM_VERSION
+        else:
+            folder = Path(source).resolve()
+            version = "0+local"
+        sibling_source = _SiblingSource(folder.parent, wheel_path, work / "src")
+        env = read_environment(folder, sibling_source.names())
+        name = as_name or env.name
+        _check_clash(name, env, replace=replace, verbose=verbose, echo=echo)
+
+        envs = [env, *sibling_source.missing_closure(env)]
+        projects = [
+            build_project(e, work / "build" / e.name, ngym_name=name if e is env else None, version=version)
+            for e in envs
+        ]
+        extra = [line for e in envs for line in e.pip_lines]
+        compat = _compat_source()
+        shown = env.name + (f" (+ {', '.join(e.name for e in envs[1:])})" if envs[1:] else "")
+        echo(f"ngym: installing {shown} with its requirements")
+        _pip(["install", *map(str, projects), *extra, *compat], verbose=verbose)
+    from ngym.plugins.registry import reset_registry
+
+    reset_registry()
+    domain = env.domain or "?"
+    echo(f"ngym: installed {name} ({domain}) from {env.distribution}; try: ngym test {name} / ngym run {name}")
+    return InstallResult(name, env, [e.distribution for e in envs])
+
+
+class _SiblingSource:
+    """Where the sibling environments an environment imports come from: next to it, else the wheel."""
+
+    def __init__(self, parent: Path, wheel_path: Path | None, scratch: Path) -> None:
+        self.parent, self.wheel_path, self.scratch = parent, wheel_path, scratch
+
+    def names(self) -> set[str]:
+        local = (
+            {p.name for p in self.parent.iterdir() if p.is_dir()} if self.parent.name == "resources_servers" else set()
+        )
+        try:
+            wheel_path = self.wheel_path or nemo_wheel.nemo_gym_wheel()
+        except NgymError:
+            return local
+        import zipfile
+
+        with zipfile.ZipFile(wheel_path) as zf:
+            return local | set(nemo_wheel.environment_names(zf))
+
+    def folder(self, name: str) -> Path:
+        local = self.parent / name
+        if self.parent.name == "resources_servers" and local.is_dir():
+            return local
+        target = self.scratch / name
+        if target.is_dir():
+            return target
+        return nemo_wheel.extract_environment(name, self.scratch, self.wheel_path)
+
+    def missing_closure(self, env: NemoEnvironment) -> list[NemoEnvironment]:
+        """Siblings (transitively) whose distribution is not installed yet."""
+        names = self.names()
+        found: dict[str, NemoEnvironment] = {}
+        pending = list(env.siblings)
+        while pending:
+            sibling = pending.pop()
+            if sibling in found or sibling == env.name or _installed(_dist(sibling)):
+                continue
+            found[sibling] = read_environment(self.folder(sibling), names)
+            pending.extend(found[sibling].siblings)
+        return list(found.values())
+
+
+def _dist(name: str) -> str:
+    from ngym.nemo.folder import distribution_name
+
+    return distribution_name(name)
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _check_clash(name: str, env: NemoEnvironment, *, replace: bool, verbose: bool, echo: Echo) -> None:
+    """Refuse a name another distribution registers, unless ``replace`` (which uninstalls that one first)."""
+    from ngym.plugins.registry import get_registry
+
+    entries = [e for e in get_registry().all_entries() if e.name == name and e.distribution != env.distribution]
+    if not entries:
+        return
+    other = entries[0]
+    owner = f"{other.distribution or 'an unknown distribution'} ({other.target})"
+    if not replace:
+        raise NameClashError(
+            f"an environment named {name!r} is already installed by {owner}; install NeMo Gym's "
+            f"{env.name} under another name with --as NAME, or uninstall {other.distribution} with --replace"
+        )
+    if other.distribution is None:
+        raise NameClashError(
+            f"{name!r} is registered by {owner}, which has no distribution to uninstall; use --as NAME"
+        )
+    echo(f"ngym: uninstalling {other.distribution} (it registered {name!r})")
+    _pip(["uninstall", "--yes", other.distribution], verbose=verbose)
+
+
+def _compat_source() -> list[str]:
+    """The compat distribution from ngym's own source tree when it is not installed (a development checkout);
+    otherwise pip takes it from the index by name (it is a dependency of every generated package)."""
+    if _installed(COMPAT_DISTRIBUTION):
+        return []
+    import ngym
+
+    local = Path(ngym.__file__).resolve().parent.parent / "plugins" / "ngym_nemo_gym"
+    return [str(local)] if (local / "pyproject.toml").is_file() else []
+
+
+def _pip(args: list[str], *, verbose: bool) -> None:
+    """pip in ngym's interpreter: its output streamed with ``verbose``, else kept and shown only on failure."""
+    command = [sys.executable, "-m", "pip", *args]
+    if verbose:
+        code = subprocess.call(command)
+        output = ""
+    else:
+        result = subprocess.run([*command[:4], "--quiet", *command[4:]], capture_output=True, text=True)
+        code, output = result.returncode, result.stderr + result.stdout
+    if code:
+        lines = [ln for ln in output.strip().splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
+        reason = next((ln.strip() for ln in reversed(lines) if ln.lstrip().startswith("ERROR")), None) or (
+            lines[-1].strip() if lines else f"exit code {code}"
+        )
+        raise PipFailed(f"pip {args[0]} failed: {reason} (run with -v for pip's output)")

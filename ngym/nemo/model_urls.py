@@ -1,0 +1,57 @@
+"""``--model-url NAME=URL``: where the model servers an environment calls by name live.
+
+NeMo Gym environments call judge, user-simulator and retrieval models by the instance name in their config
+(``judge_model_server: {type: responses_api_models, name: policy_model}``). ``ngym run`` carries the
+mapping to the server processes in one environment variable, ``NGYM_MODEL_URLS``: a JSON object
+``{"<name>": "<base URL>"}`` (the compat ``ServerClient`` of ``ngym-nemo-gym`` reads it). A name given on the
+command line wins over the same name already in the variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, MutableMapping
+from urllib.parse import urlparse
+
+from ngym.errors import ConfigError
+
+MODEL_URLS_ENV = "NGYM_MODEL_URLS"
+
+
+def parse_model_urls(values: Iterable[str]) -> dict[str, str]:
+    """``["judge=http://127.0.0.1:9000/v1", ...]`` → ``{"judge": "http://127.0.0.1:9000/v1"}``."""
+    mapping: dict[str, str] = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        name, url = name.strip(), url.strip()
+        if not sep or not name or not url:
+            raise ConfigError(f"--model-url {value!r}: expected NAME=URL (e.g. judge=http://127.0.0.1:9000)")
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ConfigError(f"--model-url {name}: {url!r} is not an http(s) URL")
+        mapping[name] = url.rstrip("/")
+    return mapping
+
+
+def current_model_urls(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """The mapping already in ``NGYM_MODEL_URLS`` (empty when unset); a malformed value is a ConfigError."""
+    raw = (os.environ if environ is None else environ).get(MODEL_URLS_ENV, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{MODEL_URLS_ENV} is not JSON: {exc}") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError(f'{MODEL_URLS_ENV} must be a JSON object of name to URL, e.g. {{"judge": "http://..."}}')
+    return value
+
+
+def export_model_urls(values: Iterable[str], environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Merge ``NAME=URL`` values into ``NGYM_MODEL_URLS`` (of ``environ``, default this process's); the result."""
+    environ = os.environ if environ is None else environ
+    mapping = {**current_model_urls(environ), **parse_model_urls(values)}
+    if mapping:
+        environ[MODEL_URLS_ENV] = json.dumps(mapping, sort_keys=True)
+    return mapping
