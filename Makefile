@@ -7,7 +7,7 @@ NGYM   := $(VENV)/bin/ngym
 # Every environment and plugin is its own pip package: install them all, editable.
 PACKAGES := $(sort $(dir $(wildcard resources_servers/*/pyproject.toml plugins/*/pyproject.toml)))
 
-.PHONY: install demo test test-fast lint format bench clean docker-base
+.PHONY: install demo test test-fast lint format bench clean docker-base nemo-envs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,3 +41,8 @@ clean:
 # --- containerize (issue 4): a local base image with Python from Debian packages, for offline builds ---
 docker-base:
 	bash docker/build-base-image.sh $(TAG)
+
+# --- NeMo Gym's environments (issue 14): all 145 measured under NeMo Gym 0.7.0 and ngym → docs/nemo-gym-environments.md
+# Resumable (results cached per environment in ~/.cache/ngym/nemo-envs); ARGS="--only a,b --side ngym --limit 20".
+nemo-envs: install
+	$(PY) tools/nemo_envs.py $(ARGS)

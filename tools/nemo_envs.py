@@ -1,0 +1,565 @@
+"""Measure NeMo Gym 0.7.0's environments under ngym and under NeMo Gym itself; write the table to docs/.
+
+For each environment of the nemo-gym 0.7.0 wheel (``pip download``-ed into ``~/.cache/ngym/nemo-wheel``):
+
+* **NeMo Gym side**: its own tests, the way ``gym env test`` runs them (pytest from inside its folder,
+  pytest-asyncio in auto mode), in a Python 3.13 virtualenv holding nemo-gym 0.7.0 plus the environment's
+  requirements; then its recorded example rollouts (``data/example_rollouts.jsonl``) re-verified in-process
+  through NeMo's own app (``tools/nemo_replay_inprocess.py``).
+* **ngym side**: ``ngym install nemo-gym:<name>`` into a virtualenv holding ngym and ``ngym-nemo-gym``,
+  ``ngym test <name>``, then ``ngym run <name>`` and the same rows replayed over HTTP
+  (``/seed_session`` + ``/verify``, one cookie session per row); rewards compared with NeMo's.
+
+Virtualenvs are layered so 145 of them stay cheap: a base per side (``nemo-base`` on top of the read-only
+NeMo venv, ``ngym-base`` with ngym editable from this checkout), and per environment an overlay made with
+``venv --without-pip`` whose ``.pth`` adds the base's site-packages (``site.addsitedir``, so the base's own
+``.pth`` files work too); pip sees the base's packages as installed and adds only what is missing.
+
+Resumable and parallel-safe: each environment's result is ``results/<name>.json`` under the work folder
+(``~/.cache/ngym/nemo-envs``), keyed per side (NeMo: the requirements; ngym: a hash of ngym's and the compat
+layer's sources), recomputed only when its key changed or with ``--force``; a per-environment lock file makes
+two concurrent runs skip each other's environments. ``--table-only`` rewrites the table from the results.
+
+    python tools/nemo_envs.py [--jobs 2] [--only a,b] [--side both|nemo|ngym] [--limit N] [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from ngym.nemo import wheel as nemo_wheel  # noqa: E402
+from ngym.nemo.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, NemoEnvironment, read_environment  # noqa: E402
+from tools.nemo_replay_inprocess import replay_bodies  # noqa: E402
+
+WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or Path.home() / ".cache" / "ngym" / "nemo-envs")
+NEMO_VENV = Path(os.environ.get("NGYM_NEMO_VENV") or Path.home() / ".cache" / "ngym" / "nemo" / "venv313")
+PY313 = os.environ.get("NGYM_PY313") or str(Path.home() / ".pyenv" / "versions" / "3.13.0" / "bin" / "python3")
+TABLE = REPO / "docs" / "nemo-gym-environments.md"
+TEST_TIMEOUT = int(os.environ.get("NGYM_NEMO_TEST_TIMEOUT", "600"))
+INSTALL_TIMEOUT = int(os.environ.get("NGYM_NEMO_INSTALL_TIMEOUT", "900"))
+TEST_TOOLS = [*DEV_REQUIREMENTS, "httpx>=0.27"]
+#: Requirements that mean a GPU machine learning stack (CUDA wheels of several GB): not installed here.
+GPU_STACK = {"torch", "torchvision", "torchaudio", "vllm", "flashinfer-python", "unbabel-comet", "tensorflow", "jax"}
+PIP_NOISE = re.compile(r"^WARNING: Location ")
+
+
+# ---------------------------------------------------------------------------------------------- virtualenvs
+def site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3*/site-packages"))
+
+
+def make_overlay(venv: Path, bases: list[Path]) -> Path:
+    """A pip-less 3.13 virtualenv whose site-packages adds the ``bases`` venvs' site-packages after its own."""
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([PY313, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+        lines = [f"import site; site.addsitedir({str(site_packages(b))!r})" for b in bases]
+        (site_packages(venv) / "_ngym_overlay.pth").write_text("\n".join(lines) + "\n")
+    return venv / "bin" / "python"
+
+
+def pip_install(python: Path, args: list[str], log: Path) -> tuple[bool, str]:
+    """``python -m pip install ARGS``; (ok, the error line) with pip's output kept in ``log``."""
+    result = run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *args], log, INSTALL_TIMEOUT)
+    if result.returncode == 0:
+        return True, ""
+    return False, last_error(log.read_text(errors="replace"))
+
+
+def base_venv(name: str, build: Any, spec: str = "") -> Path:
+    """A shared base virtualenv, built once under a lock (parallel runs wait for it); rebuilt when ``spec``
+    (what it must hold) changed."""
+    venv = WORK / "venvs" / name
+    marker = venv / ".ready"
+    with locked(WORK / "locks" / f"venv-{name}.lock", wait=True):
+        if not marker.exists() or marker.read_text() != spec:
+            shutil.rmtree(venv, ignore_errors=True)
+            build(venv)
+            marker.write_text(spec)
+    return venv
+
+
+def build_nemo_base(venv: Path) -> None:
+    python = make_overlay(venv, [NEMO_VENV])
+    ok, error = pip_install(python, TEST_TOOLS, WORK / "logs" / "nemo-base.install.log")
+    if not ok:
+        raise RuntimeError(f"nemo-base: {error}")
+
+
+def build_ngym_base(venv: Path) -> None:
+    subprocess.run([PY313, "-m", "venv", str(venv)], check=True, capture_output=True)
+    compat = REPO / "plugins" / "ngym_nemo_gym"
+    packages = ["-e", str(REPO), *(["-e", str(compat)] if (compat / "pyproject.toml").is_file() else [])]
+    ok, error = pip_install(venv / "bin" / "python", [*packages, *TEST_TOOLS], WORK / "logs" / "ngym-base.install.log")
+    if not ok:
+        raise RuntimeError(f"ngym-base: {error}")
+
+
+# ------------------------------------------------------------------------------------------------- helpers
+def run(args: list[str], log: Path, timeout: int, **kwargs: Any) -> subprocess.CompletedProcess:
+    """Run a command with its output in ``log``; a timeout is exit code 124 (the process group is killed)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait()
+            out.write(f"\n[nemo_envs] timed out after {timeout}s\n")
+            code = 124
+    return subprocess.CompletedProcess(args, code)
+
+
+def last_error(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not PIP_NOISE.match(ln)]
+    for line in reversed(lines):
+        if line.startswith(("ERROR", "E   ")) or "Error" in line.split(":")[0]:
+            return line[:300]
+    return (lines[-1] if lines else "")[:300]
+
+
+@contextlib.contextmanager
+def locked(path: Path, *, wait: bool = False):
+    """An exclusive lock file; without ``wait`` a held lock yields False (another run is on it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def sources_hash(*roots: Path) -> str:
+    digest = hashlib.sha256()
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".toml", ".yaml", ".txt") and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(REPO)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def junit_counts(path: Path) -> dict[str, int]:
+    """passed/failed/errors/skipped from pytest's JUnit XML (all zero when pytest wrote none)."""
+    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    if not path.is_file():
+        return counts
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError:
+        return counts
+    for suite in [root] if root.tag == "testsuite" else root.iter("testsuite"):
+        tests = int(suite.get("tests", 0))
+        failed, errors, skipped = (int(suite.get(k, 0)) for k in ("failures", "errors", "skipped"))
+        counts["failed"] += failed
+        counts["errors"] += errors
+        counts["skipped"] += skipped
+        counts["passed"] += tests - failed - errors - skipped
+    return counts
+
+
+#: (category, pattern over a failing log): the first match names the reason.
+REASONS: list[tuple[str, re.Pattern[str]]] = [
+    ("needs GPU", re.compile(r"CUDA|nvidia-smi|No CUDA GPUs|torch\.cuda|cudaGetDevice", re.I)),
+    (
+        "needs internet",
+        re.compile(
+            r"Temporary failure in name resolution|Name or service not known|Failed to establish a new connection"
+            r"|Could not resolve host|huggingface\.co|github\.com|ConnectTimeout|Network is unreachable",
+            re.I,
+        ),
+    ),
+    (
+        "missing system tool",
+        re.compile(
+            r"No such file or directory: '(docker|java|lean|lake|apptainer|enroot|g\+\+|gcc|node|npm|bash|git|"
+            r"chromium|sqlite3|[a-z0-9_.-]+)'|docker\.errors|DockerException|command not found",
+            re.I,
+        ),
+    ),
+    ("compat gap", re.compile(r"nemo_gym|ngym", re.I)),
+    ("missing package", re.compile(r"ModuleNotFoundError|No matching distribution|ImportError", re.I)),
+]
+
+
+def classify(text: str) -> str:
+    for category, pattern in REASONS:
+        match = pattern.search(text)
+        if match:
+            return category
+    return "test failure"
+
+
+def failure_summary(log: Path) -> str:
+    """The first ``E`` line of pytest's output (or the last error), for the table."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    first = next((ln.strip() for ln in text.splitlines() if ln.startswith("E   ")), None)
+    return (first or last_error(text))[:200]
+
+
+# --------------------------------------------------------------------------------------------- environments
+@dataclass
+class Env:
+    env: NemoEnvironment
+    tree: Path  # the extracted wheel's root (holding resources_servers/)
+
+    @property
+    def name(self) -> str:
+        return self.env.name
+
+    def extra_requirements(self) -> list[str]:
+        """The environment's own requirements, without nemo-gym (what NeMo's `gym env test` adds to it)."""
+        skipped = {COMPAT_DISTRIBUTION, *DEV_REQUIREMENTS}
+        return [r for r in self.env.requirements if r not in skipped] + self.env.pip_lines
+
+    def install_blocker(self) -> str | None:
+        """Why the requirements cannot be installed on this machine, when that is known beforehand."""
+        names = {re.split(r"[\s<>=!~\[;@]", r, maxsplit=1)[0].lower() for r in self.extra_requirements()}
+        gpu = sorted(names & GPU_STACK)
+        if gpu:
+            return f"needs GPU: requires {', '.join(gpu)} (CUDA wheels, not installed on this CPU machine)"
+        urls = [r for r in self.env.pip_lines if re.search(r"(git\+|https?://)", r)]
+        if urls:
+            return f"needs internet: requirement fetched from {urls[0][:80]}"
+        return None
+
+    def rows(self) -> list[dict[str, Any]]:
+        path = self.env.folder / "data" / "example_rollouts.jsonl"
+        if not path.is_file():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def model_refs(self) -> list[str]:
+        """Model servers the resources server's config names (judges etc.): replays need them."""
+        if self.env.config is None:
+            return []
+        fields = nemo_wheel.resources_server_fields(self.env.config.read_text()) or {}
+        refs: list[str] = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, dict):
+                if value.get("type") == "responses_api_models" and "name" in value:
+                    refs.append(str(value["name"]))
+                for item in value.values():
+                    walk(item)
+            elif isinstance(value, list):
+                for item in value:
+                    walk(item)
+
+        walk(fields)
+        return refs
+
+    def config_fields(self) -> dict[str, Any]:
+        fields = dict(nemo_wheel.resources_server_fields(self.env.config.read_text()) or {}) if self.env.config else {}
+        fields.pop("entrypoint", None)
+        return fields
+
+    def instance_name(self) -> str:
+        if self.env.config is None:
+            return self.name
+        import yaml
+
+        tree = yaml.safe_load(self.env.config.read_text()) or {}
+        return next((k for k, v in tree.items() if isinstance(v, dict) and "resources_servers" in v), self.name)
+
+
+def extract_tree() -> Path:
+    """Every environment of the wheel, extracted once (read-only source for both sides)."""
+    tree = WORK / "tree"
+    marker = tree / ".ready"
+    with locked(WORK / "locks" / "tree.lock", wait=True):
+        if not marker.exists():
+            shutil.rmtree(tree, ignore_errors=True)
+            import zipfile
+
+            with zipfile.ZipFile(nemo_wheel.nemo_gym_wheel()) as zf:
+                members = [m for m in zf.namelist() if m.startswith(nemo_wheel.PREFIX)]
+                zf.extractall(tree, members)
+            marker.write_text("ok")
+    return tree
+
+
+# --------------------------------------------------------------------------------------------- NeMo side
+def measure_nemo(item: Env, base: Path) -> dict[str, Any]:
+    name, logs = item.name, WORK / "logs" / item.name
+    result: dict[str, Any] = {"status": "error", "reason": None}
+    blocker = item.install_blocker()
+    if blocker:
+        return {**result, "status": "skipped", "reason": blocker}
+    python = base / "bin" / "python"
+    extra = item.extra_requirements()
+    if extra:
+        python = make_overlay(WORK / "venvs" / f"nemo-{name}", [base, NEMO_VENV])
+        ok, error = pip_install(python, extra, logs / "nemo.install.log")
+        if not ok:
+            return {**result, "status": "install failed", "reason": f"{classify(error)}: {error}"}
+    run_root = WORK / "runs" / "nemo" / name
+    shutil.rmtree(run_root, ignore_errors=True)
+    folder = run_root / "resources_servers" / name
+    shutil.copytree(item.env.folder, folder)
+    env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
+    junit = logs / "nemo.junit.xml"
+    junit.unlink(missing_ok=True)
+    start = time.monotonic()
+    log = logs / "nemo.test.log"
+    args = [
+        str(python),
+        "-m",
+        "pytest",
+        "-o",
+        "asyncio_mode=auto",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        f"--junitxml={junit}",
+    ]
+    code = run(args, log, TEST_TIMEOUT, cwd=folder, env=env).returncode
+    result.update(junit_counts(junit), exit_code=code, seconds=round(time.monotonic() - start, 1))
+    result["status"] = "pass" if code == 0 else ("no tests" if code == 5 else "fail")
+    if code not in (0, 5):
+        summary = failure_summary(log)
+        result["reason"] = f"{classify(log.read_text(errors='replace'))}: {summary}"
+    result["replay"] = replay_nemo(item, python, folder, run_root, logs)
+    return result
+
+
+def replay_nemo(item: Env, python: Path, folder: Path, run_root: Path, logs: Path) -> dict[str, Any]:
+    rows = item.rows()
+    if not rows or item.env.target is None:
+        return {"rewards": [], "reason": "no example rollouts" if not rows else "no server class"}
+    rows_file = logs / "rows.jsonl"
+    rows_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = logs / "nemo.replay.json"
+    out.unlink(missing_ok=True)
+    args = [
+        str(python),
+        str(REPO / "tools" / "nemo_replay_inprocess.py"),
+        item.env.target,
+        item.instance_name(),
+        json.dumps(item.config_fields()),
+        str(rows_file),
+        str(out),
+    ]
+    env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
+    code = run(args, logs / "nemo.replay.log", 300, cwd=folder, env=env).returncode
+    if code or not out.is_file():
+        return {
+            "rewards": [],
+            "reason": f"replay failed: {last_error((logs / 'nemo.replay.log').read_text(errors='replace'))}",
+        }
+    return json.loads(out.read_text())
+
+
+# -------------------------------------------------------------------------------------------- ngym side
+def measure_ngym(item: Env, base: Path) -> dict[str, Any]:
+    name, logs = item.name, WORK / "logs" / item.name
+    result: dict[str, Any] = {"status": "error", "reason": None}
+    blocker = item.install_blocker()
+    if blocker:
+        return {**result, "status": "skipped", "reason": blocker}
+    venv = WORK / "venvs" / f"ngym-{name}"
+    shutil.rmtree(venv, ignore_errors=True)  # a fresh install every time: the install is what is measured
+    python = make_overlay(venv, [base])
+    env = {**os.environ, "NGYM_CACHE_DIR": str(venv / "ngym-cache")}
+    start = time.monotonic()
+    install = run(
+        [str(python), "-m", "ngym.cli", "install", f"nemo-gym:{name}"],
+        logs / "ngym.install.log",
+        INSTALL_TIMEOUT,
+        env=env,
+    )
+    result["install_seconds"] = round(time.monotonic() - start, 1)
+    if install.returncode:
+        error = last_error((logs / "ngym.install.log").read_text(errors="replace"))
+        return {**result, "status": "install failed", "reason": f"{classify(error)}: {error}"}
+    junit = logs / "ngym.junit.xml"
+    junit.unlink(missing_ok=True)
+    log = logs / "ngym.test.log"
+    start = time.monotonic()
+    code = run(
+        [str(python), "-m", "ngym.cli", "test", name, "-q", f"--junitxml={junit}"], log, TEST_TIMEOUT, env=env
+    ).returncode
+    result.update(junit_counts(junit), exit_code=code, seconds=round(time.monotonic() - start, 1))
+    result["status"] = "pass" if code == 0 else ("no tests" if code == 5 else "fail")
+    if code not in (0, 5):
+        result["reason"] = f"{classify(log.read_text(errors='replace'))}: {failure_summary(log)}"
+    result["replay"] = replay_ngym(item, python, env, logs)
+    return result
+
+
+def replay_ngym(item: Env, python: Path, env: dict[str, str], logs: Path) -> dict[str, Any]:
+    """Serve with ``ngym run`` and replay every recorded row over HTTP."""
+    import httpx
+
+    rows = item.rows()
+    if not rows or item.env.target is None:
+        return {"rewards": [], "reason": "no example rollouts" if not rows else "no server class"}
+    port = free_port()
+    log_path = logs / "ngym.serve.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [str(python), "-m", "ngym.cli", "run", item.name, "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=logs,
+            start_new_session=True,
+        )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if server.poll() is not None:
+                return {"rewards": [], "reason": f"serve failed: {last_error(log_path.read_text(errors='replace'))}"}
+            try:
+                if httpx.get(base_url + "/", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                return {"rewards": [], "reason": "serve failed: not up after 120s"}
+            time.sleep(0.5)
+        rewards: list[float | None] = []
+        errors: list[str | None] = []
+        for row in rows:
+            seed, body = replay_bodies(row)
+            with httpx.Client(base_url=base_url, timeout=120) as client:  # its own cookie jar: one session
+                client.post("/seed_session", json=seed)
+                response = client.post("/verify", json=body)
+            data = response.json() if response.headers.get("content-type", "").startswith("application/json") else None
+            if response.status_code == 200 and isinstance(data, dict) and isinstance(data.get("reward"), int | float):
+                rewards.append(float(data["reward"]))
+                errors.append(data.get("_ng_failure_judge_error"))
+            else:
+                rewards.append(None)
+                errors.append(f"HTTP {response.status_code}: {response.text[:300]}")
+        return {"rewards": rewards, "errors": errors}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, 15)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, 9)
+            server.wait()
+
+
+# ----------------------------------------------------------------------------------------------- driver
+def measure(item: Env, sides: list[str], keys: dict[str, str], force: bool, bases: dict[str, Path]) -> str:
+    path = WORK / "results" / f"{item.name}.json"
+    with locked(WORK / "locks" / f"{item.name}.lock") as mine:
+        if not mine:
+            return f"{item.name}: another run holds it, skipped"
+        result = json.loads(path.read_text()) if path.is_file() else {}
+        rows = item.rows()
+        result.update(
+            name=item.name,
+            domain=item.env.domain,
+            has_rollouts=bool(rows),
+            recorded=[row.get("reward") for row in rows],
+            model_refs=item.model_refs(),
+        )
+        done = []
+        for side in sides:
+            if not force and result.get(side, {}).get("key") == keys[side]:
+                continue
+            measure_side = measure_nemo if side == "nemo" else measure_ngym
+            try:
+                outcome = measure_side(item, bases[side])
+            except Exception as exc:  # one environment's surprise must not stop the other 144
+                outcome = {"status": "error", "reason": f"harness error: {exc!r}"[:300]}
+            result[side] = {**outcome, "key": keys[side], "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            done.append(f"{side} {outcome['status']}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1))
+    return f"{item.name}: {', '.join(done) or 'cached'}"
+
+
+def load_envs(only: list[str] | None) -> list[Env]:
+    tree = extract_tree()
+    root = tree / "resources_servers"
+    names = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if only:
+        unknown = sorted(set(only) - set(names))
+        if unknown:
+            raise SystemExit(f"unknown environments: {', '.join(unknown)}")
+        names = [n for n in names if n in only]
+    known = set(names) | {p.name for p in root.iterdir() if p.is_dir()}
+    return [Env(read_environment(root / n, known), tree) for n in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", help="comma-separated environment names")
+    parser.add_argument("--side", choices=["both", "nemo", "ngym"], default="both")
+    parser.add_argument("--limit", type=int, help="measure at most N environments not yet measured")
+    parser.add_argument("--force", action="store_true", help="re-measure even when cached")
+    parser.add_argument("--table-only", action="store_true", help="only rewrite the table from the results")
+    args = parser.parse_args(argv)
+    if not args.table_only:
+        only = args.only.split(",") if args.only else None
+        sides = ["nemo", "ngym"] if args.side == "both" else [args.side]
+        keys = {
+            "nemo": f"nemo-gym-{nemo_wheel.NEMO_GYM_VERSION}-v1",
+            "ngym": sources_hash(REPO / "ngym", REPO / "plugins" / "ngym_nemo_gym", REPO / "tools"),
+        }
+        envs = load_envs(only)
+        if args.limit:
+
+            def pending(e: Env) -> bool:
+                path = WORK / "results" / f"{e.name}.json"
+                result = json.loads(path.read_text()) if path.is_file() else {}
+                return args.force or any(result.get(s, {}).get("key") != keys[s] for s in sides)
+
+            envs = [e for e in envs if pending(e)][: args.limit]
+        bases = {}
+        if "nemo" in sides:
+            bases["nemo"] = base_venv("nemo-base", build_nemo_base)
+        if "ngym" in sides:
+            compat = (REPO / "plugins" / "ngym_nemo_gym" / "pyproject.toml").is_file()
+            bases["ngym"] = base_venv("ngym-base", build_ngym_base, f"ngym editable from {REPO}, compat={compat}")
+        print(f"measuring {len(envs)} environment(s), {args.jobs} at a time, work folder {WORK}", flush=True)
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [pool.submit(measure, e, sides, keys, args.force, bases) for e in envs]
+            for future in as_completed(futures):
+                print(future.result(), flush=True)
+    from tools.nemo_envs_table import write_table
+
+    write_table(WORK / "results", TABLE)
+    print(f"wrote {TABLE.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
