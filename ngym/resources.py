@@ -161,8 +161,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         """Build the app with the standard routes; override, call ``super()``, and add your tools."""
         name = self.config.name or type(self).__name__
         app = FastAPI(title=name, description=self.describe(), lifespan=self._lifespan)
-        self._sessions = self._make_session_manager()
-        app.add_middleware(NgymMiddleware, sessions=self._sessions)
+        self._ngym_sessions = self._make_session_manager()
+        app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
         seed_model = self._seed_body_model()
         app.post(
             "/seed_session",
@@ -199,7 +199,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     # ---- internals ---------------------------------------------------------------------------------
 
-    _sessions: SessionManager | None = None  # set by setup_webserver (a plain class attribute, not a field)
+    # set by setup_webserver. Not `_sessions`: environments ported from NeMo Gym use that name for their own dicts.
+    _ngym_sessions: SessionManager | None = None
 
     def _make_session_manager(self) -> SessionManager:
         secret, given = resolve_secret(secret_value(self.config.session_secret))
@@ -226,12 +227,12 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         await self.on_startup()
-        assert self._sessions is not None
-        self._sessions.start_sweeper()
+        assert self._ngym_sessions is not None
+        self._ngym_sessions.start_sweeper()
         try:
             yield
         finally:
-            await self._sessions.shutdown()
+            await self._ngym_sessions.shutdown()
             await self.on_shutdown()
 
     def _request_session(self, request: Request | None) -> RequestSession:
@@ -280,7 +281,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     async def _seed_session_route(self, request: Request) -> Any:
         raw = await request.body()
         session = self._request_session(request)
-        sessions = self._sessions
+        sessions = self._ngym_sessions
         assert sessions is not None
         if b'"resources_session_id"' in raw:  # maybe NeMo Gym 0.7's typed body: look at its keys
             data = await self._read_json(request)
@@ -302,7 +303,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         return result if result is not None else {}
 
     async def _typed_seed(self, request: Request, session: RequestSession, body: ResourcesSeedSessionRequest) -> Any:
-        sessions = self._sessions
+        sessions = self._ngym_sessions
         assert sessions is not None
         session_id = body.resources_session_id
         meta = {"episode_id": body.episode_id.model_dump(), "task_id": body.task_id.model_dump()}
@@ -333,7 +334,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     async def _close_session_route(self, request: Request) -> Any:
         data = await self._read_json(request)
-        sessions = self._sessions
+        sessions = self._ngym_sessions
         assert sessions is not None
         if isinstance(data, dict) and "resources_session_id" in data:
             body = self._validate(ResourcesCloseSessionRequest, data)
@@ -396,7 +397,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
         dist = distribution_of(type(self))
         domain = self.resolved_domain()
-        assert self._sessions is not None
+        assert self._ngym_sessions is not None
         return {
             "status": "ok",
             "name": self.config.name or type(self).__name__,
@@ -404,8 +405,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             "domain": domain.value if domain else None,
             "plugin": dist[0] if dist else None,
             "version": dist[1] if dist else None,
-            "live_sessions": await self._sessions.store.count(),
-            "session_store": type(self._sessions.store).__name__,
+            "live_sessions": await self._ngym_sessions.store.count(),
+            "session_store": type(self._ngym_sessions.store).__name__,
         }
 
     async def _reverify_mode(self) -> str:
