@@ -16,10 +16,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
+import typing
+from collections.abc import Callable
 from enum import Enum
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.routing import BaseRoute
 
 import ngym
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
@@ -153,6 +159,46 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
         if isinstance(mode, ReverifyMode) and "reverify_mode" not in cls.__dict__:
             cls.reverify_mode = mode.value
 
+    def setup_webserver(self) -> FastAPI:
+        """ngym's app; a server that handles NeMo Gym 0.7's typed seed or close itself gets those bodies."""
+        app = super().setup_webserver()
+        if self._handles_typed_seed():
+            _replace_route(app, "/seed_session", self._typed_seed_or)
+        if type(self).close_resources_session is not SimpleResourcesServer.close_resources_session:
+            _replace_route(app, "/close_session", self._typed_close_or)
+        return app
+
+    def _handles_typed_seed(self) -> bool:
+        seed = inspect.unwrap(type(self).seed_session)
+        if type(self).seed_session is SimpleResourcesServer.seed_session:
+            return False
+        try:
+            annotation = typing.get_type_hints(seed).get("body")
+        except Exception:  # an annotation that does not resolve: treat the seed as a dataset-row seed
+            return False
+        return ResourcesSeedSessionRequest in (typing.get_args(annotation) or (annotation,))
+
+    def _typed_seed_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        async def seed_session(request: Request) -> Any:
+            data = await _json_body(request)
+            if isinstance(data, dict) and data.keys() == set(ResourcesSeedSessionRequest.model_fields):
+                body = _validated(ResourcesSeedSessionRequest, data)
+                return await _call(self.seed_session, request, body)
+            return await original(request)
+
+        return seed_session
+
+    def _typed_close_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        async def close_session(request: Request) -> Any:
+            data = await _json_body(request)
+            if isinstance(data, dict) and "resources_session_id" in data:
+                return await _call(
+                    self.close_resources_session, request, _validated(ResourcesCloseSessionRequest, data)
+                )
+            return await original(request)
+
+        return close_session
+
     async def seed_session(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Keep no state: a typed seed gets its id back, a dataset row an empty answer."""
         body = kwargs.get("body", args[-1] if args else None)
@@ -174,3 +220,40 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     def mcp_allowed_tools_for_session(self, seed_body: dict[str, Any]) -> list[str] | None:
         return None
+
+
+def _replace_route(app: FastAPI, path: str, make_endpoint: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Swap the POST route at ``path`` for ``make_endpoint(original endpoint)`` (which falls back to the original)."""
+    routes: list[BaseRoute] = app.router.routes
+    for index, route in enumerate(routes):
+        if getattr(route, "path", None) == path and "POST" in (getattr(route, "methods", None) or ()):
+            original = route.endpoint  # type: ignore[attr-defined]
+            del routes[index]
+            app.post(path, summary=getattr(route, "summary", None))(make_endpoint(original))
+            routes.insert(index, routes.pop())
+            return
+    raise RuntimeError(f"no POST {path} route to extend")
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()  # Starlette caches it: the original endpoint can read it again
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
+
+
+def _validated(model: type[BaseModel], data: Any) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
+
+
+async def _call(method: Callable[..., Any], request: Request, body: BaseModel) -> Any:
+    """Call an environment's handler as FastAPI would: with ``request`` when its signature asks for it."""
+    if _takes_request(method.__func__ if inspect.ismethod(method) else method):
+        return await method(request=request, body=body)
+    return await method(body)
