@@ -93,8 +93,6 @@ class BaseResourcesServerConfig(BaseServerConfig):
     REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNKNOWN
 
 
-
-
 class BaseResourcesServer(BaseServer):
     config: BaseResourcesServerConfig
 
