@@ -17,6 +17,7 @@ import os
 import re
 import typing
 from collections.abc import AsyncIterator, Callable
+from enum import Enum
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
@@ -27,6 +28,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError
 from ngym.domain import Domain
 from ngym.errors import JudgeError
 from ngym.metrics import aggregate_metrics as compute_aggregate_metrics
+from ngym.metrics import default_key_metrics
 from ngym.middleware import NgymMiddleware
 from ngym.protocol.bodies import (
     FAILURE_CLASS_KEY,
@@ -39,6 +41,7 @@ from ngym.protocol.bodies import (
     BaseVerifyResponse,
     ResourcesCloseSessionRequest,
     ResourcesSeedSessionRequest,
+    ResourcesSeedSessionResponse,
 )
 from ngym.server import BaseServer, BaseServerConfig, SimpleServer, secret_value
 from ngym.sessions.cookies import CookieSigner, resolve_secret
@@ -58,6 +61,14 @@ SESSION_STORE_ENV = "NGYM_SESSION_STORE"
 _TYPED_SEED_KEYS = frozenset(ResourcesSeedSessionRequest.model_fields)
 
 
+class ReverifyMode(str, Enum):
+    """Values of ``GET /reverify_mode``: whether re-running verify on a stored response is meaningful."""
+
+    STATELESS = "stateless"
+    UNSUPPORTED = "unsupported"
+    UNKNOWN = "unknown"
+
+
 class BaseResourcesServerConfig(BaseServerConfig):
     """Config of a resources server. Subclass it for your environment's own typed fields."""
 
@@ -71,14 +82,15 @@ class BaseResourcesServerConfig(BaseServerConfig):
     session_store: str | None = Field(
         default=None, description="'memory' (default) or a store URL a plugin handles, e.g. redis://host:6379/0"
     )
+    expose_tools_over_mcp: bool = Field(
+        default=False,
+        description="Also serve the tool routes over MCP (streamable HTTP at /mcp) inside each rollout's session; "
+        "the seed response then carries the endpoint and the session's token.",
+    )
 
-
-class ReverifyMode:
-    """Values of ``GET /reverify_mode``: whether re-running verify on a stored response is meaningful."""
-
-    STATELESS = "stateless"
-    UNSUPPORTED = "unsupported"
-    UNKNOWN = "unknown"
+    #: NeMo Gym 0.7.0 declares the reverify mode on the config class; ``GET /reverify_mode`` reads it when set,
+    #: else the server class's ``reverify_mode``.
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNKNOWN
 
 
 class BaseResourcesServer(BaseServer):
@@ -104,7 +116,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     domain: ClassVar[Domain | None] = None
     session_state_model: ClassVar[type[BaseModel] | None] = None
     session_affinity_required: ClassVar[bool] = False
-    reverify_mode: ClassVar[str] = ReverifyMode.UNKNOWN
+    reverify_mode: ClassVar[str] = ReverifyMode.UNKNOWN.value
     always_full_reward: ClassVar[bool] = False
 
     # ---- for environment authors -------------------------------------------------------------------
@@ -161,8 +173,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         """Build the app with the standard routes; override, call ``super()``, and add your tools."""
         name = self.config.name or type(self).__name__
         app = FastAPI(title=name, description=self.describe(), lifespan=self._lifespan)
-        self._sessions = self._make_session_manager()
-        app.add_middleware(NgymMiddleware, sessions=self._sessions)
+        self._ngym_sessions = self._make_session_manager()
+        app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
         seed_model = self._seed_body_model()
         app.post(
             "/seed_session",
@@ -181,8 +193,27 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         return app
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        """Mean/max/min/median/std of every numeric field of the verify responses, per task and overall."""
-        return compute_aggregate_metrics(body.verify_responses)
+        """Mean/max/min/median/std of every numeric field of the verify responses, per task and overall,
+        plus what ``compute_metrics`` adds; ``key_metrics`` is what ``get_key_metrics`` picks."""
+        return compute_aggregate_metrics(
+            body.verify_responses, compute_metrics_fn=self.compute_metrics, get_key_metrics_fn=self.get_key_metrics
+        )
+
+    def compute_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """Metrics of the whole run, merged into ``agent_metrics`` (NeMo Gym's hook, same signature).
+
+        ``tasks[i]`` holds the verify responses of task ``i`` (by ``_ng_task_index``), masked samples left out.
+        Override it for pass@k / majority@k / per-subset numbers (see ``ngym.reward_profile``). A
+        ``"per_task_metrics"`` list of dicts with ``_ng_task_index`` is merged into ``group_level_metrics``.
+        """
+        return {}
+
+    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
+        """The headline metrics picked from ``agent_metrics`` (NeMo Gym's hook, same signature).
+
+        The default picks every statistic of ``reward`` (``mean/reward``, ``pass@k/reward``, ...).
+        """
+        return default_key_metrics(agent_metrics)
 
     @classmethod
     def describe(cls) -> str:
@@ -199,7 +230,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     # ---- internals ---------------------------------------------------------------------------------
 
-    _sessions: SessionManager | None = None  # set by setup_webserver (a plain class attribute, not a field)
+    # set by setup_webserver. Not `_sessions`: environments ported from NeMo Gym use that name for their own dicts.
+    _ngym_sessions: SessionManager | None = None
 
     def _make_session_manager(self) -> SessionManager:
         secret, given = resolve_secret(secret_value(self.config.session_secret))
@@ -226,12 +258,12 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         await self.on_startup()
-        assert self._sessions is not None
-        self._sessions.start_sweeper()
+        assert self._ngym_sessions is not None
+        self._ngym_sessions.start_sweeper()
         try:
             yield
         finally:
-            await self._sessions.shutdown()
+            await self._ngym_sessions.shutdown()
             await self.on_shutdown()
 
     def _request_session(self, request: Request | None) -> RequestSession:
@@ -280,7 +312,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     async def _seed_session_route(self, request: Request) -> Any:
         raw = await request.body()
         session = self._request_session(request)
-        sessions = self._sessions
+        sessions = self._ngym_sessions
         assert sessions is not None
         if b'"resources_session_id"' in raw:  # maybe NeMo Gym 0.7's typed body: look at its keys
             data = await self._read_json(request)
@@ -302,7 +334,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         return result if result is not None else {}
 
     async def _typed_seed(self, request: Request, session: RequestSession, body: ResourcesSeedSessionRequest) -> Any:
-        sessions = self._sessions
+        sessions = self._ngym_sessions
         assert sessions is not None
         session_id = body.resources_session_id
         meta = {"episode_id": body.episode_id.model_dump(), "task_id": body.task_id.model_dump()}
@@ -328,12 +360,15 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
                 await sessions.store.create(session_id, session.record)
         except SessionConflict as exc:
             raise HTTPException(409, str(exc)) from None
-        extra = result.model_dump() if isinstance(result, BaseModel) else dict(result or {})
-        return {**extra, "resources_session_id": session_id}
+        # NeMo Gym 0.7.0's ResourcesSeedSessionResponse forbids other keys, so a row seed's own answer fields
+        # are not copied here; a seed_session that answers the typed model itself is passed through.
+        if isinstance(result, ResourcesSeedSessionResponse):
+            return result.model_dump(mode="json", exclude_none=True) | {"resources_session_id": session_id}
+        return {"resources_session_id": session_id}
 
     async def _close_session_route(self, request: Request) -> Any:
         data = await self._read_json(request)
-        sessions = self._sessions
+        sessions = self._ngym_sessions
         assert sessions is not None
         if isinstance(data, dict) and "resources_session_id" in data:
             body = self._validate(ResourcesCloseSessionRequest, data)
@@ -376,10 +411,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             except JudgeError as exc:
                 body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)
                 log.warning("judge failed in verify: %s", exc)
-                echoed = body.model_dump(mode="json") if body is not None else {}
-                result = JSONResponse(
-                    {**echoed, "reward": 0.0, FAILURE_CLASS_KEY: exc.failure_class, FAILURE_JUDGE_ERROR_KEY: str(exc)}
-                )
+                result = JSONResponse(judge_failure_body(body, exc))
             # Only a verify that answered frees the session: after a crash (HTTP 500) the caller may retry it.
             session = current_request_session.get()
             if session is not None and self.config.close_session_after_verify and session.record is not None:
@@ -396,7 +428,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
         dist = distribution_of(type(self))
         domain = self.resolved_domain()
-        assert self._sessions is not None
+        assert self._ngym_sessions is not None
         return {
             "status": "ok",
             "name": self.config.name or type(self).__name__,
@@ -404,12 +436,43 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             "domain": domain.value if domain else None,
             "plugin": dist[0] if dist else None,
             "version": dist[1] if dist else None,
-            "live_sessions": await self._sessions.store.count(),
-            "session_store": type(self._sessions.store).__name__,
+            "live_sessions": await self._ngym_sessions.store.count(),
+            "session_store": type(self._ngym_sessions.store).__name__,
         }
 
     async def _reverify_mode(self) -> str:
-        return self.reverify_mode
+        configured = type(self.config).REVERIFY_MODE
+        mode = configured if configured is not ReverifyMode.UNKNOWN else self.reverify_mode
+        return mode.value if isinstance(mode, ReverifyMode) else str(mode)
+
+
+def judge_failure_body(body: BaseModel | None, exc: JudgeError) -> dict[str, Any]:
+    """The verify answer when the judge failed, as NeMo Gym 0.7.0's ``judge_failsafe`` writes it.
+
+    The request echoed back with ``reward`` 0.0, masked (``mask_sample``: the reward measures the judge, not
+    the policy, so metrics leave it out), ``failure_kind`` "judge_failed" and the message in ``failure_reason``.
+    ``instance_config.mask_sample`` and the ``_ng_failure_class`` / ``_ng_failure_judge_error`` pair stay too:
+    0.7.0 still writes them for the consumers that read the older names (its rollout collector routes rows
+    by ``_ng_failure_class``), so dropping them would break those readers.
+    """
+    error = str(exc)[:_FAILURE_REASON_MAX]
+    echoed = body.model_dump(mode="json") if body is not None else {}
+    instance_config = echoed.get("instance_config")
+    return {
+        **echoed,
+        **exc.fields,
+        "reward": 0.0,
+        "mask_sample": True,
+        "failure_kind": exc.failure_class,
+        "failure_reason": error,
+        "instance_config": {**(instance_config if isinstance(instance_config, dict) else {}), "mask_sample": True},
+        FAILURE_CLASS_KEY: exc.failure_class,
+        FAILURE_JUDGE_ERROR_KEY: error,
+    }
+
+
+#: NeMo Gym caps the reason at 2000 characters: it ends up in logs and trace attributes.
+_FAILURE_REASON_MAX = 2000
 
 
 def _busy(exc: SessionLimitReached) -> JSONResponse:

@@ -1,0 +1,259 @@
+"""NeMo Gym's resources-server base classes, as subclasses of ngym's.
+
+An environment written for NeMo Gym subclasses ``SimpleResourcesServer`` from here and so is an ngym environment:
+ngym's sessions (signed cookie, bounded store, ``/close_session``), ``/health``, the typed seed flow, the
+judge-failure path and ``ngym run/validate/containerize/profile`` apply unchanged. What differs from ngym's own
+class, so NeMo Gym code runs as written:
+
+- ``seed_session`` may be written ``(self, body)`` (NeMo Gym's default) or ``(self, request, body)``;
+- the config class carries ``REVERIFY_MODE`` (served at ``GET /reverify_mode``) and ``expose_tools_over_mcp``;
+- ``server_client`` is a field (a ``ServerClient`` resolving names through ngym's run config by default);
+- request bodies carry the OpenAI SDK's response types (``NeMoGymResponse``), not ngym's lighter models;
+- ``setup_session_middleware(app)`` gives a hand-built app (Gymnasium-style ``/reset`` + ``/step``) sessions.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import typing
+from collections.abc import Callable
+from enum import Enum
+from typing import Any, ClassVar, Generic, TypeVar
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.routing import BaseRoute
+
+import ngym
+from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
+from nemo_gym.episode_types import EpisodeId, TaskId
+from nemo_gym.failure_kinds import validate_failure_kind
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.server_utils import SimpleServer
+from ngym import (
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
+    ResourcesCloseSessionRequest,
+    ResourcesCloseSessionResponse,
+    ResourcesSeedSessionRequest,
+)
+
+__all__ = [
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "BaseMultiRewardVerifyResponse",
+    "BaseResourcesServer",
+    "BaseResourcesServerConfig",
+    "BaseRunRequest",
+    "BaseSeedSessionRequest",
+    "BaseSeedSessionResponse",
+    "BaseVerifyRequest",
+    "BaseVerifyResponse",
+    "NeMoGymResponse",
+    "ResourcesCloseSessionRequest",
+    "ResourcesCloseSessionResponse",
+    "ResourcesSeedSessionRequest",
+    "ResourcesSeedSessionResponse",
+    "ResourcesVerifyRequest",
+    "ReverifyMode",
+    "SimpleResourcesServer",
+]
+
+
+class ReverifyMode(str, Enum):
+    STATELESS = "stateless"
+    UNSUPPORTED = "unsupported"
+    UNKNOWN = "unknown"
+
+
+class BaseResourcesServerConfig(ngym.BaseResourcesServerConfig):
+    expose_tools_over_mcp: bool = False
+    #: Whether re-running verify on a stored response is meaningful (``GET /reverify_mode``).
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNKNOWN
+
+
+class ResourcesSeedSessionResponse(ngym.ResourcesSeedSessionResponse):
+    resources_tools: dict[str, Any] | None = None
+    sandbox_access: dict[str, Any] | None = None
+
+
+class BaseRunRequest(ngym.BaseRunRequest):
+    responses_create_params: NeMoGymResponseCreateParamsNonStreaming  # type: ignore[assignment]
+    capture_rollout_id: str | None = Field(default=None, alias="_ng_rollout_id", exclude=True)
+
+
+class BaseVerifyRequest(BaseRunRequest, ngym.BaseVerifyRequest):
+    responses_create_params: NeMoGymResponseCreateParamsNonStreaming  # type: ignore[assignment]
+    response: NeMoGymResponse  # type: ignore[assignment]
+
+
+class BaseVerifyResponse(BaseVerifyRequest, ngym.BaseVerifyResponse):
+    reward: float
+    #: True when the reward is not a valid measurement (the environment or a judge failed, not the policy).
+    mask_sample: bool = False
+    #: A kind from ``nemo_gym.failure_kinds`` (or ``<server>:<kind>``); ``failure_reason`` says what happened.
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+
+    @field_validator("failure_kind")
+    @classmethod
+    def _known_kind(cls, value: str | None) -> str | None:
+        return validate_failure_kind(value)
+
+
+class BaseMultiRewardVerifyResponse(BaseVerifyResponse):
+    """A verify response with several objectives: ``reward`` is the scalar aggregate of ``reward_components``."""
+
+    reward_components: dict[str, float]
+
+
+VerificationInputT = TypeVar("VerificationInputT")
+
+
+class ResourcesVerifyRequest(BaseModel, Generic[VerificationInputT]):
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: EpisodeId
+    task_id: TaskId
+    verification_input: VerificationInputT
+
+
+class BaseResourcesServer(ngym.BaseResourcesServer):
+    config: BaseResourcesServerConfig
+
+
+def _takes_request(function: Any) -> bool:
+    parameters = list(inspect.signature(function).parameters)
+    return len(parameters) >= 3 or "request" in parameters
+
+
+def _dual_form_seed(seed: Any) -> Any:
+    """``seed_session(self, body)`` made callable as ngym calls it, ``(request, body)``, and still as written."""
+
+    @functools.wraps(seed)
+    async def seed_session(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 2:  # ngym's route: (request, body)
+            args = args[1:]
+        kwargs.pop("request", None)
+        return await seed(self, *args, **kwargs)
+
+    return seed_session
+
+
+class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResourcesServer):
+    """NeMo Gym's ``SimpleResourcesServer`` on ngym: write ``verify``, optionally ``seed_session``, and tools."""
+
+    config: BaseResourcesServerConfig
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        seed = cls.__dict__.get("seed_session")
+        if seed is not None and not _takes_request(seed):
+            cls.seed_session = _dual_form_seed(seed)  # type: ignore[method-assign]
+        config_class = cls.model_fields["config"].annotation
+        mode = getattr(config_class, "REVERIFY_MODE", None)
+        if isinstance(mode, ReverifyMode) and "reverify_mode" not in cls.__dict__:
+            cls.reverify_mode = mode.value
+
+    def setup_webserver(self) -> FastAPI:
+        """ngym's app; a server that handles NeMo Gym 0.7's typed seed or close itself gets those bodies."""
+        app = super().setup_webserver()
+        if self._handles_typed_seed():
+            _replace_route(app, "/seed_session", self._typed_seed_or)
+        if type(self).close_resources_session is not SimpleResourcesServer.close_resources_session:
+            _replace_route(app, "/close_session", self._typed_close_or)
+        return app
+
+    def _handles_typed_seed(self) -> bool:
+        seed = inspect.unwrap(type(self).seed_session)
+        if type(self).seed_session is SimpleResourcesServer.seed_session:
+            return False
+        try:
+            annotation = typing.get_type_hints(seed).get("body")
+        except Exception:  # an annotation that does not resolve: treat the seed as a dataset-row seed
+            return False
+        return ResourcesSeedSessionRequest in (typing.get_args(annotation) or (annotation,))
+
+    def _typed_seed_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        async def seed_session(request: Request) -> Any:
+            data = await _json_body(request)
+            if isinstance(data, dict) and data.keys() == set(ResourcesSeedSessionRequest.model_fields):
+                body = _validated(ResourcesSeedSessionRequest, data)
+                return await _call(self.seed_session, request, body)
+            return await original(request)
+
+        return seed_session
+
+    def _typed_close_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        async def close_session(request: Request) -> Any:
+            data = await _json_body(request)
+            if isinstance(data, dict) and "resources_session_id" in data:
+                return await _call(
+                    self.close_resources_session, request, _validated(ResourcesCloseSessionRequest, data)
+                )
+            return await original(request)
+
+        return close_session
+
+    async def seed_session(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Keep no state: a typed seed gets its id back, a dataset row an empty answer."""
+        body = kwargs.get("body", args[-1] if args else None)
+        if isinstance(body, ResourcesSeedSessionRequest):
+            return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)
+        return BaseSeedSessionResponse()
+
+    async def close_resources_session(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
+        """NeMo Gym's hook for a typed close; ngym's ``/close_session`` already frees ngym-held state."""
+        return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
+
+    async def get_reverify_mode(self) -> ReverifyMode:
+        return type(self).config_class().REVERIFY_MODE  # type: ignore[attr-defined,no-any-return]
+
+    def normalize_tool_name(self, name: str) -> str:
+        """``mcp__<this server>__tool`` → ``tool`` (names MCP clients record); other names unchanged."""
+        prefix = f"mcp__{self.config.name or type(self).__name__}__"
+        return name[len(prefix) :] if name.startswith(prefix) else name
+
+    def mcp_allowed_tools_for_session(self, seed_body: dict[str, Any]) -> list[str] | None:
+        return None
+
+
+def _replace_route(app: FastAPI, path: str, make_endpoint: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Swap the POST route at ``path`` for ``make_endpoint(original endpoint)`` (which falls back to the original)."""
+    routes: list[BaseRoute] = app.router.routes
+    for index, route in enumerate(routes):
+        if getattr(route, "path", None) == path and "POST" in (getattr(route, "methods", None) or ()):
+            original = route.endpoint  # type: ignore[attr-defined]
+            del routes[index]
+            app.post(path, summary=getattr(route, "summary", None))(make_endpoint(original))
+            routes.insert(index, routes.pop())
+            return
+    raise RuntimeError(f"no POST {path} route to extend")
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()  # Starlette caches it: the original endpoint can read it again
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
+
+
+def _validated(model: type[BaseModel], data: Any) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
+
+
+async def _call(method: Callable[..., Any], request: Request, body: BaseModel) -> Any:
+    """Call an environment's handler as FastAPI would: with ``request`` when its signature asks for it."""
+    if _takes_request(method.__func__ if inspect.ismethod(method) else method):
+        return await method(request=request, body=body)
+    return await method(body)
