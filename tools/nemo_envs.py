@@ -303,7 +303,9 @@ def extract_tree() -> Path:
             import zipfile
 
             with zipfile.ZipFile(nemo_wheel.nemo_gym_wheel()) as zf:
-                members = [m for m in zf.namelist() if m.startswith(nemo_wheel.PREFIX)]
+                # the wheel's whole tree but NeMo Gym's own code: environments read files next to them
+                # (benchmarks/, responses_api_agents/, ...) relative to the folder holding resources_servers/
+                members = [m for m in zf.namelist() if not m.startswith(("nemo_gym/", "nemo_gym-"))]
                 zf.extractall(tree, members)
             marker.write_text("ok")
     return tree
@@ -323,10 +325,7 @@ def measure_nemo(item: Env, base: Path) -> dict[str, Any]:
         ok, error = pip_install(python, extra, logs / "nemo.install.log")
         if not ok:
             return {**result, "status": "install failed", "reason": f"{classify(error)}: {error}"}
-    run_root = WORK / "runs" / "nemo" / name
-    shutil.rmtree(run_root, ignore_errors=True)
-    folder = run_root / "resources_servers" / name
-    shutil.copytree(item.env.folder, folder)
+    run_root, folder = nemo_run_root(item)
     env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
     junit = logs / "nemo.junit.xml"
     junit.unlink(missing_ok=True)
@@ -351,6 +350,23 @@ def measure_nemo(item: Env, base: Path) -> dict[str, Any]:
         result["reason"] = f"{classify(log.read_text(errors='replace'))}: {summary}"
     result["replay"] = replay_nemo(item, python, folder, run_root, logs)
     return result
+
+
+def nemo_run_root(item: Env) -> tuple[Path, Path]:
+    """A NeMo Gym project root for one run: the wheel's tree linked in, this environment copied (its tests may
+    write next to themselves); (root, environment folder)."""
+    run_root = WORK / "runs" / "nemo" / item.name
+    shutil.rmtree(run_root, ignore_errors=True)
+    (run_root / "resources_servers").mkdir(parents=True)
+    for entry in item.tree.iterdir():
+        if entry.name not in ("resources_servers", ".ready"):
+            (run_root / entry.name).symlink_to(entry)
+    for env_dir in (item.tree / "resources_servers").iterdir():
+        if env_dir.name != item.name:
+            (run_root / "resources_servers" / env_dir.name).symlink_to(env_dir)
+    folder = run_root / "resources_servers" / item.name
+    shutil.copytree(item.env.folder, folder)
+    return run_root, folder
 
 
 def replay_nemo(item: Env, python: Path, folder: Path, run_root: Path, logs: Path) -> dict[str, Any]:
@@ -391,12 +407,16 @@ def measure_ngym(item: Env, base: Path) -> dict[str, Any]:
     shutil.rmtree(venv, ignore_errors=True)  # a fresh install every time: the install is what is measured
     python = make_overlay(venv, [base])
     env = {**os.environ, "NGYM_CACHE_DIR": str(venv / "ngym-cache")}
+    # every ngym command runs outside this checkout: `python -m` puts the working folder first on sys.path,
+    # and this checkout's own resources_servers/ (ngym's built-ins) would shadow the installed environment
+    logs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     install = run(
         [str(python), "-m", "ngym.cli", "install", f"nemo-gym:{name}"],
         logs / "ngym.install.log",
         INSTALL_TIMEOUT,
         env=env,
+        cwd=logs,
     )
     result["install_seconds"] = round(time.monotonic() - start, 1)
     if install.returncode:
@@ -407,7 +427,7 @@ def measure_ngym(item: Env, base: Path) -> dict[str, Any]:
     log = logs / "ngym.test.log"
     start = time.monotonic()
     code = run(
-        [str(python), "-m", "ngym.cli", "test", name, "-q", f"--junitxml={junit}"], log, TEST_TIMEOUT, env=env
+        [str(python), "-m", "ngym.cli", "test", name, "-q", f"--junitxml={junit}"], log, TEST_TIMEOUT, env=env, cwd=logs
     ).returncode
     result.update(junit_counts(junit), exit_code=code, seconds=round(time.monotonic() - start, 1))
     result["status"] = "pass" if code == 0 else ("no tests" if code == 5 else "fail")
@@ -531,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         only = args.only.split(",") if args.only else None
         sides = ["nemo", "ngym"] if args.side == "both" else [args.side]
         keys = {
-            "nemo": f"nemo-gym-{nemo_wheel.NEMO_GYM_VERSION}-v1",
+            "nemo": f"nemo-gym-{nemo_wheel.NEMO_GYM_VERSION}-v2",
             "ngym": sources_hash(REPO / "ngym", REPO / "plugins" / "ngym_nemo_gym", REPO / "tools"),
         }
         envs = load_envs(only)

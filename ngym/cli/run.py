@@ -34,6 +34,9 @@ def build_specs(
     config_paths = [p for p in paths if p.suffix in (".yaml", ".yml") or p.is_file()]
     names = [str(p) for p in paths if p not in config_paths]
     if config_paths:
+        from ngym.nemo.model_urls import export_global_config
+
+        export_global_config(config_paths)  # servers' calls by name resolve against these configs (NeMo Gym's way)
         for instance in instances_from_files(config_paths, tree_overrides):
             if instance.server_type != "resources_servers":
                 click.echo(f"ngym: skipping {instance.name} ({instance.server_type}: ngym serves resources servers)")
@@ -114,7 +117,7 @@ def _spread_default_ports(specs: list) -> None:
     "model_urls",
     multiple=True,
     metavar="NAME=URL",
-    help="Where the model server NAME (a judge, a user simulator) listens; repeatable. Sets NGYM_MODEL_URLS.",
+    help="Where the model server NAME (a judge, a user simulator) listens; repeatable. Sets NGYM_SERVER_URLS.",
 )
 def run(
     targets: tuple[str, ...],

@@ -2,9 +2,11 @@
 
 NeMo Gym environments call judge, user-simulator and retrieval models by the instance name in their config
 (``judge_model_server: {type: responses_api_models, name: policy_model}``). ``ngym run`` carries the
-mapping to the server processes in one environment variable, ``NGYM_MODEL_URLS``: a JSON object
-``{"<name>": "<base URL>"}`` (the compat ``ServerClient`` of ``ngym-nemo-gym`` reads it). A name given on the
-command line wins over the same name already in the variable.
+mapping to the server processes in one environment variable, ``NGYM_SERVER_URLS``: a JSON object
+``{"<name>": "<base URL>"}`` (the compat ``ServerClient`` of ``ngym-nemo-gym`` reads it; a URL may end in
+``/v1``). A name given on the command line wins over the same name already in the variable. The YAML configs
+``ngym run`` was given travel the same way in ``NGYM_NEMO_GLOBAL_CONFIG`` (the merged tree as JSON), so a
+name can also resolve to an instance defined there (NeMo Gym's ``ModelServerRef`` shape).
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, MutableMapping
+from pathlib import Path
 from urllib.parse import urlparse
 
 from ngym.errors import ConfigError
 
-MODEL_URLS_ENV = "NGYM_MODEL_URLS"
+MODEL_URLS_ENV = "NGYM_SERVER_URLS"
+GLOBAL_CONFIG_ENV = "NGYM_NEMO_GLOBAL_CONFIG"
 
 
 def parse_model_urls(values: Iterable[str]) -> dict[str, str]:
@@ -49,9 +53,20 @@ def current_model_urls(environ: MutableMapping[str, str] | None = None) -> dict[
 
 
 def export_model_urls(values: Iterable[str], environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """Merge ``NAME=URL`` values into ``NGYM_MODEL_URLS`` (of ``environ``, default this process's); the result."""
+    """Merge ``NAME=URL`` values into ``NGYM_SERVER_URLS`` (of ``environ``, default this process's); the result."""
     environ = os.environ if environ is None else environ
     mapping = {**current_model_urls(environ), **parse_model_urls(values)}
     if mapping:
         environ[MODEL_URLS_ENV] = json.dumps(mapping, sort_keys=True)
     return mapping
+
+
+def export_global_config(config_files: Iterable[Path], environ: MutableMapping[str, str] | None = None) -> None:
+    """Put the merged YAML trees of ``config_files`` in ``NGYM_NEMO_GLOBAL_CONFIG`` (nothing when none given)."""
+    from ngym.config import load_yaml_files
+
+    merged: dict = {}
+    for _, tree in load_yaml_files(list(config_files)):
+        merged.update(tree)
+    if merged:
+        (os.environ if environ is None else environ)[GLOBAL_CONFIG_ENV] = json.dumps(merged, default=str)

@@ -1,0 +1,246 @@
+"""Installing NeMo Gym environments: reading a folder, the generated project, the wheel catalogue, clashes,
+``ngym test`` and ``--model-url``. Environments here are small NeMo-shaped folders written by the tests; the
+real ones (from the nemo-gym wheel) are exercised by ``make nemo-ci`` and ``make nemo-envs``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ngym.cli import cli
+from ngym.errors import ConfigError
+from ngym.nemo import wheel as nemo_wheel
+from ngym.nemo.envtest import locate, run_tests
+from ngym.nemo.folder import COMPAT_DISTRIBUTION, NemoEnvironmentError, distribution_name, read_environment
+from ngym.nemo.install import NameClashError, install_nemo_environment, is_nemo_source
+from ngym.nemo.model_urls import MODEL_URLS_ENV, export_global_config, export_model_urls, parse_model_urls
+from ngym.nemo.package import build_project, render_pyproject
+
+APP = """
+class MyServerConfig:
+    pass
+
+
+class MyServer:
+    pass
+
+
+if __name__ == "__main__":
+    MyServer.run_webserver()
+"""
+CONFIG = """config_paths:
+  - responses_api_models/openai_model/configs/openai_model.yaml
+{name}:
+  resources_servers:
+    {name}:
+      entrypoint: app.py
+      domain: {domain}
+      description: A test environment
+      judge_model_server:
+        type: responses_api_models
+        name: judge
+{name}_agent:
+  responses_api_agents:
+    simple_agent:
+      entrypoint: app.py
+"""
+
+
+def make_env(
+    root: Path,
+    name: str = "my_env",
+    *,
+    requirements: str = "-e nemo-gym[dev] @ ../../\nnumpy>=1.26\n",
+    domain: str = "math",
+    app: str = APP,
+) -> Path:
+    folder = root / "resources_servers" / name
+    (folder / "configs").mkdir(parents=True)
+    (folder / "data").mkdir()
+    (folder / "app.py").write_text(app)
+    (folder / "configs" / f"{name}.yaml").write_text(CONFIG.format(name=name, domain=domain))
+    (folder / "data" / "example.jsonl").write_text("{}\n")
+    (folder / "requirements.txt").write_text(requirements)
+    return folder
+
+
+def test_read_environment_names_the_server_domain_and_requirements_without_nemo_gym(tmp_path: Path) -> None:
+    folder = make_env(
+        tmp_path, requirements="-e nemo-gym[dev] @ ../../\nnumpy>=1.26  # arrays\n\n-e ./vendored[fast]\n"
+    )
+    env = read_environment(folder)
+    assert (env.name, env.domain, env.server_class, env.target) == (
+        "my_env",
+        "math",
+        "MyServer",
+        "resources_servers.my_env.app:MyServer",
+    )
+    assert env.requirements[0] == COMPAT_DISTRIBUTION
+    assert "numpy>=1.26" in env.requirements and "pytest>=8" in env.requirements  # [dev] → the test tools
+    assert not any(r.startswith(("nemo-gym", "nemo_gym")) for r in env.requirements)
+    assert env.pip_lines == [str(folder / "vendored") + "[fast]"]  # relative to the environment, made absolute
+
+
+def test_self_reference_by_path_only_is_dropped_too(tmp_path: Path) -> None:
+    env = read_environment(make_env(tmp_path, requirements="-e ../../\nscipy\n"))
+    assert env.requirements == [COMPAT_DISTRIBUTION, "scipy"] and env.pip_lines == []
+
+
+def test_a_folder_without_main_block_is_a_library_without_entry_point(tmp_path: Path) -> None:
+    env = read_environment(make_env(tmp_path, app="class Base:\n    pass\n"))
+    assert env.server_class is None and env.target is None
+    assert "ngym.resources_servers" not in render_pyproject(env)
+
+
+def test_siblings_are_the_known_environments_it_imports(tmp_path: Path) -> None:
+    make_env(tmp_path, "base_env")
+    app = "from resources_servers.base_env.base import Base\nimport resources_servers.unknown\n" + APP
+    env = read_environment(make_env(tmp_path, "child", app=app), {"base_env", "child"})
+    assert env.siblings == ["base_env"]
+    pyproject = tomllib.loads(render_pyproject(env))
+    assert distribution_name("base_env") in pyproject["project"]["dependencies"]
+
+
+def test_not_an_environment_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(NemoEnvironmentError, match="not a NeMo Gym environment"):
+        read_environment(tmp_path)
+    with pytest.raises(NemoEnvironmentError, match="not a folder"):
+        read_environment(tmp_path / "missing")
+
+
+def test_generated_project_installs_the_folder_as_resources_servers_name(tmp_path: Path) -> None:
+    env = read_environment(make_env(tmp_path))
+    project = build_project(env, tmp_path / "build", ngym_name="renamed")
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    assert pyproject["project"]["name"] == "ngym-nemo-my-env"
+    assert pyproject["project"]["entry-points"]["ngym.resources_servers"] == {
+        "renamed": "resources_servers.my_env.app:MyServer"
+    }
+    assert pyproject["tool"]["setuptools"]["packages"] == ["resources_servers.my_env"]
+    assert (project / "resources_servers" / "my_env" / "data" / "example.jsonl").is_file()
+    assert not (project / "resources_servers" / "__init__.py").exists()  # a namespace shared by all of them
+
+
+def test_is_nemo_source(tmp_path: Path) -> None:
+    folder = make_env(tmp_path)
+    assert is_nemo_source("nemo-gym:anything") and is_nemo_source(str(folder))
+    assert not is_nemo_source("ngym-redis") and not is_nemo_source(str(tmp_path))
+
+
+def test_a_name_clash_with_an_installed_environment_is_refused_naming_both(tmp_path: Path) -> None:
+    """ngym's own built-in example_single_tool_call is installed in the test environment."""
+    folder = make_env(tmp_path, "example_single_tool_call", domain="agent")
+    with pytest.raises(NameClashError) as caught:
+        install_nemo_environment(str(folder), echo=lambda line: None)
+    message = str(caught.value)
+    assert "ngym-example-single-tool-call" in message and "--as NAME" in message and "--replace" in message
+
+
+def make_wheel(folder: Path) -> Path:
+    """A stand-in nemo-gym wheel holding two environments (the catalogue reads only its zip directory)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "nemo_gym-0.7.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("resources_servers/alpha/app.py", APP)
+        zf.writestr("resources_servers/alpha/configs/other.yaml", "x:\n  responses_api_agents:\n    a: {}\n")
+        zf.writestr("resources_servers/alpha/configs/alpha.yaml", CONFIG.format(name="alpha", domain="games"))
+        zf.writestr("resources_servers/alpha/tests/test_app.py", "def test_ok():\n    pass\n")
+        zf.writestr("resources_servers/alpha/data/example_rollouts.jsonl", "{}\n")
+        zf.writestr("resources_servers/beta/app.py", APP)
+        zf.writestr("nemo_gym/__init__.py", "")
+    return path
+
+
+def test_catalogue_reads_domains_from_the_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(nemo_wheel.WHEEL_DIR_ENV, str(tmp_path / "wheels"))
+    make_wheel(tmp_path / "wheels")
+    rows = {r.name: r for r in nemo_wheel.available_environments()}
+    assert set(rows) == {"alpha", "beta"}
+    assert (rows["alpha"].domain, rows["alpha"].config, rows["alpha"].has_tests) == (
+        "games",
+        "configs/alpha.yaml",
+        True,
+    )
+    assert rows["beta"].domain is None and not rows["beta"].has_example_rollouts
+    result = CliRunner().invoke(cli, ["list", "--available", "nemo-gym", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [(r["name"], r["domain"], r["installed_as"]) for r in json.loads(result.output)] == [
+        ("alpha", "games", None),
+        ("beta", None, None),
+    ]
+    with pytest.raises(nemo_wheel.NemoGymSourceError, match="no environment 'gamma'"):
+        nemo_wheel.extract_environment("gamma", tmp_path / "out")
+    assert (nemo_wheel.extract_environment("alpha", tmp_path / "out") / "tests" / "test_app.py").is_file()
+
+
+def test_install_refuses_as_for_ordinary_packages() -> None:
+    result = CliRunner().invoke(cli, ["install", "ngym-redis", "--as", "x"])
+    assert result.exit_code == 2 and "--as and --replace apply to NeMo Gym environments" in result.output
+
+
+def test_model_urls_parse_merge_and_reject_bad_values() -> None:
+    environ = {MODEL_URLS_ENV: json.dumps({"judge": "http://old:1", "sim": "http://sim:2"})}
+    merged = export_model_urls(["judge=http://127.0.0.1:9000/v1/"], environ)
+    assert merged == {"judge": "http://127.0.0.1:9000/v1", "sim": "http://sim:2"}
+    assert json.loads(environ[MODEL_URLS_ENV]) == merged
+    with pytest.raises(ConfigError, match="expected NAME=URL"):
+        parse_model_urls(["judge"])
+    with pytest.raises(ConfigError, match="not an http"):
+        parse_model_urls(["judge=ftp://x"])
+    with pytest.raises(ConfigError, match="not JSON"):
+        export_model_urls([], {MODEL_URLS_ENV: "{"})
+
+
+def test_global_config_carries_the_yaml_trees(tmp_path: Path) -> None:
+    config = make_env(tmp_path) / "configs" / "my_env.yaml"
+    environ: dict[str, str] = {}
+    export_global_config([config], environ)
+    tree = json.loads(environ["NGYM_NEMO_GLOBAL_CONFIG"])
+    assert tree["my_env"]["resources_servers"]["my_env"]["judge_model_server"]["name"] == "judge"
+
+
+TEST_FILE = """
+import asyncio
+
+from app import VALUE
+from resources_servers.{name}.app import VALUE as SAME
+
+
+async def test_runs_without_a_decorator():
+    await asyncio.sleep(0)
+    assert VALUE == SAME == 42
+"""
+
+
+@pytest.mark.parametrize("inside_resources_servers", [True, False])
+def test_ngym_test_runs_the_folder_tests_the_gym_env_test_way(tmp_path: Path, inside_resources_servers: bool) -> None:
+    root = tmp_path if inside_resources_servers else tmp_path / "elsewhere"
+    folder = make_env(root, "my_env", app="VALUE = 42\n") if inside_resources_servers else root / "my_env"
+    if not inside_resources_servers:
+        folder.mkdir(parents=True)
+        (folder / "app.py").write_text("VALUE = 42\n")
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test_app.py").write_text(TEST_FILE.format(name="my_env"))
+    assert (locate(str(folder)).project_root is None) is (not inside_resources_servers)
+    assert run_tests(str(folder), ["-q", "-p", "no:randomly"]) == 0
+    (folder / "tests" / "test_app.py").write_text("def test_fails():\n    assert False\n")
+    assert run_tests(str(folder), ["-q"]) == 1
+
+
+def test_ngym_test_unknown_name_lists_what_is_installed() -> None:
+    result = CliRunner().invoke(cli, ["test", "no_such_environment_here"])
+    assert result.exit_code != 0
+    assert "no environment or folder named 'no_such_environment_here'" in str(result.exception or result.output)
+
+
+def test_pytest_runs_with_this_interpreter() -> None:
+    from ngym.nemo.envtest import pytest_command
+
+    command = pytest_command(["-x"])
+    assert command[0] == sys.executable and "asyncio_mode=auto" in command and command[-1] == "-x"
