@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from ngym.nemo import wheel as nemo_wheel  # noqa: E402
 from ngym.nemo.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, NemoEnvironment, read_environment  # noqa: E402
-from tools.nemo_replay_inprocess import replay_bodies  # noqa: E402
+from tools.nemo_replay_inprocess import replay_row, verify_payloads  # noqa: E402
 
 WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or Path.home() / ".cache" / "ngym" / "nemo-envs")
 NEMO_VENV = Path(os.environ.get("NGYM_NEMO_VENV") or Path.home() / ".cache" / "ngym" / "nemo" / "venv313")
@@ -114,6 +114,35 @@ def build_ngym_base(venv: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- helpers
+@contextlib.contextmanager
+def scripted_judge(text: str, log: Path):
+    """``tools/nemo_scripted_judge.py`` on a free port, answering ``text``; its base URL."""
+    import httpx
+
+    port = free_port()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, str(REPO / "tools" / "nemo_scripted_judge.py"), str(port), text],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.3)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, 15)
+        process.wait()
+
+
 def run(args: list[str], log: Path, timeout: int, **kwargs: Any) -> subprocess.CompletedProcess:
     """Run a command with its output in ``log``; a timeout is exit code 124 (the process group is killed)."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -253,11 +282,15 @@ class Env:
             return f"needs internet: requirement fetched from {urls[0][:80]}"
         return None
 
-    def rows(self) -> list[dict[str, Any]]:
-        path = self.env.folder / "data" / "example_rollouts.jsonl"
+    def rows(self, name: str = "example_rollouts.jsonl") -> list[dict[str, Any]]:
+        path = self.env.folder / "data" / name
         if not path.is_file():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def payloads(self) -> list[dict[str, Any]]:
+        """What replaying sends to ``/verify``: each recorded response on its dataset row."""
+        return verify_payloads(self.rows("example.jsonl"), self.rows())
 
     def model_refs(self) -> list[str]:
         """Model servers the resources server's config names (judges etc.): replays need them."""
@@ -278,6 +311,12 @@ class Env:
 
         walk(fields)
         return refs
+
+    def judge_text(self) -> str:
+        """What the scripted judge answers: the environment's own "equal"/positive label when it has one."""
+        fields = self.config_fields()
+        labels = [str(v) for k, v in fields.items() if k.endswith("_label") and isinstance(v, str)]
+        return str(fields.get("judge_equal_label") or (labels[0] if labels else "[[A=B]]"))
 
     def config_fields(self) -> dict[str, Any]:
         fields = dict(nemo_wheel.resources_server_fields(self.env.config.read_text()) or {}) if self.env.config else {}
@@ -370,7 +409,7 @@ def nemo_run_root(item: Env) -> tuple[Path, Path]:
 
 
 def replay_nemo(item: Env, python: Path, folder: Path, run_root: Path, logs: Path) -> dict[str, Any]:
-    rows = item.rows()
+    rows = item.payloads()
     if not rows or item.env.target is None:
         return {"rewards": [], "reason": "no example rollouts" if not rows else "no server class"}
     rows_file = logs / "rows.jsonl"
@@ -387,7 +426,8 @@ def replay_nemo(item: Env, python: Path, folder: Path, run_root: Path, logs: Pat
         str(out),
     ]
     env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
-    code = run(args, logs / "nemo.replay.log", 300, cwd=folder, env=env).returncode
+    with judge_for(item, logs / "nemo.judge.log") as urls:
+        code = run([*args, json.dumps(urls)], logs / "nemo.replay.log", 300, cwd=folder, env=env).returncode
     if code or not out.is_file():
         return {
             "rewards": [],
@@ -437,18 +477,38 @@ def measure_ngym(item: Env, base: Path) -> dict[str, Any]:
     return result
 
 
-def replay_ngym(item: Env, python: Path, env: dict[str, str], logs: Path) -> dict[str, Any]:
-    """Serve with ``ngym run`` and replay every recorded row over HTTP."""
-    import httpx
+@contextlib.contextmanager
+def judge_for(item: Env, log: Path):
+    """A scripted judge for every model server the environment names (``{name: url}``; empty when none)."""
+    refs = sorted(set(item.model_refs()))
+    if not refs:
+        yield {}
+        return
+    with scripted_judge(item.judge_text(), log) as url:
+        yield {ref: url for ref in refs}
 
-    rows = item.rows()
+
+def replay_ngym(item: Env, python: Path, env: dict[str, str], logs: Path) -> dict[str, Any]:
+    """Serve with ``ngym run`` (a scripted judge behind ``--model-url`` when it names model servers) and replay
+    every recorded row over HTTP."""
+    rows = item.payloads()
     if not rows or item.env.target is None:
         return {"rewards": [], "reason": "no example rollouts" if not rows else "no server class"}
+    with judge_for(item, logs / "ngym.judge.log") as urls:
+        model_urls = [arg for name, url in urls.items() for arg in ("--model-url", f"{name}={url}")]
+        return _serve_and_replay(item, python, env, logs, rows, model_urls)
+
+
+def _serve_and_replay(
+    item: Env, python: Path, env: dict[str, str], logs: Path, rows: list[dict[str, Any]], model_urls: list[str]
+) -> dict[str, Any]:
+    import httpx
+
     port = free_port()
     log_path = logs / "ngym.serve.log"
     with log_path.open("w") as log:
         server = subprocess.Popen(
-            [str(python), "-m", "ngym.cli", "run", item.name, "--port", str(port)],
+            [str(python), "-m", "ngym.cli", "run", item.name, "--port", str(port), *model_urls],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -469,20 +529,12 @@ def replay_ngym(item: Env, python: Path, env: dict[str, str], logs: Path) -> dic
             if time.monotonic() > deadline:
                 return {"rewards": [], "reason": "serve failed: not up after 120s"}
             time.sleep(0.5)
-        rewards: list[float | None] = []
-        errors: list[str | None] = []
+        results = []
         for row in rows:
-            seed, body = replay_bodies(row)
             with httpx.Client(base_url=base_url, timeout=120) as client:  # its own cookie jar: one session
-                client.post("/seed_session", json=seed)
-                response = client.post("/verify", json=body)
-            data = response.json() if response.headers.get("content-type", "").startswith("application/json") else None
-            if response.status_code == 200 and isinstance(data, dict) and isinstance(data.get("reward"), int | float):
-                rewards.append(float(data["reward"]))
-                errors.append(data.get("_ng_failure_judge_error"))
-            else:
-                rewards.append(None)
-                errors.append(f"HTTP {response.status_code}: {response.text[:300]}")
+                results.append(replay_row(client, row))
+        rewards = [reward for reward, _ in results]
+        errors = [error for _, error in results]
         return {"rewards": rewards, "errors": errors}
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -551,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         only = args.only.split(",") if args.only else None
         sides = ["nemo", "ngym"] if args.side == "both" else [args.side]
         keys = {
-            "nemo": f"nemo-gym-{nemo_wheel.NEMO_GYM_VERSION}-v2",
+            "nemo": f"nemo-gym-{nemo_wheel.NEMO_GYM_VERSION}-v3",
             "ngym": sources_hash(REPO / "ngym", REPO / "plugins" / "ngym_nemo_gym", REPO / "tools"),
         }
         envs = load_envs(only)

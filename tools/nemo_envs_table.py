@@ -38,7 +38,7 @@ def replay_agreement(result: dict[str, Any]) -> tuple[str, bool | None]:
     agree = sum(1 for a, b in pairs if a is not None and b is not None and abs(a - b) < 1e-6)
     text = f"{agree}/{len(pairs)} vs {against}"
     if result.get("model_refs"):
-        text += f" (judge {', '.join(sorted(set(result['model_refs'])))} not available)"
+        text += " (scripted judge)"
     return text, agree == len(pairs) and bool(pairs)
 
 
@@ -67,8 +67,10 @@ def write_table(results_dir: Path, table: Path) -> None:
         f"- replay: {len(replayable)} environments' example rollouts were replayed through `ngym run` "
         f"(`/seed_session` + `/verify` over HTTP); all rows score what NeMo Gym scores in **{len(agreeing)}**. "
         "NeMo's reward is the row re-verified in-process by NeMo Gym 0.7.0's own app "
-        "(`tools/nemo_replay_inprocess.py`), else the reward recorded in `example_rollouts.jsonl`. Environments "
-        "whose verify calls a judge model have no judge here, so both sides score their judge failure.",
+        "(`tools/nemo_replay_inprocess.py`), else the reward recorded in `example_rollouts.jsonl`. An environment "
+        "whose verify calls a judge model gets a scripted judge (an OpenAI-compatible server answering the "
+        "environment's own \"equal\" label, `tools/nemo_scripted_judge.py`) on both sides: NeMo Gym's own "
+        "`ServerClient` and `ngym run --model-url`; such rewards are compared with NeMo's, not the recorded ones.",
         "- an environment not listed was not reached in the time this run had; re-running resumes.",
         "",
         "Reasons: *needs GPU* (a CUDA stack in its requirements), *needs internet* (requirements or tests fetch "

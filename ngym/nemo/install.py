@@ -86,7 +86,7 @@ def install_nemo_environment(
         else:
             folder = Path(source).resolve()
             version = "0+local"
-        sibling_source = _SiblingSource(folder.parent, wheel_path, work / "src")
+        sibling_source = _SiblingSource(folder.parent, wheel_path, work / "src")  # src/ mirrors the wheel
         env = read_environment(folder, sibling_source.names())
         name = as_name or env.name
         _check_clash(name, env, replace=replace, verbose=verbose, echo=echo)
@@ -132,7 +132,7 @@ class _SiblingSource:
         local = self.parent / name
         if self.parent.name == "resources_servers" and local.is_dir():
             return local
-        target = self.scratch / name
+        target = self.scratch / nemo_wheel.PREFIX / name
         if target.is_dir():
             return target
         return nemo_wheel.extract_environment(name, self.scratch, self.wheel_path)

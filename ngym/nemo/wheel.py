@@ -133,20 +133,29 @@ def resources_server_fields(text: bytes | str) -> dict[str, Any] | None:
     return None
 
 
+#: Top-level folders of the wheel that hold an environment's companion files under the same name
+#: (``benchmarks/<name>/``: configs and prompts some environments read relative to NeMo Gym's root).
+COMPANION_TOPS = ("benchmarks",)
+
+
 def extract_environment(name: str, dest: Path, wheel: Path | None = None) -> Path:
-    """Copy ``resources_servers/<name>/`` out of the wheel into ``dest/<name>``; the folder."""
+    """Copy ``resources_servers/<name>/`` (and its ``benchmarks/<name>/`` companion, if any) out of the wheel
+    into ``dest``, keeping the wheel's layout; the environment's folder."""
     wheel = wheel or nemo_gym_wheel()
     with zipfile.ZipFile(wheel) as zf:
         base = f"{PREFIX}{name}/"
-        members = [m for m in zf.namelist() if m.startswith(base) and not m.endswith("/")]
+        names = zf.namelist()
+        members = [m for m in names if m.startswith(base) and not m.endswith("/")]
         if not members:
             known = environment_names(zf)
             raise NemoGymSourceError(
                 f"nemo-gym {NEMO_GYM_VERSION} has no environment {name!r} ({len(known)} available: "
                 "ngym list --available nemo-gym)"
             )
+        companions = tuple(f"{top}/{name}/" for top in COMPANION_TOPS)
+        members += [m for m in names if m.startswith(companions) and not m.endswith("/")]
         for member in members:
-            target = dest / name / member[len(base) :]
+            target = dest / member
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(zf.read(member))
-    return dest / name
+    return dest / PREFIX / name

@@ -153,6 +153,7 @@ def make_wheel(folder: Path) -> Path:
         zf.writestr("resources_servers/alpha/tests/test_app.py", "def test_ok():\n    pass\n")
         zf.writestr("resources_servers/alpha/data/example_rollouts.jsonl", "{}\n")
         zf.writestr("resources_servers/beta/app.py", APP)
+        zf.writestr("benchmarks/alpha/config.yaml", "judge: x\n")
         zf.writestr("nemo_gym/__init__.py", "")
     return path
 
@@ -176,7 +177,16 @@ def test_catalogue_reads_domains_from_the_wheel(tmp_path: Path, monkeypatch: pyt
     ]
     with pytest.raises(nemo_wheel.NemoGymSourceError, match="no environment 'gamma'"):
         nemo_wheel.extract_environment("gamma", tmp_path / "out")
-    assert (nemo_wheel.extract_environment("alpha", tmp_path / "out") / "tests" / "test_app.py").is_file()
+    folder = nemo_wheel.extract_environment("alpha", tmp_path / "out")
+    assert (folder / "tests" / "test_app.py").is_file()
+    env = read_environment(folder)  # benchmarks/alpha/ comes along: some environments read it from NeMo's root
+    assert env.companions == ["benchmarks"]
+    project = build_project(env, tmp_path / "build")
+    assert (project / "benchmarks" / "alpha" / "config.yaml").is_file()
+    assert tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"] == [
+        "resources_servers.alpha",
+        "benchmarks.alpha",
+    ]
 
 
 def test_install_refuses_as_for_ordinary_packages() -> None:
