@@ -48,8 +48,8 @@ def verify_payloads(inputs: list[dict], rollouts: list[dict]) -> list[dict]:
 
 def replay_row(client, row: dict) -> tuple[float | None, str | None]:
     """Seed and verify one payload (``verify_payloads``) through ``client`` (FastAPI's TestClient or an
-    httpx.Client: the same calls); (reward, failure). A Gymnasium-style server (no ``/verify``: NeMo's ``GymnasiumServer``) is
-    replayed as ``/reset`` then the recorded response as one ``/step``."""
+    httpx.Client: the same calls); (reward, failure). A Gymnasium-style server (no ``/verify``: NeMo's
+    ``GymnasiumServer``) is replayed as ``/reset`` then the recorded response as one ``/step``."""
     body = row
     seed = {k: v for k, v in body.items() if k != "response"}
     client.post("/seed_session", json=seed)
