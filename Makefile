@@ -7,7 +7,7 @@ NGYM   := $(VENV)/bin/ngym
 # Every environment and plugin is its own pip package: install them all, editable.
 PACKAGES := $(sort $(dir $(wildcard resources_servers/*/pyproject.toml plugins/*/pyproject.toml)))
 
-.PHONY: install demo test test-fast lint format bench clean docker-base nemo-envs
+.PHONY: install demo test test-fast lint format bench clean docker-base nemo-envs nemo-ci
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,3 +46,6 @@ docker-base:
 # Resumable (results cached per environment in ~/.cache/ngym/nemo-envs); ARGS="--only a,b --side ngym --limit 20".
 nemo-envs: install
 	$(PY) tools/nemo_envs.py $(ARGS)
+# 25 of them in CI: install → own tests → serve → replay, rewards compared with NeMo Gym's (tools/nemo_ci_expected.json).
+nemo-ci: install
+	$(PY) tools/nemo_ci.py

