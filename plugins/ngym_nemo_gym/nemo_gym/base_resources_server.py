@@ -19,18 +19,16 @@ import inspect
 import json
 import typing
 from collections.abc import Callable
-from enum import Enum
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.routing import BaseRoute
 
 import ngym
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
-from nemo_gym.failure_kinds import validate_failure_kind
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SimpleServer
 from ngym import (
@@ -63,16 +61,9 @@ __all__ = [
 ]
 
 
-class ReverifyMode(str, Enum):
-    STATELESS = "stateless"
-    UNSUPPORTED = "unsupported"
-    UNKNOWN = "unknown"
-
-
-class BaseResourcesServerConfig(ngym.BaseResourcesServerConfig):
-    expose_tools_over_mcp: bool = False
-    #: Whether re-running verify on a stored response is meaningful (``GET /reverify_mode``).
-    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNKNOWN
+ReverifyMode = ngym.ReverifyMode
+#: ngym's config already carries NeMo Gym 0.7.0's ``REVERIFY_MODE`` and ``expose_tools_over_mcp``.
+BaseResourcesServerConfig = ngym.BaseResourcesServerConfig
 
 
 class ResourcesSeedSessionResponse(ngym.ResourcesSeedSessionResponse):
@@ -91,23 +82,11 @@ class BaseVerifyRequest(BaseRunRequest, ngym.BaseVerifyRequest):
 
 
 class BaseVerifyResponse(BaseVerifyRequest, ngym.BaseVerifyResponse):
-    reward: float
-    #: True when the reward is not a valid measurement (the environment or a judge failed, not the policy).
-    mask_sample: bool = False
-    #: A kind from ``nemo_gym.failure_kinds`` (or ``<server>:<kind>``); ``failure_reason`` says what happened.
-    failure_kind: str | None = None
-    failure_reason: str | None = None
-
-    @field_validator("failure_kind")
-    @classmethod
-    def _known_kind(cls, value: str | None) -> str | None:
-        return validate_failure_kind(value)
+    """The request echoed with ``reward`` and ngym's ``mask_sample`` / ``failure_kind`` / ``failure_reason``."""
 
 
-class BaseMultiRewardVerifyResponse(BaseVerifyResponse):
-    """A verify response with several objectives: ``reward`` is the scalar aggregate of ``reward_components``."""
-
-    reward_components: dict[str, float]
+class BaseMultiRewardVerifyResponse(BaseVerifyResponse, ngym.BaseMultiRewardVerifyResponse):
+    """Several objectives in ``reward_components``; ``reward`` is their scalar aggregate."""
 
 
 VerificationInputT = TypeVar("VerificationInputT")
@@ -154,10 +133,6 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
         seed = cls.__dict__.get("seed_session")
         if seed is not None and not _takes_request(seed):
             cls.seed_session = _dual_form_seed(seed)  # type: ignore[method-assign]
-        config_class = cls.model_fields["config"].annotation
-        mode = getattr(config_class, "REVERIFY_MODE", None)
-        if isinstance(mode, ReverifyMode) and "reverify_mode" not in cls.__dict__:
-            cls.reverify_mode = mode.value
 
     def setup_webserver(self) -> FastAPI:
         """ngym's app; a server that handles NeMo Gym 0.7's typed seed or close itself gets those bodies."""
