@@ -122,6 +122,27 @@ def _dual_form_seed(seed: Any) -> Any:
     return seed_session
 
 
+class _YieldsToField:
+    """An ngym method name a NeMo Gym environment may declare as its own field (``session_state: dict``).
+
+    On an instance whose class declares the field, the field's value; else ngym's method. On the class it is
+    absent (AttributeError), so pydantic takes a subclass's inherited default from the field, not the method.
+    """
+
+    def __init__(self, name: str, method: Any) -> None:
+        self.name, self.method = name, method
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            raise AttributeError(self.name)
+        if self.name in instance.__dict__:
+            return instance.__dict__[self.name]
+        return self.method.__get__(instance, owner)
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        instance.__dict__[self.name] = value
+
+
 class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResourcesServer):
     """NeMo Gym's ``SimpleResourcesServer`` on ngym: write ``verify``, optionally ``seed_session``, and tools."""
 
@@ -195,6 +216,11 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     def mcp_allowed_tools_for_session(self, seed_body: dict[str, Any]) -> list[str] | None:
         return None
+
+
+# Set after the class is made, so pydantic does not take it for a field. NeMo Gym's Gymnasium base and games keep
+# ``session_state: Dict[str, Any]`` as a field of their own.
+SimpleResourcesServer.session_state = _YieldsToField("session_state", ngym.SimpleResourcesServer.session_state)  # type: ignore[assignment]
 
 
 def _replace_route(app: FastAPI, path: str, make_endpoint: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
