@@ -30,7 +30,7 @@ import ngym
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.server_utils import SimpleServer
+from nemo_gym.server_utils import SimpleServer, close_client_session
 from ngym import (
     BaseSeedSessionRequest,
     BaseSeedSessionResponse,
@@ -205,6 +205,13 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
     async def close_resources_session(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
         """NeMo Gym's hook for a typed close; ngym's ``/close_session`` already frees ngym-held state."""
         return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
+
+    async def on_shutdown(self) -> None:
+        await close_client_session()  # the HTTP session ServerClient calls went through, if any
+
+    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
+        """NeMo Gym's default headline metrics: every ``mean/*`` entry of the agent metrics."""
+        return {name: value for name, value in agent_metrics.items() if name.startswith("mean/")}
 
     async def get_reverify_mode(self) -> ReverifyMode:
         return type(self).config_class().REVERIFY_MODE  # type: ignore[attr-defined,no-any-return]

@@ -65,6 +65,10 @@ def stage_environment(source: Path, root: Path) -> Path:
         shutil.copytree(folder, root / "resources_servers" / folder.name, ignore=_IGNORED, symlinks=True)
         siblings = (source.parent / name for name in referenced_environments(folder))
         pending.extend(sibling for sibling in siblings if sibling.is_dir() and sibling.name not in staged)
+    # Benchmark configs some environments' tests load (``<root>/benchmarks/<name>/config.yaml``): linked, not copied.
+    benchmarks = source.parent.parent / "benchmarks"
+    if benchmarks.is_dir() and not (root / "benchmarks").exists():
+        (root / "benchmarks").symlink_to(benchmarks, target_is_directory=True)
     return root / "resources_servers" / source.name
 
 
