@@ -38,6 +38,7 @@ class EnvTestResult:
         return self.returncode == 0 and self.failed == 0 and self.errors == 0 and self.passed > 0
 
 
+_SHARED_ROOT_FOLDERS = ("benchmarks", "responses_api_agents", "responses_api_models")
 _SIBLING_IMPORT = re.compile(r"\bresources_servers\.(\w+)")
 
 
@@ -65,10 +66,12 @@ def stage_environment(source: Path, root: Path) -> Path:
         shutil.copytree(folder, root / "resources_servers" / folder.name, ignore=_IGNORED, symlinks=True)
         siblings = (source.parent / name for name in referenced_environments(folder))
         pending.extend(sibling for sibling in siblings if sibling.is_dir() and sibling.name not in staged)
-    # Benchmark configs some environments' tests load (``<root>/benchmarks/<name>/config.yaml``): linked, not copied.
-    benchmarks = source.parent.parent / "benchmarks"
-    if benchmarks.is_dir() and not (root / "benchmarks").exists():
-        (root / "benchmarks").symlink_to(benchmarks, target_is_directory=True)
+    # What some environments' code and tests read from NeMo Gym's repository root besides resources_servers/
+    # (benchmark configs and modules, its agents): linked read-only when the source tree has them, not copied.
+    for shared in _SHARED_ROOT_FOLDERS:
+        target = source.parent.parent / shared
+        if target.is_dir() and not (root / shared).exists():
+            (root / shared).symlink_to(target, target_is_directory=True)
     return root / "resources_servers" / source.name
 
 
