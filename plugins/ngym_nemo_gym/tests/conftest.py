@@ -7,6 +7,7 @@ tests that need it are skipped, except under ``CI=true``, where that is a failur
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -23,6 +25,7 @@ from ngym_nemo_gym.envtests import referenced_environments
 
 WHEEL_DIR = Path.home() / ".cache" / "ngym" / "nemo-wheel"
 WHEEL_NAME = "nemo_gym-0.7.0-py3-none-any.whl"
+SHARED_ROOT_FOLDERS = ("benchmarks/", "responses_api_agents/", "responses_api_models/")
 
 
 def _nemo_wheel() -> Path:
@@ -47,6 +50,8 @@ def nemo_environment(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str]
     root = tmp_path_factory.mktemp("nemo") / "resources_servers"
     archive = zipfile.ZipFile(wheel)
     names = archive.namelist()
+    # What environments read from NeMo Gym's root besides resources_servers/ (benchmark configs, its agents).
+    archive.extractall(root.parent, [m for m in names if m.startswith(SHARED_ROOT_FOLDERS)])
 
     def extract(name: str) -> Path:
         folder = root / name
@@ -61,6 +66,25 @@ def nemo_environment(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str]
         return folder
 
     return extract
+
+
+@pytest.fixture
+def import_nemo_app(nemo_environment: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Any]:
+    """``import_nemo_app(name)`` → NeMo Gym environment ``name``'s ``app`` module, imported as
+    ``resources_servers.<name>.app`` from the wheel's copy (sys.path and modules restored afterwards)."""
+
+    def load(name: str) -> Any:
+        folder = nemo_environment(name)
+        # ngym's own repository has a resources_servers/ folder whose regular packages (same names as some of
+        # NeMo's) would win over NeMo's namespace portions: take every other resources_servers/ off the path.
+        others = [p for p in sys.path if (Path(p or ".").absolute() / "resources_servers").is_dir()]
+        monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in others])
+        monkeypatch.syspath_prepend(str(folder.parent.parent))
+        for module in [m for m in sys.modules if m == "resources_servers" or m.startswith("resources_servers.")]:
+            monkeypatch.delitem(sys.modules, module)
+        return importlib.import_module(f"resources_servers.{name}.app")
+
+    return load
 
 
 @contextmanager

@@ -8,9 +8,6 @@ gives HTTP 200 with reward 0.0 and the judge-failure fields, never a 500.
 
 from __future__ import annotations
 
-import importlib
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +24,10 @@ TEMPLATE = "Question: {question}\n<answer_a>{expected_answer}</answer_a>\n<answe
 
 
 @pytest.fixture
-def judge_env(nemo_environment: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    folder = nemo_environment("equivalence_llm_judge")
-    # ngym's own repository has a resources_servers/ folder with a regular package of the same name, which would
-    # win over NeMo's (a namespace portion): take every other resources_servers/ off the path.
-    others = [p for p in sys.path if (Path(p or ".").absolute() / "resources_servers").is_dir()]
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in others])
-    monkeypatch.syspath_prepend(str(folder.parent.parent))
-    for name in [m for m in sys.modules if m == "resources_servers" or m.startswith("resources_servers.")]:
-        monkeypatch.delitem(sys.modules, name)
-    module = importlib.import_module("resources_servers.equivalence_llm_judge.app")
+def judge_env(import_nemo_app: Any, tmp_path: Path) -> tuple[Any, Path]:
     template = tmp_path / "template.txt"
     template.write_text(TEMPLATE)
-    yield module, template
+    return import_nemo_app("equivalence_llm_judge"), template
 
 
 def _app(module: Any, template: Path) -> Any:
