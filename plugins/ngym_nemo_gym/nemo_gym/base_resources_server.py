@@ -19,20 +19,18 @@ import inspect
 import json
 import typing
 from collections.abc import Callable
-from enum import Enum
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.routing import BaseRoute
 
 import ngym
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
-from nemo_gym.failure_kinds import validate_failure_kind
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.server_utils import SimpleServer
+from nemo_gym.server_utils import SimpleServer, close_client_session
 from ngym import (
     BaseSeedSessionRequest,
     BaseSeedSessionResponse,
@@ -63,16 +61,9 @@ __all__ = [
 ]
 
 
-class ReverifyMode(str, Enum):
-    STATELESS = "stateless"
-    UNSUPPORTED = "unsupported"
-    UNKNOWN = "unknown"
-
-
-class BaseResourcesServerConfig(ngym.BaseResourcesServerConfig):
-    expose_tools_over_mcp: bool = False
-    #: Whether re-running verify on a stored response is meaningful (``GET /reverify_mode``).
-    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNKNOWN
+ReverifyMode = ngym.ReverifyMode
+#: ngym's config already carries NeMo Gym 0.7.0's ``REVERIFY_MODE`` and ``expose_tools_over_mcp``.
+BaseResourcesServerConfig = ngym.BaseResourcesServerConfig
 
 
 class ResourcesSeedSessionResponse(ngym.ResourcesSeedSessionResponse):
@@ -91,23 +82,11 @@ class BaseVerifyRequest(BaseRunRequest, ngym.BaseVerifyRequest):
 
 
 class BaseVerifyResponse(BaseVerifyRequest, ngym.BaseVerifyResponse):
-    reward: float
-    #: True when the reward is not a valid measurement (the environment or a judge failed, not the policy).
-    mask_sample: bool = False
-    #: A kind from ``nemo_gym.failure_kinds`` (or ``<server>:<kind>``); ``failure_reason`` says what happened.
-    failure_kind: str | None = None
-    failure_reason: str | None = None
-
-    @field_validator("failure_kind")
-    @classmethod
-    def _known_kind(cls, value: str | None) -> str | None:
-        return validate_failure_kind(value)
+    """The request echoed with ``reward`` and ngym's ``mask_sample`` / ``failure_kind`` / ``failure_reason``."""
 
 
-class BaseMultiRewardVerifyResponse(BaseVerifyResponse):
-    """A verify response with several objectives: ``reward`` is the scalar aggregate of ``reward_components``."""
-
-    reward_components: dict[str, float]
+class BaseMultiRewardVerifyResponse(BaseVerifyResponse, ngym.BaseMultiRewardVerifyResponse):
+    """Several objectives in ``reward_components``; ``reward`` is their scalar aggregate."""
 
 
 VerificationInputT = TypeVar("VerificationInputT")
@@ -143,6 +122,27 @@ def _dual_form_seed(seed: Any) -> Any:
     return seed_session
 
 
+class _YieldsToField:
+    """An ngym method name a NeMo Gym environment may declare as its own field (``session_state: dict``).
+
+    On an instance whose class declares the field, the field's value; else ngym's method. On the class it is
+    absent (AttributeError), so pydantic takes a subclass's inherited default from the field, not the method.
+    """
+
+    def __init__(self, name: str, method: Any) -> None:
+        self.name, self.method = name, method
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            raise AttributeError(self.name)
+        if self.name in instance.__dict__:
+            return instance.__dict__[self.name]
+        return self.method.__get__(instance, owner)
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        instance.__dict__[self.name] = value
+
+
 class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResourcesServer):
     """NeMo Gym's ``SimpleResourcesServer`` on ngym: write ``verify``, optionally ``seed_session``, and tools."""
 
@@ -154,10 +154,6 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
         seed = cls.__dict__.get("seed_session")
         if seed is not None and not _takes_request(seed):
             cls.seed_session = _dual_form_seed(seed)  # type: ignore[method-assign]
-        config_class = cls.model_fields["config"].annotation
-        mode = getattr(config_class, "REVERIFY_MODE", None)
-        if isinstance(mode, ReverifyMode) and "reverify_mode" not in cls.__dict__:
-            cls.reverify_mode = mode.value
 
     def setup_webserver(self) -> FastAPI:
         """ngym's app; a server that handles NeMo Gym 0.7's typed seed or close itself gets those bodies."""
@@ -210,6 +206,13 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
         """NeMo Gym's hook for a typed close; ngym's ``/close_session`` already frees ngym-held state."""
         return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
 
+    async def on_shutdown(self) -> None:
+        await close_client_session()  # the HTTP session ServerClient calls went through, if any
+
+    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
+        """NeMo Gym's default headline metrics: every ``mean/*`` entry of the agent metrics."""
+        return {name: value for name, value in agent_metrics.items() if name.startswith("mean/")}
+
     async def get_reverify_mode(self) -> ReverifyMode:
         return type(self).config_class().REVERIFY_MODE  # type: ignore[attr-defined,no-any-return]
 
@@ -220,6 +223,11 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     def mcp_allowed_tools_for_session(self, seed_body: dict[str, Any]) -> list[str] | None:
         return None
+
+
+# Set after the class is made, so pydantic does not take it for a field. NeMo Gym's Gymnasium base and games keep
+# ``session_state: Dict[str, Any]`` as a field of their own.
+SimpleResourcesServer.session_state = _YieldsToField("session_state", ngym.SimpleResourcesServer.session_state)  # type: ignore[assignment]
 
 
 def _replace_route(app: FastAPI, path: str, make_endpoint: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:

@@ -17,14 +17,13 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from nemo_gym.failure_kinds import JUDGE_FAILED
 from nemo_gym.server_utils import ServerClient, get_response_json, raise_for_status
 from ngym.errors import JudgeError as _NgymJudgeError
+from ngym.resources import judge_failure_body
 
 __all__ = ["JudgeError", "call_judge", "judge_failsafe", "reraise_judge_errors"]
 
 ResponseT = TypeVar("ResponseT", bound=BaseModel)
-_MAX_ERROR_CHARS = 2000
 
 
 class JudgeError(_NgymJudgeError):
@@ -56,21 +55,8 @@ async def call_judge(
     return await reraise_judge_errors(call())
 
 
-def judge_failure_fields(error: BaseException) -> dict[str, Any]:
-    """What a verify response carries when its judge failed (NeMo Gym 0.7's fields and the older ``_ng_`` ones)."""
-    message = str(error)[:_MAX_ERROR_CHARS]
-    return {
-        "reward": 0.0,
-        "mask_sample": True,
-        "failure_kind": JUDGE_FAILED,
-        "failure_reason": message,
-        "_ng_failure_class": JUDGE_FAILED,
-        "_ng_failure_judge_error": message,
-    }
-
-
 def judge_failsafe(verify_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Wrap a verify function: a ``JudgeError`` answers the request echoed with :func:`judge_failure_fields`."""
+    """Wrap a verify function: a ``JudgeError`` answers reward 0.0 with the failure fields (as ngym's route does)."""
 
     @functools.wraps(verify_fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -82,13 +68,6 @@ def judge_failsafe(verify_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Aw
             )
             if body is None:
                 raise RuntimeError("judge_failsafe: no verify request body among the arguments") from exc
-            data = body.model_dump()
-            instance_config = data.get("instance_config")
-            data |= judge_failure_fields(exc)
-            data["instance_config"] = {
-                **(instance_config if isinstance(instance_config, dict) else {}),
-                "mask_sample": True,
-            }
-            return JSONResponse(content=jsonable_encoder(data))
+            return JSONResponse(content=jsonable_encoder(judge_failure_body(body, exc)))
 
     return wrapper

@@ -30,9 +30,10 @@ from openai.types.responses import (
     ResponseReasoningItem,
 )
 from openai.types.responses.response_create_params import ToolChoice, ToolParam
+from openai.types.responses.response_input_content_param import ResponseInputContentParam
 from openai.types.responses.response_input_item import FunctionCallOutput, Message
 from openai.types.responses.response_reasoning_item import Summary
-from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails, ResponseUsage
+from openai.types.responses.response_usage import ResponseUsage
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 from nemo_gym.server_utils import get_response_json, raise_for_status
@@ -120,15 +121,21 @@ class NeMoGymResponseReasoningItem(ResponseReasoningItem):
     type: Literal["reasoning"] = "reasoning"
 
 
+# Input content parts stay the SDK's TypedDicts (plain dicts), as NeMo Gym has them: ``part["type"]``.
+NeMoGymResponseInputContentList: TypeAlias = list[ResponseInputContentParam]
+
+
 class NeMoGymEasyInputMessage(EasyInputMessage):
     """A message as written in a prompt: ``content`` a string or input parts; any role."""
 
+    content: str | NeMoGymResponseInputContentList  # type: ignore[assignment]
     type: Literal["message"] = "message"  # type: ignore[assignment]
 
 
 class NeMoGymMessage(Message):
     """An input message with a list of parts and a status (user, system or developer)."""
 
+    content: NeMoGymResponseInputContentList  # type: ignore[assignment]
     status: Literal["in_progress", "completed", "incomplete"] = "completed"  # type: ignore[assignment]
     type: Literal["message"] = "message"  # type: ignore[assignment]
 
@@ -325,12 +332,18 @@ class NeMoGymResponseCreateParamsNonStreaming(BaseModel):
 # ---- responses --------------------------------------------------------------------------------------
 
 
-class NeMoGymResponseInputTokensDetails(InputTokensDetails):
-    cached_tokens: int | None = None  # type: ignore[assignment]
+class NeMoGymResponseInputTokensDetails(BaseModel):
+    """Not the SDK's class: its required fields change between SDK releases, and servers report fewer."""
+
+    model_config = ConfigDict(extra="allow")
+
+    cached_tokens: int | None = None
 
 
-class NeMoGymResponseOutputTokensDetails(OutputTokensDetails):
-    reasoning_tokens: int | None = None  # type: ignore[assignment]
+class NeMoGymResponseOutputTokensDetails(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    reasoning_tokens: int | None = None
 
 
 class NeMoGymResponseUsage(ResponseUsage):

@@ -79,6 +79,13 @@ def _client_session() -> aiohttp.ClientSession:
     return session
 
 
+async def close_client_session() -> None:
+    """Close this event loop's shared HTTP session (a server calls it when it shuts down)."""
+    session = _client_sessions.pop(asyncio.get_running_loop(), None)
+    if session is not None and not session.closed:
+        await session.close()
+
+
 async def request(method: str, url: str, _max_connection_retries: int | None = None, **kwargs: Any) -> ClientResponse:
     """Send one HTTP request; connection failures are retried (``MAX_NUM_TRIES`` attempts, backing off).
 
@@ -90,9 +97,9 @@ async def request(method: str, url: str, _max_connection_retries: int | None = N
     tries = _max_connection_retries or MAX_NUM_TRIES
     for attempt in range(1, tries + 1):
         try:
-            async with _client_session().request(method, url, **kwargs) as response:
-                await response.read()
-                return response
+            response = await _client_session().request(method, url, **kwargs)
+            await response.read()  # the whole body, cached on the response; the connection goes back to the pool
+            return response
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             if attempt == tries:
                 raise ServerCallError(f"{method} {url} failed after {tries} attempts: {exc!r}") from exc

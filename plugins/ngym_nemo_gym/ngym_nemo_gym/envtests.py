@@ -8,6 +8,7 @@ layout, so ``from resources_servers.<name>.app import ...`` resolves), and pytes
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,11 +38,41 @@ class EnvTestResult:
         return self.returncode == 0 and self.failed == 0 and self.errors == 0 and self.passed > 0
 
 
+_SHARED_ROOT_FOLDERS = ("benchmarks", "responses_api_agents", "responses_api_models")
+_SIBLING_IMPORT = re.compile(r"\bresources_servers\.(\w+)")
+
+
+def referenced_environments(folder: Path) -> set[str]:
+    """Names of the other environments ``folder``'s code imports (``from resources_servers.gymnasium import ...``)."""
+    names: set[str] = set()
+    for path in folder.rglob("*.py"):
+        try:
+            names.update(_SIBLING_IMPORT.findall(path.read_text(encoding="utf-8", errors="replace")))
+        except OSError:
+            continue
+    names.discard(folder.name)
+    return names
+
+
 def stage_environment(source: Path, root: Path) -> Path:
-    """Copy environment folder ``source`` to ``root/resources_servers/<name>``; return the copy."""
-    destination = root / "resources_servers" / source.name
-    shutil.copytree(source, destination, ignore=_IGNORED, symlinks=True)
-    return destination
+    """Copy environment folder ``source`` to ``root/resources_servers/<name>``, with the sibling environments it
+    imports (found next to it, transitively), as NeMo Gym's repository holds them; return the copy."""
+    pending, staged = [source], set()
+    while pending:
+        folder = pending.pop()
+        if folder.name in staged:
+            continue
+        staged.add(folder.name)
+        shutil.copytree(folder, root / "resources_servers" / folder.name, ignore=_IGNORED, symlinks=True)
+        siblings = (source.parent / name for name in referenced_environments(folder))
+        pending.extend(sibling for sibling in siblings if sibling.is_dir() and sibling.name not in staged)
+    # What some environments' code and tests read from NeMo Gym's repository root besides resources_servers/
+    # (benchmark configs and modules, its agents): linked read-only when the source tree has them, not copied.
+    for shared in _SHARED_ROOT_FOLDERS:
+        target = source.parent.parent / shared
+        if target.is_dir() and not (root / shared).exists():
+            (root / shared).symlink_to(target, target_is_directory=True)
+    return root / "resources_servers" / source.name
 
 
 def pytest_command(python: str, junit_xml: Path, extra: list[str] | None = None) -> list[str]:

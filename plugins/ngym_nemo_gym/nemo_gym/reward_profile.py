@@ -1,0 +1,28 @@
+"""NeMo Gym's metric helpers for ``compute_metrics`` / ``get_key_metrics``: ngym's own (``ngym.reward_profile``)."""
+
+from typing import Any
+
+from ngym.metrics import aggregate_metrics
+from ngym.reward_profile import *  # noqa: F403 - the helpers, under NeMo Gym's module name
+from ngym.reward_profile import (
+    PassMajorityStat,
+    add_avg_sample_std_dev,
+    compute_pass_majority_metrics,
+    compute_subset_metrics,
+    highest_k_metrics,
+)
+
+__all__ = [
+    "PassMajorityStat",
+    "add_avg_sample_std_dev",
+    "compute_aggregate_metrics",
+    "compute_pass_majority_metrics",
+    "compute_subset_metrics",
+    "highest_k_metrics",
+]
+
+
+def compute_aggregate_metrics(verify_responses: list[dict[str, Any]], **hooks: Any) -> Any:
+    """``/aggregate_metrics`` of ``verify_responses`` with NeMo Gym's hook keywords (``compute_metrics_fn``, ...)."""
+    hooks.pop("compute_repeat_metrics_fn", None)  # ngym's compute_metrics sees the repeats grouped by task already
+    return aggregate_metrics(verify_responses, **hooks)
