@@ -521,8 +521,8 @@ def _serve_and_replay(
         while True:
             if server.poll() is not None:
                 return {"rewards": [], "reason": f"serve failed: {last_error(log_path.read_text(errors='replace'))}"}
-            try:
-                if httpx.get(base_url + "/", timeout=2).status_code == 200:
+            try:  # any answer means it listens (a Gymnasium-style server has no route at /)
+                if httpx.get(base_url + "/", timeout=2).status_code < 500:
                     break
             except httpx.HTTPError:
                 pass

@@ -48,7 +48,7 @@ class NemoEnvironment:
     requirements: list[str] = field(default_factory=list)  # PEP 508, self-reference replaced
     pip_lines: list[str] = field(default_factory=list)  # requirement lines that are not PEP 508 (pip options)
     siblings: list[str] = field(default_factory=list)  # other environments it imports
-    companions: list[str] = field(default_factory=list)  # top-level folders holding <top>/<name>/ (benchmarks)
+    companions: list[str] = field(default_factory=list)  # "benchmarks/<x>" folders it reads from NeMo's root
 
     @property
     def target(self) -> str | None:
@@ -101,12 +101,13 @@ def read_environment(folder: Path, known_siblings: set[str] | None = None) -> Ne
 
 
 def _companions(folder: Path) -> list[str]:
-    """``benchmarks`` when ``<root>/benchmarks/<name>/`` sits beside ``<root>/resources_servers/<name>/``."""
-    from ngym.nemo.wheel import COMPANION_TOPS
+    """The ``benchmarks/<x>`` folders it references that sit beside its ``resources_servers/`` (NeMo's root)."""
+    from ngym.nemo.wheel import referenced_companions
 
     if folder.parent.name != "resources_servers":
         return []
-    return [top for top in COMPANION_TOPS if (folder.parent.parent / top / folder.name).is_dir()]
+    root = folder.parent.parent
+    return sorted(ref for ref in referenced_companions(folder) if (root / ref).is_dir())
 
 
 def _resources_server_config(folder: Path) -> tuple[Path | None, dict | None]:

@@ -5,7 +5,8 @@ Layout of the generated project (built in a temporary folder, installed with pip
     pyproject.toml                 name ngym-nemo-<name>, the environment's requirements with nemo-gym
                                    replaced by ngym-nemo-gym, an ngym.resources_servers entry point
     resources_servers/<name>/...   the environment folder, every file (app.py, configs/, data/, tests/)
-    benchmarks/<name>/...          its companion folder, when NeMo Gym ships one (configs some tests read)
+    benchmarks/<x>/...             the companion folders its files name, when NeMo Gym ships them (judge
+                                   configs, prompts: read relative to NeMo Gym's root)
 
 Why this shape: NeMo Gym environments import themselves and each other as ``resources_servers.<name>``
 (tests do ``from resources_servers.<name>.app import ...``, some servers subclass a sibling's), resolve
@@ -49,7 +50,7 @@ def render_pyproject(env: NemoEnvironment, *, ngym_name: str | None = None, vers
             f"{ngym_name or env.name} = {json.dumps(env.target)}",
             "",
         ]
-    packages = [f"resources_servers.{env.name}", *(f"{top}.{env.name}" for top in env.companions)]
+    packages = [f"resources_servers.{env.name}", *(ref.replace("/", ".") for ref in env.companions)]
     lines += ["[tool.setuptools]", f"packages = {json.dumps(packages)}", "include-package-data = false", ""]
     # every file of each folder, recursively: data, configs, tests and nested modules alike
     lines += ["[tool.setuptools.package-data]", *(f'"{p}" = ["**/*", "**/.*"]' for p in packages), ""]
@@ -60,8 +61,7 @@ def build_project(env: NemoEnvironment, dest: Path, *, ngym_name: str | None = N
     """Write the generated project for ``env`` into ``dest`` (created); the project folder."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copytree(env.folder, dest / "resources_servers" / env.name, ignore=SKIPPED, dirs_exist_ok=True)
-    for top in env.companions:  # benchmarks/<name>/, read relative to the folder holding resources_servers/
-        source = env.folder.parent.parent / top / env.name
-        shutil.copytree(source, dest / top / env.name, ignore=SKIPPED, dirs_exist_ok=True)
+    for ref in env.companions:  # benchmarks/<x>/, read relative to the folder holding resources_servers/
+        shutil.copytree(env.folder.parent.parent / ref, dest / ref, ignore=SKIPPED, dirs_exist_ok=True)
     (dest / "pyproject.toml").write_text(render_pyproject(env, ngym_name=ngym_name, version=version))
     return dest

@@ -9,6 +9,7 @@ nothing of it is installed) into ``~/.cache/ngym/nemo-wheel/`` (``NGYM_NEMO_WHEE
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -133,14 +134,23 @@ def resources_server_fields(text: bytes | str) -> dict[str, Any] | None:
     return None
 
 
-#: Top-level folders of the wheel that hold an environment's companion files under the same name
-#: (``benchmarks/<name>/``: configs and prompts some environments read relative to NeMo Gym's root).
-COMPANION_TOPS = ("benchmarks",)
+#: An environment's files name the companion folders they read relative to NeMo Gym's root this way
+#: (``benchmarks/<name>/``: judge configs, prompts, reference data).
+COMPANION_REFERENCE = re.compile(r"\bbenchmarks/([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def referenced_companions(folder: Path) -> set[str]:
+    """``benchmarks/<x>`` folders the environment's code or configs mention, as ``"benchmarks/<x>"``."""
+    found: set[str] = set()
+    for path in folder.rglob("*"):
+        if path.suffix in (".py", ".yaml", ".yml") and "__pycache__" not in path.parts:
+            found.update(f"benchmarks/{m}" for m in COMPANION_REFERENCE.findall(path.read_text(errors="replace")))
+    return found
 
 
 def extract_environment(name: str, dest: Path, wheel: Path | None = None) -> Path:
-    """Copy ``resources_servers/<name>/`` (and its ``benchmarks/<name>/`` companion, if any) out of the wheel
-    into ``dest``, keeping the wheel's layout; the environment's folder."""
+    """Copy ``resources_servers/<name>/`` out of the wheel into ``dest``, keeping the wheel's layout, with the
+    ``benchmarks/<x>/`` folders it references (those the wheel has); the environment's folder."""
     wheel = wheel or nemo_gym_wheel()
     with zipfile.ZipFile(wheel) as zf:
         base = f"{PREFIX}{name}/"
@@ -152,10 +162,14 @@ def extract_environment(name: str, dest: Path, wheel: Path | None = None) -> Pat
                 f"nemo-gym {NEMO_GYM_VERSION} has no environment {name!r} ({len(known)} available: "
                 "ngym list --available nemo-gym)"
             )
-        companions = tuple(f"{top}/{name}/" for top in COMPANION_TOPS)
-        members += [m for m in names if m.startswith(companions) and not m.endswith("/")]
-        for member in members:
-            target = dest / member
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(zf.read(member))
+        _extract(zf, members, dest)
+        companions = tuple(f"{ref}/" for ref in referenced_companions(dest / PREFIX / name))
+        _extract(zf, [m for m in names if m.startswith(companions) and not m.endswith("/")], dest)
     return dest / PREFIX / name
+
+
+def _extract(zf: zipfile.ZipFile, members: list[str], dest: Path) -> None:
+    for member in members:
+        target = dest / member
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(zf.read(member))

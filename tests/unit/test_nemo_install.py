@@ -147,13 +147,14 @@ def make_wheel(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "nemo_gym-0.7.0-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("resources_servers/alpha/app.py", APP)
+        zf.writestr("resources_servers/alpha/app.py", 'CONFIG = "benchmarks/alpha/config.yaml"\n' + APP)
         zf.writestr("resources_servers/alpha/configs/other.yaml", "x:\n  responses_api_agents:\n    a: {}\n")
         zf.writestr("resources_servers/alpha/configs/alpha.yaml", CONFIG.format(name="alpha", domain="games"))
         zf.writestr("resources_servers/alpha/tests/test_app.py", "def test_ok():\n    pass\n")
         zf.writestr("resources_servers/alpha/data/example_rollouts.jsonl", "{}\n")
         zf.writestr("resources_servers/beta/app.py", APP)
         zf.writestr("benchmarks/alpha/config.yaml", "judge: x\n")
+        zf.writestr("benchmarks/unrelated/config.yaml", "judge: y\n")
         zf.writestr("nemo_gym/__init__.py", "")
     return path
 
@@ -180,7 +181,8 @@ def test_catalogue_reads_domains_from_the_wheel(tmp_path: Path, monkeypatch: pyt
     folder = nemo_wheel.extract_environment("alpha", tmp_path / "out")
     assert (folder / "tests" / "test_app.py").is_file()
     env = read_environment(folder)  # benchmarks/alpha/ comes along: some environments read it from NeMo's root
-    assert env.companions == ["benchmarks"]
+    assert env.companions == ["benchmarks/alpha"]
+    assert not (tmp_path / "out" / "benchmarks" / "unrelated").exists()
     project = build_project(env, tmp_path / "build")
     assert (project / "benchmarks" / "alpha" / "config.yaml").is_file()
     assert tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"] == [
