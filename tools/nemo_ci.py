@@ -24,7 +24,33 @@ EXPECTED = REPO / "tools" / "nemo_ci_expected.json"
 MEASUREMENT = Path.home() / ".cache" / "ngym" / "nemo-envs"
 
 #: name → why it is in the subset.
-CI_ENVIRONMENTS: dict[str, str] = {}
+CI_ENVIRONMENTS: dict[str, str] = {
+    "example_single_tool_call": "pure Python, one tool; its name clashes with ngym's built-in (installed apart here)",
+    "example_session_state_mgmt": "per-session state across tool calls (session_state, the default seed_session)",
+    "example_multi_step": "several tool calls per rollout, verify over the whole trajectory",
+    "example_tool_call_multireward": "multi-reward: several reward components in one verify response",
+    "example_multi_turn_gymnasium": "Gymnasium-style /reset + /step, sibling import of the gymnasium base",
+    "blackjack": "Gymnasium-style game with gymnasium's base class installed as a sibling library",
+    "wordle": "Gymnasium-style game with multi-turn state",
+    "math_with_judge": "LLM judge (scripted, over HTTP) + math-verify; compute_metrics/get_key_metrics hooks",
+    "equivalence_llm_judge": "LLM judge with a swapped second pass; reads benchmarks/hle_verified from NeMo's root",
+    "mcqa": "multiple choice, metrics hooks and reward_profile helpers; a sibling of gpqa_diamond",
+    "gpqa_diamond": "imports a sibling environment's server (mcqa) and subclasses it",
+    "simpleqa": "judge-graded QA with metrics hooks; a sibling others import (abstention)",
+    "xstest": "safety: over-refusal classification",
+    "over_refusal_detection": "safety with an LLM judge configured in YAML (ModelServerRef)",
+    "string_match": "pure-Python string comparison with its own fastapi requirement",
+    "equivalence_rule": "rule-based equivalence importing hotpotqa_qa's helpers",
+    "structured_outputs": "JSON/YAML/XML schema checks with extra pinned requirements; metrics hooks",
+    "format_verification": "instruction following: format checks, config not named after the folder",
+    "single_step_tool_use_with_argument_comparison": "tool-call argument comparison",
+    "xlam_fc": "function-calling dataset, tool-call matching",
+    "workplace_assistant": "agent tools over databases (NeMo's copy of WorkBench; clashes with ngym's built-in name)",
+    "calendar": "agent tools with per-session state and a rich requirement",
+    "math_advanced_calculations": "math with a calculator tool",
+    "spartqa": "spatial reasoning QA with metrics hooks",
+    "abstention": "three-tier reward with a judge; imports a sibling (simpleqa)",
+}
 
 
 def check(results_dir: Path, expected: dict) -> list[str]:
@@ -40,7 +66,8 @@ def check(results_dir: Path, expected: dict) -> list[str]:
         want = (expected.get(name) or {}).get("rewards")
         got = (ngym.get("replay") or {}).get("rewards")
         if want is not None and got != want:
-            problems.append(f"{name}: replayed rewards {got} != NeMo Gym's {want} ({(ngym.get('replay') or {}).get('reason') or ''})")
+            reason = (ngym.get("replay") or {}).get("reason") or ""
+            problems.append(f"{name}: replayed rewards {got} != NeMo Gym's {want} {reason}".rstrip())
     return problems
 
 

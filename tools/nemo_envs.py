@@ -16,8 +16,9 @@ NeMo venv, ``ngym-base`` with ngym editable from this checkout), and per environ
 ``.pth`` files work too); pip sees the base's packages as installed and adds only what is missing.
 
 Resumable and parallel-safe: each environment's result is ``results/<name>.json`` under the work folder
-(``~/.cache/ngym/nemo-envs``), keyed per side (NeMo: the requirements; ngym: a hash of ngym's and the compat
-layer's sources), recomputed only when its key changed or with ``--force``; a per-environment lock file makes
+(``~/.cache/ngym/nemo-envs``), stamped per side with the commit and a hash of ngym's, the compat layer's
+and these tools' sources; kept on later runs (``--stale`` re-measures those taken with other sources,
+``--force`` all); a per-environment lock file makes
 two concurrent runs skip each other's environments. ``--table-only`` rewrites the table from the results.
 
     python tools/nemo_envs.py [--jobs 2] [--only a,b] [--side both|nemo|ngym] [--limit N] [--force]
@@ -180,6 +181,15 @@ def locked(path: Path, *, wait: bool = False):
             yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def git_commit() -> str:
+    """This checkout's commit (``+dirty`` with uncommitted changes): what a result was measured with."""
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "ngym", "plugins", "tools"], capture_output=True, text=True
+    )
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def free_port() -> int:
@@ -547,7 +557,9 @@ def _serve_and_replay(
 
 
 # ----------------------------------------------------------------------------------------------- driver
-def measure(item: Env, sides: list[str], keys: dict[str, str], force: bool, bases: dict[str, Path]) -> str:
+def measure(
+    item: Env, sides: list[str], keys: dict[str, str], force: bool, bases: dict[str, Path], stale: bool = False
+) -> str:
     path = WORK / "results" / f"{item.name}.json"
     with locked(WORK / "locks" / f"{item.name}.lock") as mine:
         if not mine:
@@ -563,14 +575,20 @@ def measure(item: Env, sides: list[str], keys: dict[str, str], force: bool, base
         )
         done = []
         for side in sides:
-            if not force and result.get(side, {}).get("key") == keys[side]:
+            previous = result.get(side) or {}
+            if previous and not force and (previous.get("key") == keys[side] or not stale):
                 continue
             measure_side = measure_nemo if side == "nemo" else measure_ngym
             try:
                 outcome = measure_side(item, bases[side])
             except Exception as exc:  # one environment's surprise must not stop the other 144
                 outcome = {"status": "error", "reason": f"harness error: {exc!r}"[:300]}
-            result[side] = {**outcome, "key": keys[side], "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            result[side] = {
+                **outcome,
+                "key": keys[side],
+                "commit": git_commit(),
+                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             done.append(f"{side} {outcome['status']}")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1))
@@ -597,6 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--side", choices=["both", "nemo", "ngym"], default="both")
     parser.add_argument("--limit", type=int, help="measure at most N environments not yet measured")
     parser.add_argument("--force", action="store_true", help="re-measure even when cached")
+    parser.add_argument(
+        "--stale", action="store_true", help="re-measure results taken with other sources (default: keep them)"
+    )
     parser.add_argument("--table-only", action="store_true", help="only rewrite the table from the results")
     parser.add_argument("--no-table", action="store_true", help="measure only; leave docs/ alone (CI)")
     args = parser.parse_args(argv)
@@ -613,7 +634,9 @@ def main(argv: list[str] | None = None) -> int:
             def pending(e: Env) -> bool:
                 path = WORK / "results" / f"{e.name}.json"
                 result = json.loads(path.read_text()) if path.is_file() else {}
-                return args.force or any(result.get(s, {}).get("key") != keys[s] for s in sides)
+                return args.force or any(
+                    not result.get(s) or (args.stale and result[s].get("key") != keys[s]) for s in sides
+                )
 
             envs = [e for e in envs if pending(e)][: args.limit]
         bases = {}
@@ -624,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
             bases["ngym"] = base_venv("ngym-base", build_ngym_base, f"ngym editable from {REPO}, compat={compat}")
         print(f"measuring {len(envs)} environment(s), {args.jobs} at a time, work folder {WORK}", flush=True)
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(measure, e, sides, keys, args.force, bases) for e in envs]
+            futures = [pool.submit(measure, e, sides, keys, args.force, bases, args.stale) for e in envs]
             for future in as_completed(futures):
                 print(future.result(), flush=True)
     if not args.no_table:
