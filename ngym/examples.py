@@ -48,6 +48,39 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def read_example_rollouts(path: Path) -> list[dict[str, Any]]:
+    """Example-rollout lines, each completed into what its ``/verify`` body must be.
+
+    ngym's own lines are the dataset row plus ``response`` and ``reward``. NeMo Gym's are verify *responses*:
+    they carry outputs (judge evaluations, parsed answers) and may lack row fields, and its ``gym eval
+    reverify`` instead sends each recorded ``response`` on its dataset row. So a line whose prompt matches a
+    row of ``example.jsonl`` beside it (else the row at the same position, when the counts agree) becomes
+    that row plus the line's ``response`` and ``reward``. Nulls in ``responses_create_params`` are dropped:
+    NeMo dumps rows with them and its strict request model rejects ``parallel_tool_calls: null``.
+    """
+    path = Path(path)
+    lines = read_jsonl(path)
+    rows_path = path.with_name(EXAMPLE_ROWS)
+    rows = read_jsonl(rows_path) if path.name != EXAMPLE_ROWS and rows_path.is_file() else []
+
+    def prompt(row: dict[str, Any]) -> str:
+        return json.dumps((row.get("responses_create_params") or {}).get("input"), sort_keys=True)
+
+    by_prompt: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        by_prompt.setdefault(prompt(row), row)
+    completed = []
+    for index, line in enumerate(lines):
+        source = by_prompt.get(prompt(line)) or (rows[index] if len(rows) == len(lines) else None)
+        if source is not None and "response" in line:
+            line = {**source, **{k: line[k] for k in RECORDED_KEYS if k in line}}
+        params = line.get("responses_create_params")
+        if isinstance(params, dict):
+            line = {**line, "responses_create_params": {k: v for k, v in params.items() if v is not None}}
+        completed.append(line)
+    return completed
+
+
 def dataset_row(line: dict[str, Any]) -> dict[str, Any]:
     """The dataset row of an example-rollout line (the line without its ``response`` and ``reward``)."""
     return {k: v for k, v in line.items() if k not in RECORDED_KEYS}

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from ngym.examples import dataset_row, read_jsonl, recorded_tool_calls
+from ngym.examples import dataset_row, read_example_rollouts, recorded_tool_calls
 
 
 class RolloutClient:
@@ -130,7 +130,7 @@ async def replay_examples(name: str, **fields: Any) -> list[ExampleResult]:
     entry = find_environment(name)
     folder = entry.package_dir()
     assert folder is not None, f"cannot locate the package of {name}"
-    rollouts = read_jsonl(folder / "data" / "example_rollouts.jsonl")
+    rollouts = read_example_rollouts(folder / "data" / "example_rollouts.jsonl")
     results = []
     async with serve_in_process(app_for(name, **fields)) as http:
         for index, rollout in enumerate(rollouts):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ngym.errors import ConfigError, PluginError
-from ngym.examples import dataset_row, read_jsonl
+from ngym.examples import dataset_row, read_example_rollouts, read_jsonl
 
 SOUNDNESS_PROBES = ("empty response", "refusal only", "malformed output items", "echo of the prompt")
 
@@ -254,7 +254,7 @@ async def validate_async(target: str) -> ValidationReport:
     if rollouts_path is None or not rollouts_path.is_file():
         rollouts: list[dict[str, Any]] = []
     else:
-        rollouts = read_jsonl(rollouts_path)
+        rollouts = read_example_rollouts(rollouts_path)
     rows = [dataset_row(r) for r in rollouts]
     if not rows and subject.folder and (subject.folder / "data" / "example.jsonl").is_file():
         rows = read_jsonl(subject.folder / "data" / "example.jsonl")

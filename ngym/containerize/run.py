@@ -21,7 +21,7 @@ import httpx
 
 from ngym.containerize.errors import ContainerRunError
 from ngym.containerize.spec import CONTAINER_PORT, PluginSource
-from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_jsonl, recorded_tool_calls
+from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_example_rollouts, recorded_tool_calls
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -85,7 +85,7 @@ def load_example_rollout(plugin: PluginSource, index: int = 0) -> ExampleRollout
     for folder in example_data_dirs(plugin):
         path = folder / EXAMPLE_ROLLOUTS
         if path.is_file():
-            records = read_jsonl(path)
+            records = read_example_rollouts(path)
             if index >= len(records):
                 raise ContainerRunError(f"{path} has {len(records)} rollout(s), not {index + 1}")
             record = records[index]

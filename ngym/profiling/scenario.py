@@ -22,7 +22,7 @@ from ngym.examples import (
     EXAMPLE_ROWS,
     dataset_row,
     example_file,
-    read_jsonl,
+    read_example_rollouts,
     recorded_tool_calls,
 )
 
@@ -89,7 +89,7 @@ class RecordedRolloutScenario:
 
 def load_rows(path: Path) -> list[dict[str, Any]]:
     """Read a JSONL file of dataset rows or example rollouts (row + ``response`` + ``reward``)."""
-    rows = read_jsonl(path)
+    rows = read_example_rollouts(path)
     for number, row in enumerate(rows, 1):
         try:
             recorded_tool_calls(row.get("response"))  # fail now, not under load, on undecodable arguments

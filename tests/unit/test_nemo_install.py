@@ -256,3 +256,27 @@ def test_pytest_runs_with_this_interpreter() -> None:
 
     command = pytest_command(["-x"])
     assert command[0] == sys.executable and "asyncio_mode=auto" in command and command[-1] == "-x"
+
+
+def test_example_rollouts_are_completed_the_way_nemo_reverifies_them(tmp_path: Path) -> None:
+    """A NeMo Gym rollout line is a verify response: outputs in, row fields out, nulls in the request."""
+    from ngym.examples import read_example_rollouts
+
+    data = tmp_path / "data"
+    data.mkdir()
+    prompt = {"input": [{"role": "user", "content": "2+2?"}]}
+    row = {"responses_create_params": prompt, "id": 7, "expected": "4"}
+    line = {
+        "responses_create_params": {**prompt, "parallel_tool_calls": None, "tool_choice": None},
+        "expected": "4",
+        "judge_evaluations": ["an output of verify"],
+        "response": {"output": []},
+        "reward": 1.0,
+    }
+    (data / "example.jsonl").write_text(json.dumps(row) + "\n")
+    (data / "example_rollouts.jsonl").write_text(json.dumps(line) + "\n")
+    [completed] = read_example_rollouts(data / "example_rollouts.jsonl")
+    assert completed == {**row, "response": {"output": []}, "reward": 1.0}
+    (data / "example.jsonl").unlink()  # no dataset rows: the line itself, nulls dropped
+    [alone] = read_example_rollouts(data / "example_rollouts.jsonl")
+    assert alone["responses_create_params"] == prompt and alone["judge_evaluations"] == ["an output of verify"]
