@@ -21,6 +21,7 @@ from ngym.containerize.spec import (
     ImageSpec,
     PluginSource,
     default_tag,
+    local_dependencies,
     ngym_source,
     resolve_plugin,
     split_tag,
@@ -116,6 +117,7 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
     sources = [ngym]
     if plugin.distribution.lower() != "ngym":
         sources.append(DistributionSource(plugin.distribution, plugin.version, plugin.source_dir))
+        sources += local_dependencies(plugin.distribution, exclude={"ngym", plugin.distribution})
     deploy = None
     if options.compose or options.k8s:
         from ngym.containerize.manifests import deploy_spec, session_store_source

@@ -182,6 +182,44 @@ def ngym_source() -> DistributionSource:
     return DistributionSource("ngym", dists[0].version, None)
 
 
+def local_dependencies(distribution: str, exclude: set[str]) -> list[DistributionSource]:
+    """The requirements of ``distribution`` (transitively) installed from a local tree: no index has them, so
+    they go into the code layer too (an installed NeMo Gym environment needs ``ngym-nemo-gym`` and the sibling
+    environments it imports). Requirements behind extras or markers that do not apply are skipped."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    def key(name: str) -> str:
+        return name.lower().replace("_", "-").replace(".", "-")
+
+    seen = {key(n) for n in exclude}
+    found: list[DistributionSource] = []
+    pending = [distribution]
+    while pending:
+        try:
+            requires = metadata.distribution(pending.pop()).requires or []
+        except metadata.PackageNotFoundError:
+            continue
+        for line in requires:
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            if key(requirement.name) in seen:
+                continue
+            seen.add(key(requirement.name))
+            try:
+                dist = metadata.distribution(requirement.name)
+            except metadata.PackageNotFoundError:
+                continue
+            source_dir = distribution_source_dir(dist)
+            if source_dir is not None:
+                found.append(DistributionSource(dist.metadata["Name"], dist.version, source_dir))
+                pending.append(requirement.name)
+    return found
+
+
 def distribution_source_dir(dist: metadata.Distribution) -> Path | None:
     """The local directory a distribution was installed from, else None.
 

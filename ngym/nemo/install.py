@@ -1,9 +1,9 @@
 """``ngym install nemo-gym:<name>`` / ``ngym install <NeMo Gym environment folder>``.
 
 The environment (and every sibling environment it imports that is not installed yet) is packaged by
-``ngym.nemo.package`` in a temporary folder and installed with pip into ngym's own interpreter, in one pip
-call so that pip resolves all their requirements together. A name already registered by another
-distribution is never overwritten silently: the user picks ``--as NAME`` or ``--replace``.
+``ngym.nemo.package`` into ``<prefix>/share/ngym/nemo-gym/<name>`` and installed from there with pip into
+ngym's own interpreter, in one pip call so that pip resolves all their requirements together. A name already
+registered by another distribution is never overwritten silently: the user picks ``--as NAME`` or ``--replace``.
 """
 
 from __future__ import annotations
@@ -92,10 +92,7 @@ def install_nemo_environment(
         _check_clash(name, env, replace=replace, verbose=verbose, echo=echo)
 
         envs = [env, *sibling_source.missing_closure(env)]
-        projects = [
-            build_project(e, work / "build" / e.name, ngym_name=name if e is env else None, version=version)
-            for e in envs
-        ]
+        projects = [_fresh_project(e, ngym_name=name if e is env else None, version=version) for e in envs]
         extra = [line for e in envs for line in e.pip_lines]
         compat = _compat_source()
         shown = env.name + (f" (+ {', '.join(e.name for e in envs[1:])})" if envs[1:] else "")
@@ -107,6 +104,23 @@ def install_nemo_environment(
     domain = env.domain or "?"
     echo(f"ngym: installed {name} ({domain}) from {env.distribution}; try: ngym test {name} / ngym run {name}")
     return InstallResult(name, env, [e.distribution for e in envs])
+
+
+def projects_dir() -> Path:
+    """Where generated projects are kept, inside the interpreter's prefix (``<prefix>/share/ngym/nemo-gym``).
+
+    Kept, not discarded: pip records a directory install's source (PEP 610 ``direct_url.json``), and
+    ``ngym containerize`` rebuilds the environment's wheel from it for the image.
+    """
+    return Path(sys.prefix) / "share" / "ngym" / "nemo-gym"
+
+
+def _fresh_project(env: NemoEnvironment, *, ngym_name: str | None, version: str) -> Path:
+    import shutil
+
+    dest = projects_dir() / env.name
+    shutil.rmtree(dest, ignore_errors=True)
+    return build_project(env, dest, ngym_name=ngym_name, version=version)
 
 
 class _SiblingSource:
