@@ -38,7 +38,7 @@ CI_ENVIRONMENTS: dict[str, str] = {
     "gpqa_diamond": "imports a sibling environment's server (mcqa) and subclasses it",
     "simpleqa": "judge-graded QA with metrics hooks; a sibling others import (abstention)",
     "xstest": "safety: over-refusal classification",
-    "over_refusal_detection": "safety with an LLM judge configured in YAML (ModelServerRef)",
+    "physics_judge": "LLM judge configured in YAML (ModelServerRef); subclasses a sibling (math_with_judge)",
     "string_match": "pure-Python string comparison with its own fastapi requirement",
     "equivalence_rule": "rule-based equivalence importing hotpotqa_qa's helpers",
     "structured_outputs": "JSON/YAML/XML schema checks with extra pinned requirements; metrics hooks",

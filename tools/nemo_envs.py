@@ -296,7 +296,13 @@ class Env:
         path = self.env.folder / "data" / name
         if not path.is_file():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows = []
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):  # NeMo ships some as "<PLACEHOLDER ROW>" lines
+                row = json.loads(line) if line.strip() else None
+                if isinstance(row, dict):
+                    rows.append(row)
+        return rows
 
     def payloads(self) -> list[dict[str, Any]]:
         """What replaying sends to ``/verify``: each recorded response on its dataset row."""
