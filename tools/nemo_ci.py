@@ -53,6 +53,11 @@ CI_ENVIRONMENTS: dict[str, str] = {
 }
 
 
+#: Environments whose verify draws unseeded random numbers (blackjack deals from ``random.Random()``): their
+#: replayed rewards differ run to run under NeMo Gym itself, so CI checks their tests, not their rewards.
+NONDETERMINISTIC = {"blackjack"}
+
+
 def check(results_dir: Path, expected: dict) -> list[str]:
     """One line per failing environment: its tests under ngym, or a replayed reward that differs from NeMo's."""
     problems = []
@@ -76,6 +81,8 @@ def write_expected() -> None:
     for name in CI_ENVIRONMENTS:
         result = json.loads((MEASUREMENT / "results" / f"{name}.json").read_text())
         rewards = ((result.get("nemo") or {}).get("replay") or {}).get("rewards")
+        if name in NONDETERMINISTIC:
+            continue
         if result.get("has_rollouts") and rewards and all(r is not None for r in rewards):
             expected[name] = {"rewards": rewards, "judge": bool(result.get("model_refs"))}
     EXPECTED.write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")

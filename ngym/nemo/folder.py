@@ -58,6 +58,16 @@ class NemoEnvironment:
         return f"resources_servers.{self.name}.{self.entry_module}:{self.server_class}"
 
     @property
+    def entry_point(self) -> str | None:
+        """What the generated entry point names: the shim module that first makes the folder importable
+        (``ngym.nemo.package.ENTRY_SHIM``), then the server class."""
+        if self.server_class is None:
+            return None
+        from ngym.nemo.package import ENTRY_SHIM
+
+        return f"resources_servers.{self.name}.{ENTRY_SHIM}:{self.server_class}"
+
+    @property
     def distribution(self) -> str:
         return distribution_name(self.name)
 
@@ -102,12 +112,11 @@ def read_environment(folder: Path, known_siblings: set[str] | None = None) -> Ne
 
 def _companions(folder: Path) -> list[str]:
     """The ``benchmarks/<x>`` folders it references that sit beside its ``resources_servers/`` (NeMo's root)."""
-    from ngym.nemo.wheel import referenced_companions
+    from ngym.nemo.wheel import companion_closure
 
     if folder.parent.name != "resources_servers":
         return []
-    root = folder.parent.parent
-    return sorted(ref for ref in referenced_companions(folder) if (root / ref).is_dir())
+    return companion_closure(folder, folder.parent.parent)
 
 
 def _resources_server_config(folder: Path) -> tuple[Path | None, dict | None]:

@@ -148,6 +148,19 @@ def referenced_companions(folder: Path) -> set[str]:
     return found
 
 
+def companion_closure(folder: Path, root: Path) -> list[str]:
+    """The companions ``folder`` references, and those they reference in turn (a benchmark's config naming
+    another's prompt), that exist under ``root``."""
+    found: set[str] = set()
+    pending = [folder]
+    while pending:
+        for ref in referenced_companions(pending.pop()) - found:
+            if (root / ref).is_dir():
+                found.add(ref)
+                pending.append(root / ref)
+    return sorted(found)
+
+
 def extract_environment(name: str, dest: Path, wheel: Path | None = None) -> Path:
     """Copy ``resources_servers/<name>/`` out of the wheel into ``dest``, keeping the wheel's layout, with the
     ``benchmarks/<x>/`` folders it references (those the wheel has); the environment's folder."""
@@ -163,8 +176,13 @@ def extract_environment(name: str, dest: Path, wheel: Path | None = None) -> Pat
                 "ngym list --available nemo-gym)"
             )
         _extract(zf, members, dest)
-        companions = tuple(f"{ref}/" for ref in referenced_companions(dest / PREFIX / name))
-        _extract(zf, [m for m in names if m.startswith(companions) and not m.endswith("/")], dest)
+        pending, done = [dest / PREFIX / name], set()
+        while pending:  # a companion may reference another (a benchmark config naming another's prompt)
+            refs = tuple(f"{ref}/" for ref in referenced_companions(pending.pop()) - done)
+            done.update(ref.rstrip("/") for ref in refs)
+            new = [m for m in names if m.startswith(refs) and not m.endswith("/")]
+            _extract(zf, new, dest)
+            pending.extend(dest / ref for ref in refs if (dest / ref).is_dir())
     return dest / PREFIX / name
 
 

@@ -120,8 +120,10 @@ def test_generated_project_installs_the_folder_as_resources_servers_name(tmp_pat
     pyproject = tomllib.loads((project / "pyproject.toml").read_text())
     assert pyproject["project"]["name"] == "ngym-nemo-my-env"
     assert pyproject["project"]["entry-points"]["ngym.resources_servers"] == {
-        "renamed": "resources_servers.my_env.app:MyServer"
+        "renamed": "resources_servers.my_env._ngym_entry:MyServer"
     }
+    shim = (project / "resources_servers" / "my_env" / "_ngym_entry.py").read_text()
+    assert "sys.path.insert(0, _FOLDER)" in shim and "from resources_servers.my_env.app import MyServer" in shim
     assert pyproject["tool"]["setuptools"]["packages"] == ["resources_servers.my_env"]
     assert (project / "resources_servers" / "my_env" / "data" / "example.jsonl").is_file()
     assert not (project / "resources_servers" / "__init__.py").exists()  # a namespace shared by all of them
