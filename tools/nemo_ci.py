@@ -45,7 +45,7 @@ CI_ENVIRONMENTS: dict[str, str] = {
     "format_verification": "instruction following: format checks, config not named after the folder",
     "single_step_tool_use_with_argument_comparison": "tool-call argument comparison",
     "xlam_fc": "function-calling dataset, tool-call matching",
-    "workplace_assistant": "agent tools over databases (NeMo's copy of WorkBench; clashes with ngym's built-in name)",
+    "arc_agi": "pure-Python grid puzzles compared cell by cell; a sibling other environments import (nvarc)",
     "calendar": "agent tools with per-session state and a rich requirement",
     "math_advanced_calculations": "math with a calculator tool",
     "spartqa": "spatial reasoning QA with metrics hooks",

@@ -246,17 +246,29 @@ REASONS: list[tuple[str, re.Pattern[str]]] = [
             re.I,
         ),
     ),
-    ("compat gap", re.compile(r"nemo_gym|ngym", re.I)),
+    ("compat gap", re.compile(r"No module named 'nemo_gym|nemo_gym\.\w+.*(AttributeError|ImportError)|ngym", re.I)),
     ("missing package", re.compile(r"ModuleNotFoundError|No matching distribution|ImportError", re.I)),
+    ("file outside the wheel", re.compile(r"FileNotFoundError", re.I)),
 ]
 
 
-def classify(text: str) -> str:
+def classify(text: str, side: str = "ngym") -> str:
+    """The reason category of a failure's text (``compat gap`` only for ngym's side: NeMo is NeMo)."""
     for category, pattern in REASONS:
-        match = pattern.search(text)
-        if match:
+        if category == "compat gap" and side != "ngym":
+            continue
+        if pattern.search(text):
             return category
     return "test failure"
+
+
+def failure_reason(log: Path, side: str) -> str:
+    """``<category>: <first error line>``: the category from that line when it says, else from the whole log."""
+    summary = failure_summary(log)
+    category = classify(summary, side)
+    if category == "test failure":
+        category = classify(log.read_text(errors="replace") if log.is_file() else "", side)
+    return f"{category}: {summary}"
 
 
 def failure_summary(log: Path) -> str:
@@ -379,7 +391,7 @@ def measure_nemo(item: Env, base: Path) -> dict[str, Any]:
         python = make_overlay(WORK / "venvs" / f"nemo-{name}", [base, NEMO_VENV])
         ok, error = pip_install(python, extra, logs / "nemo.install.log")
         if not ok:
-            return {**result, "status": "install failed", "reason": f"{classify(error)}: {error}"}
+            return {**result, "status": "install failed", "reason": f"{classify(error, 'nemo')}: {error}"}
     run_root, folder = nemo_run_root(item)
     env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
     junit = logs / "nemo.junit.xml"
@@ -401,8 +413,7 @@ def measure_nemo(item: Env, base: Path) -> dict[str, Any]:
     result.update(junit_counts(junit), exit_code=code, seconds=round(time.monotonic() - start, 1))
     result["status"] = "pass" if code == 0 else ("no tests" if code == 5 else "fail")
     if code not in (0, 5):
-        summary = failure_summary(log)
-        result["reason"] = f"{classify(log.read_text(errors='replace'))}: {summary}"
+        result["reason"] = failure_reason(log, "nemo")
     result["replay"] = replay_nemo(item, python, folder, run_root, logs)
     return result
 
@@ -488,7 +499,7 @@ def measure_ngym(item: Env, base: Path) -> dict[str, Any]:
     result.update(junit_counts(junit), exit_code=code, seconds=round(time.monotonic() - start, 1))
     result["status"] = "pass" if code == 0 else ("no tests" if code == 5 else "fail")
     if code not in (0, 5):
-        result["reason"] = f"{classify(log.read_text(errors='replace'))}: {failure_summary(log)}"
+        result["reason"] = failure_reason(log, "ngym")
     result["replay"] = replay_ngym(item, python, env, logs)
     return result
 
@@ -601,6 +612,18 @@ def measure(
     return f"{item.name}: {', '.join(done) or 'cached'}"
 
 
+def reclassify(results_dir: Path) -> None:
+    """Failure reasons of failed test runs, recomputed from their logs (after the categories changed)."""
+    for path in sorted(results_dir.glob("*.json")):
+        result = json.loads(path.read_text())
+        for side in ("nemo", "ngym"):
+            outcome = result.get(side) or {}
+            log = WORK / "logs" / result["name"] / f"{side}.test.log"
+            if outcome.get("status") == "fail" and log.is_file():
+                outcome["reason"] = failure_reason(log, side)
+        path.write_text(json.dumps(result, indent=1))
+
+
 def load_envs(only: list[str] | None) -> list[Env]:
     tree = extract_tree()
     root = tree / "resources_servers"
@@ -626,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--table-only", action="store_true", help="only rewrite the table from the results")
     parser.add_argument("--no-table", action="store_true", help="measure only; leave docs/ alone (CI)")
+    parser.add_argument("--reclassify", action="store_true", help="recompute failure reasons from the kept logs")
     args = parser.parse_args(argv)
     if not args.table_only:
         only = args.only.split(",") if args.only else None
@@ -656,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
             futures = [pool.submit(measure, e, sides, keys, args.force, bases, args.stale) for e in envs]
             for future in as_completed(futures):
                 print(future.result(), flush=True)
+    if args.reclassify:
+        reclassify(WORK / "results")
     if not args.no_table:
         from tools.nemo_envs_table import write_table
 

@@ -75,8 +75,9 @@ def write_table(results_dir: Path, table: Path) -> None:
         "",
         "Reasons: *needs GPU* (a CUDA stack in its requirements), *needs internet* (requirements or tests fetch "
         "from outside the package registries), *missing system tool* (docker, java, ...), *missing package*, "
-        "*compat gap* (ngym's `nemo_gym` lacks something), *test failure* (anything else; the first error line "
-        "is quoted).",
+        "*compat gap* (ngym's `nemo_gym` lacks something), *file outside the wheel* (a test reads a file of NeMo "
+        "Gym's repository that its wheel does not ship), *test failure* (anything else). The first error line is "
+        "quoted.",
         "",
         "| environment | domain | tests under NeMo Gym | tests under ngym | replay agreement | reason |",
         "|---|---|---|---|---|---|",
