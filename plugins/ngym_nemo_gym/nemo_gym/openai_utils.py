@@ -37,6 +37,7 @@ from openai.types.responses.response_usage import ResponseUsage
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 from nemo_gym.server_utils import get_response_json, raise_for_status
+from ngym.protocol.responses import ResponseCreateParams
 
 __all__ = [
     "RATE_LIMIT_ERROR_CODES",
@@ -292,41 +293,13 @@ NeMoGymResponseInput: TypeAlias = list[NeMoGymResponseInputItem]  # type: ignore
 # ---- request parameters -----------------------------------------------------------------------------
 
 
-class NeMoGymResponseCreateParamsNonStreaming(BaseModel):
-    """``responses_create_params``: the OpenAI SDK's non-streaming request fields, strictly (unknown key → error)."""
+class NeMoGymResponseCreateParamsNonStreaming(ResponseCreateParams):
+    """``responses_create_params``: ngym's strict request fields (an unknown key is an error), with the OpenAI
+    SDK's input items and tool types, as NeMo Gym declares them."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    input: str | NeMoGymResponseInput
-    background: bool | None = None
-    context_management: list[dict[str, Any]] | None = None
-    conversation: str | dict[str, Any] | None = None
-    include: list[str] | None = None
-    instructions: str | None = None
-    max_output_tokens: int | None = None
-    max_tool_calls: int | None = None
-    metadata: dict[str, str] | None = None
-    model: str | None = None
-    moderation: dict[str, Any] | None = None
-    parallel_tool_calls: bool = True
-    previous_response_id: str | None = None
-    prompt: dict[str, Any] | None = None
-    prompt_cache_key: str | None = None
-    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
-    reasoning: dict[str, Any] | None = None
-    safety_identifier: str | None = None
-    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
-    store: bool | None = None
-    stream: Literal[False] | None = None
-    stream_options: dict[str, Any] | None = None
-    temperature: float | None = None
-    text: dict[str, Any] | None = None
-    tool_choice: ToolChoice = "auto"
-    tools: list[ToolParam] = Field(default_factory=list)
-    top_logprobs: int | None = None
-    top_p: float | None = None
-    truncation: Literal["auto", "disabled"] | None = None
-    user: str | None = None
+    input: str | NeMoGymResponseInput  # type: ignore[assignment]
+    tool_choice: ToolChoice = "auto"  # type: ignore[assignment]
+    tools: list[ToolParam] = Field(default_factory=list)  # type: ignore[assignment]
 
 
 # ---- responses --------------------------------------------------------------------------------------
