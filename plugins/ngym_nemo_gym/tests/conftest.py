@@ -23,7 +23,13 @@ from ngym.rollout.launch import serve_app_in_thread
 
 WHEEL_DIR = Path.home() / ".cache" / "ngym" / "nemo-wheel"
 WHEEL_NAME = "nemo_gym-0.7.0-py3-none-any.whl"
-SHARED_ROOT_FOLDERS = ("benchmarks/", "responses_api_agents/", "responses_api_models/")
+SHARED_ROOT_FOLDERS = (
+    "benchmarks/",
+    "environment_servers/",
+    "environments/",
+    "responses_api_agents/",
+    "responses_api_models/",
+)
 
 
 def _nemo_wheel() -> Path:
