@@ -81,6 +81,8 @@ class TokenIDLogProbMixin(BaseModel):
     prompt_token_ids: list[int]
     generation_token_ids: list[int]
     generation_log_probs: list[float]
+    #: Mixture-of-experts routing a model server may report with the tokens (kept as sent).
+    routed_experts: Any = None
 
 
 # ---- items ------------------------------------------------------------------------------------------
@@ -195,6 +197,11 @@ _OWN = {
     "reasoning": NeMoGymResponseReasoningItem,
 }
 
+_TAG_OF_CLASS: dict[type, str] = {cls: tag for tag, cls in _OWN.items()}
+_TAG_OF_CLASS.update({cls: f"{tag}:training" for tag, cls in _TRAINING.items()})
+_TAG_OF_CLASS[NeMoGymResponseFunctionCallOutput] = "sdk:function_call_output"
+_TAG_OF_CLASS[NeMoGymOtherItem] = "other"
+
 
 def _sdk_models_by_type(union: Any) -> dict[str, type[BaseModel]]:
     """``type`` literal → SDK model class, for every member of an SDK item union (MCP calls, web search, ...)."""
@@ -238,10 +245,10 @@ def _message_tag(value: Any) -> str:
 
 def _item_tag(value: Any, *, output: bool) -> str:
     """Which model an item validates as: one of ``_OWN``'s tags, ``sdk:<type>`` or ``other``."""
-    if isinstance(value, BaseModel) and not isinstance(value, NeMoGymOtherItem):
-        for tag, cls in (*_TRAINING.items(), *_OWN.items()):
-            if type(value) is cls:
-                return tag
+    if isinstance(value, BaseModel):  # serialising, or an item built in code: its own class decides
+        own = _TAG_OF_CLASS.get(type(value))
+        if own is not None:
+            return own
     kind = _field(value, "type")
     if kind is None and isinstance(value, dict):  # NeMo Gym infers typeless input items from their keys
         if "role" in value and "content" in value:
