@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import typing
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.routing import BaseRoute
 
 import ngym
@@ -176,9 +174,9 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     def _typed_seed_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
         async def seed_session(request: Request) -> Any:
-            data = await _json_body(request)
+            data = await self._read_json(request)  # cached by Starlette: the original endpoint reads it again
             if isinstance(data, dict) and data.keys() == set(ResourcesSeedSessionRequest.model_fields):
-                body = _validated(ResourcesSeedSessionRequest, data)
+                body = self._validate(ResourcesSeedSessionRequest, data)
                 return await _call(self.seed_session, request, body)
             return await original(request)
 
@@ -186,10 +184,10 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     def _typed_close_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
         async def close_session(request: Request) -> Any:
-            data = await _json_body(request)
+            data = await self._read_json(request)  # cached by Starlette: the original endpoint reads it again
             if isinstance(data, dict) and "resources_session_id" in data:
                 return await _call(
-                    self.close_resources_session, request, _validated(ResourcesCloseSessionRequest, data)
+                    self.close_resources_session, request, self._validate(ResourcesCloseSessionRequest, data)
                 )
             return await original(request)
 
@@ -241,23 +239,6 @@ def _replace_route(app: FastAPI, path: str, make_endpoint: Callable[[Callable[..
             routes.insert(index, routes.pop())
             return
     raise RuntimeError(f"no POST {path} route to extend")
-
-
-async def _json_body(request: Request) -> Any:
-    raw = await request.body()  # Starlette caches it: the original endpoint can read it again
-    if not raw.strip():
-        return {}
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
-
-
-def _validated(model: type[BaseModel], data: Any) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise RequestValidationError(exc.errors(include_url=False)) from None
 
 
 async def _call(method: Callable[..., Any], request: Request, body: BaseModel) -> Any:

@@ -14,9 +14,10 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict
 
 from nemo_gym import _resolve_under_cwd_or_install
+from ngym.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
-TASK_INDEX_KEY_NAME = "_ng_task_index"
-ROLLOUT_INDEX_KEY_NAME = "_ng_rollout_index"
+TASK_INDEX_KEY_NAME = TASK_INDEX_KEY
+ROLLOUT_INDEX_KEY_NAME = ROLLOUT_INDEX_KEY
 ATTEMPT_INDEX_KEY_NAME = "_ng_attempt_index"
 ROLLOUT_ID_KEY_NAME = "_ng_rollout_id"
 RESPONSES_CREATE_PARAMS_KEY_NAME = "responses_create_params"

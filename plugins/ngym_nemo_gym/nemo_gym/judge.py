@@ -34,10 +34,8 @@ async def reraise_judge_errors(coro: Awaitable[Any]) -> Any:
     """Await a judge call; any exception becomes ``JudgeError`` naming the original."""
     try:
         return await coro
-    except _NgymJudgeError as exc:
-        if isinstance(exc, JudgeError):
-            raise
-        raise JudgeError(str(exc)) from exc
+    except JudgeError:
+        raise
     except Exception as exc:
         raise JudgeError(f"{type(exc).__name__}: {exc}") from exc
 

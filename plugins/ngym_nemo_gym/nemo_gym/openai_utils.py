@@ -37,6 +37,7 @@ from openai.types.responses.response_usage import ResponseUsage
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 from nemo_gym.server_utils import get_response_json, raise_for_status
+from ngym.protocol.responses import ResponseCreateParams
 
 __all__ = [
     "RATE_LIMIT_ERROR_CODES",
@@ -80,6 +81,8 @@ class TokenIDLogProbMixin(BaseModel):
     prompt_token_ids: list[int]
     generation_token_ids: list[int]
     generation_log_probs: list[float]
+    #: Mixture-of-experts routing a model server may report with the tokens (kept as sent).
+    routed_experts: Any = None
 
 
 # ---- items ------------------------------------------------------------------------------------------
@@ -194,6 +197,11 @@ _OWN = {
     "reasoning": NeMoGymResponseReasoningItem,
 }
 
+_TAG_OF_CLASS: dict[type, str] = {cls: tag for tag, cls in _OWN.items()}
+_TAG_OF_CLASS.update({cls: f"{tag}:training" for tag, cls in _TRAINING.items()})
+_TAG_OF_CLASS[NeMoGymResponseFunctionCallOutput] = "sdk:function_call_output"
+_TAG_OF_CLASS[NeMoGymOtherItem] = "other"
+
 
 def _sdk_models_by_type(union: Any) -> dict[str, type[BaseModel]]:
     """``type`` literal → SDK model class, for every member of an SDK item union (MCP calls, web search, ...)."""
@@ -237,10 +245,10 @@ def _message_tag(value: Any) -> str:
 
 def _item_tag(value: Any, *, output: bool) -> str:
     """Which model an item validates as: one of ``_OWN``'s tags, ``sdk:<type>`` or ``other``."""
-    if isinstance(value, BaseModel) and not isinstance(value, NeMoGymOtherItem):
-        for tag, cls in (*_TRAINING.items(), *_OWN.items()):
-            if type(value) is cls:
-                return tag
+    if isinstance(value, BaseModel):  # serialising, or an item built in code: its own class decides
+        own = _TAG_OF_CLASS.get(type(value))
+        if own is not None:
+            return own
     kind = _field(value, "type")
     if kind is None and isinstance(value, dict):  # NeMo Gym infers typeless input items from their keys
         if "role" in value and "content" in value:
@@ -292,41 +300,13 @@ NeMoGymResponseInput: TypeAlias = list[NeMoGymResponseInputItem]  # type: ignore
 # ---- request parameters -----------------------------------------------------------------------------
 
 
-class NeMoGymResponseCreateParamsNonStreaming(BaseModel):
-    """``responses_create_params``: the OpenAI SDK's non-streaming request fields, strictly (unknown key → error)."""
+class NeMoGymResponseCreateParamsNonStreaming(ResponseCreateParams):
+    """``responses_create_params``: ngym's strict request fields (an unknown key is an error), with the OpenAI
+    SDK's input items and tool types, as NeMo Gym declares them."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    input: str | NeMoGymResponseInput
-    background: bool | None = None
-    context_management: list[dict[str, Any]] | None = None
-    conversation: str | dict[str, Any] | None = None
-    include: list[str] | None = None
-    instructions: str | None = None
-    max_output_tokens: int | None = None
-    max_tool_calls: int | None = None
-    metadata: dict[str, str] | None = None
-    model: str | None = None
-    moderation: dict[str, Any] | None = None
-    parallel_tool_calls: bool = True
-    previous_response_id: str | None = None
-    prompt: dict[str, Any] | None = None
-    prompt_cache_key: str | None = None
-    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
-    reasoning: dict[str, Any] | None = None
-    safety_identifier: str | None = None
-    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
-    store: bool | None = None
-    stream: Literal[False] | None = None
-    stream_options: dict[str, Any] | None = None
-    temperature: float | None = None
-    text: dict[str, Any] | None = None
-    tool_choice: ToolChoice = "auto"
-    tools: list[ToolParam] = Field(default_factory=list)
-    top_logprobs: int | None = None
-    top_p: float | None = None
-    truncation: Literal["auto", "disabled"] | None = None
-    user: str | None = None
+    input: str | NeMoGymResponseInput  # type: ignore[assignment]
+    tool_choice: ToolChoice = "auto"  # type: ignore[assignment]
+    tools: list[ToolParam] = Field(default_factory=list)  # type: ignore[assignment]
 
 
 # ---- responses --------------------------------------------------------------------------------------

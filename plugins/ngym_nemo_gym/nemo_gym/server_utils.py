@@ -64,6 +64,11 @@ class ServerResponseError(ClientResponseError, JudgeError):
     response_content: bytes | None = None
 
 
+# Reported under aiohttp's name, as NeMo Gym's (plain aiohttp) error is: environments and their tests record and
+# match the ``ClientResponseError: ...`` text of a failed judge call.
+ServerResponseError.__name__ = ServerResponseError.__qualname__ = "ClientResponseError"
+
+
 # One aiohttp session per event loop: sessions are bound to the loop that made them, and tests run many loops.
 _client_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
     weakref.WeakKeyDictionary()
@@ -108,16 +113,20 @@ async def request(method: str, url: str, _max_connection_retries: int | None = N
 
 
 async def raise_for_status(response: ClientResponse, content: bytes | None = None) -> None:
-    """Raise :class:`ServerResponseError` (with ``response_content``) when the answer is not 2xx."""
+    """Raise :class:`ServerResponseError` (with ``response_content``) when the answer is not 2xx.
+
+    The response's own ``raise_for_status`` decides, as in NeMo Gym (so a test's stand-in response works too).
+    """
     if response.ok:
         return
     if content is None:
         content = await response.read()
-    error = ServerResponseError(
-        response.request_info, response.history, status=response.status, message=str(response.reason or "")
-    )
-    error.response_content = content
-    raise error
+    try:
+        response.raise_for_status()
+    except ClientResponseError as exc:
+        error = ServerResponseError(exc.request_info, exc.history, status=exc.status, message=exc.message)
+        error.response_content = content
+        raise error from exc
 
 
 async def get_response_json(response: ClientResponse) -> Any:

@@ -38,7 +38,13 @@ class EnvTestResult:
         return self.returncode == 0 and self.failed == 0 and self.errors == 0 and self.passed > 0
 
 
-_SHARED_ROOT_FOLDERS = ("benchmarks", "responses_api_agents", "responses_api_models")
+_SHARED_ROOT_FOLDERS = (
+    "benchmarks",
+    "environment_servers",
+    "environments",
+    "responses_api_agents",
+    "responses_api_models",
+)
 _SIBLING_IMPORT = re.compile(r"\bresources_servers\.(\w+)")
 
 

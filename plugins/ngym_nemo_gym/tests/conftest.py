@@ -11,21 +11,25 @@ import importlib
 import os
 import subprocess
 import sys
-import threading
-import time
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from ngym_nemo_gym.envtests import referenced_environments
+
+from ngym.rollout.launch import serve_app_in_thread
 
 WHEEL_DIR = Path.home() / ".cache" / "ngym" / "nemo-wheel"
 WHEEL_NAME = "nemo_gym-0.7.0-py3-none-any.whl"
-SHARED_ROOT_FOLDERS = ("benchmarks/", "responses_api_agents/", "responses_api_models/")
+SHARED_ROOT_FOLDERS = (
+    "benchmarks/",
+    "environment_servers/",
+    "environments/",
+    "responses_api_agents/",
+    "responses_api_models/",
+)
 
 
 def _nemo_wheel() -> Path:
@@ -87,23 +91,8 @@ def import_nemo_app(nemo_environment: Callable[[str], Path], monkeypatch: pytest
     return load
 
 
-@contextmanager
-def serve_on_socket(app: object) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free 127.0.0.1 port in a thread; yields its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+#: Serve an ASGI app with uvicorn on a free 127.0.0.1 port in a thread; yields its base URL (ngym's own helper).
+serve_on_socket = serve_app_in_thread
 
 
 @pytest.fixture

@@ -91,3 +91,18 @@ async def test_an_unconfigured_judge_name_says_how_to_configure_it(judge_env: An
     body = answer.json()
     assert (body["reward"], body["mask_sample"], body["failure_kind"]) == (0.0, True, "judge_failed")
     assert "--model-url judge_model=URL" in body["failure_reason"]
+
+
+@pytest.mark.usefixtures("clean_server_env")
+async def test_a_judge_answering_an_http_error_is_a_masked_zero(judge_env: Any, tmp_path: Path) -> None:
+    module, _ = judge_env
+    untagged = tmp_path / "untagged.txt"
+    untagged.write_text("Is {generated_answer} the same as {expected_answer}?")  # the replay model answers 400
+    with serve_on_socket(create_replay_app()) as judge_url:
+        set_server_urls({"judge_model": judge_url})
+        async with serve_in_process(_app(module, untagged)) as client:
+            answer = await client.post("/verify", json=_verify_body("Darwin"))
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert (body["reward"], body["mask_sample"], body["failure_kind"]) == (0.0, True, "judge_failed")
+    assert body["failure_reason"].startswith("ClientResponseError: 400")

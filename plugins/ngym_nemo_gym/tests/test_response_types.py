@@ -109,3 +109,19 @@ async def test_lc_niah_penalises_reasoning_that_copies_its_input(
     assert answer.status_code == 200, answer.text
     assert answer.json()["answer_score"] == 1.0
     assert answer.json()["reward"] == pytest.approx(reward)
+
+
+def test_training_token_fields_survive_a_round_trip() -> None:
+    # A training-time model server attaches token ids and log-probs; verify echoes the response back to the
+    # trainer, so dropping them on the way out would silently lose the training signal.
+    message = {
+        "type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+        "content": [{"type": "output_text", "text": "4", "annotations": []}],
+        "prompt_token_ids": [1, 2], "generation_token_ids": [3], "generation_log_probs": [-0.5],
+        "routed_experts": [[0, 1]],
+    }  # fmt: skip
+    response = NeMoGymResponse.model_validate({**_response("r", "a"), "output": [message]})
+    dumped = response.model_dump(mode="json")["output"][0]
+    assert dumped["prompt_token_ids"] == [1, 2] and dumped["generation_log_probs"] == [-0.5]
+    assert dumped["routed_experts"] == [[0, 1]]
+    assert NeMoGymResponse.model_validate(response.model_dump(mode="json")) == response
