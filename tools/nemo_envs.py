@@ -673,8 +673,10 @@ def main(argv: list[str] | None = None) -> int:
         if "nemo" in sides:
             bases["nemo"] = base_venv("nemo-base", build_nemo_base)
         if "ngym" in sides:
-            compat = (REPO / "plugins" / "ngym_nemo_gym" / "pyproject.toml").is_file()
-            bases["ngym"] = base_venv("ngym-base", build_ngym_base, f"ngym editable from {REPO}, compat={compat}")
+            # rebuilt when ngym's or the compat layer's declared dependencies change (code is editable)
+            pyprojects = [REPO / "pyproject.toml", REPO / "plugins" / "ngym_nemo_gym" / "pyproject.toml"]
+            declared = hashlib.sha256(b"".join(p.read_bytes() for p in pyprojects if p.is_file())).hexdigest()[:12]
+            bases["ngym"] = base_venv("ngym-base", build_ngym_base, f"ngym editable from {REPO}, deps {declared}")
         print(f"measuring {len(envs)} environment(s), {args.jobs} at a time, work folder {WORK}", flush=True)
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = [pool.submit(measure, e, sides, keys, args.force, bases, args.stale) for e in envs]
