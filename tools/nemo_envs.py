@@ -382,9 +382,8 @@ def extract_tree() -> Path:
 def measure_nemo(item: Env, base: Path) -> dict[str, Any]:
     name, logs = item.name, WORK / "logs" / item.name
     result: dict[str, Any] = {"status": "error", "reason": None}
-    blocker = item.install_blocker()
-    if blocker:
-        return {**result, "status": "skipped", "reason": blocker}
+    if item.install_blocker():
+        return {**result, "status": "skipped", "reason": item.install_blocker()}
     python = base / "bin" / "python"
     extra = item.extra_requirements()
     if extra:
@@ -467,9 +466,8 @@ def replay_nemo(item: Env, python: Path, folder: Path, run_root: Path, logs: Pat
 def measure_ngym(item: Env, base: Path) -> dict[str, Any]:
     name, logs = item.name, WORK / "logs" / item.name
     result: dict[str, Any] = {"status": "error", "reason": None}
-    blocker = item.install_blocker()
-    if blocker:
-        return {**result, "status": "skipped", "reason": blocker}
+    if item.install_blocker():
+        return {**result, "status": "skipped", "reason": item.install_blocker()}
     venv = WORK / "venvs" / f"ngym-{name}"
     shutil.rmtree(venv, ignore_errors=True)  # a fresh install every time: the install is what is measured
     python = make_overlay(venv, [base])
