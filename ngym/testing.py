@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from ngym.examples import dataset_row, read_example_rollouts, recorded_tool_calls
+from ngym.examples import dataset_row, read_example_rollouts, read_jsonl, recorded_tool_calls  # noqa: F401 - read_jsonl: re-exported for tests
 
 
 class RolloutClient:
