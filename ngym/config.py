@@ -105,7 +105,7 @@ def instances_from_files(paths: list[Path], overrides: list[str]) -> list[Instan
     instances = []
     for name, body in merged.items():
         if not isinstance(body, dict):
-            raise ConfigError(f"{origin.get(name, '?')}: {name}: expected a mapping with a server type")
+            continue  # a top-level value, not an instance: NeMo Gym configs define variables (`judge_base_url: null`)
         server_types = [key for key in body if key in SERVER_TYPES]
         if len(server_types) != 1:
             raise ConfigError(

@@ -42,6 +42,47 @@ def replay_agreement(result: dict[str, Any]) -> tuple[str, bool | None]:
     return text, agree == len(pairs) and bool(pairs)
 
 
+def _commits(rows: list[dict[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for row in rows:
+        commit = (row.get("ngym") or {}).get("commit") or "?"
+        counts[commit] = counts.get(commit, 0) + 1
+    return ", ".join(f"`{c}` ({n})" for c, n in sorted(counts.items(), key=lambda item: -item[1])) or "none"
+
+
+def _category(reason: str | None) -> str:
+    return (reason or "").split(":", 1)[0] or "?"
+
+
+def _reason_lines(results: list[dict[str, Any]]) -> list[str]:
+    """How many failed (or were skipped) for which reason, per side."""
+    lines = []
+    for side, label in (("nemo", "NeMo Gym"), ("ngym", "ngym")):
+        counts: dict[str, int] = {}
+        for result in results:
+            outcome = result.get(side) or {}
+            if outcome and outcome.get("status") not in ("pass", "no tests"):
+                counts[_category(outcome.get("reason"))] = counts.get(_category(outcome.get("reason")), 0) + 1
+        if counts:
+            shown = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda item: -item[1]))
+            lines.append(f"- not passing under {label}, by reason: {shown}.")
+    return [*lines, ""] if lines else []
+
+
+def _gap_lines(results: list[dict[str, Any]]) -> list[str]:
+    """The goal: every environment whose tests pass under NeMo Gym passes under ngym. The ones that do not."""
+    gaps = [
+        r
+        for r in results
+        if (r.get("nemo") or {}).get("status") == "pass" and (r.get("ngym") or {}).get("status") not in (None, "pass")
+    ]
+    if not gaps:
+        return []
+    lines = [f"**Passing under NeMo Gym but not (yet) under ngym: {len(gaps)}** —"]
+    lines += [f"`{r['name']}` ({(r['ngym'].get('reason') or r['ngym'].get('status') or '')[:140]})" for r in gaps]
+    return [" ".join(lines).replace("|", "\\|"), ""]
+
+
 def write_table(results_dir: Path, table: Path) -> None:
     results = [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))] if results_dir.is_dir() else []
     nemo_pass = [r for r in results if (r.get("nemo") or {}).get("status") == "pass"]
@@ -72,7 +113,10 @@ def write_table(results_dir: Path, table: Path) -> None:
         "environment's own \"equal\" label, `tools/nemo_scripted_judge.py`) on both sides: NeMo Gym's own "
         "`ServerClient` and `ngym run --model-url`; such rewards are compared with NeMo's, not the recorded ones.",
         "- an environment not listed was not reached in the time this run had; re-running resumes.",
+        f"- ngym side measured at commit(s): {_commits(ngym_run)}.",
         "",
+        *_gap_lines(results),
+        *_reason_lines(results),
         "Reasons: *needs GPU* (a CUDA stack in its requirements), *needs internet* (requirements or tests fetch "
         "from outside the package registries), *missing system tool* (docker, java, ...), *missing package*, "
         "*compat gap* (ngym's `nemo_gym` lacks something), *file outside the wheel* (a test reads a file of NeMo "

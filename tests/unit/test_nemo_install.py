@@ -282,3 +282,18 @@ def test_example_rollouts_are_completed_the_way_nemo_reverifies_them(tmp_path: P
     (data / "example.jsonl").unlink()  # no dataset rows: the line itself, nulls dropped
     [alone] = read_example_rollouts(data / "example_rollouts.jsonl")
     assert alone["responses_create_params"] == prompt and alone["judge_evaluations"] == ["an output of verify"]
+
+
+def test_nemo_configs_with_includes_variables_and_environment_servers_load(tmp_path: Path) -> None:
+    """NeMo Gym 0.7 configs: `config_paths` includes, top-level variables and `environment_servers` instances
+    are not errors; the resources server's fields are read."""
+    from ngym.config import environment_config_fields
+
+    config = make_env(tmp_path) / "configs" / "my_env.yaml"
+    config.write_text(
+        config.read_text()
+        + "judge_base_url: null\nmy_env_environment_server:\n  environment_servers:\n    legacy_agent:\n"
+        "      entrypoint: app.py\n"
+    )
+    fields = environment_config_fields(config)
+    assert fields["domain"] == "math" and fields["judge_model_server"]["name"] == "judge"
