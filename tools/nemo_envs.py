@@ -115,6 +115,24 @@ def build_ngym_base(venv: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- helpers
+#: Every child started (each in its own process group), so an interrupted run leaves none behind.
+_CHILDREN: set[subprocess.Popen] = set()
+
+
+def spawn(args: list[str], **kwargs: Any) -> subprocess.Popen:
+    process = subprocess.Popen(args, **kwargs)
+    _CHILDREN.add(process)
+    return process
+
+
+def _stop_children(signum: int, frame: Any) -> None:
+    for process in list(_CHILDREN):
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, 9)
+    raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def scripted_judge(text: str, log: Path):
     """``tools/nemo_scripted_judge.py`` on a free port, answering ``text``; its base URL."""
@@ -123,7 +141,7 @@ def scripted_judge(text: str, log: Path):
     port = free_port()
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        process = subprocess.Popen(
+        process = spawn(
             [sys.executable, str(REPO / "tools" / "nemo_scripted_judge.py"), str(port), text],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -148,7 +166,7 @@ def run(args: list[str], log: Path, timeout: int, **kwargs: Any) -> subprocess.C
     """Run a command with its output in ``log``; a timeout is exit code 124 (the process group is killed)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
+        process = spawn(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
         try:
             code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -532,7 +550,7 @@ def _serve_and_replay(
     port = free_port()
     log_path = logs / "ngym.serve.log"
     with log_path.open("w") as log:
-        server = subprocess.Popen(
+        server = spawn(
             [str(python), "-m", "ngym.cli", "run", item.name, "--port", str(port), *model_urls],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -649,6 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true", help="measure only; leave docs/ alone (CI)")
     parser.add_argument("--reclassify", action="store_true", help="recompute failure reasons from the kept logs")
     args = parser.parse_args(argv)
+    import signal
+
+    signal.signal(signal.SIGTERM, _stop_children)
     if not args.table_only:
         only = args.only.split(",") if args.only else None
         sides = ["nemo", "ngym"] if args.side == "both" else [args.side]
