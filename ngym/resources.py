@@ -18,7 +18,7 @@ import re
 import typing
 from collections.abc import AsyncIterator, Callable
 from enum import Enum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -55,7 +55,11 @@ from ngym.sessions.manager import (
 )
 from ngym.sessions.store import SessionLimitReached, SessionRecord, SessionStore
 
+if TYPE_CHECKING:
+    from ngym.mcp_exposure import MCPExposure, MCPTool
+
 log = logging.getLogger("ngym.server")
+MCP_SEED_KEY = "mcp"  # where a row seed's answer advertises the MCP endpoint (NeMo Gym's key)
 
 SESSION_STORE_ENV = "NGYM_SESSION_STORE"
 _TYPED_SEED_KEYS = frozenset(ResourcesSeedSessionRequest.model_fields)
@@ -163,6 +167,19 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             raise HTTPException(409, "no seeded session for this request: call POST /seed_session first")
         session.record.state = state
 
+    def mcp_tools(self, harvested: list[MCPTool]) -> list[MCPTool] | None:
+        """The tools served over MCP when ``expose_tools_over_mcp`` is on (default: every tool route).
+
+        Override to leave some out (filter ``harvested``) or to expose none (return None or [])."""
+        return harvested
+
+    def mcp_allowed_tools_for_session(self, seed_body: dict[str, Any]) -> list[str] | None:
+        """The tools one rollout may list and call over MCP, or None (the default) for all of them.
+
+        ``seed_body`` is the row the rollout was seeded with (a typed seed's ``task_data``). The answer is
+        signed into the rollout's MCP token, so it holds for every later call of that rollout."""
+        return None
+
     def session_id(self, request: Request | None = None) -> str:
         """The id of the request's session (also at ``request.session["session_id"]``)."""
         return self._request_session(request).id
@@ -231,6 +248,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     # ---- internals ---------------------------------------------------------------------------------
 
     _sessions: SessionManager | None = None  # set by setup_webserver (a plain class attribute, not a field)
+    _mcp: MCPExposure | None = None  # set by ngym.mcp_exposure.install when expose_tools_over_mcp is on
 
     def _make_session_manager(self) -> SessionManager:
         secret, given = resolve_secret(secret_value(self.config.session_secret))
@@ -328,6 +346,11 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         request.scope["session"]["session_id"] = session.id
         result = await self.seed_session(request, body)
         await sessions.store.create(session.id, session.record)
+        if self._mcp is not None:
+            answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
+            row = json.loads(raw) if raw.strip() else {}
+            answer.setdefault(MCP_SEED_KEY, self._mcp.seed_metadata(session.id, row if isinstance(row, dict) else {}))
+            return answer
         if isinstance(result, BaseModel):
             return Response(result.model_dump_json(), media_type="application/json")
         return result if result is not None else {}
@@ -347,6 +370,9 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
                         raise HTTPException(409, f"resources session {session_id!r} is seeded for another episode")
                     session.id, session.record = session_id, existing
                     request.scope["session"]["session_id"] = session_id
+                    if self._mcp is not None:
+                        tools = self._mcp.seed_metadata(session_id, body.task_data)
+                        return {"resources_session_id": session_id, "resources_tools": tools}
                     return {"resources_session_id": session_id}
                 try:
                     await sessions.ensure_capacity()
@@ -361,9 +387,15 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             raise HTTPException(409, str(exc)) from None
         # NeMo Gym 0.7.0's ResourcesSeedSessionResponse forbids other keys, so a row seed's own answer fields
         # are not copied here; a seed_session that answers the typed model itself is passed through.
-        if isinstance(result, ResourcesSeedSessionResponse):
-            return result.model_dump(mode="json", exclude_none=True) | {"resources_session_id": session_id}
-        return {"resources_session_id": session_id}
+        answer = (
+            result.model_dump(mode="json", exclude_none=True)
+            if isinstance(result, ResourcesSeedSessionResponse)
+            else {}
+        )
+        answer["resources_session_id"] = session_id
+        if self._mcp is not None and "resources_tools" not in answer:
+            answer["resources_tools"] = self._mcp.seed_metadata(session_id, body.task_data)
+        return answer
 
     async def _close_session_route(self, request: Request) -> Any:
         data = await self._read_json(request)
@@ -401,8 +433,15 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
         @functools.wraps(verify)
         async def endpoint(*args: Any, **kwargs: Any) -> Any:
+            emitted: dict[str, str] = {}
+            if self._mcp is not None:
+                kwargs, emitted = self._bare_tool_names(kwargs)
             try:
                 result = await verify(*args, **kwargs)
+                if emitted and isinstance(result, BaseVerifyRequest):
+                    # Score with bare names, echo what the model emitted (the rollout's record stays true).
+                    for call in result.response.function_calls():
+                        call.name = emitted.get(call.call_id, call.name)
                 if type(result) is declared:
                     # Exactly the declared response model, already validated: what FastAPI would send (its
                     # response_model pass dumps, re-validates and serialises it: ~50 us per rollout), in one step.
@@ -418,6 +457,26 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             return result
 
         return endpoint
+
+    def _bare_tool_names(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        """Verify arguments with MCP-namespaced tool names (``mcp__<server>__<tool>``) made bare, and the
+        names as emitted by call id (empty when there was nothing to change)."""
+        from ngym.mcp_exposure import normalize_tool_name
+
+        assert self._mcp is not None
+        server_name = self._mcp.server_name
+        for key, value in kwargs.items():
+            if not isinstance(value, BaseVerifyRequest):
+                continue
+            calls = value.response.function_calls()
+            if not any(call.name != normalize_tool_name(call.name, server_name) for call in calls):
+                return kwargs, {}
+            emitted = {call.call_id: call.name for call in calls}
+            copy = value.model_copy(deep=True)
+            for call in copy.response.function_calls():
+                call.name = normalize_tool_name(call.name, server_name)
+            return {**kwargs, key: copy}, emitted
+        return kwargs, {}
 
     async def _liveness(self) -> dict[str, str]:
         return {"status": "ok"}

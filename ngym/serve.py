@@ -147,6 +147,10 @@ def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> Fas
 
         get_plugin_manager().hook.ngym_extend_app(app=app, server=server)
     put_tool_routes_first(app)
+    if server.config.expose_tools_over_mcp:  # after the plugins: their tool routes are exposed too
+        from ngym.mcp_exposure import install
+
+        install(server, app)
     return app
 
 
