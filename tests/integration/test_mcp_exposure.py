@@ -43,11 +43,14 @@ def seed(url: str, row: dict[str, Any]) -> tuple[dict[str, Any], str]:
 async def mcp_session_call(url: str, headers: dict[str, str], *calls: tuple[str, dict[str, Any]]) -> list[Any]:
     """Open an MCP session with the SDK's client; list the tools, then make the calls."""
     http = httpx.AsyncClient(headers=headers, timeout=30)
-    async with http, streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, _):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            listed = await session.list_tools()
-            results = [await session.call_tool(name, args) for name, args in calls]
+    async with (
+        http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        listed = await session.list_tools()
+        results = [await session.call_tool(name, args) for name, args in calls]
     return [listed, *results]
 
 
