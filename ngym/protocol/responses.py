@@ -22,12 +22,20 @@ class _Item(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class _TrainingTokens(_Item):
-    """Token ids and log-probs a training-time model server attaches: all three or none."""
+def _absent(value: Any) -> bool:
+    return value is None
 
-    prompt_token_ids: list[int] | None = None
-    generation_token_ids: list[int] | None = None
-    generation_log_probs: list[float] | None = None
+
+class _TrainingTokens(_Item):
+    """Token ids and log-probs a training-time model server attaches: all three or none.
+
+    Absent ones are left out when the item is written back (the verify echo): NeMo Gym's training variants
+    declare them as lists, so an explicit ``null`` would fail its validation of every echoed item.
+    """
+
+    prompt_token_ids: list[int] | None = Field(default=None, exclude_if=_absent)
+    generation_token_ids: list[int] | None = Field(default=None, exclude_if=_absent)
+    generation_log_probs: list[float] | None = Field(default=None, exclude_if=_absent)
 
     @model_validator(mode="after")
     def _all_or_none(self) -> _TrainingTokens:
