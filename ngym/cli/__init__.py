@@ -15,7 +15,7 @@ COMMANDS: dict[str, str] = {
     "run": "ngym.cli.run:run",
     "rollout": "ngym.cli.rollout:rollout",
     "replay-model": "ngym.cli.replay_model:replay_model",
-    "containerize": "ngym.containerize.cli:containerize",
+    "containerize": "ngym.cli.containerize:containerize",
     "profile": "ngym.cli.profile:profile",
     "list": "ngym.cli.list:list_command",
     "plugins": "ngym.cli.plugins:plugins",
@@ -45,7 +45,7 @@ class LazyGroup(click.Group):
 def _plugin_commands() -> dict[str, click.Command]:
     """Commands contributed by plugins (filled by the plugin registry; empty when none)."""
     try:
-        from ngym.plugins.commands import plugin_commands
+        from ngym.cli.plugin_commands import plugin_commands
     except ImportError:
         return {}
     return plugin_commands()

@@ -25,8 +25,8 @@ import httpx
 
 from ngym.errors import ConfigError
 from ngym.examples import read_jsonl
-from ngym.launch import is_url, serve_environment
-from ngym.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from ngym.child_server import is_url, serve_environment
+from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_rollout
 from ngym.rollout.errors import RolloutError
 
@@ -163,7 +163,7 @@ def _model_server(options: RolloutOptions, rows: list[dict[str, Any]]) -> Iterat
             )
         yield options.model_url
         return
-    from ngym.rollout.launch import serve_app_in_thread
+    from ngym.rollout.thread_server import serve_app_in_thread
     from ngym.rollout.replay_model import create_replay_app, example_rollouts_of
     from ngym.rollout.replay_model import read_rows as read_replay_rows
 

@@ -25,7 +25,7 @@ from ngym.errors import ConfigError, PluginError
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from ngym.resources import SimpleResourcesServer
+    from ngym.server.resources import SimpleResourcesServer
 
 SPEC_ENV = "NGYM_SERVE_SPEC"
 log = logging.getLogger("ngym.serve")
@@ -62,7 +62,7 @@ def _module_name_for_file(path: Path) -> tuple[str, Path]:
 
 def load_server_class(target: str) -> type[SimpleResourcesServer]:
     """Import the resources-server class a target names; a file's module must define exactly one."""
-    from ngym.resources import SimpleResourcesServer
+    from ngym.server.resources import SimpleResourcesServer
 
     class_name: str | None = None
     if target.endswith(".py") or (":" in target and target.split(":")[0].endswith(".py")):
@@ -128,7 +128,7 @@ def build_server(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None
     if config.domain is None and declared is None:
         valid = ", ".join(d.value for d in Domain)
         raise ConfigError(f"{spec.name}: no domain: set 'domain:' in its config or on {cls.__name__} (one of {valid})")
-    from ngym.plugins.rules import validate_server_class
+    from ngym.server.rules import validate_server_class
 
     # The registration rules again (a real async verify, ...): the class may have changed since it was
     # registered, and ``ngym run`` of a broken class should say why, not serve 500s.
@@ -235,7 +235,7 @@ def _graceful_server(config: Any) -> Any:
 def share_secret_between_workers(spec: ServeSpec, workers: int) -> None:
     """The workers of one ``ngym run`` must accept each other's cookies: with no configured secret, make one
     for all of them (through the environment the workers inherit). Replicas must still be given one."""
-    from ngym.sessions.cookies import SESSION_SECRET_ENV
+    from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 
     if workers <= 1 or spec.fields.get("session_secret") or os.environ.get(SESSION_SECRET_ENV):
         return
@@ -266,7 +266,7 @@ def serve_one(spec: ServeSpec, workers: int = 1, access_log: bool = False) -> No
     if workers > 1:
         os.environ[SPEC_ENV] = spec.to_json()
         config = uvicorn.Config(
-            "ngym.serve:app_from_env", factory=True, workers=workers, log_level="warning", access_log=access_log
+            "ngym.server.host:app_from_env", factory=True, workers=workers, log_level="warning", access_log=access_log
         )
         from uvicorn.supervisors import Multiprocess
 
@@ -283,7 +283,7 @@ def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = Fals
     """Serve several specs, one child process each; stop them all on SIGINT/SIGTERM or when one dies."""
     children: list[subprocess.Popen[bytes]] = []
     for spec in specs:
-        cmd = [sys.executable, "-m", "ngym.serve", spec.to_json(), str(workers), "1" if access_log else "0"]
+        cmd = [sys.executable, "-m", "ngym.server.host", spec.to_json(), str(workers), "1" if access_log else "0"]
         children.append(subprocess.Popen(cmd))
 
     def stop(_signum: int, _frame: Any) -> None:
@@ -309,7 +309,7 @@ def run_server_class(cls: type[SimpleResourcesServer], overrides: dict[str, Any]
     """``MyServer.run_webserver()``: config from ``key=value`` / ``+config_paths=[...]`` arguments."""
     from ngym.cli.errors import run_guarded
     from ngym.config import apply_overrides, instances_from_files, split_overrides
-    from ngym.resources import default_instance_name
+    from ngym.server.resources import default_instance_name
 
     def main() -> None:
         paths, dotted = split_overrides(sys.argv[1:])

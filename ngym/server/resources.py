@@ -26,9 +26,9 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError
 
 from ngym.domain import Domain
 from ngym.errors import JudgeError
-from ngym.metrics import aggregate_metrics as compute_aggregate_metrics
-from ngym.middleware import NgymMiddleware
-from ngym.protocol.bodies import (
+from ngym.server.metrics import aggregate_metrics as compute_aggregate_metrics
+from ngym.server.middleware import NgymMiddleware
+from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
     AggregateMetrics,
@@ -40,9 +40,9 @@ from ngym.protocol.bodies import (
     ResourcesCloseSessionRequest,
     ResourcesSeedSessionRequest,
 )
-from ngym.server import BaseServer, BaseServerConfig, SimpleServer, secret_value
-from ngym.sessions.cookies import CookieSigner, resolve_secret
-from ngym.sessions.manager import (
+from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
+from ngym.server.sessions.cookies import CookieSigner, resolve_secret
+from ngym.server.sessions.manager import (
     SCOPE_KEY,
     RequestSession,
     SessionConflict,
@@ -50,7 +50,7 @@ from ngym.sessions.manager import (
     current_request_session,
     new_session_id,
 )
-from ngym.sessions.store import SessionLimitReached, SessionRecord, SessionStore
+from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
 
 log = logging.getLogger("ngym.server")
 
@@ -215,7 +215,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         return SessionManager(store, CookieSigner(secret, self.config.session_cookie_name), hook)
 
     def _make_store(self) -> SessionStore:
-        from ngym.sessions.factory import create_session_store
+        from ngym.server.sessions.factory import create_session_store
 
         url = self.config.session_store or os.environ.get(SESSION_STORE_ENV) or "memory"
         return create_session_store(url, server=self)
@@ -392,7 +392,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         return {"status": "ok"}
 
     async def _health(self) -> dict[str, Any]:
-        from ngym.plugins.info import distribution_of
+        from ngym.server.provenance import distribution_of
 
         dist = distribution_of(type(self))
         domain = self.resolved_domain()

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from ngym.errors import ConfigError
-from ngym.sessions.store import MemorySessionStore, SessionStore
+from ngym.server.sessions.store import MemorySessionStore, SessionStore
 
 if TYPE_CHECKING:
-    from ngym.resources import SimpleResourcesServer
+    from ngym.server.resources import SimpleResourcesServer
 
 
 def create_session_store(url: str, server: SimpleResourcesServer) -> SessionStore:

@@ -62,7 +62,7 @@ class SimpleServer(BaseServer):
         Config comes from ``key=value`` arguments on the command line (``port=9000``, ``+config_paths=[a.yaml]``)
         and keyword overrides; see ``ngym run --help``.
         """
-        from ngym.serve import run_server_class
+        from ngym.server.host import run_server_class
 
         run_server_class(cls, overrides)
 
