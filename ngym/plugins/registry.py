@@ -319,11 +319,8 @@ def get_registry() -> Registry:
 def reset_registry() -> None:
     """Forget the process-wide registry and plugin manager (after installing or uninstalling a plugin)."""
     global _registry
-    from ngym.cli.plugin_commands import plugin_commands
-
     _registry = None
-    get_plugin_manager.cache_clear()
-    plugin_commands.cache_clear()
+    get_plugin_manager.cache_clear()  # plugin commands are computed per manager: a new one recomputes them
 
 
 __all__ = [

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ngym.errors import ConfigError
 from ngym.child_server import fetch_health
+from ngym.errors import ConfigError
 
 
 @dataclass

@@ -1,29 +1,33 @@
-"""Which installed distribution provides a server class (for ``/health``).
+"""Which installed distribution provides a server class (for ``/health``), from package metadata alone.
 
-Read from the registry's entry-point metadata, which sees every install, editable flat-layout ones
-included (``importlib.metadata.packages_distributions`` misses those: their top-level package is mapped
-by a setuptools finder, not listed in the distribution's files).
+Looked up in the entry points that name it (``ngym.resources_servers``, or an ``ngym`` hook plugin of the
+same top-level package: a hook-registered environment), which see every install, editable flat-layout ones
+included (``importlib.metadata.packages_distributions`` misses those: their top-level package is mapped by
+a setuptools finder, not listed in the distribution's files), then in ``packages_distributions``.
 """
 
 from __future__ import annotations
 
+import functools
 from importlib import metadata
 
+#: Entry-point groups whose values name a class's module: environments, then hook plugins.
+_GROUPS = ("ngym.resources_servers", "ngym")
 
+
+@functools.cache
 def distribution_of(cls: type) -> tuple[str, str] | None:
-    """(name, version) of the distribution that registered ``cls`` (or whose top-level package holds it)."""
-    from ngym.plugins.registry import get_registry
-
+    """(name, version) of the distribution that provides ``cls`` (or whose top-level package holds it)."""
     target = f"{cls.__module__}:{cls.__qualname__}"
     top = cls.__module__.split(".")[0]
-    entries = list(get_registry().all_entries())
+    entry_points = [ep for group in _GROUPS for ep in metadata.entry_points(group=group)]
     for matches in (
-        lambda e: e.target == target,
-        lambda e: e.module.split(".")[0] == top,
+        lambda value: value == target,
+        lambda value: value.partition(":")[0].strip().split(".")[0] == top,
     ):
-        for entry in entries:
-            if matches(entry) and entry.distribution:
-                return entry.distribution, entry.version or ""
+        for ep in entry_points:
+            if matches(ep.value.strip()) and ep.dist is not None:
+                return ep.dist.metadata["Name"], ep.dist.version
     dists = metadata.packages_distributions().get(top)
     if dists:
         dist = metadata.distribution(dists[0])

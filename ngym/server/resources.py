@@ -9,53 +9,37 @@ handling. An author writes tools, ``seed_session`` and ``verify``, and keeps per
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
-import json
 import logging
 import os
 import re
-import typing
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field, SecretStr
 
 from ngym.domain import Domain
-from ngym.errors import JudgeError
+from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
 from ngym.server.metrics import aggregate_metrics as compute_aggregate_metrics
 from ngym.server.middleware import NgymMiddleware
 from ngym.server.protocol.bodies import (
-    FAILURE_CLASS_KEY,
-    FAILURE_JUDGE_ERROR_KEY,
     AggregateMetrics,
     AggregateMetricsRequest,
     BaseSeedSessionRequest,
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
-    ResourcesCloseSessionRequest,
-    ResourcesSeedSessionRequest,
 )
-from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
+from ngym.server.routes import add_standard_routes
 from ngym.server.sessions.cookies import CookieSigner, resolve_secret
-from ngym.server.sessions.manager import (
-    SCOPE_KEY,
-    RequestSession,
-    SessionConflict,
-    SessionManager,
-    current_request_session,
-    new_session_id,
-)
-from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
+from ngym.server.sessions.factory import create_session_store
+from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, SessionManager, current_request_session
+from ngym.server.sessions.store import SessionStore
 
 log = logging.getLogger("ngym.server")
 
 SESSION_STORE_ENV = "NGYM_SESSION_STORE"
-_TYPED_SEED_KEYS = frozenset(ResourcesSeedSessionRequest.model_fields)
 
 
 class BaseResourcesServerConfig(BaseServerConfig):
@@ -163,21 +147,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         app = FastAPI(title=name, description=self.describe(), lifespan=self._lifespan)
         self._sessions = self._make_session_manager()
         app.add_middleware(NgymMiddleware, sessions=self._sessions)
-        seed_model = self._seed_body_model()
-        app.post(
-            "/seed_session",
-            openapi_extra={
-                "requestBody": {"content": {"application/json": {"schema": seed_model.model_json_schema()}}}
-            },
-            summary="Start a rollout's session (dataset row, or NeMo Gym 0.7's typed body)",
-        )(self._seed_session_route)
-        app.post("/verify", summary="Score a finished rollout")(self._verify_endpoint())
-        app.post("/close_session", summary="Free a rollout's session")(self._close_session_route)
-        app.post("/aggregate_metrics", summary="Statistics of verify responses")(self.aggregate_metrics)
-        for path in ("/", "/healthz", "/livez", "/readyz"):
-            app.get(path, include_in_schema=path == "/")(self._liveness)
-        app.get("/health", summary="Readiness: name, domain, version, live sessions")(self._health)
-        app.get("/reverify_mode")(self._reverify_mode)
+        add_standard_routes(app, self)
         return app
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
@@ -215,8 +185,6 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         return SessionManager(store, CookieSigner(secret, self.config.session_cookie_name), hook)
 
     def _make_store(self) -> SessionStore:
-        from ngym.server.sessions.factory import create_session_store
-
         url = self.config.session_store or os.environ.get(SESSION_STORE_ENV) or "memory"
         return create_session_store(url, server=self)
 
@@ -239,185 +207,6 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         if session is None:
             raise RuntimeError("no ngym session bound: is NgymMiddleware installed (call super().setup_webserver())?")
         return session
-
-    @classmethod
-    @functools.cache
-    def _seed_body_model(cls) -> type[BaseModel]:
-        hints = typing.get_type_hints(cls.seed_session)
-        annotation = hints.get("body", BaseSeedSessionRequest)
-        # NeMo Gym's own examples annotate `RowModel | ResourcesSeedSessionRequest`: take the row model.
-        for candidate in typing.get_args(annotation) or (annotation,):
-            is_model = isinstance(candidate, type) and issubclass(candidate, BaseModel)
-            if is_model and candidate is not ResourcesSeedSessionRequest:
-                return candidate
-        return BaseSeedSessionRequest
-
-    async def _read_json(self, request: Request) -> Any:
-        raw = await request.body()
-        if not raw.strip():
-            return {}
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
-
-    def _validate(self, model: type[BaseModel], data: Any) -> BaseModel:
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            raise RequestValidationError(exc.errors(include_url=False)) from None
-
-    def _validate_json(self, model: type[BaseModel], raw: bytes) -> BaseModel:
-        """Validate straight from bytes (pydantic's own JSON parser: no intermediate dict)."""
-        try:
-            return model.model_validate_json(raw or b"{}")
-        except ValidationError as exc:
-            errors = exc.errors(include_url=False)
-            if errors and errors[0]["type"] == "json_invalid":
-                raise HTTPException(400, f"request body is not valid JSON: {errors[0]['msg']}") from None
-            raise RequestValidationError(errors) from None
-
-    async def _seed_session_route(self, request: Request) -> Any:
-        raw = await request.body()
-        session = self._request_session(request)
-        sessions = self._sessions
-        assert sessions is not None
-        if b'"resources_session_id"' in raw:  # maybe NeMo Gym 0.7's typed body: look at its keys
-            data = await self._read_json(request)
-            if isinstance(data, dict) and data.keys() == _TYPED_SEED_KEYS:
-                return await self._typed_seed(request, session, self._validate(ResourcesSeedSessionRequest, data))
-        body = self._validate_json(self._seed_body_model(), raw.strip())
-        if session.record is not None:  # a new seed on a live cookie restarts that rollout
-            await sessions.close(session.id)
-        try:
-            await sessions.ensure_capacity()
-        except SessionLimitReached as exc:
-            return _busy(exc)
-        session.id, session.record, session.is_new = new_session_id(), SessionRecord(), True
-        request.scope["session"]["session_id"] = session.id
-        result = await self.seed_session(request, body)
-        await sessions.store.create(session.id, session.record)
-        if isinstance(result, BaseModel):
-            return Response(result.model_dump_json(), media_type="application/json")
-        return result if result is not None else {}
-
-    async def _typed_seed(self, request: Request, session: RequestSession, body: ResourcesSeedSessionRequest) -> Any:
-        sessions = self._sessions
-        assert sessions is not None
-        session_id = body.resources_session_id
-        meta = {"episode_id": body.episode_id.model_dump(), "task_id": body.task_id.model_dump()}
-        if await sessions.store.closed_meta(session_id) is not None:
-            raise HTTPException(409, f"resources session {session_id!r} was closed; it cannot be seeded again")
-        try:
-            with sessions.seeding(session_id):
-                existing = await sessions.store.load(session_id)
-                if existing is not None:
-                    if existing.meta.get("episode_id") != meta["episode_id"]:
-                        raise HTTPException(409, f"resources session {session_id!r} is seeded for another episode")
-                    session.id, session.record = session_id, existing
-                    request.scope["session"]["session_id"] = session_id
-                    return {"resources_session_id": session_id}
-                try:
-                    await sessions.ensure_capacity()
-                except SessionLimitReached as exc:
-                    return _busy(exc)
-                row = self._validate(self._seed_body_model(), body.task_data)
-                session.id, session.record, session.is_new = session_id, SessionRecord(meta=meta), True
-                request.scope["session"]["session_id"] = session_id
-                result = await self.seed_session(request, row)
-                await sessions.store.create(session_id, session.record)
-        except SessionConflict as exc:
-            raise HTTPException(409, str(exc)) from None
-        extra = result.model_dump() if isinstance(result, BaseModel) else dict(result or {})
-        return {**extra, "resources_session_id": session_id}
-
-    async def _close_session_route(self, request: Request) -> Any:
-        data = await self._read_json(request)
-        sessions = self._sessions
-        assert sessions is not None
-        if isinstance(data, dict) and "resources_session_id" in data:
-            body = self._validate(ResourcesCloseSessionRequest, data)
-            session_id, episode = body.resources_session_id, body.episode_id.model_dump()
-            closed = await sessions.store.closed_meta(session_id)
-            if closed is not None:
-                if closed.get("episode_id") != episode:
-                    raise HTTPException(409, f"resources session {session_id!r} was closed for another episode")
-                return {"resources_session_id": session_id}
-            live = await sessions.store.load(session_id)
-            if live is not None and live.meta.get("episode_id") != episode:
-                raise HTTPException(409, f"resources session {session_id!r} belongs to another episode")
-            # Remember the close first, so a seed racing with it cannot resurrect the session.
-            await sessions.store.mark_closed(session_id, {"episode_id": episode})
-            await sessions.close(session_id)
-            return {"resources_session_id": session_id}
-        session = self._request_session(request)
-        closed_now = await sessions.close(session.id)
-        session.record = None
-        return {"session_id": session.id, "closed": closed_now}
-
-    def _verify_endpoint(self) -> Callable[..., Any]:
-        """``self.verify`` wrapped: judge failures become reward 0.0; the session closes once verify answered."""
-        verify = self.verify
-        try:
-            declared = typing.get_type_hints(type(self).verify).get("return")
-        except Exception:  # an annotation that does not resolve at run time: FastAPI serialises as usual
-            declared = None
-        if not (isinstance(declared, type) and issubclass(declared, BaseModel)):
-            declared = None
-
-        @functools.wraps(verify)
-        async def endpoint(*args: Any, **kwargs: Any) -> Any:
-            try:
-                result = await verify(*args, **kwargs)
-                if type(result) is declared:
-                    # Exactly the declared response model, already validated: what FastAPI would send (its
-                    # response_model pass dumps, re-validates and serialises it: ~50 us per rollout), in one step.
-                    result = Response(result.model_dump_json(by_alias=True), media_type="application/json")
-            except JudgeError as exc:
-                body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)
-                log.warning("judge failed in verify: %s", exc)
-                echoed = body.model_dump(mode="json") if body is not None else {}
-                result = JSONResponse(
-                    {**echoed, "reward": 0.0, FAILURE_CLASS_KEY: exc.failure_class, FAILURE_JUDGE_ERROR_KEY: str(exc)}
-                )
-            # Only a verify that answered frees the session: after a crash (HTTP 500) the caller may retry it.
-            session = current_request_session.get()
-            if session is not None and self.config.close_session_after_verify and session.record is not None:
-                session.close_requested = True
-            return result
-
-        return endpoint
-
-    async def _liveness(self) -> dict[str, str]:
-        return {"status": "ok"}
-
-    async def _health(self) -> dict[str, Any]:
-        from ngym.server.provenance import distribution_of
-
-        dist = distribution_of(type(self))
-        domain = self.resolved_domain()
-        assert self._sessions is not None
-        return {
-            "status": "ok",
-            "name": self.config.name or type(self).__name__,
-            "server_class": f"{type(self).__module__}:{type(self).__qualname__}",
-            "domain": domain.value if domain else None,
-            "plugin": dist[0] if dist else None,
-            "version": dist[1] if dist else None,
-            "live_sessions": await self._sessions.store.count(),
-            "session_store": type(self._sessions.store).__name__,
-        }
-
-    async def _reverify_mode(self) -> str:
-        return self.reverify_mode
-
-
-def _busy(exc: SessionLimitReached) -> JSONResponse:
-    return JSONResponse(
-        {"detail": f"server is at its session limit ({exc}); retry later or close finished sessions"},
-        status_code=503,
-        headers={"Retry-After": "1"},
-    )
 
 
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")

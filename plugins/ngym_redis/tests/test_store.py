@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from ngym import BaseResourcesServerConfig, BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
 from ngym.errors import ConfigError, SessionStoreError
-from ngym.server.host import ServeSpec, build_server
+from ngym.server.app import ServeSpec, build_server
 from ngym.server.sessions.store import SessionLimitReached, SessionRecord
 
 
