@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ngym.launch import LOOPBACK, free_port, serve_environment, stop_process, wait_healthy
+from ngym.child_server import LOOPBACK, free_port, serve_environment, stop_process, wait_healthy
 from ngym.plugins.discovery import environment_entries
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from ngym.protocol import ResourcesSeedSessionResponse
-from ngym.rollout.launch import serve_app_in_thread
+from ngym.rollout.thread_server import serve_app_in_thread
+from ngym.server.protocol import ResourcesSeedSessionResponse
 from ngym.testing import app_for, app_for_class, make_response
 from resources_servers.example_session_state_mgmt.app import StatefulCounterResourcesServer
 

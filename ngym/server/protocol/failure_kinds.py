@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 
-log = logging.getLogger("ngym.protocol")
+log = logging.getLogger("ngym.server.protocol")
 
 # transport: reaching another process at all
 TRANSPORT_UNREACHABLE = "transport_unreachable"
@@ -91,5 +91,7 @@ def check_failure_kind(name: str | None) -> str | None:
         return name
     if name not in _warned:
         _warned.add(name)
-        log.warning("unregistered failure_kind %r: use one of ngym.protocol.failure_kinds or '<server>:<kind>'", name)
+        log.warning(
+            "unregistered failure_kind %r: use one of ngym.server.protocol.failure_kinds or '<server>:<kind>'", name
+        )
     return name

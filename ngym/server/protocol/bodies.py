@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
-from ngym.protocol.failure_kinds import check_failure_kind
-from ngym.protocol.responses import Response, ResponseCreateParams
+from ngym.server.protocol.failure_kinds import check_failure_kind
+from ngym.server.protocol.responses import Response, ResponseCreateParams
 
 TASK_INDEX_KEY = "_ng_task_index"
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"
@@ -46,7 +46,7 @@ class BaseVerifyResponse(BaseVerifyRequest):
     )
     failure_kind: str | None = Field(
         default=None,
-        description="What kind of failure this was: a name from ngym.protocol.failure_kinds (NeMo Gym's shared "
+        description="What kind of failure this was: a name from ngym.server.protocol.failure_kinds (NeMo Gym's shared "
         "vocabulary) or '<server>:<kind>'. Low cardinality, safe to group by.",
     )
     failure_reason: str | None = Field(default=None, description="Human-readable detail of the failure.")

@@ -37,10 +37,10 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from ngym.errors import ConfigError
-from ngym.protocol.bodies import MCPServerMetadata
+from ngym.server.protocol.bodies import MCPServerMetadata
 
 if TYPE_CHECKING:
-    from ngym.resources import SimpleResourcesServer
+    from ngym.server.resources import SimpleResourcesServer
 
 MCP_PATH = "/mcp"
 TOKEN_HEADER = "X-NeMo-Gym-Session-Token"  # NeMo Gym's header name: its agents read it from the seed metadata

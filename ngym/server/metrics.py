@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from ngym.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, AggregateMetrics
+from ngym.server.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, AggregateMetrics
 
 _INDEX_KEYS = {TASK_INDEX_KEY, ROLLOUT_INDEX_KEY}
 
