@@ -127,6 +127,12 @@ def server_client(name: str, url: str, observability: bool) -> ServerClient:
     )
 
 
+def unique_rollout_id(stem: str) -> str:
+    # Ends in a letter: "-a<digits>" at the end is EpisodeId's reserved attempt suffix, and a bare hex
+    # suffix would hit it now and then ("-a3526449").
+    return f"{stem}-{uuid.uuid4().hex[:8]}x"
+
+
 def function_calls(response: dict[str, Any]) -> list[dict[str, Any]]:
     return [item for item in response.get("output", []) if item.get("type") == "function_call"]
 
@@ -142,7 +148,7 @@ async def run_rollout(env: dict[str, Any], index: int, line: dict[str, Any], flo
     client = server_client(name, url, observability=prefixed)
     row = {k: v for k, v in line.items() if k not in RECORDED_KEYS}
     recorded = NeMoGymResponse.model_validate(line["response"])  # the recording is a valid NeMo Gym response
-    rollout_id = f"conf-{name.replace('_', '-')}-{index}-{flow}-{uuid.uuid4().hex[:8]}"
+    rollout_id = unique_rollout_id(f"conf-{name.replace('_', '-')}-{index}-{flow}")
     with rollout_context(rollout_id if prefixed else None):
         run_request = SimpleAgentRunRequest.model_validate({**row, "_ng_task_index": index, "_ng_rollout_index": 0})
         if flow == "agent":  # the Simple Agent's /run: seed with the run body, cookies from its answer
@@ -219,7 +225,7 @@ async def check_environment(env: dict[str, Any]) -> list[dict[str, Any]]:
     async def session_contract() -> str:
         seed = ResourcesSeedSessionRequest(
             resources_session_id=f"contract-{uuid.uuid4().hex}",
-            episode_id=EpisodeId(rollout_id=f"contract-{uuid.uuid4().hex[:12]}"),
+            episode_id=EpisodeId(rollout_id=unique_rollout_id("contract")),
             task_id=TaskId(taskset=f"{env['name']}:example", task_id="0"),
             task_data=first_row,
         )
