@@ -37,6 +37,10 @@ from ngym import (
     ResourcesSeedSessionRequest,
 )
 
+# ngym's own body helpers (400 on bad JSON, 422 with field errors), so both answer alike.
+from ngym.server.routes import _read_json as read_json_body
+from ngym.server.routes import _validate as validated
+
 __all__ = [
     "AggregateMetrics",
     "AggregateMetricsRequest",
@@ -174,9 +178,9 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     def _typed_seed_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
         async def seed_session(request: Request) -> Any:
-            data = await self._read_json(request)  # cached by Starlette: the original endpoint reads it again
+            data = await read_json_body(request)  # cached by Starlette: the original endpoint reads it again
             if isinstance(data, dict) and data.keys() == set(ResourcesSeedSessionRequest.model_fields):
-                body = self._validate(ResourcesSeedSessionRequest, data)
+                body = validated(ResourcesSeedSessionRequest, data)
                 return await _call(self.seed_session, request, body)
             return await original(request)
 
@@ -184,11 +188,9 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     def _typed_close_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
         async def close_session(request: Request) -> Any:
-            data = await self._read_json(request)  # cached by Starlette: the original endpoint reads it again
+            data = await read_json_body(request)  # cached by Starlette: the original endpoint reads it again
             if isinstance(data, dict) and "resources_session_id" in data:
-                return await _call(
-                    self.close_resources_session, request, self._validate(ResourcesCloseSessionRequest, data)
-                )
+                return await _call(self.close_resources_session, request, validated(ResourcesCloseSessionRequest, data))
             return await original(request)
 
         return close_session

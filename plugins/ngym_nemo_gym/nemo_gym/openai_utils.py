@@ -37,7 +37,7 @@ from openai.types.responses.response_usage import ResponseUsage
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 from nemo_gym.server_utils import get_response_json, raise_for_status
-from ngym.protocol.responses import ResponseCreateParams
+from ngym.server.protocol.responses import ResponseCreateParams
 
 __all__ = [
     "RATE_LIMIT_ERROR_CODES",

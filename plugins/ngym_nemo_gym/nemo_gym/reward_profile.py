@@ -2,7 +2,6 @@
 
 from typing import Any
 
-from ngym.metrics import aggregate_metrics
 from ngym.reward_profile import *  # noqa: F403 - the helpers, under NeMo Gym's module name
 from ngym.reward_profile import (
     PassMajorityStat,
@@ -11,6 +10,7 @@ from ngym.reward_profile import (
     compute_subset_metrics,
     highest_k_metrics,
 )
+from ngym.server.metrics import aggregate_metrics
 
 __all__ = [
     "PassMajorityStat",
