@@ -28,6 +28,7 @@ import ngym
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.reward_profile import AggregateMetricsMixin
 from nemo_gym.server_utils import SimpleServer, close_client_session
 from ngym import (
     BaseSeedSessionRequest,
@@ -145,7 +146,7 @@ class _YieldsToField:
         instance.__dict__[self.name] = value
 
 
-class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResourcesServer):
+class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleServer, ngym.SimpleResourcesServer):
     """NeMo Gym's ``SimpleResourcesServer`` on ngym: write ``verify``, optionally ``seed_session``, and tools."""
 
     config: BaseResourcesServerConfig
@@ -208,10 +209,6 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     async def on_shutdown(self) -> None:
         await close_client_session()  # the HTTP session ServerClient calls went through, if any
-
-    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
-        """NeMo Gym's default headline metrics: every ``mean/*`` entry of the agent metrics."""
-        return {name: value for name, value in agent_metrics.items() if name.startswith("mean/")}
 
     async def get_reverify_mode(self) -> ReverifyMode:
         return type(self).config_class().REVERIFY_MODE  # type: ignore[attr-defined,no-any-return]
