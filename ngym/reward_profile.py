@@ -240,7 +240,7 @@ def compute_subset_metrics(
     score_fn: Any | None = None,
     answer_key: str | None = None,
 ) -> dict[str, Any]:
-    """``compute_pass_majority_metrics`` per subset of tasks, keyed ``"<subset>/<metric>"`` (e.g. ``easy/pass@1/accuracy``).
+    """``compute_pass_majority_metrics`` per subset of tasks, keyed ``"<subset>/<metric>"`` (``easy/pass@1/accuracy``).
 
     A task's subset is the first non-empty ``subset_key`` among its rollouts (a rollout that never ran may lack
     the field); tasks without one are left out. ``per_sample_aggregate`` is not repeated per subset.

@@ -35,7 +35,7 @@ def install(
     elif as_name or replace:
         raise click.UsageError("--as and --replace apply to NeMo Gym environments (nemo-gym:NAME or a folder)")
     if not nemo:
-        from ngym.plugins.install import pip_install_args, run_pip
+        from ngym.installer import pip_install_args, run_pip
 
         code = run_pip(pip_install_args(packages, editable=editable, upgrade=upgrade))
         if code:
@@ -61,8 +61,8 @@ def uninstall(packages: tuple[str, ...], yes: bool) -> None:
 
     A NeMo Gym environment installed by ngym is the distribution ngym-nemo-<name> (nemo-gym:<name> works too).
     """
+    from ngym.installer import pip_uninstall_args, run_pip
     from ngym.nemo.folder import distribution_name
-    from ngym.plugins.install import pip_uninstall_args, run_pip
 
     names = [distribution_name(p.partition(":")[2]) if p.startswith("nemo-gym:") else p for p in packages]
     code = run_pip(pip_uninstall_args(names, yes=yes))

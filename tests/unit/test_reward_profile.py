@@ -13,53 +13,44 @@ import pytest
 
 from ngym import reward_profile
 
-# Score functions both sides know by name (a callable cannot cross the process boundary).
-SCORE_FNS: dict[str, Any] = {
-    "default": None,
-    "two_scores": lambda r: {"accuracy": r["reward"], "judge": r["judge_correct"]},
-    "continuous": lambda r: {"quality": r["quality"]},
-}
+# One runner, run by both sides: here on ngym.reward_profile, in NeMo Gym's venv on its own module (a callable
+# cannot cross the process boundary, so score functions are named).
+RUNNER = """
+import json
 
-NEMO_SIDE = """
-import json, sys
-from nemo_gym import reward_profile as rp
 SCORE_FNS = {
     "default": None,
     "two_scores": lambda r: {"accuracy": r["reward"], "judge": r["judge_correct"]},
     "continuous": lambda r: {"quality": r["quality"]},
 }
-out = []
-for case in json.load(sys.stdin):
-    fn, kwargs = case["fn"], dict(case["kwargs"])
-    if "score_fn" in kwargs:
-        kwargs["score_fn"] = SCORE_FNS[kwargs["score_fn"]]
-    if fn == "add_avg_sample_std_dev":
-        metrics, table, names, max_k = rp.compute_pass_majority_metrics(**kwargs)
-        rp.add_avg_sample_std_dev(metrics, table, names, max_k)
-        out.append(metrics)
-    elif fn == "compute_pass_majority_metrics":
-        out.append(list(rp.compute_pass_majority_metrics(**kwargs)))
-    else:
-        out.append(getattr(rp, fn)(**kwargs))
-print(json.dumps(out))
-"""
 
 
-def _ngym_side(cases: list[dict[str, Any]]) -> list[Any]:
-    out: list[Any] = []
+def run(rp, cases):
+    out = []
     for case in cases:
         fn, kwargs = case["fn"], dict(case["kwargs"])
         if "score_fn" in kwargs:
             kwargs["score_fn"] = SCORE_FNS[kwargs["score_fn"]]
         if fn == "add_avg_sample_std_dev":
-            metrics, table, names, max_k = reward_profile.compute_pass_majority_metrics(**kwargs)
-            reward_profile.add_avg_sample_std_dev(metrics, table, names, max_k)
+            metrics, table, names, max_k = rp.compute_pass_majority_metrics(**kwargs)
+            rp.add_avg_sample_std_dev(metrics, table, names, max_k)
             out.append(metrics)
         elif fn == "compute_pass_majority_metrics":
-            out.append(list(reward_profile.compute_pass_majority_metrics(**kwargs)))
+            out.append(list(rp.compute_pass_majority_metrics(**kwargs)))
         else:
-            out.append(getattr(reward_profile, fn)(**kwargs))
+            out.append(getattr(rp, fn)(**kwargs))
     return json.loads(json.dumps(out))
+"""
+NEMO_SIDE = (
+    RUNNER
+    + "import sys\nfrom nemo_gym import reward_profile\nprint(json.dumps(run(reward_profile, json.load(sys.stdin))))\n"
+)
+
+
+def _ngym_side(cases: list[dict[str, Any]]) -> list[Any]:
+    namespace: dict[str, Any] = {}
+    exec(RUNNER, namespace)  # noqa: S102 - the runner above, so both sides run the very same code
+    return namespace["run"](reward_profile, cases)
 
 
 def _tasks(rng: random.Random, n_tasks: int, max_rollouts: int, *, ragged: bool) -> list[list[dict[str, Any]]]:

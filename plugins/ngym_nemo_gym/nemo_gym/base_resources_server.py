@@ -28,6 +28,7 @@ import ngym
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.reward_profile import AggregateMetricsMixin
 from nemo_gym.server_utils import SimpleServer, close_client_session
 from ngym import (
     BaseSeedSessionRequest,
@@ -36,6 +37,10 @@ from ngym import (
     ResourcesCloseSessionResponse,
     ResourcesSeedSessionRequest,
 )
+
+# ngym's own body helpers (400 on bad JSON, 422 with field errors), so both answer alike.
+from ngym.server.routes import _read_json as read_json_body
+from ngym.server.routes import _validate as validated
 
 __all__ = [
     "AggregateMetrics",
@@ -141,7 +146,7 @@ class _YieldsToField:
         instance.__dict__[self.name] = value
 
 
-class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResourcesServer):
+class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleServer, ngym.SimpleResourcesServer):
     """NeMo Gym's ``SimpleResourcesServer`` on ngym: write ``verify``, optionally ``seed_session``, and tools."""
 
     config: BaseResourcesServerConfig
@@ -174,9 +179,9 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     def _typed_seed_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
         async def seed_session(request: Request) -> Any:
-            data = await self._read_json(request)  # cached by Starlette: the original endpoint reads it again
+            data = await read_json_body(request)  # cached by Starlette: the original endpoint reads it again
             if isinstance(data, dict) and data.keys() == set(ResourcesSeedSessionRequest.model_fields):
-                body = self._validate(ResourcesSeedSessionRequest, data)
+                body = validated(ResourcesSeedSessionRequest, data)
                 return await _call(self.seed_session, request, body)
             return await original(request)
 
@@ -184,11 +189,9 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     def _typed_close_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
         async def close_session(request: Request) -> Any:
-            data = await self._read_json(request)  # cached by Starlette: the original endpoint reads it again
+            data = await read_json_body(request)  # cached by Starlette: the original endpoint reads it again
             if isinstance(data, dict) and "resources_session_id" in data:
-                return await _call(
-                    self.close_resources_session, request, self._validate(ResourcesCloseSessionRequest, data)
-                )
+                return await _call(self.close_resources_session, request, validated(ResourcesCloseSessionRequest, data))
             return await original(request)
 
         return close_session
@@ -206,10 +209,6 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer, ngym.SimpleResour
 
     async def on_shutdown(self) -> None:
         await close_client_session()  # the HTTP session ServerClient calls went through, if any
-
-    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
-        """NeMo Gym's default headline metrics: every ``mean/*`` entry of the agent metrics."""
-        return {name: value for name, value in agent_metrics.items() if name.startswith("mean/")}
 
     async def get_reverify_mode(self) -> ReverifyMode:
         return type(self).config_class().REVERIFY_MODE  # type: ignore[attr-defined,no-any-return]

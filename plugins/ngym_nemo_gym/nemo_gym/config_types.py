@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import ngym
 from ngym import Domain
-from ngym.protocol.bodies import AggregateMetrics, AggregateMetricsRequest
+from ngym.server.protocol.bodies import AggregateMetrics, AggregateMetricsRequest
 
 __all__ = [
     "AgentServerRef",

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from nemo_gym.server_utils import ServerClient, get_response_json, raise_for_status
 from ngym.errors import JudgeError as _NgymJudgeError
-from ngym.resources import judge_failure_body
+from ngym.server.routes import judge_failure_body
 
 __all__ = ["JudgeError", "call_judge", "judge_failsafe", "reraise_judge_errors"]
 

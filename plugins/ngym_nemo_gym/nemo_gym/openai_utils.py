@@ -12,6 +12,7 @@ message may appear inside a response's ``output``, as local agents put the promp
 
 from __future__ import annotations
 
+import asyncio
 import typing
 from typing import Annotated, Any, Literal, TypeAlias
 
@@ -36,12 +37,13 @@ from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import ResponseUsage
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
-from nemo_gym.server_utils import get_response_json, raise_for_status
-from ngym.protocol.responses import ResponseCreateParams
+from nemo_gym.server_utils import get_response_json, raise_for_status, request
+from ngym.server.protocol.responses import ResponseCreateParams
 
 __all__ = [
     "RATE_LIMIT_ERROR_CODES",
     "RETRY_ERROR_CODES",
+    "NeMoGymAsyncOpenAI",
     "NeMoGymChatCompletion",
     "NeMoGymChatCompletionCreateParamsNonStreaming",
     "NeMoGymChatCompletionMessage",
@@ -398,3 +400,45 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
     output_config: dict[str, Any] | None = None
+
+
+# ---- a minimal OpenAI-compatible client -------------------------------------------------------------
+
+
+class NeMoGymAsyncOpenAI(BaseModel):
+    """POSTs to an OpenAI-compatible endpoint (``base_url`` ending in ``/v1``) through the shared HTTP session.
+
+    Retryable statuses (:data:`RETRY_ERROR_CODES`) are retried up to ``max_http_attempts`` times; the last answer
+    is checked with ``raise_for_status``. Each ``create_*`` returns the decoded JSON body.
+    """
+
+    base_url: str
+    api_key: str = ""
+    default_headers: dict[str, str] = Field(default_factory=dict)
+    max_http_attempts: int = 3
+
+    async def _post(self, path: str, method: str = "POST", **body: Any) -> Any:
+        headers = {**self.default_headers, "Authorization": f"Bearer {self.api_key}"}
+        url = f"{self.base_url.rstrip('/')}/{path}"
+        for attempt in range(1, self.max_http_attempts + 1):
+            response = await request(method, url, headers=headers, json=body or None)
+            if response.status not in RETRY_ERROR_CODES or attempt == self.max_http_attempts:
+                break
+            await asyncio.sleep(0.5 * attempt)
+        await raise_for_status(response)
+        return await get_response_json(response)
+
+    async def create_models(self) -> Any:
+        return await self._post("models", method="GET")
+
+    async def create_chat_completion(self, **kwargs: Any) -> Any:
+        return await self._post("chat/completions", **kwargs)
+
+    async def create_completion(self, **kwargs: Any) -> Any:
+        return await self._post("completions", **kwargs)
+
+    async def create_response(self, **kwargs: Any) -> Any:
+        return await self._post("responses", **kwargs)
+
+    async def create_tokenize(self, **kwargs: Any) -> Any:
+        return await self._post("tokenize", **kwargs)

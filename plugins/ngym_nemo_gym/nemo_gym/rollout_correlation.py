@@ -8,7 +8,7 @@ from contextvars import ContextVar
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ngym.middleware import strip_rollout_prefix
+from ngym.server.middleware import strip_rollout_prefix
 
 __all__ = ["RolloutContextMiddleware", "current_rollout_id", "rollout_context"]
 

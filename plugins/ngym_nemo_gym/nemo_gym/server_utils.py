@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import ngym
 from nemo_gym.global_config import get_first_server_config_dict
 from ngym.errors import JudgeError
-from ngym.middleware import NgymMiddleware
+from ngym.server.middleware import NgymMiddleware
 
 __all__ = [
     "MAX_NUM_TRIES",

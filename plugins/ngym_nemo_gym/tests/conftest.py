@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from ngym_nemo_gym.envtests import referenced_environments
 
-from ngym.rollout.launch import serve_app_in_thread
+from ngym.rollout.thread_server import serve_app_in_thread
 
 WHEEL_DIR = Path.home() / ".cache" / "ngym" / "nemo-wheel"
 WHEEL_NAME = "nemo_gym-0.7.0-py3-none-any.whl"

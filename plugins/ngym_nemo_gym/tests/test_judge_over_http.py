@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nemo_gym.server_utils import close_client_session
 from ngym_nemo_gym.servers import set_server_urls
 
 from ngym.rollout.replay_model import create_replay_app
@@ -106,3 +107,18 @@ async def test_a_judge_answering_an_http_error_is_a_masked_zero(judge_env: Any, 
     body = answer.json()
     assert (body["reward"], body["mask_sample"], body["failure_kind"]) == (0.0, True, "judge_failed")
     assert body["failure_reason"].startswith("ClientResponseError: 400")
+
+
+async def test_nemo_async_openai_client_talks_to_an_openai_compatible_server() -> None:
+    from aiohttp import ClientResponseError
+    from nemo_gym.openai_utils import NeMoGymAsyncOpenAI
+
+    with serve_on_socket(create_replay_app()) as url:
+        client = NeMoGymAsyncOpenAI(base_url=f"{url}/v1", api_key="test-key")
+        prompt = "<answer_a>Paris</answer_a> <answer_b>paris</answer_b>"
+        completion = await client.create_chat_completion(messages=[{"role": "user", "content": prompt}])
+        assert "[[A=B]]" in completion["choices"][0]["message"]["content"]
+        with pytest.raises(ClientResponseError) as failed:  # the replay model answers other prompts with 400
+            await client.create_chat_completion(messages=[{"role": "user", "content": "hello"}])
+        await close_client_session()
+    assert failed.value.status == 400
