@@ -20,6 +20,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from ngym.errors import NgymError
 from ngym.nemo.wheel import resources_server_fields
 
+#: The module the generated entry point names. NeMo Gym runs an entrypoint as a script with its folder on
+#: ``PYTHONPATH``, so environments import their own modules as top-level ones (``from utils import ...``); this
+#: generated module (``ngym.nemo.package.SHIM_TEXT``) puts the folder first on ``sys.path``, then imports the server.
+ENTRY_SHIM = "_ngym_entry"
 #: The compat distribution every installed NeMo Gym environment requires instead of ``nemo-gym``.
 COMPAT_DISTRIBUTION = "ngym-nemo-gym"
 #: ``nemo-gym[dev]`` is how NeMo environments ask for their test tools; these are the ones tests use.
@@ -60,11 +64,9 @@ class NemoEnvironment:
     @property
     def entry_point(self) -> str | None:
         """What the generated entry point names: the shim module that first makes the folder importable
-        (``ngym.nemo.package.ENTRY_SHIM``), then the server class."""
+        (``ENTRY_SHIM``), then the server class."""
         if self.server_class is None:
             return None
-        from ngym.nemo.package import ENTRY_SHIM
-
         return f"resources_servers.{self.name}.{ENTRY_SHIM}:{self.server_class}"
 
     @property
