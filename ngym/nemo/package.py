@@ -38,6 +38,8 @@ from pathlib import Path
 _FOLDER = str(Path(__file__).resolve().parent)
 if _FOLDER not in sys.path:
     sys.path.insert(0, _FOLDER)
+#: the serving process runs from here, as NeMo Gym's does: configs name files relative to the folder
+NGYM_WORKING_DIRECTORY = _FOLDER
 
 from resources_servers.{name}.{module} import {cls}  # noqa: E402
 

@@ -151,7 +151,10 @@ def put_tool_routes_first(app: FastAPI) -> None:
     def rank(route: Any) -> int:
         if "POST" not in (getattr(route, "methods", None) or ()):
             return 2
-        return 1 if getattr(route, "path", None) in standard else 0
+        path = getattr(route, "path", None) or ""
+        # a route with a path parameter (`POST /{name}`: a catch-all tool router) stays behind the standard
+        # routes it would otherwise swallow
+        return 1 if path in standard or "{" in path else 0
 
     app.router.routes.sort(key=rank)  # stable: keeps each group's own order
 

@@ -104,6 +104,8 @@ def serve_one(
     spec: ServeSpec, workers: int = 1, access_log: bool = False, cls: type[SimpleResourcesServer] | None = None
 ) -> None:
     """Serve one spec in this process (uvicorn workers when ``workers`` > 1) until SIGINT/SIGTERM."""
+    cls = cls or load_server_class(spec.target)
+    enter_working_directory(spec.target)
     server = build_server(spec, cls)
     app = build_app(server, app_plugins=spec.app_plugins)
     check_workers(server, workers)
@@ -125,6 +127,20 @@ def serve_one(
         return
     config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on")
     _graceful_server(config).run(sockets=[sock])
+
+
+#: A target module may name the directory its server runs in (the serving process changes into it first).
+#: ``ngym install``'s shim for a NeMo Gym environment sets it to the environment's folder: NeMo Gym starts each
+#: server from inside its folder, and their configs name files relative to it (``prompt_templates/x.txt``).
+WORKING_DIRECTORY_ATTRIBUTE = "NGYM_WORKING_DIRECTORY"
+
+
+def enter_working_directory(target: str) -> None:
+    """Change into the directory the target's module asks for, if any (this serving process only)."""
+    module = sys.modules.get(target.partition(":")[0])
+    directory = getattr(module, WORKING_DIRECTORY_ATTRIBUTE, None)
+    if directory:
+        os.chdir(directory)
 
 
 def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = False) -> int:
