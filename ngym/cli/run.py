@@ -139,12 +139,13 @@ def run(
     """
     import logging
 
-    from ngym.nemo.model_urls import export_model_urls
+    from ngym.nemo.model_urls import export_model_instances, export_model_urls
     from ngym.server.host import serve_many, serve_one
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    export_model_urls(model_urls)  # before any server starts: worker processes inherit it
-    specs = build_specs(targets, host, port, refresh=refresh)
+    urls = export_model_urls(model_urls)  # before any server starts: worker processes inherit it
+    specs = build_specs(targets, host, port, refresh=refresh)  # exports the YAML configs it was given
+    export_model_instances(urls)
     if len(specs) == 1:
         serve_one(specs[0], workers=workers, access_log=access_log)
     else:

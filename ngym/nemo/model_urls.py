@@ -61,6 +61,23 @@ def export_model_urls(values: Iterable[str], environ: MutableMapping[str, str] |
     return mapping
 
 
+def export_model_instances(mapping: dict[str, str], environ: MutableMapping[str, str] | None = None) -> None:
+    """Name each ``--model-url`` server in ``NGYM_NEMO_GLOBAL_CONFIG`` too, in NeMo Gym's shape
+    (``NAME: {responses_api_models: {openai_model: {host, port, openai_base_url}}}``), unless the configs
+    already define it: environments look their judge up there (``get_first_server_config_dict``) before calling."""
+    environ = os.environ if environ is None else environ
+    tree = json.loads(environ.get(GLOBAL_CONFIG_ENV) or "{}")
+    for name, url in mapping.items():
+        if name in tree:
+            continue
+        parsed = urlparse(url)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        fields = {"host": parsed.hostname, "port": port, "openai_base_url": url}
+        tree[name] = {"responses_api_models": {"openai_model": fields}}
+    if tree:
+        environ[GLOBAL_CONFIG_ENV] = json.dumps(tree, default=str)
+
+
 def export_global_config(config_files: Iterable[Path], environ: MutableMapping[str, str] | None = None) -> None:
     """Put the merged YAML trees of ``config_files`` in ``NGYM_NEMO_GLOBAL_CONFIG`` (nothing when none given)."""
     from ngym.config import load_yaml_files

@@ -19,7 +19,13 @@ from ngym.nemo import wheel as nemo_wheel
 from ngym.nemo.envtest import locate, run_tests
 from ngym.nemo.folder import COMPAT_DISTRIBUTION, NemoEnvironmentError, distribution_name, read_environment
 from ngym.nemo.install import NameClashError, install_nemo_environment, is_nemo_source
-from ngym.nemo.model_urls import MODEL_URLS_ENV, export_global_config, export_model_urls, parse_model_urls
+from ngym.nemo.model_urls import (
+    MODEL_URLS_ENV,
+    export_global_config,
+    export_model_instances,
+    export_model_urls,
+    parse_model_urls,
+)
 from ngym.nemo.package import build_project, render_pyproject
 
 APP = """
@@ -211,12 +217,18 @@ def test_model_urls_parse_merge_and_reject_bad_values() -> None:
         export_model_urls([], {MODEL_URLS_ENV: "{"})
 
 
-def test_global_config_carries_the_yaml_trees(tmp_path: Path) -> None:
+def test_global_config_carries_the_yaml_trees_and_the_model_urls(tmp_path: Path) -> None:
     config = make_env(tmp_path) / "configs" / "my_env.yaml"
     environ: dict[str, str] = {}
     export_global_config([config], environ)
+    export_model_instances({"judge": "http://127.0.0.1:9000/v1", "my_env": "http://elsewhere:1"}, environ)
     tree = json.loads(environ["NGYM_NEMO_GLOBAL_CONFIG"])
     assert tree["my_env"]["resources_servers"]["my_env"]["judge_model_server"]["name"] == "judge"
+    assert tree["judge"] == {
+        "responses_api_models": {
+            "openai_model": {"host": "127.0.0.1", "port": 9000, "openai_base_url": "http://127.0.0.1:9000/v1"}
+        }
+    }
 
 
 TEST_FILE = """
