@@ -134,17 +134,20 @@ def resources_server_fields(text: bytes | str) -> dict[str, Any] | None:
     return None
 
 
-#: An environment's files name the companion folders they read relative to NeMo Gym's root this way
-#: (``benchmarks/<name>/``: judge configs, prompts, reference data).
-COMPANION_REFERENCE = re.compile(r"\bbenchmarks/([A-Za-z_][A-Za-z0-9_]*)")
+#: An environment's files name the companion folders they read or import from NeMo Gym's root this way:
+#: ``benchmarks/<x>`` (judge configs, prompts, reference data; ``benchmarks.<x>`` when imported) and
+#: ``responses_api_agents.<x>`` (an agent's module a simulator-style environment imports).
+COMPANION_REFERENCE = re.compile(r"\b(benchmarks(?=[./])|responses_api_agents(?=\.))[./]([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def referenced_companions(folder: Path) -> set[str]:
-    """``benchmarks/<x>`` folders the environment's code or configs mention, as ``"benchmarks/<x>"``."""
+    """Companion folders the environment's code or configs mention, as ``"benchmarks/<x>"`` and
+    ``"responses_api_agents/<x>"``."""
     found: set[str] = set()
     for path in folder.rglob("*"):
         if path.suffix in (".py", ".yaml", ".yml") and "__pycache__" not in path.parts:
-            found.update(f"benchmarks/{m}" for m in COMPANION_REFERENCE.findall(path.read_text(errors="replace")))
+            text = path.read_text(errors="replace")
+            found.update(f"{top}/{name}" for top, name in COMPANION_REFERENCE.findall(text))
     return found
 
 
