@@ -37,7 +37,7 @@ CI_ENVIRONMENTS: dict[str, str] = {
     "mcqa": "multiple choice, metrics hooks and reward_profile helpers; a sibling of gpqa_diamond",
     "gpqa_diamond": "imports a sibling environment's server (mcqa) and subclasses it",
     "simpleqa": "judge-graded QA with metrics hooks; a sibling others import (abstention)",
-    "xstest": "safety: over-refusal classification",
+    "aegis_v4_safety": "safety judge (scripted, over HTTP) whose config file lives in benchmarks/aegis_v4_safety",
     "physics_judge": "LLM judge configured in YAML (ModelServerRef); subclasses a sibling (math_with_judge)",
     "string_match": "pure-Python string comparison with its own fastapi requirement",
     "equivalence_rule": "rule-based equivalence importing hotpotqa_qa's helpers",
