@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,13 +119,19 @@ def build_ngym_base(venv: Path) -> None:
 _CHILDREN: set[subprocess.Popen] = set()
 
 
+_STOPPING: list[bool] = []
+
+
 def spawn(args: list[str], **kwargs: Any) -> subprocess.Popen:
+    if _STOPPING:  # interrupted: the worker threads finish without starting anything new
+        raise RuntimeError("interrupted")
     process = subprocess.Popen(args, **kwargs)
     _CHILDREN.add(process)
     return process
 
 
 def _stop_children(signum: int, frame: Any) -> None:
+    _STOPPING.append(True)
     for process in list(_CHILDREN):
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -180,7 +186,7 @@ def run(args: list[str], log: Path, timeout: int, **kwargs: Any) -> subprocess.C
 def last_error(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not PIP_NOISE.match(ln)]
     for line in reversed(lines):
-        if line.startswith(("ERROR", "E   ")) or "Error" in line.split(":")[0]:
+        if line.startswith(("ERROR", "E   ")) or ("Error" in line.split(":")[0] and not line.startswith("note")):
             return line[:300]
     return (lines[-1] if lines else "")[:300]
 
@@ -264,7 +270,7 @@ REASONS: list[tuple[str, re.Pattern[str]]] = [
             re.I,
         ),
     ),
-    ("compat gap", re.compile(r"No module named 'nemo_gym|nemo_gym\.\w+.*(AttributeError|ImportError)|ngym", re.I)),
+    ("compat gap", re.compile(r"No module named 'nemo_gym|nemo_gym\.\w+.*(AttributeError|ImportError)", re.I)),
     ("missing package", re.compile(r"ModuleNotFoundError|No matching distribution|ImportError", re.I)),
     ("file outside the wheel", re.compile(r"FileNotFoundError", re.I)),
 ]
@@ -616,6 +622,8 @@ def measure(
                 outcome = measure_side(item, bases[side])
             except Exception as exc:  # one environment's surprise must not stop the other 144
                 outcome = {"status": "error", "reason": f"harness error: {exc!r}"[:300]}
+            if _STOPPING:  # interrupted mid-way: what it measured is not a result
+                return f"{item.name}: interrupted"
             result[side] = {
                 **outcome,
                 "key": keys[side],
@@ -637,6 +645,10 @@ def reclassify(results_dir: Path) -> None:
             log = WORK / "logs" / result["name"] / f"{side}.test.log"
             if outcome.get("status") == "fail" and log.is_file():
                 outcome["reason"] = failure_reason(log, side)
+            install_log = WORK / "logs" / result["name"] / f"{side}.install.log"
+            if outcome.get("status") == "install failed" and install_log.is_file():
+                text = install_log.read_text(errors="replace")
+                outcome["reason"] = f"{classify(text, side)}: {last_error(text)}"
         path.write_text(json.dumps(result, indent=1))
 
 
@@ -698,9 +710,11 @@ def main(argv: list[str] | None = None) -> int:
             bases["ngym"] = base_venv("ngym-base", build_ngym_base, f"ngym editable from {REPO}, deps {declared}")
         print(f"measuring {len(envs)} environment(s), {args.jobs} at a time, work folder {WORK}", flush=True)
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(measure, e, sides, keys, args.force, bases, args.stale) for e in envs]
-            for future in as_completed(futures):
-                print(future.result(), flush=True)
+            pending = {pool.submit(measure, e, sides, keys, args.force, bases, args.stale) for e in envs}
+            while pending:  # wake every second: a SIGTERM handler only runs when this thread runs Python
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in done:
+                    print(future.result(), flush=True)
     if args.reclassify:
         reclassify(WORK / "results")
     if not args.no_table:

@@ -222,8 +222,16 @@ def _pip(args: list[str], *, verbose: bool) -> None:
         result = subprocess.run([*command[:4], "--quiet", *command[4:]], capture_output=True, text=True)
         code, output = result.returncode, result.stderr + result.stdout
     if code:
-        lines = [ln for ln in output.strip().splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
-        reason = next((ln.strip() for ln in reversed(lines) if ln.lstrip().startswith("ERROR")), None) or (
-            lines[-1].strip() if lines else f"exit code {code}"
-        )
-        raise PipFailed(f"pip {args[0]} failed: {reason} (run with -v for pip's output)")
+        raise PipFailed(f"pip {args[0]} failed: {pip_failure_line(output, code)} (run with -v for pip's output)")
+
+
+def pip_failure_line(output: str, code: int) -> str:
+    """The line of pip's output that says why it failed: its ``ERROR:``, else the ``×`` headline of a failed
+    build (``git clone ... did not run successfully``), else its last line; never the generic ``note:``."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
+    for wanted in (lambda ln: ln.startswith("ERROR:"), lambda ln: ln.startswith("×")):
+        found = [ln for ln in lines if wanted(ln)]
+        if found:
+            return found[0]
+    useful = [ln for ln in lines if not ln.startswith(("note:", "hint:"))]
+    return useful[-1] if useful else f"exit code {code}"

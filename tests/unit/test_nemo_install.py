@@ -309,3 +309,16 @@ def test_nemo_configs_with_includes_variables_and_environment_servers_load(tmp_p
     )
     fields = environment_config_fields(config)
     assert fields["domain"] == "math" and fields["judge_model_server"]["name"] == "judge"
+
+
+def test_a_failed_pip_says_why_in_one_line() -> None:
+    from ngym.nemo.install import pip_failure_line
+
+    build = (
+        "  × git clone https://github.com/x/y.git did not run successfully.\n  │ exit code: 128\nnote: This error ..."
+    )
+    assert pip_failure_line(build, 1).startswith("× git clone https://github.com/x/y.git")
+    assert pip_failure_line("WARNING: Location x\nERROR: No matching distribution found for z\n", 1) == (
+        "ERROR: No matching distribution found for z"
+    )
+    assert pip_failure_line("note: generic\n", 2) == "exit code 2"
