@@ -32,11 +32,13 @@ def replay_agreement(result: dict[str, Any]) -> tuple[str, bool | None]:
     if not ours:
         return f"ngym: {ngym.get('reason') or 'not replayed'}", None
     theirs, against = nemo.get("rewards") or [], "NeMo"
-    if not theirs or all(r is None for r in theirs):
+    if not theirs:  # NeMo's side did not replay: the rewards its run recorded
         theirs, against = result.get("recorded") or [], "recorded"
     pairs = [(a, b) for a, b in zip(ours, theirs, strict=False)]
-    agree = sum(1 for a, b in pairs if a is not None and b is not None and abs(a - b) < 1e-6)
-    text = f"{agree}/{len(pairs)} vs {against}"
+    # a row both sides reject (a 4xx: the recorded row does not fit 0.7.0's own request model) agrees too
+    agree = sum(1 for a, b in pairs if (a is None and b is None) or (None not in (a, b) and abs(a - b) < 1e-6))
+    rejected = sum(1 for a, b in pairs if a is None and b is None)
+    text = f"{agree}/{len(pairs)} vs {against}" + (f" ({rejected} rejected by both)" if rejected else "")
     if result.get("model_refs"):
         text += " (scripted judge)"
     return text, agree == len(pairs) and bool(pairs)
