@@ -296,7 +296,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         session.id, session.record, session.is_new = new_session_id(), SessionRecord(), True
         request.scope["session"]["session_id"] = session.id
         result = await self.seed_session(request, body)
-        await sessions.store.create(session.id, session.record)
+        await sessions.admit(session.id, session.record)  # refused (503): the seed's state is freed
         if isinstance(result, BaseModel):
             return Response(result.model_dump_json(), media_type="application/json")
         return result if result is not None else {}
@@ -325,7 +325,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
                 session.id, session.record, session.is_new = session_id, SessionRecord(meta=meta), True
                 request.scope["session"]["session_id"] = session_id
                 result = await self.seed_session(request, row)
-                await sessions.store.create(session_id, session.record)
+                await sessions.admit(session_id, session.record)
         except SessionConflict as exc:
             raise HTTPException(409, str(exc)) from None
         extra = result.model_dump() if isinstance(result, BaseModel) else dict(result or {})
