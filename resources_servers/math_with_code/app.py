@@ -25,7 +25,7 @@ from ngym import (
 
 from .answer import find_answer
 from .checker import AnswerChecker
-from .sandbox import PoolExhausted, SandboxError, SandboxLimits, SandboxSession, WorkerPool
+from .sandbox import PoolExhausted, SandboxError, SandboxLimits, SandboxSession, WeakSandboxError, WorkerPool
 from .sandbox.pool import DEFAULT_PRELOAD, DEFAULT_UID_BASE
 
 
@@ -60,6 +60,11 @@ class MathWithCodeConfig(BaseResourcesServerConfig):
     start_worker_at_seed: bool = Field(True, description="Fork the worker at /seed_session (else at first call).")
     verify_timeout_s: float = Field(5.0, gt=0, description="Time limit of one answer comparison.")
     verify_processes: int = Field(2, ge=1, description="Answer checker processes.")
+    allow_weak_sandbox: bool = Field(
+        False,
+        description="Serve even when the machine does not allow the sandbox's uid, namespaces and private /proc "
+        "(not root, a container without the documented capabilities): for trusted code only.",
+    )
 
     def sandbox_limits(self) -> SandboxLimits:
         return SandboxLimits(
@@ -74,6 +79,18 @@ class MathWithCodeConfig(BaseResourcesServerConfig):
             allow_network=self.allow_network,
             kill_background_processes=self.kill_background_processes,
         )
+
+
+def weak_sandbox_message(missing: list[str]) -> str:
+    """Why the server refuses to run untrusted code here, what to change, and the explicit opt-out."""
+    return (
+        "math_with_code refuses to run untrusted code: this machine does not give its Python workers "
+        + "; ".join(missing)
+        + ". Run the server as root, or start its container as docs/math_with_code.md says (docker run --cap-drop "
+        "ALL --cap-add SETUID --cap-add SETGID --cap-add SYS_ADMIN --cap-add KILL --cap-add CHOWN --cap-add "
+        "DAC_OVERRIDE --cap-add FOWNER ...; ngym containerize math_with_code --run does it). To run trusted code "
+        "with rlimits and time limits only, set allow_weak_sandbox: true (or the override allow_weak_sandbox=true)."
+    )
 
 
 class ExecutePythonRequest(BaseModel):
@@ -139,6 +156,11 @@ class MathWithCodeResourcesServer(SimpleResourcesServer):
             preload=c.preload_modules,
         )
         await self._pool.start()
+        missing = self._pool.missing_isolation()
+        if missing and not c.allow_weak_sandbox:
+            await self._pool.shutdown()
+            self._pool = None
+            raise WeakSandboxError(weak_sandbox_message(missing))
         self._checker = AnswerChecker(processes=c.verify_processes, timeout_s=c.verify_timeout_s)
         await self._checker.start()
 
