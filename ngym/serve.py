@@ -283,8 +283,10 @@ def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = Fals
     """Serve several specs, one child process each; stop them all on SIGINT/SIGTERM or when one dies."""
     children: list[subprocess.Popen[bytes]] = []
     for spec in specs:
-        cmd = [sys.executable, "-m", "ngym.serve", spec.to_json(), str(workers), "1" if access_log else "0"]
-        children.append(subprocess.Popen(cmd))
+        # The spec (which may hold session_secret) goes through the environment, never the command line: any
+        # process on the host can read every command line in /proc.
+        cmd = [sys.executable, "-m", "ngym.serve", str(workers), "1" if access_log else "0"]
+        children.append(subprocess.Popen(cmd, env={**os.environ, SPEC_ENV: spec.to_json()}))
 
     def stop(_signum: int, _frame: Any) -> None:
         for child in children:
@@ -338,4 +340,4 @@ if __name__ == "__main__":  # a child of serve_many
     from ngym.cli.errors import run_guarded
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    run_guarded(lambda: serve_one(ServeSpec.from_json(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"))
+    run_guarded(lambda: serve_one(ServeSpec.from_json(os.environ.pop(SPEC_ENV)), int(sys.argv[1]), sys.argv[2] == "1"))
