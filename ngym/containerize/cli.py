@@ -125,4 +125,5 @@ def containerize(
         else:
             click.echo(f"served at {result.run['url']} (container removed)")
     else:
-        click.echo(f"run it: docker run --rm -p 8000:8000 -e NGYM_SESSION_SECRET=... {result.tag}")
+        flags = "".join(f"{arg} " for arg in result.docker_run_args)
+        click.echo(f"run it: docker run --rm -p 8000:8000 {flags}-e NGYM_SESSION_SECRET=... {result.tag}")

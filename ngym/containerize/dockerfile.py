@@ -109,7 +109,7 @@ def render_dockerfile(spec: ImageSpec) -> str:
             spec.user,
         ),
         f"COPY --from=deps {VENV} {VENV}",
-        f"USER {spec.uid}:{spec.uid}",
+        f"USER {spec.run_options.user or f'{spec.uid}:{spec.uid}'}",
         f"WORKDIR /home/{spec.user}",
         f"EXPOSE {spec.port}",
         f"HEALTHCHECK {HEALTHCHECK_OPTIONS} CMD {_exec(*healthcheck_command(spec))}",

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from ngym.containerize.spec import CONTAINER_PORT, LOCAL_BASE_IMAGE
+from ngym.containerize.spec import CONTAINER_PORT, LOCAL_BASE_IMAGE, RunOptions
 from ngym.errors import ConfigError
 
 SECRET_ENV = "NGYM_SESSION_SECRET"
@@ -47,6 +47,7 @@ class DeploySpec:
     max_replicas: int = 10  #: the HPA's ceiling (``deploy_spec`` raises it for more than 5 replicas)
     cpu_target: int = 70  #: the HPA's average CPU utilisation target (%)
     port: int = CONTAINER_PORT
+    run_options: RunOptions = RunOptions()  #: user and capabilities the environment's container needs
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.max_replicas < self.replicas:
@@ -208,6 +209,11 @@ def compose_document(spec: DeploySpec) -> dict[str, Any]:
         },
         "restart": "unless-stopped",
     }
+    options = spec.run_options
+    env_service.update({"user": options.user} if options.user else {})
+    for key in ("cap_drop", "cap_add", "security_opt"):
+        if getattr(options, key):
+            env_service[key] = list(getattr(options, key))
     services: dict[str, Any] = {}
     if not spec.affinity:
         services["redis"] = {
@@ -241,6 +247,11 @@ def compose_document(spec: DeploySpec) -> dict[str, Any]:
         },
         "restart": "unless-stopped",
     }
+    options = spec.run_options
+    env_service.update({"user": options.user} if options.user else {})
+    for key in ("cap_drop", "cap_add", "security_opt"):
+        if getattr(options, key):
+            env_service[key] = list(getattr(options, key))
     return {"services": services}
 
 
@@ -281,6 +292,20 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
+def _k8s_security_context(options: RunOptions) -> dict[str, Any]:
+    """Non-root, no privilege escalation; or, for an environment that declares it, root with exactly the
+    capabilities it names (math_with_code's sandbox), still without privilege escalation."""
+    if not options.user:
+        return {"runAsNonRoot": True, "allowPrivilegeEscalation": False}
+    context: dict[str, Any] = {"allowPrivilegeEscalation": False}
+    if options.user == "root":
+        context.update(runAsNonRoot=False, runAsUser=0)
+    caps = {k: list(v) for k, v in (("drop", options.cap_drop), ("add", options.cap_add)) if v}
+    if caps:
+        context["capabilities"] = caps
+    return context
+
+
 def k8s_documents(spec: DeploySpec) -> dict[str, list[dict[str, Any]]]:
     """The Kubernetes objects, by file name (``render_k8s`` dumps them)."""
     labels = _labels(spec, "env")
@@ -298,7 +323,7 @@ def k8s_documents(spec: DeploySpec) -> dict[str, list[dict[str, Any]]]:
         "livenessProbe": _probe("/livez", 10, 3),
         "startupProbe": _probe("/livez", 2, 30),
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
+        "securityContext": _k8s_security_context(spec.run_options),
     }
     deployment = {
         "apiVersion": "apps/v1",
@@ -505,7 +530,9 @@ def env_needs_affinity(env_name: str) -> bool:
     return needs_affinity(load_server_class(find_environment(env_name).target))
 
 
-def deploy_spec(env_name: str, image: str, *, replicas: int, base_image: str) -> DeploySpec:
+def deploy_spec(
+    env_name: str, image: str, *, replicas: int, base_image: str, run_options: RunOptions = RunOptions()
+) -> DeploySpec:
     """The ``DeploySpec`` of an installed environment's image; the HPA may grow to twice ``replicas`` (at least 10)."""
     return DeploySpec(
         env_name=env_name,
@@ -514,6 +541,7 @@ def deploy_spec(env_name: str, image: str, *, replicas: int, base_image: str) ->
         affinity=env_needs_affinity(env_name),
         base_image=base_image,
         max_replicas=max(DeploySpec.max_replicas, 2 * replicas),
+        run_options=run_options,
     )
 
 

@@ -71,6 +71,8 @@ class ContainerizeResult:
     run: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     manifests: list[str] = field(default_factory=list)
+    #: ``docker run`` flags the environment needs (its declared run options), e.g. ``--cap-add SYS_ADMIN``
+    docker_run_args: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,6 +92,7 @@ def image_spec(plugin: PluginSource, wheelhouse: Wheelhouse, base_image: str, ng
         code_wheels=wheelhouse.code_wheels,
         installer_wheel=wheelhouse.installer_wheel,
         description=plugin.description,
+        run_options=plugin.run_options,
     )
 
 
@@ -120,7 +123,9 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
     if options.compose or options.k8s:
         from ngym.containerize.manifests import deploy_spec, session_store_source
 
-        deploy = deploy_spec(plugin.name, tag, replicas=options.replicas, base_image=options.base_image)
+        deploy = deploy_spec(
+            plugin.name, tag, replicas=options.replicas, base_image=options.base_image, run_options=plugin.run_options
+        )
         if not deploy.affinity:  # the replicas share sessions through Redis: the image needs the store plugin
             sources.append(session_store_source())
 
@@ -146,6 +151,7 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
             code_wheels=list(wheelhouse.code_wheels),
             dependency_wheels=len(wheelhouse.dependency_wheels),
             notes=notes,
+            docker_run_args=plugin.run_options.docker_args(),
         )
         if deploy is not None:
             from ngym.containerize.manifests import write_manifests

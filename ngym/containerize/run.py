@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ngym.containerize.errors import ContainerRunError
-from ngym.containerize.spec import CONTAINER_PORT, PluginSource
+from ngym.containerize.spec import CONTAINER_PORT, PluginSource, RunOptions
 from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_jsonl, recorded_tool_calls
 
 if TYPE_CHECKING:
@@ -132,11 +132,13 @@ def start_container(
     environment: dict[str, str] | None = None,
     name: str | None = None,
     command: list[str] | None = None,
+    run_options: RunOptions = RunOptions(),
 ) -> Container:
     """Run ``image`` detached with its port published on 127.0.0.1 (a free port unless ``host_port``).
 
     ``command`` is appended to the image's entrypoint (``key=value`` config overrides). A random
-    ``NGYM_SESSION_SECRET`` is passed unless ``environment`` sets one.
+    ``NGYM_SESSION_SECRET`` is passed unless ``environment`` sets one. ``run_options``: what the environment
+    declares it needs (user, capabilities, security options).
     """
     env = {"NGYM_SESSION_SECRET": secrets.token_urlsafe(32), **(environment or {})}
     return client.containers.run(
@@ -147,7 +149,17 @@ def start_container(
         environment=env,
         ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", host_port)},
         labels={"dev.ngym.containerize.run": "1"},
+        **_run_kwargs(run_options),
     )
+
+
+def _run_kwargs(options: RunOptions) -> dict[str, Any]:
+    """The docker SDK's keyword arguments for the environment's declared run options (only those it sets)."""
+    kwargs: dict[str, Any] = {"user": options.user} if options.user else {}
+    for key in ("cap_add", "cap_drop", "security_opt"):
+        if getattr(options, key):
+            kwargs[key] = list(getattr(options, key))
+    return kwargs
 
 
 def published_url(container: Container) -> str:
@@ -201,7 +213,7 @@ def run_image(
 ) -> RunResult:
     """Start ``image``, wait for healthy, drive the plugin's first example rollout; remove it unless ``keep``."""
     example = load_example_rollout(plugin)
-    container = start_container(client, image, host_port=host_port)
+    container = start_container(client, image, host_port=host_port, run_options=plugin.run_options)
     try:
         url = published_url(container)
         log(f"container {container.name} ({container.short_id}) at {url}")

@@ -35,6 +35,41 @@ _TAG_PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 @dataclass(frozen=True)
+class RunOptions:
+    """What a container of the environment must be started with, as the server class declares it.
+
+    An environment sets ``container_run_options = {"user": "root", "cap_drop": ["ALL"], "cap_add": [...],
+    "security_opt": [...]}`` on its server class (plain data: the server runtime imports nothing from here), e.g.
+    math_with_code, whose sandbox needs root's uid switching and namespaces inside the container. The image's
+    ``USER``, ``--run``, the printed ``docker run`` line and the Compose/Kubernetes manifests all follow it.
+    """
+
+    user: str | None = None  #: the container's user instead of the image's unprivileged one (``root``)
+    cap_add: tuple[str, ...] = ()
+    cap_drop: tuple[str, ...] = ()
+    security_opt: tuple[str, ...] = ()
+
+    @classmethod
+    def declared_by(cls, server_class: object) -> RunOptions:
+        """The options ``server_class.container_run_options`` declares (none: the defaults)."""
+        declared = getattr(server_class, "container_run_options", None) or {}
+        if not isinstance(declared, dict) or not set(declared) <= {"user", "cap_add", "cap_drop", "security_opt"}:
+            raise PluginSourceError(
+                f"{getattr(server_class, '__name__', server_class)}.container_run_options must be a dict with keys "
+                f"user, cap_add, cap_drop, security_opt; got {declared!r}"
+            )
+        lists = {k: tuple(str(v) for v in declared.get(k, ())) for k in ("cap_add", "cap_drop", "security_opt")}
+        return cls(user=declared.get("user"), **lists)
+
+    def docker_args(self) -> list[str]:
+        """The ``docker run`` flags, e.g. ``--user root --cap-drop ALL --cap-add SYS_ADMIN``."""
+        args = ["--user", self.user] if self.user else []
+        args += [a for cap in self.cap_drop for a in ("--cap-drop", cap)]
+        args += [a for cap in self.cap_add for a in ("--cap-add", cap)]
+        return args + [a for opt in self.security_opt for a in ("--security-opt", opt)]
+
+
+@dataclass(frozen=True)
 class PluginSource:
     """An environment to package, and where its distribution comes from."""
 
@@ -45,6 +80,7 @@ class PluginSource:
     source_dir: Path | None  #: local source tree (editable / directory install, or the given directory)
     source_url: str  #: for the ``org.opencontainers.image.source`` label
     description: str = ""
+    run_options: RunOptions = RunOptions()
 
 
 @dataclass(frozen=True)
@@ -78,6 +114,7 @@ class ImageSpec:
     uid: int = 10001
     user: str = "ngym"
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
+    run_options: RunOptions = RunOptions()
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.env_name):
@@ -108,6 +145,8 @@ class ImageSpec:
             f"{LABEL_PREFIX}.plugin.distribution": self.distribution,
             f"{LABEL_PREFIX}.version": self.ngym_version,
         }
+        if self.run_options != RunOptions():
+            labels[f"{LABEL_PREFIX}.run.options"] = " ".join(self.run_options.docker_args())
         labels.update(dict(self.extra_labels))
         return labels
 
@@ -166,6 +205,7 @@ def resolve_plugin(name_or_path: str) -> PluginSource:
         source_dir=source_dir,
         source_url=_source_url(dist.metadata, source_dir, dist.metadata["Name"], dist.version),
         description=dist.metadata.get("Summary") or "",
+        run_options=_run_options_of_entry_point(ep),
     )
 
 
@@ -248,6 +288,15 @@ def _domain_of_entry_point(ep: metadata.EntryPoint, source_dir: Path | None) -> 
     from ngym.plugins.registry import get_registry
 
     return get_registry().get(ep.name).domain.value  # an invalid domain, no verify, ...: no image of it
+
+
+def _run_options_of_entry_point(ep: metadata.EntryPoint) -> RunOptions:
+    """The container run options the server class declares (a class that cannot be imported here: none)."""
+    try:
+        server_class = ep.load()
+    except Exception:
+        return RunOptions()
+    return RunOptions.declared_by(server_class)
 
 
 def _config_domain(path: Path, name: str) -> str:

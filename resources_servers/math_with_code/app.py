@@ -8,7 +8,7 @@ the row's `expected_result` with math-verify. Limits and isolation: docs/math_wi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field, PrivateAttr, field_validator
@@ -81,15 +81,21 @@ class MathWithCodeConfig(BaseResourcesServerConfig):
         )
 
 
+#: What the sandbox needs in a container: uid switching (SETUID, SETGID), namespaces and mounts (SYS_ADMIN),
+#: signalling and cleaning up other uids' processes and directories (KILL, DAC_OVERRIDE, FOWNER, CHOWN).
+CONTAINER_CAPABILITIES = ["SETUID", "SETGID", "SYS_ADMIN", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"]
+
+
 def weak_sandbox_message(missing: list[str]) -> str:
     """Why the server refuses to run untrusted code here, what to change, and the explicit opt-out."""
+    caps = " ".join(f"--cap-add {cap}" for cap in CONTAINER_CAPABILITIES)
     return (
         "math_with_code refuses to run untrusted code: this machine does not give its Python workers "
         + "; ".join(missing)
-        + ". Run the server as root, or start its container as docs/math_with_code.md says (docker run --cap-drop "
-        "ALL --cap-add SETUID --cap-add SETGID --cap-add SYS_ADMIN --cap-add KILL --cap-add CHOWN --cap-add "
-        "DAC_OVERRIDE --cap-add FOWNER ...; ngym containerize math_with_code --run does it). To run trusted code "
-        "with rlimits and time limits only, set allow_weak_sandbox: true (or the override allow_weak_sandbox=true)."
+        + f". Run the server as root; in a container: docker run --user root --cap-drop ALL {caps} --security-opt "
+        "no-new-privileges ... (ngym containerize math_with_code --run does it; docs/math_with_code.md). To run "
+        "trusted code with rlimits and time limits only, set allow_weak_sandbox: true (override "
+        "allow_weak_sandbox=true)."
     )
 
 
@@ -135,6 +141,16 @@ class MathWithCodeResourcesServer(SimpleResourcesServer):
     config: MathWithCodeConfig
     domain = Domain.MATH
     session_affinity_required = True  # the state is a live process
+    # Inside its container the sandbox needs what it has as root on a host: uid switching for a uid per slot,
+    # and CAP_SYS_ADMIN for the mount, PID and network namespaces (Docker's default seccomp profile allows
+    # unshare/mount/setns once SYS_ADMIN is granted); nothing else. `ngym containerize` carries this into the
+    # image's USER, `--run`, the printed `docker run` line and the Compose/Kubernetes manifests.
+    container_run_options: ClassVar[dict[str, Any]] = {
+        "user": "root",
+        "cap_drop": ["ALL"],
+        "cap_add": CONTAINER_CAPABILITIES,
+        "security_opt": ["no-new-privileges"],
+    }
 
     _pool: WorkerPool | None = PrivateAttr(default=None)
     _checker: AnswerChecker | None = PrivateAttr(default=None)
