@@ -10,7 +10,8 @@ from math_with_code.app import CONTAINER_CAPABILITIES, MathWithCodeResourcesServ
 from ngym.containerize.dockerfile import render_dockerfile
 from ngym.containerize.errors import PluginSourceError
 from ngym.containerize.manifests import DeploySpec, compose_document, render_k8s
-from ngym.containerize.spec import ImageSpec, RunOptions, resolve_plugin
+from ngym.containerize.spec import RunOptions, resolve_plugin
+from tests.unit.test_containerize_render import make_spec
 
 MATH = RunOptions.declared_by(MathWithCodeResourcesServer)
 HARDENED = DeploySpec(
@@ -39,20 +40,11 @@ def test_a_malformed_declaration_is_a_clear_error() -> None:
 
 
 def test_dockerfile_runs_as_the_declared_user_and_labels_the_options() -> None:
-    spec = ImageSpec(
-        env_name="math_with_code",
-        distribution="ngym-math-with-code",
-        version="0.1.0",
-        domain="math",
-        source_url="pkg:generic/x@1",
-        ngym_version="0.1.0",
-        installer_wheel="pip-24.2-py3-none-any.whl",
-        run_options=MATH,
-    )
+    spec = make_spec(env_name="math_with_code", run_options=MATH)
     text = render_dockerfile(spec)
     assert "\nUSER root\n" in text and "USER 10001" not in text
     assert spec.labels()["dev.ngym.run.options"] == " ".join(MATH.docker_args())
-    plain = ImageSpec(**{**spec.__dict__, "run_options": RunOptions()})
+    plain = make_spec(env_name="math_with_code")
     assert "\nUSER 10001:10001\n" in render_dockerfile(plain) and "dev.ngym.run.options" not in plain.labels()
 
 
