@@ -59,7 +59,10 @@ STATE_LOST = (
 def _claim_uid_range(base: int, size: int) -> Any:
     """Claim [base, base+size) for this pool with an flock'ed file, moving up by 65536 while it is taken, so two
     servers on one host never share worker uids (a worker kills every process of its uid)."""
-    lock_dir = Path(tempfile.gettempdir()) / "ngym-math-with-code-uids"
+    # One lock folder per user: root's is 0700, and a server of another user (which cannot switch uids anyway) must
+    # still get as far as saying what its sandbox lacks.
+    euid = os.geteuid()
+    lock_dir = Path(tempfile.gettempdir()) / ("ngym-math-with-code-uids" + (f"-{euid}" if euid else ""))
     lock_dir.mkdir(mode=0o700, exist_ok=True)
     stride = max(65536, size)
     for k in range(1024):
