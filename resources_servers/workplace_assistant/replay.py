@@ -34,6 +34,7 @@ import ast
 import functools
 import inspect
 import json
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -196,7 +197,9 @@ def workbench_source(action: str) -> str:
 @functools.lru_cache(maxsize=4096)
 def _parse_cached(action: str, live: bool) -> ToolCall:
     try:
-        tree = ast.parse(workbench_source(action), mode="eval")
+        with warnings.catch_warnings():  # "invalid escape sequence" is a warning in eval too, never an error
+            warnings.simplefilter("ignore")
+            tree = ast.parse(workbench_source(action), mode="eval")
     except SyntaxError as exc:
         raise ActionError(f"SyntaxError: {exc.msg}") from exc
     call = tree.body
