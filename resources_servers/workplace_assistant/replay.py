@@ -131,11 +131,14 @@ def write_done(dotted: str, result: Any) -> bool:
     return isinstance(result, str) and result.isdigit()  # create_event, create_task, add_customer: the new id
 
 
-#: Names WorkBench's scorer module has in scope when it evals an action. The company directory module is not
-#: imported there, so directory calls always fail in replay (they are read-only; it changes no reward).
-EVAL_MODULES = frozenset({"calendar", "email", "analytics", "project_management", "customer_relationship_manager"})
-#: Every toolkit: what a live session serves (WorkBench's agent has the company directory too).
-ALL_MODULES = EVAL_MODULES | {"company_directory"}
+#: Every toolkit: what a live session serves.
+ALL_MODULES = frozenset(
+    {"calendar", "email", "analytics", "project_management", "customer_relationship_manager", "company_directory"}
+)
+#: Names WorkBench's scorer module has in scope when it evals an action: the paper's ``src/evals/utils.py``
+#: imports all six toolkits, the company directory included (read-only: it never changes a reward, only
+#: whether a directory call counts in ``failed_calls``).
+EVAL_MODULES = ALL_MODULES
 
 
 class ActionError(Exception):
@@ -176,7 +179,7 @@ def _value(node: ast.AST) -> Any:
 def parse_workbench_action(action: str, *, live: bool = False) -> ToolCall:
     """Parse ``toolkit.function.func(...)`` the way WorkBench's ``eval`` would run it; ActionError if it would fail.
 
-    By default the scorer's scope applies (company-directory calls fail); ``live=True`` is a session's tool call,
+    By default the scorer's scope applies (:data:`EVAL_MODULES`); ``live=True`` is a session's tool call,
     where every toolkit is available. Parses are cached: a task's ground truth is replayed at every verify.
     """
     if not isinstance(action, str):
@@ -200,8 +203,11 @@ def _parse_cached(action: str, live: bool) -> ToolCall:
         with warnings.catch_warnings():  # "invalid escape sequence" is a warning in eval too, never an error
             warnings.simplefilter("ignore")
             tree = ast.parse(workbench_source(action), mode="eval")
-    except SyntaxError as exc:
-        raise ActionError(f"SyntaxError: {exc.msg}") from exc
+            # eval also compiles: the compiler rejects what the parser lets through (a repeated keyword
+            # argument). Compiling runs nothing.
+            compile(tree, "<action>", "eval", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:  # ValueError: a null byte (3.11)
+        raise ActionError(f"SyntaxError: {getattr(exc, 'msg', exc)}") from exc
     call = tree.body
     if not isinstance(call, ast.Call):
         raise ActionError("not a function call")

@@ -52,6 +52,15 @@ def test_a_call_string_python_cannot_evaluate_fails(sample, written) -> None:
     assert verdict.ground_truth_failed and verdict.reward == 0.0
 
 
+def test_what_evals_compiler_rejects_fails(sample) -> None:
+    # a '"' in a value can repeat a keyword: the parser accepts it, eval's compiler does not
+    repeated = 'email.send_email.func(recipient="a@b.io", subject="x", body="y", body="z")'
+    assert score(sample, [], [repeated]).ground_truth_failed
+    escaped_nul = score(sample, [], [SEND.replace("{}", "nul\\x00l")])  # the escape: a NUL in the value
+    assert escaped_nul.reward == 0.0 and not escaped_nul.ground_truth_problems
+    assert score(sample, [], [SEND.replace("{}", "nul\0l")]).ground_truth_failed  # a raw NUL in the source
+
+
 def test_a_line_break_outside_a_literal_is_a_syntax_error_as_in_workbench(sample) -> None:
     # WorkBench replaces every "\n" before eval, also between arguments: "\" then "n" is not valid there.
     assert score(sample, [], [SEND.replace("{}", "x").replace(", body", ",\nbody")]).ground_truth_failed
