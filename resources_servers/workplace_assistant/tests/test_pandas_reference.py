@@ -314,3 +314,28 @@ if pytest is not None:
         from workplace_assistant.workspace import SAMPLE_DIR
 
         assert loader_mismatches(WORKBENCH) == [] and loader_mismatches(SAMPLE_DIR) == []
+
+
+if pytest is not None:
+
+    @pytest.mark.skipif(not _pandas2() or not (WORKBENCH / "processed").is_dir(), reason="needs pandas 2.x + data")
+    def test_rescoring_a_run_recorded_as_workbench_records_agrees_case_for_case(tmp_path: Path) -> None:
+        # A run in WorkBench's results format: the email tasks done right (bodies with real line breaks, as
+        # WorkBench's runner writes them), skipped, or ended by a runner error. Before ngym replaced line
+        # breaks as WorkBench's scorer does, the multi-line emails disagreed.
+        import ast
+        import csv
+
+        from rescore_workbench_results import main
+        from workplace_assistant.replay import parse_workbench_action, render_workbench_action
+
+        (tmp_path / "email").mkdir()
+        source = WORKBENCH / "processed" / "queries_and_answers" / "email_queries_and_answers.csv"
+        with open(source, newline="") as fh, open(tmp_path / "email" / "m_all_2024-03-21_15-21-12.csv", "w") as out:
+            writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+            writer.writerow(["query", "function_calls", "full_response", "error"])
+            for i, row in enumerate(csv.DictReader(fh)):
+                calls = [render_workbench_action(c.method, c.kwargs) for c in
+                         map(parse_workbench_action, ast.literal_eval(row["answer"]))]  # fmt: skip
+                writer.writerow([row["query"], str([] if i % 3 == 0 else calls), "", "" if i % 7 else "Timeout"])
+        assert main(["--results", str(tmp_path), "--data", str(WORKBENCH)]) == 0
