@@ -59,12 +59,16 @@ class ReportOnce:
     def __init__(self, limit: int = 4096) -> None:
         self._seen: set[str] = set()
         self._limit = limit
+        self._full = False
 
     def __call__(self, level: int, message: str) -> None:
-        if message in self._seen:
+        if message in self._seen or self._full:
             return
-        if len(self._seen) < self._limit:
-            self._seen.add(message)
+        if len(self._seen) >= self._limit:  # memory stays bounded; each verify response still says why
+            self._full = True
+            log.log(level, "more than %d distinct ground-truth problems: no longer logged one by one", self._limit)
+            return
+        self._seen.add(message)
         log.log(level, "%s", message)
 
 

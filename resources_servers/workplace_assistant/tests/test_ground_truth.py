@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from workplace_assistant.app import WorkplaceAssistantResourcesServer
 from workplace_assistant.replay import check_ground_truth, parse_workbench_action, score, to_tool_call
+from workplace_assistant.truth_check import ReportOnce
 from workplace_assistant.workspace import SAMPLE_DIR, WorkBenchData
 
 from ngym.testing import RolloutClient, app_for_class, read_jsonl, serve_in_process
@@ -111,6 +112,18 @@ def test_a_refused_ground_truth_names_the_missing_ids(sample) -> None:
     assert "Email not found." in verdict.ground_truth_problems[0][2]
     assigned = 'project_management.update_task.func(task_id="00000010", field="assigned_to_email", new_value="x@y.z")'
     assert check_ground_truth(sample, [assigned]).refused and not check_ground_truth(sample, [assigned]).missing_ids
+
+
+def test_problems_are_logged_once_each_and_memory_stays_bounded(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="workplace_assistant")
+    report = ReportOnce(limit=2)
+    for message in ["a", "a", "b", "c", "d", "a"]:
+        report(logging.ERROR, message)
+    assert [r.getMessage() for r in caplog.records] == [
+        "a",
+        "b",
+        "more than 2 distinct ground-truth problems: no longer logged one by one",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- the server
