@@ -113,13 +113,8 @@ WRITE_DONE: dict[str, str] = {
     "customer_relationship_manager.update_customer": "Customer updated successfully.",
     "customer_relationship_manager.delete_customer": "Customer deleted successfully.",
 }
-#: Arguments naming an existing item, and the table it must be in.
-ID_ARGUMENTS = {
-    "email_id": "emails",
-    "event_id": "calendar_events",
-    "task_id": "project_tasks",
-    "customer_id": "customers",
-}
+#: Arguments naming an existing item (a refusal "... not found." means the loaded databases lack it).
+ID_ARGUMENTS = frozenset({"email_id", "event_id", "task_id", "customer_id"})
 
 
 def write_done(dotted: str, result: Any) -> bool:

@@ -117,7 +117,7 @@ def dataset_paths(datasets: Any, bases: Iterable[Path]) -> list[Path]:
         if not isinstance(fpath, str):
             continue
         candidates = [Path(fpath)] if Path(fpath).is_absolute() else [base / fpath for base in bases]
-        found += [c for c in candidates[:] if c.is_file()][:1]
+        found += [c for c in candidates if c.is_file()][:1]
     return found
 
 

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 from workplace_assistant.app import WorkplaceAssistantResourcesServer
-from workplace_assistant.replay import check_ground_truth, parse_workbench_action, score, to_tool_call
+from workplace_assistant.replay import (
+    WRITE_DONE,
+    WRITE_TOOLS,
+    check_ground_truth,
+    parse_workbench_action,
+    score,
+    to_tool_call,
+)
 from workplace_assistant.truth_check import ReportOnce
 from workplace_assistant.workspace import SAMPLE_DIR, WorkBenchData
 
@@ -104,6 +111,12 @@ def test_identical_calls_on_both_sides_always_match_unless_the_truth_fails(sampl
         assert verdict.reward == (0.0 if verdict.ground_truth_problems else 1.0), value
         if verdict.ground_truth_problems:  # a value WorkBench's rendering breaks: loud, never a match
             assert any(c in value for c in '"\r\\'), value
+
+
+def test_every_write_tool_has_a_success_result() -> None:
+    creators = {"calendar.create_event", "analytics.create_plot", "project_management.create_task",
+                "customer_relationship_manager.add_customer"}  # fmt: skip
+    assert set(WRITE_DONE) | creators == WRITE_TOOLS and not set(WRITE_DONE) & creators
 
 
 def test_a_refused_ground_truth_names_the_missing_ids(sample) -> None:
