@@ -23,6 +23,7 @@ import yaml
 
 from ngym.containerize.spec import CONTAINER_PORT, LOCAL_BASE_IMAGE
 from ngym.errors import ConfigError
+from ngym.targets import installed
 
 SECRET_ENV = "NGYM_SESSION_SECRET"
 STORE_ENV = "NGYM_SESSION_STORE"
@@ -499,10 +500,7 @@ STORE_DISTRIBUTION = "ngym-redis"
 
 def env_needs_affinity(env_name: str) -> bool:
     """Whether the installed environment ``env_name`` needs session affinity (imports its class)."""
-    from ngym.plugins.discovery import find_environment
-    from ngym.server.app import load_server_class
-
-    return needs_affinity(load_server_class(find_environment(env_name).target))
+    return needs_affinity(installed(env_name).server_class)
 
 
 def deploy_spec(env_name: str, image: str, *, replicas: int, base_image: str) -> DeploySpec:

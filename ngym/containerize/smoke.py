@@ -22,6 +22,7 @@ import httpx
 from ngym.containerize.errors import ContainerRunError
 from ngym.containerize.spec import CONTAINER_PORT, PluginSource
 from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_jsonl, recorded_tool_calls
+from ngym.targets import installed
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -70,9 +71,7 @@ def example_data_dirs(plugin: PluginSource) -> list[Path]:
     if plugin.source_dir is not None:
         dirs.append(plugin.source_dir / "data")
     try:
-        from ngym.plugins.discovery import find_environment
-
-        package_dir = find_environment(plugin.name).package_dir()
+        package_dir = installed(plugin.name).folder
     except Exception:  # not installed (a bare source directory): the source tree is all there is
         package_dir = None
     if package_dir is not None:

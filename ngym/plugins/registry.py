@@ -18,30 +18,29 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ngym.config import environment_config_fields
 from ngym.domain import Domain
 from ngym.errors import EnvironmentNotFound, PluginError
-from ngym.plugins.cache import module_file
+from ngym.plugins.entrypoints import forget_installed
 from ngym.plugins.manager import (
     NgymPluginManager,
     Origin,
     PluginProblem,
     describe_exception,
     get_plugin_manager,
-    make_plugin_manager,
     origin_of_entry_point,
     strict_mode,
 )
+from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer, default_instance_name
 from ngym.server.rules import validate_server_class
-
-if TYPE_CHECKING:
-    from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 OK, BROKEN = "ok", "broken"
@@ -108,8 +107,6 @@ class ServerEntry:
         config = self.config_file()
         if config is None:
             return {}
-        from ngym.config import environment_config_fields
-
         return environment_config_fields(config, overrides)
 
 
@@ -149,8 +146,6 @@ class Register:
                 raise PluginError(f"{server}: a server registered by its 'module:Class' target needs name=")
             entry = ServerEntry(name, server, self._origin, _domain_text(domain), description)
         else:
-            from ngym.server.resources import default_instance_name
-
             name = name or default_instance_name(server)
             target = f"{getattr(server, '__module__', '?')}:{getattr(server, '__qualname__', server)}"
             entry = ServerEntry(name, target, self._origin, _domain_text(domain), description, server_class=server)
@@ -277,6 +272,25 @@ class Registry:
         return sorted([*self.entries.values(), *self.clashes], key=lambda e: (e.name, e.distribution or ""))
 
 
+def module_file(module: str) -> Path | None:
+    """The source file of a dotted module, located without importing it (only the top package is *found*)."""
+    top, _, rest = module.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        return Path(spec.origin) if spec.origin and spec.origin not in ("built-in", "frozen") else None
+    for location in spec.submodule_search_locations or []:
+        base = Path(location, *rest.split("."))
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
 def _import_target(target: str) -> type:
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
@@ -286,21 +300,9 @@ def _import_target(target: str) -> type:
     return obj
 
 
-#: The hooks the registry calls: only hook plugins implementing them are imported to build it.
-REGISTRY_HOOKS = frozenset({"ngym_register_resources_servers"})
-
-
 def build_registry(pm: NgymPluginManager | None = None) -> Registry:
-    """A registry filled by every plugin's ``ngym_register_resources_servers`` (strict mode raises).
-
-    Without ``pm``: the process-wide manager when it is already loaded, else one that imports only the
-    hook plugins that (per the hook cache) implement a registry hook.
-    """
-    if pm is None:
-        pm = get_plugin_manager() if get_plugin_manager.cache_info().currsize else make_plugin_manager(
-            only_hooks=REGISTRY_HOOKS
-        )
-    registry = Registry(pm)
+    """A registry filled by every plugin's ``ngym_register_resources_servers`` (strict mode raises)."""
+    registry = Registry(pm or get_plugin_manager())
     registry.run_hooks()
     return registry
 
@@ -320,6 +322,7 @@ def reset_registry() -> None:
     """Forget the process-wide registry and plugin manager (after installing or uninstalling a plugin)."""
     global _registry
     _registry = None
+    forget_installed()
     get_plugin_manager.cache_clear()  # plugin commands are computed per manager: a new one recomputes them
 
 

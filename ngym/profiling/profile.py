@@ -14,6 +14,7 @@ from pathlib import Path
 from ngym.errors import ConfigError
 from ngym.profiling.report import ProfileResult
 from ngym.profiling.sweep import SweepResult
+from ngym.targets import is_url
 
 #: The longest load run (or sweep step) ngym profile accepts: load is always bounded.
 MAX_DURATION_S = 3600.0
@@ -67,7 +68,7 @@ def profile(
 ) -> tuple[ProfileResult | None, SweepResult | None]:
     """Run ``ngym profile``: one load run (``ProfileResult``) or a sweep (``SweepResult``)."""
     from ngym.profiling import runner  # noqa: I001 - first: Locust gevent-patches the process
-    from ngym.child_server import is_url, serve_environment
+    from ngym.child_server import serve_environment
     from ngym.profiling.scenario import load_rows, resolve_scenario
     from ngym.profiling.sweep import run_sweep, user_steps, write_json, write_plot
     from ngym.profiling.target import resolve_target, resolve_url_target

@@ -23,12 +23,13 @@ from typing import Any
 
 import httpx
 
-from ngym.child_server import is_url, serve_environment
+from ngym.child_server import serve_environment
 from ngym.errors import ConfigError
 from ngym.examples import read_jsonl
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_rollout
 from ngym.rollout.errors import RolloutError
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from ngym.targets import is_url, resolve
 
 log = logging.getLogger("ngym.rollout")
 
@@ -147,9 +148,7 @@ def _environment(options: RolloutOptions, model_url: str) -> Iterator[str]:
         _check_reachable(url)
         yield url
         return
-    from ngym.plugins.discovery import find_environment
-
-    find_environment(options.target)  # a clear error for a misspelt name, before starting anything
+    resolve(options.target)  # a clear error for a misspelt name, before starting anything
     with serve_environment(options.target, overrides=overrides) as url:
         yield url
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field, SecretStr
 
-from ngym.domain import Domain
+from ngym.domain import Domain, resolve_domain
 from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
 from ngym.server.metrics import aggregate_metrics as compute_aggregate_metrics
 from ngym.server.middleware import NgymMiddleware
@@ -164,8 +164,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         return doc.strip().splitlines()[0] if own and doc else ""
 
     def resolved_domain(self) -> Domain | None:
-        declared = type(self).domain
-        return self.config.domain or (Domain.parse(declared) if declared is not None else None)
+        """The domain ``build_server`` resolved into the config (else the class's, for a server built by hand)."""
+        return self.config.domain or resolve_domain(type(self).domain)
 
     # ---- internals ---------------------------------------------------------------------------------
 

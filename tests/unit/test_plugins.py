@@ -22,8 +22,8 @@ from fastapi import FastAPI
 
 from ngym import BaseResourcesServerConfig, BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
 from ngym.errors import EnvironmentNotFound, PluginError
-from ngym.plugins import hookimpl
 from ngym.listing import check_strict, hook_plugins, list_servers
+from ngym.plugins import hookimpl
 from ngym.plugins.manager import STRICT_ENV, make_plugin_manager
 from ngym.plugins.registry import Register, build_registry, reset_registry
 
@@ -454,10 +454,10 @@ def test_hook_ngym_register_resources_servers_entries_run_by_name(site: Path) ->
         },
         {"ngym": {"hookenv": module}},
     )
-    from ngym.plugins.discovery import find_environment
     from ngym.server.provenance import distribution_of
+    from ngym.targets import resolve
 
-    entry = find_environment("hook_env")
+    entry = resolve("hook_env")
     assert (entry.distribution, entry.target) == ("hook-env-dist", f"{module}:Server")
     assert distribution_of(sys.modules[module].Server) == ("hook-env-dist", "1.0")
 
