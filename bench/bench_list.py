@@ -77,7 +77,9 @@ def main() -> None:
         site = Path(
             subprocess.run(
                 [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                check=True, capture_output=True, text=True,
+                check=True,
+                capture_output=True,
+                text=True,
             ).stdout.strip()
         )
         parent = sysconfig.get_paths()["purelib"]

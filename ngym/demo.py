@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ngym.examples import read_jsonl
 from ngym.server.protocol import TASK_INDEX_KEY
 from ngym.targets import installed, installed_names
-from ngym.testing import read_jsonl
 
 
 def _needs_judge(config: Path | None) -> bool:

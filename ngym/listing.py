@@ -97,7 +97,8 @@ class InspectionCache:
             return {}
         if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), dict):
             return {}
-        return data["entries"]
+        entries: dict[str, dict[str, Any]] = data["entries"]
+        return entries
 
     def get(self, key: str) -> dict[str, Any] | None:
         value = self._old.get(key)

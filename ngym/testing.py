@@ -114,7 +114,8 @@ async def run_recorded_rollout(client: RolloutClient, rollout: dict[str, Any]) -
     await client.call("/seed_session", row)
     for call in recorded_tool_calls(rollout["response"]):
         await client.post(f"/{call.name}", call.arguments)
-    return await client.call("/verify", {**row, "response": rollout["response"]})
+    verified: dict[str, Any] = await client.call("/verify", {**row, "response": rollout["response"]})
+    return verified
 
 
 async def replay_examples(name: str, **fields: Any) -> list[ExampleResult]:

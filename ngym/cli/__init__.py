@@ -35,11 +35,10 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in COMMANDS:
             module_name, _, attr = COMMANDS[name].partition(":")
-            return getattr(importlib.import_module(module_name), attr)
-        command = super().get_command(ctx, name)
-        if command is None:
-            command = plugin_commands().get(name)
-        return command
+            command: click.Command = getattr(importlib.import_module(module_name), attr)
+            return command
+        found = super().get_command(ctx, name)
+        return found if found is not None else plugin_commands().get(name)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

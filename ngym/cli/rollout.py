@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import click
+from click._termui_impl import ProgressBar
 
 
 @click.command()
@@ -108,7 +109,8 @@ def rollout(
     )
     rewards: list[float] = []
     failures = 0
-    bar = None  # shown once the servers are up: an error before that is one line, with no bar drawn
+    # Shown once the servers are up: an error before that is one line, with no bar drawn.
+    bar: ProgressBar[RolloutEvent] | None = None
 
     def on_start(pending: int) -> None:
         nonlocal bar

@@ -126,7 +126,7 @@ def image_python_version(client: docker.DockerClient, base_image: str) -> str | 
         return match.group(1) if match else None
     label = (image.labels or {}).get(f"{LABEL_PREFIX}.python.version")
     if label:
-        return label
+        return str(label)
     match = _PY_TAG_RE.match(base_image)
     if match:
         return match.group(1)
@@ -174,8 +174,8 @@ def build_image(
         error = getattr(exc, "explanation", None) or str(exc)
     if error is None and image_id is None:
         error = "the engine reported no image id"
-    if error is not None:
-        raise ImageBuildError(_failure_message(error, steps, tail))
+    if error is not None or image_id is None:
+        raise ImageBuildError(_failure_message(error or "the engine reported no image id", steps, tail))
     client.api.tag(image_id, repository, name)
     image = client.images.get(image_id)
     return BuiltImage(

@@ -257,7 +257,10 @@ def _missing_marker_requirements(deps_dir: Path, python_version: str) -> list[st
     try:
         from packaging.requirements import InvalidRequirement, Requirement
     except ImportError:  # pip vendors it; pip is what builds the wheelhouse
-        from pip._vendor.packaging.requirements import InvalidRequirement, Requirement  # type: ignore[no-redef]
+        from pip._vendor.packaging.requirements import (  # type: ignore[assignment]
+            InvalidRequirement,
+            Requirement,
+        )
 
     present = {_canonical(w.name.split("-")[0]) for w in deps_dir.glob("*.whl")}
     environment = _marker_environment(python_version)
@@ -407,9 +410,9 @@ def _build_code_wheels(sources: Sequence[DistributionSource], out: Path, *, log:
         for i, source in enumerate(local):
             assert source.source_dir is not None
             log(f"wheelhouse: building {source.distribution} {source.version} from {source.source_dir}")
-            snapshot = Path(tmp) / str(i) / source.source_dir.name
-            shutil.copytree(source.source_dir, snapshot, ignore=_IGNORED, symlinks=True)
-            snapshots.append(str(snapshot))
+            copy = Path(tmp) / str(i) / source.source_dir.name
+            shutil.copytree(source.source_dir, copy, ignore=_IGNORED, symlinks=True)
+            snapshots.append(str(copy))
         names = ", ".join(s.distribution for s in local)
         args = ["wheel", "--no-deps", "--wheel-dir", str(out), *snapshots]
         build_python = _build_env([Path(snap) for snap in snapshots], python=python, log=log)
@@ -561,7 +564,7 @@ def _pip_error(stdout: str, stderr: str) -> str:
     out = stdout.splitlines()
     starts = [i for i, ln in enumerate(out) if "conflict is caused by" in ln]
     if starts:
-        block = []
+        block: list[str] = []
         for ln in out[starts[0] :]:
             if ln.startswith("To fix") or (block and not ln.strip()):
                 break

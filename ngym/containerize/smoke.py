@@ -110,7 +110,8 @@ def drive_rollout(base_url: str, example: ExampleRollout, *, timeout: float = 30
         client.cookies.clear()  # no cookie jar: only the copied cookie travels, exactly as with an agent
         if response.status_code >= 400:
             raise ContainerRunError(f"POST /{route} → HTTP {response.status_code}: {response.text[:500]}")
-        return response.json()
+        answer: dict[str, Any] = response.json()
+        return answer
 
     with httpx.Client(timeout=timeout) as client:
         post(client, "seed_session", example.row)
@@ -169,7 +170,7 @@ def wait_healthy(container: Container, timeout: float = 90.0, log: Log = lambda 
             log(f"container {container.name}: {state['Status']}, health {health}")
             last = health
         if health == "healthy":
-            return health
+            return "healthy"
         if state["Status"] in ("exited", "dead") or health == "unhealthy":
             raise ContainerRunError(
                 f"container {container.name} is {health or state['Status']} (exit code {state.get('ExitCode')})\n"

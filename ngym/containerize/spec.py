@@ -172,7 +172,7 @@ def resolve_plugin(name_or_path: str) -> PluginSource:
         domain=_domain_of(env),
         source_dir=source_dir,
         source_url=_source_url(dist.metadata, source_dir, dist.metadata["Name"], dist.version),
-        description=dist.metadata.get("Summary") or "",
+        description=dist.metadata["Summary"] or "",
     )
 
 
@@ -207,7 +207,7 @@ def distribution_source_dir(dist: metadata.Distribution) -> Path | None:
     return None
 
 
-def source_dir_from_direct_url(info: dict) -> Path | None:
+def source_dir_from_direct_url(info: dict[str, Any]) -> Path | None:
     """The directory of a ``file://`` URL with ``dir_info`` (editable or not); None for archives and VCS URLs."""
     url = info.get("url", "")
     parsed = urlparse(url)
@@ -278,7 +278,7 @@ def _source_url(meta: metadata.PackageMetadata, source_dir: Path | None, name: s
     for entry in meta.get_all("Project-URL") or []:
         key, _, value = entry.partition(",")
         urls[key.strip()] = value.strip()
-    if meta.get("Home-page"):
+    if meta["Home-page"]:
         urls.setdefault("Homepage", meta["Home-page"])
     # no URL declared: a package URL, never a host path (labels are public)
     return _pick_url(urls) or (f"pkg:generic/{name}@{version}" if source_dir else f"pkg:pypi/{name}@{version}")

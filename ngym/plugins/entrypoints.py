@@ -20,13 +20,14 @@ ENVIRONMENT_GROUP = "ngym.resources_servers"
 
 
 @functools.cache
-def _entry_points() -> metadata.EntryPoints:
-    return metadata.entry_points()
+def _entry_points() -> dict[str, list[metadata.EntryPoint]]:
+    every = metadata.entry_points()  # one scan of the installed distributions for every group
+    return {group: list(every.select(group=group)) for group in every.groups}
 
 
 def installed_entry_points(group: str) -> list[metadata.EntryPoint]:
     """The installed entry points of ``group`` (read once per process; ``forget_installed`` reads them again)."""
-    return list(_entry_points().select(group=group))
+    return list(_entry_points().get(group, ()))
 
 
 def forget_installed() -> None:

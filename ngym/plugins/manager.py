@@ -61,15 +61,6 @@ class PluginProblem:
         dist = f"{self.distribution} {self.version or ''}".strip() if self.distribution else "no distribution"
         return f"{self.kind} {self.plugin!r} ({dist}): {self.reason}"
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "plugin": self.plugin,
-            "kind": self.kind,
-            "distribution": self.distribution,
-            "version": self.version,
-            "reason": self.reason,
-        }
-
 
 def origin_of_entry_point(ep: metadata.EntryPoint) -> Origin:
     dist = ep.dist

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ngym.config import environment_config_fields
 from ngym.domain import Domain
@@ -243,9 +243,10 @@ class Registry:
         except Exception as exc:
             entry.error = f"{entry.name}: cannot load {entry.target}: {describe_exception(exc)}"
             return None
-        description = entry.declared_description or cls.describe() or ""
+        server_class = cast("type[SimpleResourcesServer]", cls)  # validate_server_class checked it
+        description = entry.declared_description or server_class.describe() or ""
         entry.spec = ServerSpec(
-            entry.name, cls, domain, config_class, entry.distribution, entry.version, description
+            entry.name, server_class, domain, config_class, entry.distribution, entry.version, description
         )
         return entry.spec
 
@@ -263,8 +264,9 @@ class Registry:
         entry = self.entry(name)
         spec = self.load(entry)
         if spec is None:
-            raise PluginError(f"environment {name!r} ({entry.distribution or 'no distribution'}) is broken: "
-                              f"{entry.error}")
+            raise PluginError(
+                f"environment {name!r} ({entry.distribution or 'no distribution'}) is broken: {entry.error}"
+            )
         return spec
 
     def all_entries(self) -> list[ServerEntry]:
@@ -291,7 +293,7 @@ def module_file(module: str) -> Path | None:
     return None
 
 
-def _import_target(target: str) -> type:
+def _import_target(target: str) -> Any:
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
     obj: Any = module
@@ -324,16 +326,3 @@ def reset_registry() -> None:
     _registry = None
     forget_installed()
     get_plugin_manager.cache_clear()  # plugin commands are computed per manager: a new one recomputes them
-
-
-__all__ = [
-    "ServerSpec",
-    "ServerEntry",
-    "Register",
-    "Registry",
-    "build_registry",
-    "get_registry",
-    "reset_registry",
-    "validate_server_class",
-    "strict_mode",
-]

@@ -76,7 +76,7 @@ class RecordedRolloutScenario:
         try:
             for call in recorded_tool_calls(response):
                 session.post(f"/{call.name}", call.arguments)
-            verified = session.post("/verify", {**data, "response": response or EMPTY_RESPONSE})
+            verified: dict[str, Any] | None = session.post("/verify", {**data, "response": response or EMPTY_RESPONSE})
         except RolloutFailed:
             # Free the session, then report the first failure. (Not on other exceptions: a user being
             # stopped mid-request must not start another request.)

@@ -135,5 +135,3 @@ def create_app(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None) 
 def app_from_env() -> FastAPI:
     """uvicorn factory for worker processes: the spec comes from ``NGYM_SERVE_SPEC``."""
     return create_app(ServeSpec.from_json(os.environ[SPEC_ENV]))
-
-

@@ -75,6 +75,7 @@ def _graceful_server(config: Any) -> Any:
     uvicorn re-raises the signal once it has shut down (exit status -15 or 130), which supervisors read as
     a crash; ngym has already closed every session by then, so a clean stop is reported as one.
     """
+
     class GracefulServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             super().handle_exit(sig, frame)
