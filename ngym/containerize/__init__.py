@@ -5,8 +5,8 @@ Impure parts: ``build_wheelhouse`` (pip on the host), ``ngym.containerize.build`
 ``ngym.containerize.smoke`` (``--run``). ``containerize(options)`` ties them together for the CLI.
 """
 
-from ngym.containerize.context import Wheelhouse, build_context, build_wheelhouse, context_files
-from ngym.containerize.dockerfile import render_dockerfile, render_requirements
+from ngym.containerize.context import Wheelhouse, build_wheelhouse
+from ngym.containerize.dockerfile import build_context, context_files, render_dockerfile, render_requirements
 from ngym.containerize.spec import (
     DEFAULT_BASE_IMAGE,
     LOCAL_BASE_IMAGE,
