@@ -29,9 +29,9 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from ngym.containerize.context import Wheelhouse
 from ngym.containerize.errors import WheelhouseError
 from ngym.containerize.spec import ImageSpec
+from ngym.containerize.wheelhouse import Wheelhouse
 
 VENV = "/opt/ngym/venv"
 APP = "/opt/ngym/app"

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from ngym.containerize.build import BuiltImage, build_image, connect, ensure_base_image, image_python_version
-from ngym.containerize.context import Wheelhouse, build_wheelhouse
 from ngym.containerize.dockerfile import build_context
 from ngym.containerize.pip import host_python_version
 from ngym.containerize.smoke import RunResult, load_example_rollout, run_image
@@ -27,6 +26,7 @@ from ngym.containerize.spec import (
     resolve_plugin,
     split_tag,
 )
+from ngym.containerize.wheelhouse import Wheelhouse, build_wheelhouse
 
 Log = Callable[[str], None]
 
