@@ -130,6 +130,14 @@ def instances_from_files(paths: list[Path], overrides: list[str]) -> list[Instan
     return instances
 
 
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def default_instance_name(cls: type) -> str:
+    """The instance name of a class run without a config: ``WeatherResourcesServer`` → ``weather_resources_server``."""
+    return _SNAKE.sub("_", cls.__name__).lower()
+
+
 _MODULE_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 

@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from ngym.config import environment_config_fields
+from ngym.config import default_instance_name, environment_config_fields
 from ngym.domain import Domain
 from ngym.errors import EnvironmentNotFound, PluginError
 from ngym.plugins.entrypoints import forget_installed
@@ -39,8 +39,9 @@ from ngym.plugins.manager import (
     origin_of_entry_point,
     strict_mode,
 )
-from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer, default_instance_name
-from ngym.server.rules import validate_server_class
+
+if TYPE_CHECKING:
+    from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 OK, BROKEN = "ok", "broken"
@@ -234,6 +235,10 @@ class Registry:
         try:
             cls = entry.server_class if entry.server_class is not None else _import_target(entry.target)
             fields = entry.config_fields() if entry.server_class is None else {}
+            # Imported here, not at the top: the rules import the server runtime (FastAPI, ~0.4 s), which a
+            # warm `ngym list` (every row from its cache) never needs. Measured: bench/bench_list.py.
+            from ngym.server.rules import validate_server_class
+
             domain, config_class = validate_server_class(
                 cls, name=entry.name, domain=entry.declared_domain, config_fields=fields
             )

@@ -12,7 +12,6 @@ import contextlib
 import inspect
 import logging
 import os
-import re
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -207,11 +206,3 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         if session is None:
             raise RuntimeError("no ngym session bound: is NgymMiddleware installed (call super().setup_webserver())?")
         return session
-
-
-_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
-
-
-def default_instance_name(cls: type) -> str:
-    """``WeatherResourcesServer`` → ``weather_resources_server``."""
-    return _SNAKE.sub("_", cls.__name__).lower()
