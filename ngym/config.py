@@ -56,7 +56,7 @@ def split_overrides(args: list[str]) -> tuple[list[Path], list[str]]:
 
 
 def load_yaml_files(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
-    import yaml
+    import yaml  # here, not at the top: a warm `ngym list` reads no YAML and should not pay ~20 ms for PyYAML
 
     loaded = []
     for path in paths:
@@ -79,6 +79,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     """Apply dotted ``a.b.c=value`` overrides (values parsed as YAML scalars/lists, like Hydra)."""
     if not overrides:
         return tree
+    # Here, not at the top: OmegaConf costs ~0.1 s to import, and only overrides need it.
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 

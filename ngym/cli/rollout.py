@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
 import click
 from click._termui_impl import ProgressBar
+
+from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
 
 
 @click.command()
@@ -85,9 +88,6 @@ def rollout(
       ngym rollout http://127.0.0.1:9000 --data rows.jsonl --model-url https://api.openai.com/v1 \\
           --model gpt-4.1 --api-key-env OPENAI_API_KEY --repeats 4 --resume
     """
-    import logging
-
-    from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Retries are worth seeing: the openai client logs each one ("Retrying request in ...") at INFO.

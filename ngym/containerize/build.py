@@ -21,6 +21,9 @@ from ngym.containerize.spec import LABEL_PREFIX, split_tag
 if TYPE_CHECKING:
     import docker
 
+# The docker SDK is an optional dependency (``ngym[docker]``): it is imported in the functions that talk to the
+# engine, so rendering a build context (``--output DIR --no-build``) works without it.
+
 HOW_TO_START = (
     "start one (as root: `dockerd > /tmp/dockerd.log 2>&1 &`, or `systemctl start docker`; "
     "`bash docker/ci-setup.sh` installs and starts one) or point DOCKER_HOST at one"

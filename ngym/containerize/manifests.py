@@ -14,6 +14,7 @@ affinity on the Service and a cookie-affinity Ingress (ingress-nginx annotations
 from __future__ import annotations
 
 import secrets
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,9 @@ from ngym.containerize.deploy import (
     _dump,
     _header,
 )
+from ngym.containerize.errors import PluginSourceError
 from ngym.containerize.k8s import k8s_documents, render_k8s
+from ngym.containerize.spec import DistributionSource, distribution_source_dir
 from ngym.targets import installed
 
 # ---- Compose ---------------------------------------------------------------------------------------------
@@ -292,10 +295,6 @@ def deploy_spec(env_name: str, image: str, *, replicas: int, base_image: str) ->
 
 def session_store_source() -> Any:  # DistributionSource
     """The installed ngym-redis plugin, to build into the image (a clear error when it is not installed)."""
-    from importlib import metadata
-
-    from ngym.containerize.errors import PluginSourceError
-    from ngym.containerize.spec import DistributionSource, distribution_source_dir
 
     try:
         dist = metadata.distribution(STORE_DISTRIBUTION)

@@ -24,6 +24,7 @@ from ngym.containerize.spec import CONTAINER_PORT, PluginSource
 from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_jsonl, recorded_tool_calls
 from ngym.targets import installed
 
+# The docker SDK is optional (``ngym[docker]``): imported where the engine is used (see ngym.containerize.build).
 if TYPE_CHECKING:
     from docker.models.containers import Container
 

@@ -25,6 +25,7 @@ from ngym.examples import (
     read_jsonl,
     recorded_tool_calls,
 )
+from ngym.plugins.manager import get_plugin_manager
 
 #: The response sent to /verify for a row that has no recorded rollout: a valid Responses object, no output.
 EMPTY_RESPONSE: dict[str, Any] = {
@@ -108,8 +109,6 @@ def data_file_in(folder: Path) -> Path | None:
 def resolve_scenario(name: str | None) -> Scenario:
     """The scenario a plugin supplies for environment ``name`` (hook ``ngym_profile_scenario``), else the default."""
     if name:
-        from ngym.plugins.manager import get_plugin_manager
-
         supplied = get_plugin_manager().hook.ngym_profile_scenario(name=name)
         if isinstance(supplied, type):  # a scenario class: one instance serves every user
             supplied = supplied()

@@ -148,7 +148,7 @@ def run_sweep(
 
 def write_plot(sweep: SweepResult, path: Path, title: str) -> Path:
     """A PNG of rollouts/s (left axis) and p99 latency (right axis) against users."""
-    try:
+    try:  # here, not at the top: matplotlib is optional (ngym[profile]) and only --sweep plots (~0.5 s to import)
         import matplotlib
     except ImportError:
         raise ConfigError("the sweep's plot needs matplotlib: pip install 'ngym[profile]'") from None

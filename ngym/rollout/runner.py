@@ -28,6 +28,10 @@ from ngym.errors import ConfigError
 from ngym.examples import read_jsonl
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_rollout
 from ngym.rollout.errors import RolloutError
+from ngym.rollout.model_client import ModelClient
+from ngym.rollout.replay_model import create_replay_app, example_rollouts_of
+from ngym.rollout.replay_model import read_rows as read_replay_rows
+from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from ngym.targets import is_url, resolve
 
@@ -162,9 +166,6 @@ def _model_server(options: RolloutOptions, rows: list[dict[str, Any]]) -> Iterat
             )
         yield options.model_url
         return
-    from ngym.rollout.replay_model import create_replay_app, example_rollouts_of
-    from ngym.rollout.replay_model import read_rows as read_replay_rows
-    from ngym.rollout.thread_server import serve_app_in_thread
 
     replay_rows = list(rows)
     if not is_url(options.target):
@@ -202,7 +203,6 @@ async def _run(
     on_event: Callable[[RolloutEvent], None] | None,
     on_start: Callable[[int], None] | None = None,
 ) -> RolloutSummary:
-    from ngym.rollout.model_client import ModelClient
 
     api_key = os.environ.get(options.api_key_env) if options.api_key_env else None
     if options.api_key_env and api_key is None:
