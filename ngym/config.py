@@ -10,6 +10,7 @@ also be ``package.module:Class``.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,3 +173,23 @@ def resolve_entrypoint(instance: InstanceConfig) -> str:
             f"{instance.source}: {instance.name}: entrypoint {entrypoint!r} not found (looked for {path})"
         )
     return str(path.resolve())
+
+
+def module_file(module: str) -> Path | None:
+    """The source file of a dotted module, located without importing it (only the top package is *found*): an
+    installed environment's ``configs/`` and ``data/`` sit beside it."""
+    top, _, rest = module.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        return Path(spec.origin) if spec.origin and spec.origin not in ("built-in", "frozen") else None
+    for location in spec.submodule_search_locations or []:
+        base = Path(location, *rest.split("."))
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None

@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ngym.config import module_file
 from ngym.errors import PluginError
 from ngym.plugins.manager import STRICT_ENV, NgymPluginManager, strict_mode
-from ngym.plugins.registry import BROKEN, OK, Registry, ServerEntry, module_file
+from ngym.plugins.registry import BROKEN, OK, Registry, ServerEntry
 
 CACHE_ENV = "NGYM_CACHE_DIR"
 CACHE_FILE = "plugins.json"

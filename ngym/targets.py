@@ -28,12 +28,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ngym.config import InstanceConfig, instances_from_files, resolve_entrypoint
+from ngym.config import InstanceConfig, instances_from_files, module_file, resolve_entrypoint
 from ngym.domain import Domain
 from ngym.errors import ConfigError, PluginError
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
 from ngym.plugins.manager import HOOK_PLUGIN_GROUP, origin_of_entry_point
-from ngym.plugins.registry import ServerEntry, get_registry, module_file
+from ngym.plugins.registry import ServerEntry, get_registry
 from ngym.server.app import ServeSpec, load_server_class
 from ngym.server.resources import SimpleResourcesServer
 from ngym.server.rules import validate_server_class

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.util
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ngym.config import default_instance_name, environment_config_fields
+from ngym.config import default_instance_name, environment_config_fields, module_file
 from ngym.domain import Domain
 from ngym.errors import EnvironmentNotFound, PluginError
 from ngym.plugins.entrypoints import forget_installed
@@ -277,25 +276,6 @@ class Registry:
     def all_entries(self) -> list[ServerEntry]:
         """Every entry, clashing duplicates included, by name."""
         return sorted([*self.entries.values(), *self.clashes], key=lambda e: (e.name, e.distribution or ""))
-
-
-def module_file(module: str) -> Path | None:
-    """The source file of a dotted module, located without importing it (only the top package is *found*)."""
-    top, _, rest = module.partition(".")
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    if not rest:
-        return Path(spec.origin) if spec.origin and spec.origin not in ("built-in", "frozen") else None
-    for location in spec.submodule_search_locations or []:
-        base = Path(location, *rest.split("."))
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                return candidate
-    return None
 
 
 def _import_target(target: str) -> Any:
