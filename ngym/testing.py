@@ -133,3 +133,16 @@ async def replay_examples(name: str, **fields: Any) -> list[ExampleResult]:
             if expected is not None:
                 assert verified["reward"] == expected, f"example {index}: reward {verified['reward']} != {expected}"
     return results
+
+
+__all__ = [
+    "ExampleResult",
+    "RolloutClient",
+    "app_for",
+    "app_for_class",
+    "make_response",
+    "read_jsonl",
+    "replay_examples",
+    "run_recorded_rollout",
+    "serve_in_process",
+]

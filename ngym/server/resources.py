@@ -1,9 +1,10 @@
 """Resources servers: the base classes an environment author subclasses.
 
 ``SimpleResourcesServer`` gives every environment the standard routes (``/seed_session``, ``/verify``,
-``/close_session``, ``/aggregate_metrics``, liveness and ``/health``), per-rollout sessions and error
-handling. An author writes tools, ``seed_session`` and ``verify``, and keeps per-rollout state with
-``set_session_state`` / ``session_state``.
+``/close_session``, ``/aggregate_metrics``, liveness and ``/health``: handled in ``ngym.server.routes``),
+per-rollout sessions and error handling. An author writes tools, ``seed_session`` and ``verify``, and keeps
+per-rollout state with ``set_session_state`` / ``session_state``. This class is that surface, not the home
+of the wire protocol.
 """
 
 from __future__ import annotations
