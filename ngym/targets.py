@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ngym.config import InstanceConfig, instances_from_files, module_file, resolve_entrypoint
 from ngym.domain import Domain
@@ -34,9 +34,14 @@ from ngym.errors import ConfigError, PluginError
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
 from ngym.plugins.manager import HOOK_PLUGIN_GROUP, origin_of_entry_point
 from ngym.plugins.registry import ServerEntry, get_registry
-from ngym.server.app import ServeSpec, load_server_class
-from ngym.server.resources import SimpleResourcesServer
-from ngym.server.rules import validate_server_class
+
+if TYPE_CHECKING:
+    from ngym.server.app import ServeSpec
+    from ngym.server.resources import SimpleResourcesServer
+
+# The server runtime (FastAPI, ~0.5 s to import) is imported where a class is loaded or a spec made, not at the
+# top: naming an environment must stay cheap for callers that never serve it in this process (the Locust
+# locustfile resolves names at test start, and Locust's -t timer is already running then).
 
 _MODULE_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -57,11 +62,15 @@ class Environment:
     @cached_property
     def server_class(self) -> type[SimpleResourcesServer]:
         """The server class (imported on first use)."""
+        from ngym.server.app import load_server_class
+
         return load_server_class(self.target)
 
     @cached_property
     def domain(self) -> Domain:
         """The domain, decided by the registration rules (imports the class; ``PluginError`` when broken)."""
+        from ngym.server.rules import validate_server_class
+
         try:
             domain, _config_class = validate_server_class(
                 self.server_class, name=self.name, domain=self.registered_domain, config_fields=self.fields
@@ -73,6 +82,8 @@ class Environment:
 
     def serve_spec(self, **fields: Any) -> ServeSpec:
         """What ``ngym run`` serves: the target with the config fields (``fields`` on top)."""
+        from ngym.server.app import ServeSpec
+
         app_plugins = bool(installed_entry_points(HOOK_PLUGIN_GROUP))  # only hook plugins can extend apps
         return ServeSpec(target=self.target, name=self.name, fields={**self.fields, **fields}, app_plugins=app_plugins)
 
