@@ -11,6 +11,7 @@ also be ``package.module:Class``.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,17 @@ def instances_from_files(paths: list[Path], overrides: list[str]) -> list[Instan
             )
         )
     return instances
+
+
+CACHE_ENV = "NGYM_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """ngym's cache folder: ``$NGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/ngym``, else ``~/.cache/ngym``."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ngym"
 
 
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")

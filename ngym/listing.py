@@ -19,12 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ngym.config import module_file
+from ngym.config import cache_dir, module_file
 from ngym.errors import PluginError
 from ngym.plugins.manager import STRICT_ENV, NgymPluginManager, strict_mode
 from ngym.plugins.registry import BROKEN, OK, Registry, ServerEntry
 
-CACHE_ENV = "NGYM_CACHE_DIR"
 CACHE_FILE = "plugins.json"
 FORMAT = 1
 
@@ -45,14 +44,6 @@ class ServerInfo:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def cache_dir() -> Path:
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ngym"
 
 
 def file_stamp(path: Path | None) -> str:

@@ -6,13 +6,13 @@ quoting what pip said went wrong (``_pip_error``).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ngym.config import cache_dir
 from ngym.containerize.errors import WheelhouseError
 
 #: Timestamps inside wheels built from source: a fixed date makes an unchanged tree give a byte-identical wheel,
@@ -23,11 +23,8 @@ Log = Callable[[str], None]
 
 
 def default_cache_dir() -> Path:
-    """``$NGYM_CACHE_DIR/wheelhouse``, else ``$XDG_CACHE_HOME/ngym/wheelhouse``, else ``~/.cache/ngym/wheelhouse``."""
-    if os.environ.get("NGYM_CACHE_DIR"):
-        return Path(os.environ["NGYM_CACHE_DIR"]) / "wheelhouse"
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "ngym" / "wheelhouse"
+    """The wheelhouse cache: ``wheelhouse/`` in ngym's cache folder (``ngym.config.cache_dir``)."""
+    return cache_dir() / "wheelhouse"
 
 
 def _pip(python: str, args: list[str], *, env: Mapping[str, str], what: str, log: Log | None = None) -> str:
