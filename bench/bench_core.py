@@ -143,7 +143,7 @@ def main() -> None:
         sys.exit("bench_core needs wrk (Debian package 'wrk'): apt-get install -y wrk")
     cold: dict[str, list[float]] = {"ngym": [], "bare": []}
     idle: dict[str, list[float]] = {"ngym": [], "bare": []}
-    for kind in ("ngym", "bare"):  # warm-up: __pycache__ and ngym's serve snapshot written, page cache hot
+    for kind in ("ngym", "bare"):  # warm-up: __pycache__ written, page cache hot
         stop_process(start(kind)[0])
     for _ in range(5):
         for kind in ("ngym", "bare"):

@@ -31,8 +31,8 @@ class ServeSpec:
     target: str
     name: str
     fields: dict[str, Any] = field(default_factory=dict)
-    #: False when the serve snapshot knows that no installed plugin implements ``ngym_extend_app``: the app
-    #: is then built without loading the plugin system at all.
+    #: False when no hook plugin is installed (``ngym.targets``), so none can implement ``ngym_extend_app``:
+    #: the app is then built without loading the plugin system at all.
     app_plugins: bool = True
 
     def to_json(self) -> str:
