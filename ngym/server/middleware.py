@@ -20,8 +20,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ngym.errors import SessionStoreError
-from ngym.sessions.manager import SCOPE_KEY, SESSION_ID_KEY, SessionManager, current_request_session
-from ngym.sessions.store import SessionLimitReached
+from ngym.server.sessions.manager import SCOPE_KEY, SESSION_ID_KEY, SessionManager, current_request_session
+from ngym.server.sessions.store import SessionLimitReached
 
 log = logging.getLogger("ngym.server")
 
@@ -56,7 +56,7 @@ async def _send_unavailable(send: Send, detail: str, extra_headers: list[tuple[b
 def _cookie_header(scope: Scope) -> bytes | None:
     for key, value in scope["headers"]:
         if key == b"cookie":
-            return value
+            return bytes(value)
     return None
 
 

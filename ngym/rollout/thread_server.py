@@ -1,5 +1,5 @@
 """Serve an ASGI app (the replay model, a scripted judge) on a free local port in a background thread; stop it
-after. (An installed environment is started as a child process by ``ngym.launch.serve_environment``.)"""
+after. (An installed environment is started as a child process by ``ngym.child_server.serve_environment``.)"""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import uvicorn
+
 from ngym.rollout.errors import RolloutError
 
 
 @contextmanager
 def serve_app_in_thread(app: Any, host: str = "127.0.0.1", timeout: float = 30.0) -> Iterator[str]:
     """Serve an ASGI app with uvicorn on a free port in a daemon thread; yields ``http://host:port``."""
-    import uvicorn
 
     config = uvicorn.Config(app, host=host, port=0, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
