@@ -11,7 +11,26 @@ Names are loaded on first use, so ``import ngym`` (and the CLI) stay fast.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time the names load on first use (below)
+    from ngym.domain import Domain
+    from ngym.errors import ConfigError, JudgeError, NgymError, PluginError
+    from ngym.plugins import hookimpl
+    from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer
+    from ngym.server.protocol.bodies import (
+        BaseRunRequest,
+        BaseSeedSessionRequest,
+        BaseSeedSessionResponse,
+        BaseVerifyRequest,
+        BaseVerifyResponse,
+        ResourcesCloseSessionRequest,
+        ResourcesCloseSessionResponse,
+        ResourcesSeedSessionRequest,
+        ResourcesSeedSessionResponse,
+    )
+    from ngym.server.resources import BaseResourcesServer, BaseResourcesServerConfig, SimpleResourcesServer
+    from ngym.server.sessions.manager import SESSION_ID_KEY
 
 __version__ = "0.1.0"
 
@@ -22,25 +41,49 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "ngym.errors",
     "PluginError": "ngym.errors",
     "JudgeError": "ngym.errors",
-    "BaseServer": "ngym.server",
-    "SimpleServer": "ngym.server",
-    "BaseServerConfig": "ngym.server",
-    "BaseResourcesServer": "ngym.resources",
-    "SimpleResourcesServer": "ngym.resources",
-    "BaseResourcesServerConfig": "ngym.resources",
-    "BaseRunRequest": "ngym.protocol.bodies",
-    "BaseVerifyRequest": "ngym.protocol.bodies",
-    "BaseVerifyResponse": "ngym.protocol.bodies",
-    "BaseSeedSessionRequest": "ngym.protocol.bodies",
-    "BaseSeedSessionResponse": "ngym.protocol.bodies",
-    "ResourcesSeedSessionRequest": "ngym.protocol.bodies",
-    "ResourcesSeedSessionResponse": "ngym.protocol.bodies",
-    "ResourcesCloseSessionRequest": "ngym.protocol.bodies",
-    "ResourcesCloseSessionResponse": "ngym.protocol.bodies",
-    "SESSION_ID_KEY": "ngym.sessions.manager",
+    "BaseServer": "ngym.server.base",
+    "SimpleServer": "ngym.server.base",
+    "BaseServerConfig": "ngym.server.base",
+    "BaseResourcesServer": "ngym.server.resources",
+    "SimpleResourcesServer": "ngym.server.resources",
+    "BaseResourcesServerConfig": "ngym.server.resources",
+    "BaseRunRequest": "ngym.server.protocol.bodies",
+    "BaseVerifyRequest": "ngym.server.protocol.bodies",
+    "BaseVerifyResponse": "ngym.server.protocol.bodies",
+    "BaseSeedSessionRequest": "ngym.server.protocol.bodies",
+    "BaseSeedSessionResponse": "ngym.server.protocol.bodies",
+    "ResourcesSeedSessionRequest": "ngym.server.protocol.bodies",
+    "ResourcesSeedSessionResponse": "ngym.server.protocol.bodies",
+    "ResourcesCloseSessionRequest": "ngym.server.protocol.bodies",
+    "ResourcesCloseSessionResponse": "ngym.server.protocol.bodies",
+    "SESSION_ID_KEY": "ngym.server.sessions.manager",
 }
 
-__all__ = [*_EXPORTS, "__version__"]
+__all__ = [  # the order of _EXPORTS
+    "Domain",
+    "hookimpl",
+    "NgymError",
+    "ConfigError",
+    "PluginError",
+    "JudgeError",
+    "BaseServer",
+    "SimpleServer",
+    "BaseServerConfig",
+    "BaseResourcesServer",
+    "SimpleResourcesServer",
+    "BaseResourcesServerConfig",
+    "BaseRunRequest",
+    "BaseVerifyRequest",
+    "BaseVerifyResponse",
+    "BaseSeedSessionRequest",
+    "BaseSeedSessionResponse",
+    "ResourcesSeedSessionRequest",
+    "ResourcesSeedSessionResponse",
+    "ResourcesCloseSessionRequest",
+    "ResourcesCloseSessionResponse",
+    "SESSION_ID_KEY",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -6,12 +6,17 @@ from pathlib import Path
 
 import click
 
+from ngym.scaffold import scaffold
+
 
 @click.command()
 @click.argument("name")
 @click.option("--domain", default="agent", show_default=True, help="The Domain it trains (math, coding, agent, ...).")
 @click.option(
-    "--dir", "parent", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+    "--dir",
+    "parent",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
     help="Folder to create NAME/ in (default: the current one).",
 )
 @click.option("--description", default=None, help="One line saying what the environment is.")
@@ -23,8 +28,6 @@ def init(name: str, domain: str, parent: Path, description: str | None) -> None:
       pip install -e ./NAME   (or: ngym install -e ./NAME)
       ngym validate NAME && ngym run NAME
     """
-    from ngym.scaffold import scaffold
-
     path = scaffold(name, domain=domain, parent=parent, description=description)
     click.echo(f"created {path}/ (domain {domain})")
     click.echo(f"next: ngym install -e {path} && ngym validate {name} && ngym run {name}")

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ngym.containerize.run import published_url, remove_container, start_container, wait_healthy
+from ngym.containerize.smoke import published_url, remove_container, start_container, wait_healthy
 from ngym.containerize.spec import RunOptions, resolve_plugin
 
 from .conftest import REPO, ngym

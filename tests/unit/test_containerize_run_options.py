@@ -7,9 +7,11 @@ import pytest
 import yaml
 from math_with_code.app import CONTAINER_CAPABILITIES, MathWithCodeResourcesServer
 
+from ngym.containerize.deploy import DeploySpec
 from ngym.containerize.dockerfile import render_dockerfile
 from ngym.containerize.errors import PluginSourceError
-from ngym.containerize.manifests import DeploySpec, compose_document, render_k8s
+from ngym.containerize.k8s import render_k8s
+from ngym.containerize.manifests import compose_document
 from ngym.containerize.spec import RunOptions, resolve_plugin
 from tests.unit.test_containerize_render import make_spec
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import signal
 import sys
 
-from ngym import serve
-from ngym.serve import SPEC_ENV, ServeSpec, serve_many
+from ngym.server import host
+from ngym.server.app import SPEC_ENV, ServeSpec
+from ngym.server.host import serve_many
 
 
 class _Exited:
@@ -24,7 +25,7 @@ def test_the_spec_and_its_secret_are_not_on_the_childs_command_line(monkeypatch)
         started.append((cmd, env or {}))
         return _Exited()
 
-    monkeypatch.setattr(serve.subprocess, "Popen", popen)
+    monkeypatch.setattr(host.subprocess, "Popen", popen)
     handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     spec = ServeSpec(target="x:Y", name="x", fields={"session_secret": "s3cret-on-no-command-line"})
     try:
@@ -33,6 +34,6 @@ def test_the_spec_and_its_secret_are_not_on_the_childs_command_line(monkeypatch)
         signal.signal(signal.SIGTERM, handlers[0])
         signal.signal(signal.SIGINT, handlers[1])
     ((cmd, env),) = started
-    assert cmd == [sys.executable, "-m", "ngym.serve", "1", "0"]
+    assert cmd == [sys.executable, "-m", "ngym.server.host", "1", "0"]
     assert not any("s3cret" in word for word in cmd)
     assert ServeSpec.from_json(env[SPEC_ENV]) == spec

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from ngym_redis.testing import RedisServer
 
-from ngym.launch import free_port, start_environment, stop_process, wait_healthy
+from ngym.child_server import free_port, start_environment, stop_process, wait_healthy
 
 NGYM = str(Path(sys.executable).parent / "ngym")
 COUNTER = "example_session_state_mgmt"
@@ -28,9 +28,9 @@ SECRET = "scale-out-test-secret"
 
 
 def example_rollouts() -> list[dict[str, Any]]:
-    from ngym.plugins.discovery import find_environment
+    from ngym.targets import resolve
 
-    folder = find_environment(COUNTER).package_dir()
+    folder = resolve(COUNTER).folder
     assert folder is not None
     path = folder / "data" / "example_rollouts.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

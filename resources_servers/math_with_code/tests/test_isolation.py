@@ -23,7 +23,7 @@ import pytest
 from math_with_code.sandbox import SandboxLimits, WorkerPool
 from math_with_code.sandbox.limits import Enforcement, missing_isolation, plan_exposures
 
-from ngym.launch import wait_healthy
+from ngym.child_server import wait_healthy
 
 _spec = importlib.util.spec_from_file_location("isolation_probes", Path(__file__).with_name("isolation_probes.py"))
 probes = importlib.util.module_from_spec(_spec)

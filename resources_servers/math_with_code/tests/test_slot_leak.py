@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from ngym.launch import wait_healthy
+from ngym.child_server import wait_healthy
 
 ROW = {"responses_create_params": {"input": "x"}, "expected_result": "1"}
 

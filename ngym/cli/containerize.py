@@ -1,0 +1,128 @@
+"""``ngym containerize``: the CLI edge of ``ngym.containerize.containerize``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from ngym.containerize.pipeline import ContainerizeOptions
+from ngym.containerize.pipeline import containerize as run_containerize
+from ngym.containerize.spec import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
+
+
+@click.command()
+@click.argument("target", metavar="NAME")
+@click.option("--tag", "-t", default=None, help="Image tag (default: ngym-NAME:VERSION).")
+@click.option(
+    "--base-image",
+    default=DEFAULT_BASE_IMAGE,
+    show_default=True,
+    help=f"Base image with python3 and venv. Offline: `make docker-base` then --base-image {LOCAL_BASE_IMAGE}.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write the build context (Dockerfile, requirements.txt, wheelhouse/) here and keep it.",
+)
+@click.option("--no-build", is_flag=True, help="Only write the build context (needs --output).")
+@click.option("--run", "run_", is_flag=True, help="Start the image, wait for healthy, drive one example rollout.")
+@click.option("--keep", is_flag=True, help="With --run: leave the container running.")
+@click.option("--no-cache", is_flag=True, help="Build without Docker's layer cache.")
+@click.option("--python-version", default=None, help="The image's Python (major.minor); default: detected.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (progress on stderr).")
+@click.option("--compose", is_flag=True, help="Also write a Compose project: N replicas, Redis, a load balancer.")
+@click.option("--k8s", is_flag=True, help="Also write Kubernetes manifests: Deployment, Service, HPA, Redis.")
+@click.option("--replicas", type=click.IntRange(min=1), default=3, show_default=True, help="With --compose/--k8s.")
+@click.option(
+    "--deploy-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where --compose/--k8s write (default: ./ngym-NAME-deploy).",
+)
+def containerize(
+    target: str,
+    tag: str | None,
+    base_image: str,
+    output: Path | None,
+    no_build: bool,
+    run_: bool,
+    keep: bool,
+    no_cache: bool,
+    python_version: str | None,
+    as_json: bool,
+    compose: bool,
+    k8s: bool,
+    replicas: int,
+    deploy_dir: Path | None,
+) -> None:
+    """Build a Docker image of the environment NAME (an installed name or a plugin source directory).
+
+    The image installs offline from a wheelhouse built here (ngym, the plugin and every dependency), runs
+    `ngym run NAME --host 0.0.0.0 --port 8000` as a non-root user and has a HEALTHCHECK. Pass the session
+    secret and config overrides at run time:
+
+    \b
+      docker run -p 8000:8000 -e NGYM_SESSION_SECRET=... IMAGE [key=value ...]
+
+    \b
+    Examples:
+      ngym containerize example_single_tool_call --base-image ngym-base:bookworm --run
+      ngym containerize ./my_env --output build/my_env --no-build
+      ngym containerize example_session_state_mgmt --base-image ngym-base:bookworm --compose --k8s
+
+    --compose / --k8s write deploy manifests (docs/scale-out.md): replicas sharing sessions through Redis, or,
+    for environments whose state cannot be shared, session affinity.
+    """
+    if no_build and output is None:
+        raise click.UsageError("--no-build writes the build context only: give --output DIR")
+    if keep and not run_:
+        raise click.UsageError("--keep applies to --run")
+    if run_ and no_build:
+        raise click.UsageError("--run needs a build: drop --no-build")
+
+    def log(line: str) -> None:
+        click.echo(line, err=True)
+
+    options = ContainerizeOptions(
+        target=target,
+        tag=tag,
+        base_image=base_image,
+        output=output,
+        build=not no_build,
+        run=run_,
+        keep=keep,
+        python_version=python_version,
+        nocache=no_cache,
+        compose=compose,
+        k8s=k8s,
+        replicas=replicas,
+        manifests_dir=deploy_dir,
+    )
+    result = run_containerize(options, log=log)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    if result.manifests:
+        folder = os.path.commonpath([str(Path(path).parent) for path in result.manifests])
+        click.echo(f"deploy manifests written to {folder} (docs/scale-out.md)")
+    if result.image_id is None:
+        click.echo(f"build context written to {result.context_dir}")
+        click.echo(f"build it: docker build -t {result.tag} {result.context_dir}")
+        return
+    click.echo(f"image: {result.tag} ({(result.image_size or 0) / 1e6:.1f} MB, built in {result.build_seconds}s)")
+    if result.run:
+        rollout = result.run.get("rollout") or {}
+        click.echo(f"reward: {rollout.get('reward')} (expected {rollout.get('expected_reward')})")
+        if result.run["kept"]:
+            click.echo(f"running at {result.run['url']} (container {result.run['container_name']});")
+            click.echo(f"stop it: docker rm -f {result.run['container_name']}")
+        else:
+            click.echo(f"served at {result.run['url']} (container removed)")
+    else:
+        flags = "".join(f"{arg} " for arg in result.docker_run_args)
+        click.echo(f"run it: docker run --rm -p 8000:8000 {flags}-e NGYM_SESSION_SECRET=... {result.tag}")

@@ -1,0 +1,239 @@
+"""``ngym containerize --run``: start the image, wait until Docker reports it healthy, drive one example rollout.
+
+The rollout is the plugin's first recorded example (``data/example_rollouts.jsonl``: the dataset row plus the
+recorded ``response`` and expected ``reward``): ``/seed_session`` with the row, one ``POST /<tool>`` per recorded
+``function_call`` (its JSON ``arguments`` as the body), then ``/verify`` with the row and the recorded response.
+The session cookie is copied by hand from each response to the next request, as NeMo Gym agents do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from ngym.containerize.errors import ContainerRunError
+from ngym.containerize.spec import CONTAINER_PORT, PluginSource, RunOptions
+from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_jsonl, recorded_tool_calls
+from ngym.targets import installed
+
+# The docker SDK is optional (``ngym[docker]``): imported where the engine is used (see ngym.containerize.build).
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+    import docker
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ExampleRollout:
+    """One recorded rollout: the dataset row, the recorded response, the reward it should get."""
+
+    row: dict[str, Any]
+    response: dict[str, Any]
+    expected_reward: float | None
+
+    def tool_calls(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(tool name, arguments)`` of every ``function_call`` in the recorded output, in order."""
+        return [(call.name, call.arguments) for call in recorded_tool_calls(self.response)]
+
+
+@dataclass
+class RolloutResult:
+    reward: float
+    expected_reward: float | None
+    calls: list[str] = field(default_factory=list)
+    verify_response: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """What ``--run`` did."""
+
+    container_id: str
+    container_name: str
+    url: str
+    health: str
+    rollout: RolloutResult | None
+    kept: bool
+
+
+def example_data_dirs(plugin: PluginSource) -> list[Path]:
+    """Where a plugin's ``data/`` may be: its source tree, else the installed package folder."""
+    dirs = []
+    if plugin.source_dir is not None:
+        dirs.append(plugin.source_dir / "data")
+    try:
+        package_dir = installed(plugin.name).folder
+    except Exception:  # not installed (a bare source directory): the source tree is all there is
+        package_dir = None
+    if package_dir is not None:
+        dirs.append(package_dir / "data")
+    return dirs
+
+
+def load_example_rollout(plugin: PluginSource, index: int = 0) -> ExampleRollout:
+    """The ``index``-th line of the plugin's ``data/example_rollouts.jsonl``."""
+    for folder in example_data_dirs(plugin):
+        path = folder / EXAMPLE_ROLLOUTS
+        if path.is_file():
+            records = read_jsonl(path)
+            if index >= len(records):
+                raise ContainerRunError(f"{path} has {len(records)} rollout(s), not {index + 1}")
+            record = records[index]
+            if "response" not in record:
+                raise ContainerRunError(f"{path}: line {index + 1} has no recorded 'response'")
+            reward = record.get("reward")
+            return ExampleRollout(dataset_row(record), record["response"], None if reward is None else float(reward))
+    searched = ", ".join(str(d) for d in example_data_dirs(plugin)) or "no data folder found"
+    raise ContainerRunError(f"environment {plugin.name!r} ships no data/example_rollouts.jsonl (searched {searched})")
+
+
+def drive_rollout(base_url: str, example: ExampleRollout, *, timeout: float = 30.0) -> RolloutResult:
+    """seed_session → recorded tool calls → verify against ``base_url``, copying the session cookie by hand."""
+    cookies: dict[str, str] = {}
+    calls: list[str] = []
+
+    def post(client: httpx.Client, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())} if cookies else {}
+        response = client.post(f"{base_url}/{route}", json=body, headers=headers)
+        for header in response.headers.get_list("set-cookie"):
+            name, _, rest = header.partition("=")
+            cookies[name.strip()] = rest.split(";", 1)[0]
+        client.cookies.clear()  # no cookie jar: only the copied cookie travels, exactly as with an agent
+        if response.status_code >= 400:
+            raise ContainerRunError(f"POST /{route} → HTTP {response.status_code}: {response.text[:500]}")
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    with httpx.Client(timeout=timeout) as client:
+        post(client, "seed_session", example.row)
+        for name, arguments in example.tool_calls():
+            post(client, name, arguments)
+            calls.append(name)
+        verify = post(client, "verify", {**example.row, "response": example.response})
+    if "reward" not in verify:
+        raise ContainerRunError(f"/verify answered without a reward: {json.dumps(verify)[:300]}")
+    return RolloutResult(float(verify["reward"]), example.expected_reward, calls, verify)
+
+
+def start_container(
+    client: docker.DockerClient,
+    image: str,
+    *,
+    host_port: int | None = None,
+    environment: dict[str, str] | None = None,
+    name: str | None = None,
+    command: list[str] | None = None,
+    run_options: RunOptions = RunOptions(),
+) -> Container:
+    """Run ``image`` detached with its port published on 127.0.0.1 (a free port unless ``host_port``).
+
+    ``command`` is appended to the image's entrypoint (``key=value`` config overrides). A random
+    ``NGYM_SESSION_SECRET`` is passed unless ``environment`` sets one. ``run_options``: what the environment
+    declares it needs (user, capabilities, security options).
+    """
+    env = {"NGYM_SESSION_SECRET": secrets.token_urlsafe(32), **(environment or {})}
+    return client.containers.run(
+        image,
+        command or None,
+        detach=True,
+        name=name,
+        environment=env,
+        ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", host_port)},
+        labels={"dev.ngym.containerize.run": "1"},
+        **_run_kwargs(run_options),
+    )
+
+
+def _run_kwargs(options: RunOptions) -> dict[str, Any]:
+    """The docker SDK's keyword arguments for the environment's declared run options (only those it sets)."""
+    kwargs: dict[str, Any] = {"user": options.user} if options.user else {}
+    for key in ("cap_add", "cap_drop", "security_opt"):
+        if getattr(options, key):
+            kwargs[key] = list(getattr(options, key))
+    return kwargs
+
+
+def published_url(container: Container) -> str:
+    container.reload()
+    bindings = (container.attrs["NetworkSettings"]["Ports"] or {}).get(f"{CONTAINER_PORT}/tcp") or []
+    if not bindings:
+        raise ContainerRunError(f"container {container.name} publishes no port for {CONTAINER_PORT}/tcp")
+    return f"http://127.0.0.1:{bindings[0]['HostPort']}"
+
+
+def wait_healthy(container: Container, timeout: float = 90.0, log: Log = lambda line: None) -> str:
+    """Poll Docker's health status until ``healthy``; raise with the container's log if it exits or fails."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        container.reload()
+        state = container.attrs["State"]
+        health = (state.get("Health") or {}).get("Status")
+        if health != last:
+            log(f"container {container.name}: {state['Status']}, health {health}")
+            last = health
+        if health == "healthy":
+            return "healthy"
+        if state["Status"] in ("exited", "dead") or health == "unhealthy":
+            raise ContainerRunError(
+                f"container {container.name} is {health or state['Status']} (exit code {state.get('ExitCode')})\n"
+                + _logs_tail(container)
+            )
+        time.sleep(0.5)
+    raise ContainerRunError(
+        f"container {container.name} not healthy after {timeout:.0f}s (health {last})\n" + _logs_tail(container)
+    )
+
+
+def remove_container(container: Container) -> None:
+    from docker.errors import NotFound
+
+    with contextlib.suppress(NotFound):
+        container.remove(force=True)
+
+
+def run_image(
+    client: docker.DockerClient,
+    image: str,
+    plugin: PluginSource,
+    *,
+    keep: bool = False,
+    host_port: int | None = None,
+    log: Log = lambda line: None,
+    health_timeout: float = 90.0,
+) -> RunResult:
+    """Start ``image``, wait for healthy, drive the plugin's first example rollout; remove it unless ``keep``."""
+    example = load_example_rollout(plugin)
+    container = start_container(client, image, host_port=host_port, run_options=plugin.run_options)
+    try:
+        url = published_url(container)
+        log(f"container {container.name} ({container.short_id}) at {url}")
+        health = wait_healthy(container, health_timeout, log)
+        rollout = drive_rollout(url, example)
+        path = " → ".join(["seed_session", *rollout.calls, "verify"])
+        log(f"rollout: {path}: reward {rollout.reward}")
+    except BaseException:
+        if not keep:
+            remove_container(container)
+        raise
+    if not keep:
+        remove_container(container)
+    return RunResult(container.id, container.name, url, health, rollout, keep)
+
+
+def _logs_tail(container: Container, lines: int = 25) -> str:
+    try:
+        text = container.logs(tail=lines).decode(errors="replace")
+    except Exception as exc:  # the container may be gone already
+        return f"(no container log: {exc})"
+    return "--- container log (tail) ---\n" + "\n".join(f"  | {ln}" for ln in text.splitlines())

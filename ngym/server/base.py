@@ -1,0 +1,84 @@
+"""``BaseServer`` and ``SimpleServer``: a server is a pydantic model holding its config, that builds a FastAPI app.
+
+As in NeMo Gym, a server class is a pydantic ``BaseModel``: its ``config`` field's annotation names its
+config class, and subclasses may declare their own fields (``session_id_to_counter: dict = Field(...)``).
+``SimpleServer.run_webserver()`` serves the class when its module is run as a script.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from ngym.domain import Domain
+
+
+class BaseServerConfig(BaseModel):
+    """Fields every server instance has. Unknown keys from the YAML (``datasets``, ...) are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(default="", description="Instance name, unique at run time (the YAML's top-level key).")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    num_workers: int | None = Field(default=None, ge=1)
+    entrypoint: str | None = None
+    domain: Domain | None = None
+
+
+class BaseServer(BaseModel):
+    """A server: its config plus whatever fields a subclass declares."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    config: BaseServerConfig
+
+    @classmethod
+    def config_class(cls) -> type[BaseServerConfig]:
+        """The config class this server declares through its ``config`` annotation."""
+        annotation = cls.model_fields["config"].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseServerConfig):
+            return annotation
+        raise TypeError(f"{cls.__name__}.config must be annotated with a BaseServerConfig subclass")
+
+
+class SimpleServer(BaseServer):
+    """A server that builds one FastAPI app."""
+
+    #: Shown by ``ngym list`` and ``/health``; defaults to the class docstring's first line.
+    description: ClassVar[str | None] = None
+
+    @abstractmethod
+    def setup_webserver(self) -> FastAPI:
+        """Build and return the FastAPI app."""
+
+    @classmethod
+    def run_webserver(cls, **overrides: Any) -> None:
+        """Serve this class (``if __name__ == "__main__": MyServer.run_webserver()``).
+
+        Config comes from ``key=value`` arguments on the command line (``port=9000``, ``+config_paths=[a.yaml]``)
+        and keyword overrides; see ``ngym run --help``.
+
+        This process becomes ``python -m ngym.server.host --class FILE:CLASS`` (``exec``: the same process id,
+        so supervisors and signals see one process), which imports the class's file as a module, as
+        ``ngym run app.py`` does. (The host builds servers from these classes, so it cannot be imported here.)
+        """
+        script = cls.__module__ == "__main__"
+        target = f"{inspect.getfile(cls)}:{cls.__name__}" if script else f"{cls.__module__}:{cls.__qualname__}"
+        fields = json.dumps(overrides)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "ngym.server.host", "--class", target, fields, *sys.argv[1:]])
+
+
+def secret_value(secret: SecretStr | str | None) -> str | None:
+    if secret is None:
+        return None
+    return secret.get_secret_value() if isinstance(secret, SecretStr) else secret

@@ -1,0 +1,152 @@
+"""The one ASGI middleware every ngym server runs, outermost inside FastAPI.
+
+In order, for each HTTP request: strip a ``/ng-rollout/<rollout id>/`` tracing prefix; bind the request to
+its session (signed cookie → id, and the record for requests that may touch state); run the app; write
+the session back and set its cookie on the response (NeMo Gym agents copy ``Set-Cookie`` from every
+response onto the next request); turn any exception that escaped the app into HTTP 500 whose body is
+the JSON string of ``repr(exc)``, logged with its traceback, so the server keeps serving; and close the
+session afterwards when the route asked for it (``/verify``). A session store that fails (``SessionStoreError``,
+e.g. Redis down) or is full is HTTP 503 with a JSON ``detail`` and ``Retry-After``, never a bare 500.
+
+It is plain ASGI rather than ``BaseHTTPMiddleware`` because it runs on every request of a hot loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ngym.errors import SessionStoreError
+from ngym.server.sessions.manager import SCOPE_KEY, SESSION_ID_KEY, SessionManager, current_request_session
+from ngym.server.sessions.store import SessionLimitReached
+
+log = logging.getLogger("ngym.server")
+
+ROLLOUT_PREFIX = "/ng-rollout/"
+_STATELESS_METHODS = {"GET", "HEAD", "OPTIONS"}
+
+
+def strip_rollout_prefix(scope: Scope) -> None:
+    """``/ng-rollout/<id>/rest`` → ``/rest``, keeping the id in ``scope["ngym.rollout_id"]``."""
+    path: str = scope["path"]
+    if not path.startswith(ROLLOUT_PREFIX):
+        return
+    rollout_id, _, rest = path[len(ROLLOUT_PREFIX) :].partition("/")
+    scope["ngym.rollout_id"] = rollout_id
+    scope["path"] = "/" + rest
+    scope["raw_path"] = scope["path"].encode()
+
+
+async def _send_unavailable(send: Send, detail: str, extra_headers: list[tuple[bytes, bytes]]) -> None:
+    """HTTP 503 with a JSON ``detail`` and ``Retry-After``: the session store is down or full, not the server."""
+    body = json.dumps({"detail": detail}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        (b"retry-after", b"1"),
+        *extra_headers,
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _cookie_header(scope: Scope) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == b"cookie":
+            return bytes(value)
+    return None
+
+
+def _short_startup_failure(send: Send) -> Send:
+    """A start-up that fails (``on_startup`` raised, e.g. a sandbox refusing to run untrusted code) is logged as one
+    ``ngym: error: ...`` line instead of Starlette's traceback; the traceback with NGYM_DEBUG=1."""
+
+    async def send_short(message: Message) -> None:
+        text = message.get("message") or ""
+        if message["type"] == "lifespan.startup.failed" and text.strip() and not os.environ.get("NGYM_DEBUG"):
+            last = text.strip().splitlines()[-1]
+            message = {**message, "message": f"ngym: error: {last.split(': ', 1)[-1]} (NGYM_DEBUG=1 for the traceback)"}
+        await send(message)
+
+    return send_short
+
+
+class NgymMiddleware:
+    def __init__(self, app: ASGIApp, sessions: SessionManager) -> None:
+        self.app = app
+        self.sessions = sessions
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, _short_startup_failure(send) if scope["type"] == "lifespan" else send)
+            return
+        strip_rollout_prefix(scope)
+        sessions = self.sessions
+        store_shares_objects = sessions.store.shares_objects
+        try:
+            session = await sessions.bind(_cookie_header(scope), load=scope["method"] not in _STATELESS_METHODS)
+        except SessionStoreError as exc:
+            log.warning("%s %s: %s", scope["method"], scope["path"], exc)
+            await _send_unavailable(send, f"session store unavailable: {exc}", [])
+            return
+        # Starlette's request.session, for code ported from NeMo Gym: {"session_id": ...}.
+        compat: dict[str, Any] = {SESSION_ID_KEY: session.id}
+        scope["session"] = compat
+        scope[SCOPE_KEY] = session
+        token = current_request_session.set(session)
+        started = False
+
+        async def send_with_session(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                # Ported code may switch sessions by assigning request.session["session_id"].
+                if compat.get(SESSION_ID_KEY) != session.id:
+                    session.id = str(compat[SESSION_ID_KEY])
+                # Saved before the response starts, so the caller's next request (maybe to another
+                # worker or replica) sees this one's changes. A store failure here is still a clean 503.
+                if not store_shares_objects:
+                    await sessions.persist(session)
+                started = True
+                headers = list(message.get("headers", ()))
+                headers.append((b"set-cookie", sessions.signer.set_cookie_header(session.id)))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_session)
+        except (SessionStoreError, SessionLimitReached) as exc:
+            if started:
+                raise
+            unavailable = isinstance(exc, SessionStoreError)
+            log.warning("%s %s: %s", scope["method"], scope["path"], exc)
+            detail = (
+                f"session store unavailable: {exc}"
+                if unavailable
+                else f"server is at its session limit ({exc}); retry later or close finished sessions"
+            )
+            cookie = [] if session.is_new else [(b"set-cookie", sessions.signer.set_cookie_header(session.id))]
+            await _send_unavailable(send, detail, cookie)
+        except Exception as exc:
+            log.exception("%s %s failed", scope["method"], scope["path"])
+            if started:
+                raise
+            body = json.dumps(repr(exc)).encode()
+            await send_with_session(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+        finally:
+            current_request_session.reset(token)
+            if session.close_requested:
+                try:
+                    await sessions.close(session.id)
+                except SessionStoreError as exc:  # the idle-TTL sweep closes it once the store is back
+                    log.warning("closing session %s after the response failed: %s", session.id, exc)
