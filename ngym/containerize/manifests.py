@@ -156,11 +156,7 @@ def compose_document(spec: DeploySpec) -> dict[str, Any]:
         },
         "restart": "unless-stopped",
     }
-    options = spec.run_options
-    env_service.update({"user": options.user} if options.user else {})
-    for key in ("cap_drop", "cap_add", "security_opt"):
-        if getattr(options, key):
-            env_service[key] = list(getattr(options, key))
+    env_service.update(spec.run_options.settings())  # user and capabilities it declares
     services: dict[str, Any] = {}
     if not spec.affinity:
         services["redis"] = {
@@ -194,11 +190,6 @@ def compose_document(spec: DeploySpec) -> dict[str, Any]:
         },
         "restart": "unless-stopped",
     }
-    options = spec.run_options
-    env_service.update({"user": options.user} if options.user else {})
-    for key in ("cap_drop", "cap_add", "security_opt"):
-        if getattr(options, key):
-            env_service[key] = list(getattr(options, key))
     return {"services": services}
 
 

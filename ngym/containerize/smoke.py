@@ -150,17 +150,8 @@ def start_container(
         environment=env,
         ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", host_port)},
         labels={"dev.ngym.containerize.run": "1"},
-        **_run_kwargs(run_options),
+        **run_options.settings(),
     )
-
-
-def _run_kwargs(options: RunOptions) -> dict[str, Any]:
-    """The docker SDK's keyword arguments for the environment's declared run options (only those it sets)."""
-    kwargs: dict[str, Any] = {"user": options.user} if options.user else {}
-    for key in ("cap_add", "cap_drop", "security_opt"):
-        if getattr(options, key):
-            kwargs[key] = list(getattr(options, key))
-    return kwargs
 
 
 def published_url(container: Container) -> str:

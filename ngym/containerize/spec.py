@@ -65,6 +65,17 @@ class RunOptions:
         lists = {k: tuple(str(v) for v in declared.get(k, ())) for k in ("cap_add", "cap_drop", "security_opt")}
         return cls(user=declared.get("user"), **lists)
 
+    def settings(self) -> dict[str, Any]:
+        """The options it sets, under the names the docker SDK's ``containers.run`` and a Compose service share
+        (``user``, ``cap_drop``, ``cap_add``, ``security_opt``)."""
+        values: dict[str, Any] = {
+            "user": self.user,
+            "cap_drop": list(self.cap_drop),
+            "cap_add": list(self.cap_add),
+            "security_opt": list(self.security_opt),
+        }
+        return {key: value for key, value in values.items() if value}
+
     def docker_args(self) -> list[str]:
         """The ``docker run`` flags, e.g. ``--user root --cap-drop ALL --cap-add SYS_ADMIN``."""
         args = ["--user", self.user] if self.user else []

@@ -3,6 +3,8 @@ Dockerfile's USER, a label, the printed `docker run` flags, the Compose service 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 from math_with_code.app import CONTAINER_CAPABILITIES, MathWithCodeResourcesServer
@@ -54,6 +56,10 @@ def test_compose_and_k8s_carry_the_options() -> None:
     service = compose_document(HARDENED)["services"]["env"]
     assert (service["user"], service["cap_drop"], service["cap_add"]) == ("root", ["ALL"], CONTAINER_CAPABILITIES)
     assert service["security_opt"] == ["no-new-privileges"]
+    shared = compose_document(replace(HARDENED, affinity=False))["services"]["env"]  # replicas sharing Redis
+    assert {key: shared[key] for key in MATH.settings()} == MATH.settings()
+    plain = compose_document(replace(HARDENED, run_options=RunOptions()))["services"]["env"]
+    assert not {"user", "cap_drop", "cap_add", "security_opt"} & set(plain) and RunOptions().settings() == {}
     docs = [doc for text in render_k8s(HARDENED).values() for doc in yaml.safe_load_all(text)]
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
