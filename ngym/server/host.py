@@ -25,6 +25,7 @@ from uvicorn.supervisors import Multiprocess
 from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
 from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class
+from ngym.server.base import CLASS_OVERRIDES_ENV
 from ngym.server.resources import SimpleResourcesServer
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 
@@ -172,11 +173,13 @@ def run_server_class(target: str, overrides: dict[str, Any], argv: list[str]) ->
 
 
 def main(argv: list[str]) -> None:
-    """``python -m ngym.server.host``: ``--class TARGET FIELDS_JSON [key=value ...]`` (from ``run_webserver``),
-    or ``WORKERS ACCESS_LOG`` with the spec's JSON in ``NGYM_SERVE_SPEC`` (a child of ``serve_many``)."""
+    """``python -m ngym.server.host``: ``--class TARGET [key=value ...]`` (from ``run_webserver``; its keyword
+    overrides' JSON in ``NGYM_CLASS_OVERRIDES``) or ``WORKERS ACCESS_LOG`` (a child of ``serve_many``; the spec's JSON
+    in ``NGYM_SERVE_SPEC``). Neither puts a config, which may hold session_secret, on the command line."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if argv[:1] == ["--class"]:
-        run_guarded(lambda: run_server_class(argv[1], json.loads(argv[2]), argv[3:]))
+        overrides = os.environ.pop(CLASS_OVERRIDES_ENV, "{}")  # popped: the uvicorn workers need not see it
+        run_guarded(lambda: run_server_class(argv[1], json.loads(overrides), argv[2:]))
     else:
         run_guarded(lambda: serve_one(ServeSpec.from_json(os.environ.pop(SPEC_ENV)), int(argv[0]), argv[1] == "1"))
 
