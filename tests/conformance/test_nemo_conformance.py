@@ -42,6 +42,21 @@ def replay_judge() -> Iterator[str]:
         stop_process(process)
 
 
+@contextlib.contextmanager
+def hle_judge_environment() -> Iterator[dict[str, Any]]:
+    """The judge environment with NeMo Gym's HLE-Verified labels, its judge a port the NeMo side serves a scripted
+    judge on (NeMo's HLE verifier cases script the judge's reply per case)."""
+    judge_port = free_port()
+    overrides = [
+        f"judge_base_url=http://{LOOPBACK}:{judge_port}/v1",
+        'judge_equal_label="Judgement: yes"',
+        'judge_not_equal_label="Judgement: no"',
+        "judge_max_retries=0",
+    ]
+    with serve_environment(JUDGE_ENV, overrides=overrides, timeout=90) as url:
+        yield {"url": url, "port": judge_port}
+
+
 @pytest.fixture(scope="module")
 def report(nemo_python: Path) -> dict[str, list[dict[str, Any]]]:
     entries = environment_entries()
@@ -61,6 +76,8 @@ def report(nemo_python: Path) -> dict[str, list[dict[str, Any]]]:
                     "verifier_cases": [str(own_cases)] if own_cases.is_file() else [],
                 }
             )
+            if name == JUDGE_ENV:
+                plan[-1]["scripted_judge"] = stack.enter_context(hle_judge_environment())
         run = subprocess.run(
             [str(nemo_python), str(DRIVER)],
             input=json.dumps({"environments": plan}),
@@ -90,6 +107,12 @@ def test_nemo_gym_drives_the_environment(report: dict[str, Any], name: str) -> N
     # Each recorded rollout: two seed flows x plain and prefixed paths.
     assert len(rollouts) == 4 * len([line for line in recorded if line.strip()])
     assert "session" in names and "aggregate_metrics" in names
+
+
+def test_llm_judge_passes_nemo_gyms_own_hle_verifier_cases(report: dict[str, Any]) -> None:
+    verifiers = {c["check"]: c for c in report[JUDGE_ENV] if c["check"].startswith("verifier ")}
+    hle = [check for check in verifiers if check.endswith("hle_verified_verifier_cases.jsonl")]
+    assert hle and all(verifiers[check]["ok"] for check in hle), verifiers
 
 
 def test_weather_passes_nemo_gyms_own_verifier_fixture(report: dict[str, Any]) -> None:
