@@ -110,7 +110,7 @@ class MCPExposure:
         self.app = app
         self.server_name = server.config.name or type(server).__name__
         harvested = harvest_tools(app)
-        chosen = server.mcp_tools(list(harvested.values()))
+        chosen = server.mcp_tools(list(harvested.values()), None)
         self.tools = {tool.name: tool for tool in chosen or []}
         self._types = mcp_types
         self._http: httpx.AsyncClient | None = None

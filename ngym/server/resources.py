@@ -149,10 +149,11 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             raise HTTPException(409, "no seeded session for this request: call POST /seed_session first")
         session.record.state = state
 
-    def mcp_tools(self, harvested: list[MCPTool]) -> list[MCPTool] | None:
+    def mcp_tools(self, harvested: list[MCPTool], catchall: Any = None) -> list[MCPTool] | None:
         """The tools served over MCP when ``expose_tools_over_mcp`` is on (default: every tool route).
 
-        Override to leave some out (filter ``harvested``) or to expose none (return None or [])."""
+        Override to leave some out (filter ``harvested`` by ``.name``) or to expose none (return None or []).
+        NeMo Gym's signature: ``catchall`` is its parameterised catch-all route, which ngym has none of (None)."""
         return harvested
 
     def mcp_allowed_tools_for_session(self, seed_body: dict[str, Any]) -> list[str] | None:
