@@ -292,6 +292,7 @@ def judge_failure_body(body: BaseModel | None, exc: JudgeError) -> dict[str, Any
 def _bare_tool_names(kwargs: dict[str, Any], server_name: str) -> tuple[dict[str, Any], dict[str, str]]:
     """Verify arguments with MCP-namespaced tool names (``mcp__<server>__<tool>``) made bare, and the names as
     emitted by call id (empty when there was nothing to change)."""
+    # Imported here, not at the top: the module brings httpx, which servers without MCP exposure never load.
     from ngym.server.mcp_exposure import normalize_tool_name
 
     for key, value in kwargs.items():
