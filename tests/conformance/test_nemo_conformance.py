@@ -58,7 +58,7 @@ def hle_judge_environment() -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def report(nemo_python: Path) -> dict[str, list[dict[str, Any]]]:
+def report(nemo_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     entries = environment_entries()
     plan: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
@@ -84,6 +84,7 @@ def report(nemo_python: Path) -> dict[str, list[dict[str, Any]]]:
             capture_output=True,
             text=True,
             timeout=900,
+            cwd=tmp_path_factory.mktemp("nemo-driver"),  # NeMo Gym writes Hydra's outputs/ into its cwd
         )
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
