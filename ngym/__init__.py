@@ -19,17 +19,26 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time the names l
     from ngym.plugins import hookimpl
     from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer
     from ngym.server.protocol.bodies import (
+        BaseMultiRewardVerifyResponse,
         BaseRunRequest,
         BaseSeedSessionRequest,
         BaseSeedSessionResponse,
         BaseVerifyRequest,
         BaseVerifyResponse,
+        EpisodeId,
+        MCPServerMetadata,
         ResourcesCloseSessionRequest,
         ResourcesCloseSessionResponse,
         ResourcesSeedSessionRequest,
         ResourcesSeedSessionResponse,
+        TaskId,
     )
-    from ngym.server.resources import BaseResourcesServer, BaseResourcesServerConfig, SimpleResourcesServer
+    from ngym.server.resources import (
+        BaseResourcesServer,
+        BaseResourcesServerConfig,
+        ReverifyMode,
+        SimpleResourcesServer,
+    )
     from ngym.server.sessions.manager import SESSION_ID_KEY
 
 __version__ = "0.1.0"
@@ -50,6 +59,11 @@ _EXPORTS: dict[str, str] = {
     "BaseRunRequest": "ngym.server.protocol.bodies",
     "BaseVerifyRequest": "ngym.server.protocol.bodies",
     "BaseVerifyResponse": "ngym.server.protocol.bodies",
+    "BaseMultiRewardVerifyResponse": "ngym.server.protocol.bodies",
+    "EpisodeId": "ngym.server.protocol.bodies",
+    "TaskId": "ngym.server.protocol.bodies",
+    "MCPServerMetadata": "ngym.server.protocol.bodies",
+    "ReverifyMode": "ngym.server.resources",
     "BaseSeedSessionRequest": "ngym.server.protocol.bodies",
     "BaseSeedSessionResponse": "ngym.server.protocol.bodies",
     "ResourcesSeedSessionRequest": "ngym.server.protocol.bodies",
@@ -75,6 +89,11 @@ __all__ = [  # the order of _EXPORTS
     "BaseRunRequest",
     "BaseVerifyRequest",
     "BaseVerifyResponse",
+    "BaseMultiRewardVerifyResponse",
+    "EpisodeId",
+    "TaskId",
+    "MCPServerMetadata",
+    "ReverifyMode",
     "BaseSeedSessionRequest",
     "BaseSeedSessionResponse",
     "ResourcesSeedSessionRequest",

@@ -108,6 +108,11 @@ def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> Fas
     if app_plugins:
         plugin_manager.get_plugin_manager().hook.ngym_extend_app(app=app, server=server)
     put_tool_routes_first(app)
+    if server.config.expose_tools_over_mcp:  # after the plugins: their tool routes are exposed too
+        # Imported here: it brings httpx and the mcp SDK, which servers without the flag never load.
+        from ngym.server import mcp_exposure
+
+        mcp_exposure.install(server, app)
     return app
 
 
