@@ -138,8 +138,9 @@ def start_environment(
     command += ["--workers", str(workers), *overrides]
     environ = {**os.environ, **env} if env is not None else None
     if log is None:
-        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=environ,
-                                start_new_session=True)
+        return subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=environ, start_new_session=True
+        )
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=environ, start_new_session=True)

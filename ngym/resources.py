@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
 import json
 import logging
@@ -22,10 +23,11 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 
 from ngym.domain import Domain
 from ngym.errors import JudgeError
+from ngym.input_errors import StrictJSONRoute, parse_json, validation_error_handler
 from ngym.metrics import aggregate_metrics as compute_aggregate_metrics
 from ngym.middleware import NgymMiddleware
 from ngym.protocol.bodies import (
@@ -40,8 +42,10 @@ from ngym.protocol.bodies import (
     ResourcesCloseSessionRequest,
     ResourcesSeedSessionRequest,
 )
+from ngym.request_limits import RequestLimitsMiddleware
 from ngym.server import BaseServer, BaseServerConfig, SimpleServer, secret_value
 from ngym.sessions.cookies import CookieSigner, resolve_secret
+from ngym.sessions.ids import DEFAULT_SESSION_ID_MAX_LENGTH, DEFAULT_SESSION_ID_PATTERN, SessionIdRule
 from ngym.sessions.manager import (
     SCOPE_KEY,
     RequestSession,
@@ -71,6 +75,26 @@ class BaseResourcesServerConfig(BaseServerConfig):
     session_store: str | None = Field(
         default=None, description="'memory' (default) or a store URL a plugin handles, e.g. redis://host:6379/0"
     )
+    session_id_max_length: int = Field(
+        default=DEFAULT_SESSION_ID_MAX_LENGTH, ge=1, le=4096, description="Longest caller-chosen session id (422)."
+    )
+    session_id_pattern: str = Field(
+        default=DEFAULT_SESSION_ID_PATTERN, description="Regular expression a caller-chosen session id must match."
+    )
+    max_closed_sessions: int = Field(
+        default=50_000,
+        ge=1,
+        description="Closed ids remembered (for the TTL) so they cannot be seeded again; oldest out first.",
+    )
+
+    @field_validator("session_id_pattern")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return pattern
 
 
 class ReverifyMode:
@@ -161,7 +185,16 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         """Build the app with the standard routes; override, call ``super()``, and add your tools."""
         name = self.config.name or type(self).__name__
         app = FastAPI(title=name, description=self.describe(), lifespan=self._lifespan)
+        app.router.route_class = StrictJSONRoute  # before any route, the environment's tools included
+        app.add_exception_handler(RequestValidationError, validation_error_handler)
         self._sessions = self._make_session_manager()
+        config = self.config
+        # Added first, so it runs inside NgymMiddleware: its 413/408 answers carry the session cookie too.
+        app.add_middleware(
+            RequestLimitsMiddleware,
+            max_body_bytes=config.max_request_body_bytes,
+            body_timeout_seconds=config.request_body_timeout_seconds,
+        )
         app.add_middleware(NgymMiddleware, sessions=self._sessions)
         seed_model = self._seed_body_model()
         app.post(
@@ -200,6 +233,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     # ---- internals ---------------------------------------------------------------------------------
 
     _sessions: SessionManager | None = None  # set by setup_webserver (a plain class attribute, not a field)
+    _session_id_rule: SessionIdRule | None = None  # built on first use from the config
 
     def _make_session_manager(self) -> SessionManager:
         secret, given = resolve_secret(secret_value(self.config.session_secret))
@@ -257,7 +291,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         if not raw.strip():
             return {}
         try:
-            return json.loads(raw)
+            return parse_json(raw)
         except ValueError as exc:
             raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
 
@@ -304,7 +338,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     async def _typed_seed(self, request: Request, session: RequestSession, body: ResourcesSeedSessionRequest) -> Any:
         sessions = self._sessions
         assert sessions is not None
-        session_id = body.resources_session_id
+        session_id = self._checked_session_id(body.resources_session_id)
         meta = {"episode_id": body.episode_id.model_dump(), "task_id": body.task_id.model_dump()}
         if await sessions.store.closed_meta(session_id) is not None:
             raise HTTPException(409, f"resources session {session_id!r} was closed; it cannot be seeded again")
@@ -337,23 +371,36 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         assert sessions is not None
         if isinstance(data, dict) and "resources_session_id" in data:
             body = self._validate(ResourcesCloseSessionRequest, data)
-            session_id, episode = body.resources_session_id, body.episode_id.model_dump()
+            session_id, episode = self._checked_session_id(body.resources_session_id), body.episode_id.model_dump()
             closed = await sessions.store.closed_meta(session_id)
             if closed is not None:
-                if closed.get("episode_id") != episode:
+                if closed.get("episode") != _episode_digest(episode):
                     raise HTTPException(409, f"resources session {session_id!r} was closed for another episode")
                 return {"resources_session_id": session_id}
             live = await sessions.store.load(session_id)
             if live is not None and live.meta.get("episode_id") != episode:
                 raise HTTPException(409, f"resources session {session_id!r} belongs to another episode")
             # Remember the close first, so a seed racing with it cannot resurrect the session.
-            await sessions.store.mark_closed(session_id, {"episode_id": episode})
+            await sessions.store.mark_closed(session_id, {"episode": _episode_digest(episode)})
             await sessions.close(session_id)
             return {"resources_session_id": session_id}
         session = self._request_session(request)
         closed_now = await sessions.close(session.id)
         session.record = None
         return {"session_id": session.id, "closed": closed_now}
+
+    def _checked_session_id(self, session_id: str) -> str:
+        """``session_id`` if it follows the configured rule, else a 422 naming the rule (nothing created)."""
+        rule = self._session_id_rule
+        if rule is None:
+            rule = self._session_id_rule = SessionIdRule(
+                self.config.session_id_max_length, self.config.session_id_pattern
+            )
+        problem = rule.problem(session_id)
+        if problem is not None:
+            error = {"type": "session_id", "loc": ("body", "resources_session_id"), "input": session_id}
+            raise RequestValidationError([{**error, "msg": f"resources_session_id {problem}"}])
+        return session_id
 
     def _verify_endpoint(self) -> Callable[..., Any]:
         """``self.verify`` wrapped: judge failures become reward 0.0; the session closes once verify answered."""
@@ -418,6 +465,13 @@ def _busy(exc: SessionLimitReached) -> JSONResponse:
         status_code=503,
         headers={"Retry-After": "1"},
     )
+
+
+def _episode_digest(episode: dict[str, Any]) -> str:
+    """A fixed-size stand-in for an episode id, kept with a closed session id: a caller's ``rollout_id`` may be
+    of any length, and a close (no seed needed) must not pin it in memory."""
+    canonical = json.dumps(episode, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
 
 
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")

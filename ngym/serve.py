@@ -252,7 +252,6 @@ def share_secret_between_workers(spec: ServeSpec, workers: int) -> None:
 
 def serve_one(spec: ServeSpec, workers: int = 1, access_log: bool = False) -> None:
     """Serve one spec in this process (uvicorn workers when ``workers`` > 1) until SIGINT/SIGTERM."""
-    import uvicorn
 
     server = build_server(spec)
     app = build_app(server, app_plugins=spec.app_plugins)
@@ -265,9 +264,7 @@ def serve_one(spec: ServeSpec, workers: int = 1, access_log: bool = False) -> No
     print(_listen_line(spec, host, port, domain.value if domain else None, workers), flush=True)
     if workers > 1:
         os.environ[SPEC_ENV] = spec.to_json()
-        config = uvicorn.Config(
-            "ngym.serve:app_from_env", factory=True, workers=workers, log_level="warning", access_log=access_log
-        )
+        config = uvicorn_config(server, "ngym.serve:app_from_env", factory=True, workers=workers, access_log=access_log)
         from uvicorn.supervisors import Multiprocess
 
         if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.30
@@ -275,8 +272,32 @@ def serve_one(spec: ServeSpec, workers: int = 1, access_log: bool = False) -> No
         else:  # newer uvicorn builds each worker's server from the config itself
             Multiprocess(config, sockets=[sock]).run()
         return
-    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on")
+    config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
     _graceful_server(config).run(sockets=[sock])
+
+
+def uvicorn_config(server: SimpleResourcesServer, app: Any, **options: Any) -> Any:
+    """uvicorn's config for a server, with its HTTP limits: keep-alive, header deadline and size (the body
+    limits live in the app itself, see ``ngym.request_limits``)."""
+    import uvicorn
+
+    from ngym import http_protocol
+
+    settings = server.config
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        http=http_protocol.protocol_class(),
+        timeout_keep_alive=settings.keep_alive_timeout_seconds,
+        h11_max_incomplete_event_size=settings.max_request_header_bytes,
+        **options,
+    )
+    http_protocol.configure(
+        config,
+        header_timeout=settings.request_header_timeout_seconds,
+        max_header_bytes=settings.max_request_header_bytes,
+    )
+    return config
 
 
 def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = False) -> int:

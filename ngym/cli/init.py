@@ -11,7 +11,10 @@ import click
 @click.argument("name")
 @click.option("--domain", default="agent", show_default=True, help="The Domain it trains (math, coding, agent, ...).")
 @click.option(
-    "--dir", "parent", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+    "--dir",
+    "parent",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
     help="Folder to create NAME/ in (default: the current one).",
 )
 @click.option("--description", default=None, help="One line saying what the environment is.")

@@ -45,8 +45,7 @@ def _render(rows: list) -> str:
         return "no environments installed (ngym init NAME scaffolds one; ngym install PKG installs one)"
     header = ("NAME", "DOMAIN", "DISTRIBUTION", "VERSION", "STATUS", "DESCRIPTION")
     table = [
-        (r.name, r.domain or "?", r.distribution or "-", r.version or "-", r.status, r.description or "")
-        for r in rows
+        (r.name, r.domain or "?", r.distribution or "-", r.version or "-", r.status, r.description or "") for r in rows
     ]
     widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(5)]
     lines = []
