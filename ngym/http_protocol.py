@@ -3,8 +3,9 @@
 uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``, but only once a response was sent:
 a connection that opens and sends nothing, or trickles its headers, stays open for good (200 such
 connections were still open hours later). Here each connection must complete a request's headers within
-``request_header_timeout_seconds`` of opening, and again of each response; the request line and headers
-together may be at most ``max_request_header_bytes`` (else 431). The body is the application's business
+``request_header_timeout_seconds`` of opening, and again of each response; a request whose line and headers
+are still incomplete after ``max_request_header_bytes`` is answered 431 (as h11 caps an incomplete event:
+what is bounded is how much a client can make the server buffer). The body is the application's business
 (``ngym.request_limits``).
 
 The settings travel on the ``uvicorn.Config`` object (attributes ``ngym_header_timeout`` and
