@@ -7,7 +7,7 @@ NGYM   := $(VENV)/bin/ngym
 # Every environment and plugin is its own pip package: install them all, editable.
 PACKAGES := $(sort $(dir $(wildcard resources_servers/*/pyproject.toml plugins/*/pyproject.toml)))
 
-.PHONY: install demo test test-fast lint format bench clean docker-base
+.PHONY: install demo test test-fast fuzz lint format bench clean docker-base
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,12 @@ demo: install
 	$(PY) -m ngym.demo
 
 test: install
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -m "not fuzz"
+
+# Schemathesis against every built-in server (real processes): no unexpected 5xx. A few minutes on 2 cores;
+# NGYM_FUZZ_EXAMPLES / NGYM_FUZZ_STEPS / NGYM_FUZZ_SEED change the budget and the seed.
+fuzz: install
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -m fuzz tests/fuzz
 
 test-fast: install
 	$(PY) -m pytest -q tests/unit
