@@ -5,7 +5,8 @@
   not text; echoing it back crashed the response encoder) and nesting deeper than 200 levels (``json.loads``
   raises ``RecursionError`` at ~1000, an exception nothing maps to a 4xx).
 - ``StrictJSONRoute``: the app's route class, so FastAPI parses every body (tools, verify) with it; a body
-  it rejects is FastAPI's usual 422 ``json_invalid``.
+  it rejects is FastAPI's usual 422 ``json_invalid``. (Routes an environment adds on its own ``APIRouter``
+  need ``APIRouter(route_class=StrictJSONRoute)`` to get it.)
 - ``validation_error_handler``: FastAPI's 422 with each error's ``input`` cut to a short preview, so a 50 MB
   body that fails validation is not sent back whole (nor anything that is not valid UTF-8).
 """

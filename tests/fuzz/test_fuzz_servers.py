@@ -54,6 +54,11 @@ EXAMPLES = int(os.environ.get("NGYM_FUZZ_EXAMPLES", "20"))
 STEPS = int(os.environ.get("NGYM_FUZZ_STEPS", "15"))
 SEED = int(os.environ.get("NGYM_FUZZ_SEED", "20261123"))
 BIN = Path(sys.executable).parent
+JSON = {"content-type": "application/json"}
+#: Caller-chosen session ids: any text (lone surrogates, controls and all), and the ones outside testing used.
+ANY_ID = st.text(st.characters(codec=None, exclude_categories=()), max_size=300) | st.sampled_from(
+    ["a;b", "a,b", 'a"b', "a\tb", "é", "a\r\nX-Evil: 1", "x" * 9000, "\ud800"]
+)
 
 
 @dataclass
@@ -150,8 +155,8 @@ def machine_for(url: str, rows: list[dict[str, Any]]) -> type[RuleBasedStateMach
                 if isinstance(set_cookie, list):
                     set_cookie = set_cookie[0] if set_cookie else None
                 shown = f"{case.method} {case.path} {str(case.body)[:500]!r}"
-            else:
-                answer = http.post(path, json=body, headers=headers)
+            else:  # json.dumps escapes non-ASCII, so even a lone surrogate goes out as its \\u escape
+                answer = http.post(path, content=json.dumps(body), headers={**headers, **JSON})
                 status, text, set_cookie = answer.status_code, answer.text, answer.headers.get("set-cookie")
                 shown = f"POST {path} {json.dumps(body)[:500]}"
             assert status < 500, f"{shown} → {status}: {text[:1000]}"
@@ -194,6 +199,17 @@ def machine_for(url: str, rows: list[dict[str, Any]]) -> type[RuleBasedStateMach
             assert verified.status_code in (200, 409), verified.text  # 409: an earlier verify closed it
             if verified.status_code == 200:
                 assert 0.0 <= verified.json()["reward"] <= 1.0
+
+        @rule(session_id=ANY_ID, rollout_id=ANY_ID)
+        def typed_seed_and_close_any_id(self, session_id: str, rollout_id: str) -> None:
+            episode = {"rollout_id": rollout_id, "attempt": 0}
+            task = {"taskset": "fuzz", "task_id": "any"}
+            body = {"resources_session_id": session_id, "episode_id": episode, "task_id": task, "task_data": self.row}
+            seeded = httpx.post(f"{url}/seed_session", content=json.dumps(body), headers=JSON, timeout=120)
+            assert seeded.status_code < 500, f"typed seed {session_id!r} → {seeded.status_code}: {seeded.text[:500]}"
+            closing = {"resources_session_id": session_id, "episode_id": episode}
+            closed = httpx.post(f"{url}/close_session", content=json.dumps(closing), headers=JSON, timeout=120)
+            assert closed.status_code < 500, f"close {session_id!r} → {closed.status_code}: {closed.text[:500]}"
 
         @rule()
         def close(self) -> None:
