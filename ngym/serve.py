@@ -252,7 +252,6 @@ def share_secret_between_workers(spec: ServeSpec, workers: int) -> None:
 
 def serve_one(spec: ServeSpec, workers: int = 1, access_log: bool = False) -> None:
     """Serve one spec in this process (uvicorn workers when ``workers`` > 1) until SIGINT/SIGTERM."""
-
     server = build_server(spec)
     app = build_app(server, app_plugins=spec.app_plugins)
     check_workers(server, workers)
