@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -81,28 +82,53 @@ class RequestLimitsMiddleware:
         deadline = loop.time() + self.body_timeout_seconds
         received = 0
         complete = False
+        # One timer per request (not an asyncio.timeout per receive: this runs on every tool call). When it
+        # fires while the app waits in receive, that wait is cancelled and becomes a 408.
+        timer: asyncio.TimerHandle | None = None
+        expired = False
+        waiting: asyncio.Task[Any] | None = None
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            if waiting is not None:  # suspended at the await below: the cancellation lands right there
+                waiting.cancel()
 
         async def limited_receive() -> Message:
-            nonlocal received, complete
+            nonlocal received, complete, timer, waiting
             if complete:  # the body is in; the app may be waiting for the disconnect, with no deadline
                 return await receive()
-            try:
-                async with asyncio.timeout_at(deadline):
+            if timer is None:
+                timer = loop.call_at(deadline, expire)
+            message: Message = {}
+            if not expired:
+                waiting = asyncio.current_task()
+                try:
                     message = await receive()
-            except TimeoutError:
+                except asyncio.CancelledError:
+                    # Ours (the deadline) unless someone else cancelled the task too.
+                    if not expired or (waiting is not None and waiting.uncancel() > 0):
+                        raise
+                finally:
+                    waiting = None
+            if expired:
                 complete = True
                 log.info(
                     "%s %s: body not complete after %gs", scope["method"], scope["path"], self.body_timeout_seconds
                 )
-                raise BodyTimeout(self.body_timeout_seconds) from None
+                raise BodyTimeout(self.body_timeout_seconds)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     complete = True
+                    timer.cancel()
                     raise BodyTooLarge(limit)
                 complete = not message.get("more_body", False)
+                if complete:
+                    timer.cancel()
             elif message["type"] == "http.disconnect":
                 complete = True
+                timer.cancel()
                 log.info(
                     "%s %s: client disconnected after %d body bytes%s",
                     scope["method"],
@@ -125,6 +151,9 @@ class RequestLimitsMiddleware:
         except (BodyTooLarge, BodyTimeout, ClientGone) as exc:  # raised where no exception handler answered
             if not started and not isinstance(exc, ClientGone):
                 await _answer(send, exc)
+        finally:
+            if timer is not None:
+                timer.cancel()
 
 
 def _content_length(scope: Scope) -> int | None:
