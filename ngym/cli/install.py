@@ -19,7 +19,7 @@ def install(packages: tuple[str, ...], editable: bool, upgrade: bool) -> None:
       ngym install ngym-redis
       ngym install -e ./my_tool
     """
-    from ngym.plugins.install import pip_install_args, run_pip
+    from ngym.installer import pip_install_args, run_pip
 
     code = run_pip(pip_install_args(packages, editable=editable, upgrade=upgrade))
     if code:
@@ -31,7 +31,7 @@ def install(packages: tuple[str, ...], editable: bool, upgrade: bool) -> None:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     """Uninstall plugins from ngym's environment (works even when a plugin is broken)."""
-    from ngym.plugins.install import pip_uninstall_args, run_pip
+    from ngym.installer import pip_uninstall_args, run_pip
 
     code = run_pip(pip_uninstall_args(packages, yes=yes))
     if code:

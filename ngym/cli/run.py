@@ -10,7 +10,7 @@ import click
 from ngym.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ngym.serve import ServeSpec
+    from ngym.server.app import ServeSpec
 
 
 def build_specs(
@@ -22,7 +22,7 @@ def build_specs(
     (``port=9000``, ``data_dir=/data``) sets that field on every instance.
     """
     from ngym.config import apply_overrides, instances_from_files, resolve_entrypoint, split_overrides
-    from ngym.serve import ServeSpec
+    from ngym.server.app import ServeSpec
 
     words = [t for t in targets if "=" not in t or t.lstrip("+").startswith("config_paths=")]
     overrides = [t for t in targets if t not in words]
@@ -63,7 +63,7 @@ def spec_for_environment(name: str, tree_overrides: list[str], *, refresh: bool 
     changed (no plugin system loaded, no YAML parsed), else (or with ``refresh``) resolved through the
     registry and remembered."""
     from ngym.plugins import snapshot
-    from ngym.serve import ServeSpec
+    from ngym.server.app import ServeSpec
 
     known = None if refresh else snapshot.lookup(name)
     if known is not None:
@@ -127,7 +127,7 @@ def run(
     """
     import logging
 
-    from ngym.serve import serve_many, serve_one
+    from ngym.server.host import serve_many, serve_one
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     specs = build_specs(targets, host, port, refresh=refresh)

@@ -35,8 +35,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 from schemathesis import GenerationMode
 
+from ngym.child_server import free_port, wait_healthy
 from ngym.examples import read_jsonl
-from ngym.launch import free_port, wait_healthy
 from ngym.plugins.discovery import find_environment
 from ngym.testing import make_response
 

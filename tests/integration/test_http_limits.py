@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from ngym.launch import free_port
+from ngym.child_server import free_port
 
 from .conftest import Served, start
 
@@ -98,8 +98,9 @@ def test_a_connection_that_sends_nothing_or_trickles_headers_is_closed(server: S
 
 
 def test_the_server_settings_reach_uvicorn() -> None:
-    from ngym.http_protocol import GuardedH11Protocol, GuardedHttpToolsProtocol
-    from ngym.serve import ServeSpec, build_server, uvicorn_config
+    from ngym.server.app import ServeSpec, build_server
+    from ngym.server.host import uvicorn_config
+    from ngym.server.http_protocol import GuardedH11Protocol, GuardedHttpToolsProtocol
 
     fields = dict(line.split("=") for line in LIMITS)
     server = build_server(

@@ -7,9 +7,9 @@ import uuid
 import httpx
 import pytest
 
-from ngym.sessions.cookies import CookieSigner
-from ngym.sessions.ids import SessionIdRule
-from ngym.sessions.store import MemorySessionStore
+from ngym.server.sessions.cookies import CookieSigner
+from ngym.server.sessions.ids import SessionIdRule
+from ngym.server.sessions.store import MemorySessionStore
 from ngym.testing import RolloutClient, app_for, serve_in_process
 
 HOSTILE_IDS = ["a;b", "a,b", 'a"b', "a\tb", "café", "a\r\nX-Evil: 1", "x" * 9000, "a b", ""]

@@ -6,7 +6,7 @@ connections were still open hours later). Here each connection must complete a r
 ``request_header_timeout_seconds`` of opening, and again of each response; a request whose line and headers
 are still incomplete after ``max_request_header_bytes`` is answered 431 (as h11 caps an incomplete event:
 what is bounded is how much a client can make the server buffer). The body is the application's business
-(``ngym.request_limits``).
+(``ngym.server.request_limits``).
 
 The settings travel on the ``uvicorn.Config`` object (attributes ``ngym_header_timeout`` and
 ``ngym_max_header_bytes``), because uvicorn builds one protocol per connection from its config, in worker
@@ -21,7 +21,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ngym.request_limits import DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
+from ngym.server.request_limits import DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
 
 log = logging.getLogger("ngym.server")
 
