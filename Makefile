@@ -7,7 +7,7 @@ NGYM   := $(VENV)/bin/ngym
 # Every environment and plugin is its own pip package: install them all, editable.
 PACKAGES := $(sort $(dir $(wildcard resources_servers/*/pyproject.toml plugins/*/pyproject.toml)))
 
-.PHONY: install demo test test-fast fuzz lint format bench clean docker-base
+.PHONY: install demo test test-fast fuzz lint typecheck format bench clean docker-base
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test-fast: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy
 
 format: install
 	$(VENV)/bin/ruff format .

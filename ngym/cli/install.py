@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from ngym import installer
+
 
 @click.command()
 @click.argument("packages", nargs=-1, required=True)
@@ -19,9 +21,7 @@ def install(packages: tuple[str, ...], editable: bool, upgrade: bool) -> None:
       ngym install ngym-redis
       ngym install -e ./my_tool
     """
-    from ngym.installer import pip_install_args, run_pip
-
-    code = run_pip(pip_install_args(packages, editable=editable, upgrade=upgrade))
+    code = installer.run_pip(installer.pip_install_args(packages, editable=editable, upgrade=upgrade))
     if code:
         sys.exit(code)
 
@@ -31,8 +31,6 @@ def install(packages: tuple[str, ...], editable: bool, upgrade: bool) -> None:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     """Uninstall plugins from ngym's environment (works even when a plugin is broken)."""
-    from ngym.installer import pip_uninstall_args, run_pip
-
-    code = run_pip(pip_uninstall_args(packages, yes=yes))
+    code = installer.run_pip(installer.pip_uninstall_args(packages, yes=yes))
     if code:
         sys.exit(code)

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ngym.containerize.build import BuiltImage, build_image, connect, ensure_base_image, image_python_version
-from ngym.containerize.context import Wheelhouse, build_context, build_wheelhouse, host_python_version
+from ngym.containerize.dockerfile import build_context
+from ngym.containerize.manifests import deploy_spec, session_store_source, write_manifests
+from ngym.containerize.pip import host_python_version
 from ngym.containerize.smoke import RunResult, load_example_rollout, run_image
 from ngym.containerize.spec import (
     DEFAULT_BASE_IMAGE,
@@ -25,6 +27,7 @@ from ngym.containerize.spec import (
     resolve_plugin,
     split_tag,
 )
+from ngym.containerize.wheelhouse import Wheelhouse, build_wheelhouse
 
 Log = Callable[[str], None]
 
@@ -118,8 +121,6 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
         sources.append(DistributionSource(plugin.distribution, plugin.version, plugin.source_dir))
     deploy = None
     if options.compose or options.k8s:
-        from ngym.containerize.manifests import deploy_spec, session_store_source
-
         deploy = deploy_spec(plugin.name, tag, replicas=options.replicas, base_image=options.base_image)
         if not deploy.affinity:  # the replicas share sessions through Redis: the image needs the store plugin
             sources.append(session_store_source())
@@ -148,8 +149,6 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
             notes=notes,
         )
         if deploy is not None:
-            from ngym.containerize.manifests import write_manifests
-
             where = options.manifests_dir or Path.cwd() / f"{deploy.app}-deploy"
             written = write_manifests(deploy, Path(where), compose=options.compose, k8s=options.k8s)
             result.manifests = [str(path) for path in written]

@@ -22,7 +22,9 @@ import httpx
 from ngym.containerize.errors import ContainerRunError
 from ngym.containerize.spec import CONTAINER_PORT, PluginSource
 from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_jsonl, recorded_tool_calls
+from ngym.targets import installed
 
+# The docker SDK is optional (``ngym[docker]``): imported where the engine is used (see ngym.containerize.build).
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
@@ -70,9 +72,7 @@ def example_data_dirs(plugin: PluginSource) -> list[Path]:
     if plugin.source_dir is not None:
         dirs.append(plugin.source_dir / "data")
     try:
-        from ngym.plugins.discovery import find_environment
-
-        package_dir = find_environment(plugin.name).package_dir()
+        package_dir = installed(plugin.name).folder
     except Exception:  # not installed (a bare source directory): the source tree is all there is
         package_dir = None
     if package_dir is not None:
@@ -111,7 +111,8 @@ def drive_rollout(base_url: str, example: ExampleRollout, *, timeout: float = 30
         client.cookies.clear()  # no cookie jar: only the copied cookie travels, exactly as with an agent
         if response.status_code >= 400:
             raise ContainerRunError(f"POST /{route} → HTTP {response.status_code}: {response.text[:500]}")
-        return response.json()
+        answer: dict[str, Any] = response.json()
+        return answer
 
     with httpx.Client(timeout=timeout) as client:
         post(client, "seed_session", example.row)
@@ -170,7 +171,7 @@ def wait_healthy(container: Container, timeout: float = 90.0, log: Log = lambda 
             log(f"container {container.name}: {state['Status']}, health {health}")
             last = health
         if health == "healthy":
-            return health
+            return "healthy"
         if state["Status"] in ("exited", "dead") or health == "unhealthy":
             raise ContainerRunError(
                 f"container {container.name} is {health or state['Status']} (exit code {state.get('ExitCode')})\n"

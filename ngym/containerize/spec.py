@@ -1,7 +1,7 @@
 """What an image is made of: the plugin being packaged (``PluginSource``) and the full ``ImageSpec``.
 
-``resolve_plugin`` finds an installed environment by its entry-point name (or reads a plugin source directory) and
-records which distribution provides it, its version, domain and where its source tree lives (editable and
+``resolve_plugin`` finds an installed environment by name through ``ngym.targets`` (or reads a plugin source
+directory) and records which distribution provides it, its version, domain and where its source tree lives (editable and
 directory installs are found through the distribution's ``direct_url.json``). ``ImageSpec`` is the pure input of
 the renderers: every value in it is plain data, so the same spec always renders the same Dockerfile.
 """
@@ -14,12 +14,16 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
+from ngym.config import environment_config_fields
 from ngym.containerize.errors import PluginSourceError
+from ngym.domain import resolve_domain
+from ngym.errors import EnvironmentNotFound, PluginError
+from ngym.plugins.entrypoints import ENVIRONMENT_GROUP
+from ngym.targets import Environment, installed, installed_names
 
-#: Entry-point group that environments (resources servers) register under.
-ENTRY_POINT_GROUP = "ngym.resources_servers"
 #: The default base image: the official Python slim image users expect. Offline: ``--base-image ngym-base:bookworm``.
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 #: The local base image built by ``docker/build-base-image.sh`` (``make docker-base``).
@@ -139,33 +143,36 @@ def split_tag(tag: str) -> tuple[str, str]:
 
 
 def resolve_plugin(name_or_path: str) -> PluginSource:
-    """Find the environment ``name_or_path``: an installed environment's name, or a plugin source directory."""
+    """The environment to package: an installed one (by name, hook-registered ones included; see
+    ``ngym.targets``) or a plugin source directory (a folder with a ``pyproject.toml``)."""
     path = Path(name_or_path)
     if (path / "pyproject.toml").is_file():
         return _from_source_dir(path.resolve())
-    eps = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name_or_path]
-    if not eps and path.is_dir():
-        raise PluginSourceError(
-            f"{name_or_path}: not a plugin source directory (no pyproject.toml in it) and no installed "
-            "environment has that name"
-        )
-    if not eps:
-        known = sorted({ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)})
+    try:
+        env = installed(name_or_path)
+    except EnvironmentNotFound:
+        if path.is_dir():
+            raise PluginSourceError(
+                f"{name_or_path}: not a plugin source directory (no pyproject.toml in it) and no installed "
+                "environment has that name"
+            ) from None
+        known = installed_names()
         hint = f"; installed: {', '.join(known)}" if known else "; no environment is installed"
-        raise PluginSourceError(f"no environment named {name_or_path!r}{hint} (or pass a plugin source directory)")
-    ep = eps[0]
-    dist = ep.dist
-    if dist is None:
+        raise PluginSourceError(
+            f"no environment named {name_or_path!r}{hint} (or pass a plugin source directory)"
+        ) from None
+    if env.distribution is None:
         raise PluginSourceError(f"environment {name_or_path!r}: cannot tell which distribution provides it")
+    dist = metadata.distribution(env.distribution)
     source_dir = distribution_source_dir(dist)
     return PluginSource(
-        name=ep.name,
+        name=env.name,
         distribution=dist.metadata["Name"],
         version=dist.version,
-        domain=_domain_of_entry_point(ep, source_dir),
+        domain=_domain_of(env),
         source_dir=source_dir,
         source_url=_source_url(dist.metadata, source_dir, dist.metadata["Name"], dist.version),
-        description=dist.metadata.get("Summary") or "",
+        description=dist.metadata["Summary"] or "",
     )
 
 
@@ -200,7 +207,7 @@ def distribution_source_dir(dist: metadata.Distribution) -> Path | None:
     return None
 
 
-def source_dir_from_direct_url(info: dict) -> Path | None:
+def source_dir_from_direct_url(info: dict[str, Any]) -> Path | None:
     """The directory of a ``file://`` URL with ``dir_info`` (editable or not); None for archives and VCS URLs."""
     url = info.get("url", "")
     parsed = urlparse(url)
@@ -215,10 +222,11 @@ def _from_source_dir(path: Path) -> PluginSource:
         project = tomllib.loads((path / "pyproject.toml").read_text())["project"]
     except (KeyError, tomllib.TOMLDecodeError) as exc:
         raise PluginSourceError(f"{path / 'pyproject.toml'}: no readable [project] table ({exc})") from None
-    eps = project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
+    eps = project.get("entry-points", {}).get(ENVIRONMENT_GROUP, {})
     if not eps:
-        raise PluginSourceError(f"{path}: pyproject.toml declares no [project.entry-points.{ENTRY_POINT_GROUP!r}]")
+        raise PluginSourceError(f"{path}: pyproject.toml declares no [project.entry-points.{ENVIRONMENT_GROUP!r}]")
     name = path.name if path.name in eps else sorted(eps)[0]
+    config = path / "configs" / f"{name}.yaml"
     version = project.get("version")
     if not version:
         raise PluginSourceError(f"{path}: pyproject.toml must give a static [project] version")
@@ -228,64 +236,33 @@ def _from_source_dir(path: Path) -> PluginSource:
         name=name,
         distribution=project["name"],
         version=str(version),
-        domain=_config_domain(path, name),
+        domain=_config_domain(config, environment_config_fields(config) if config.is_file() else {}),
         source_dir=path,
         source_url=source_url,
         description=project.get("description", ""),
     )
 
 
-def _domain_of_entry_point(ep: metadata.EntryPoint, source_dir: Path | None) -> str:
+def _domain_of(env: Environment) -> str:
     """The registered server's domain, after the registration rules (``PluginError`` saying why it breaks one).
 
     A class that cannot be imported on this host (e.g. it needs a library only the image has) is still packaged:
-    its domain then comes from its config YAML.
+    its domain then comes from its config.
     """
     try:
-        ep.load()
-    except Exception:
-        return _config_domain(source_dir, ep.name) if source_dir else "other"
-    from ngym.plugins.registry import get_registry
-
-    return get_registry().get(ep.name).domain.value  # an invalid domain, no verify, ...: no image of it
+        env.server_class  # noqa: B018 - imports it
+    except PluginError:
+        return _config_domain(env.config, env.fields)
+    return env.domain.value  # an invalid domain, no verify, ...: no image of it
 
 
-def _config_domain(path: Path, name: str) -> str:
-    """The domain ``configs/<name>.yaml`` declares, checked against ``Domain`` ("other" when it declares none)."""
-    from ngym.domain import Domain
-
-    declared = _domain_from_config(path, name)
-    if declared is None:
-        return "other"
+def _config_domain(config: Path | None, fields: dict[str, Any]) -> str:
+    """The domain a config declares, checked against ``Domain`` ("other" when it declares none)."""
     try:
-        return Domain.parse(declared).value
+        domain = resolve_domain(fields.get("domain"))
     except ValueError as exc:
-        raise PluginSourceError(f"{path / 'configs' / f'{name}.yaml'}: {exc}") from None
-
-
-def _domain_from_config(path: Path, name: str) -> str | None:
-    """``domain:`` of the server in ``configs/<name>.yaml`` (NeMo Gym shape), if any."""
-    import yaml
-
-    config = path / "configs" / f"{name}.yaml"
-    if not config.is_file():
-        return None
-    try:
-        data = yaml.safe_load(config.read_text())
-    except yaml.YAMLError:
-        return None
-
-    def walk(node: object) -> str | None:
-        if isinstance(node, dict):
-            if isinstance(node.get("domain"), str):
-                return node["domain"]
-            for value in node.values():
-                found = walk(value)
-                if found:
-                    return found
-        return None
-
-    return walk(data)
+        raise PluginSourceError(f"{config}: {exc}") from None
+    return domain.value if domain is not None else "other"
 
 
 def _pick_url(urls: dict[str, str]) -> str | None:
@@ -301,7 +278,7 @@ def _source_url(meta: metadata.PackageMetadata, source_dir: Path | None, name: s
     for entry in meta.get_all("Project-URL") or []:
         key, _, value = entry.partition(",")
         urls[key.strip()] = value.strip()
-    if meta.get("Home-page"):
+    if meta["Home-page"]:
         urls.setdefault("Homepage", meta["Home-page"])
     # no URL declared: a package URL, never a host path (labels are public)
     return _pick_url(urls) or (f"pkg:generic/{name}@{version}" if source_dir else f"pkg:pypi/{name}@{version}")

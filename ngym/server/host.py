@@ -22,11 +22,11 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from ngym.config import apply_overrides, instances_from_files, split_overrides
+from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
 from ngym.server import http_protocol
 from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class
-from ngym.server.resources import SimpleResourcesServer, default_instance_name
+from ngym.server.resources import SimpleResourcesServer
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 
 log = logging.getLogger("ngym.serve")

@@ -56,7 +56,7 @@ async def _send_unavailable(send: Send, detail: str, extra_headers: list[tuple[b
 def _cookie_header(scope: Scope) -> bytes | None:
     for key, value in scope["headers"]:
         if key == b"cookie":
-            return value
+            return bytes(value)
     return None
 
 

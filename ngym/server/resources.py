@@ -1,9 +1,10 @@
 """Resources servers: the base classes an environment author subclasses.
 
 ``SimpleResourcesServer`` gives every environment the standard routes (``/seed_session``, ``/verify``,
-``/close_session``, ``/aggregate_metrics``, liveness and ``/health``), per-rollout sessions and error
-handling. An author writes tools, ``seed_session`` and ``verify``, and keeps per-rollout state with
-``set_session_state`` / ``session_state``.
+``/close_session``, ``/aggregate_metrics``, liveness and ``/health``: handled in ``ngym.server.routes``),
+per-rollout sessions and error handling. An author writes tools, ``seed_session`` and ``verify``, and keeps
+per-rollout state with ``set_session_state`` / ``session_state``. This class is that surface, not the home
+of the wire protocol.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
-from ngym.domain import Domain
+from ngym.domain import Domain, resolve_domain
 from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
 from ngym.server.input_errors import StrictJSONRoute, validation_error_handler
 from ngym.server.metrics import aggregate_metrics as compute_aggregate_metrics
@@ -197,8 +198,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         return doc.strip().splitlines()[0] if own and doc else ""
 
     def resolved_domain(self) -> Domain | None:
-        declared = type(self).domain
-        return self.config.domain or (Domain.parse(declared) if declared is not None else None)
+        """The domain ``build_server`` resolved into the config (else the class's, for a server built by hand)."""
+        return self.config.domain or resolve_domain(type(self).domain)
 
     # ---- internals ---------------------------------------------------------------------------------
 
@@ -240,11 +241,3 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         if session is None:
             raise RuntimeError("no ngym session bound: is NgymMiddleware installed (call super().setup_webserver())?")
         return session
-
-
-_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
-
-
-def default_instance_name(cls: type) -> str:
-    """``WeatherResourcesServer`` → ``weather_resources_server``."""
-    return _SNAKE.sub("_", cls.__name__).lower()

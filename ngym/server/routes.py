@@ -16,7 +16,7 @@ import json
 import logging
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -95,7 +95,7 @@ def seed_body_model(cls: type[SimpleResourcesServer]) -> type[BaseModel]:
     for candidate in typing.get_args(annotation) or (annotation,):
         is_model = isinstance(candidate, type) and issubclass(candidate, BaseModel)
         if is_model and candidate is not ResourcesSeedSessionRequest:
-            return candidate
+            return cast("type[BaseModel]", candidate)
     return BaseSeedSessionRequest
 
 
@@ -245,6 +245,7 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
 
     @functools.wraps(verify)
     async def endpoint(*args: Any, **kwargs: Any) -> Any:
+        result: Any
         try:
             result = await verify(*args, **kwargs)
             if type(result) is declared:

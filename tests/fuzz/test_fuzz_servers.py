@@ -37,7 +37,7 @@ from schemathesis import GenerationMode
 
 from ngym.child_server import free_port, wait_healthy
 from ngym.examples import read_jsonl
-from ngym.plugins.discovery import find_environment
+from ngym.targets import installed
 from ngym.testing import make_response
 
 pytestmark = pytest.mark.fuzz
@@ -123,7 +123,7 @@ def test_no_operation_answers_5xx(fleet: Fleet, name: str, tmp_path: Path) -> No
 
 
 def example_rows(name: str) -> list[dict[str, Any]]:
-    folder = find_environment(name).package_dir()
+    folder = installed(name).folder
     assert folder is not None
     return read_jsonl(folder / "data" / "example.jsonl")[:5]
 

@@ -8,6 +8,7 @@ import hmac
 import logging
 import os
 import secrets
+from typing import Any
 from urllib.parse import quote, unquote_to_bytes
 
 SESSION_SECRET_ENV = "NGYM_SESSION_SECRET"
@@ -58,7 +59,7 @@ class CookieSigner:
         mac = hashlib.blake2b(session_id, key=self._key, digest_size=16, person=b"ngym.session")
         return base64.urlsafe_b64encode(mac.digest()).rstrip(b"=")
 
-    def _remember(self, cache: dict, key: object, value: object) -> None:
+    def _remember(self, cache: dict[Any, Any], key: object, value: object) -> None:
         """Insert into a bounded cache, first evicting its oldest entry (a dict keeps insertion order)."""
         if len(cache) >= self.CACHE_SIZE:
             del cache[next(iter(cache))]

@@ -12,8 +12,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ngym.child_server import free_port
-from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.rollout.replay_model import create_replay_app
+from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.testing import RolloutClient, app_for, make_response, read_jsonl, replay_examples, serve_in_process
 
 EQUAL, NOT_EQUAL = "[[A=B]]", "[[A!=B]]"
@@ -174,9 +174,9 @@ async def test_concurrency_to_the_judge_is_bounded(judge_server) -> None:
 
 async def test_example_rollouts_with_the_offline_scripted_judge() -> None:
     """The shipped examples replay to their rewards, judged by `ngym replay-model`'s scripted judge over HTTP."""
-    from ngym.plugins.discovery import find_environment
+    from ngym.targets import resolve
 
-    folder = find_environment("equivalence_llm_judge").package_dir()
+    folder = resolve("equivalence_llm_judge").folder
     assert folder is not None
     with serve_app_in_thread(create_replay_app(read_jsonl(folder / "data" / "example_rollouts.jsonl"))) as url:
         results = await replay_examples("equivalence_llm_judge", judge_base_url=f"{url}/v1")
