@@ -44,7 +44,9 @@ class HeaderDeadline:
     transport: asyncio.Transport
     client: Any
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # BaseTransport, as asyncio.BaseProtocol declares it, so the mixin fits both bases; the mixin's own
+        # base is object, hence the ignore on the cooperative call into uvicorn's protocol.
         super().connection_made(transport)  # type: ignore[misc]
         self._ngym_timer: asyncio.TimerHandle | None = None
         self._arm()
@@ -103,30 +105,28 @@ def _peer(client: Any) -> str:
     return f"{client[0]}:{client[1]}" if client else "client"
 
 
-def protocol_class() -> type[asyncio.Protocol]:
-    """uvicorn's default protocol (httptools when installed, else h11) with ``HeaderDeadline``."""
-    try:
-        import httptools  # noqa: F401
-    except ImportError:
-        return GuardedH11Protocol
-    return GuardedHttpToolsProtocol
-
-
 def configure(config: Any, *, header_timeout: float, max_header_bytes: int) -> None:
     """Put the header limits on a ``uvicorn.Config`` (read by each connection's protocol)."""
     config.ngym_header_timeout = header_timeout
     config.ngym_max_header_bytes = max_header_bytes
 
 
-try:
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-    class GuardedHttpToolsProtocol(HeaderDeadline, HttpToolsProtocol):
-        """httptools with a header deadline and size cap."""
-
-except ImportError:  # pragma: no cover - uvicorn[standard] brings httptools
-    GuardedHttpToolsProtocol = None  # type: ignore[assignment,misc]
-
-
 class GuardedH11Protocol(HeaderDeadline, H11Protocol):
     """h11 with a header deadline and size cap (h11 also caps an incomplete event's size itself)."""
+
+
+GuardedHttpToolsProtocol: type[asyncio.Protocol] | None
+try:  # httptools_impl imports httptools, an optional uvicorn dependency (uvicorn[standard] brings it)
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class _GuardedHttpToolsProtocol(HeaderDeadline, HttpToolsProtocol):
+        """httptools with a header deadline and size cap."""
+
+    GuardedHttpToolsProtocol = _GuardedHttpToolsProtocol
+except ImportError:  # pragma: no cover
+    GuardedHttpToolsProtocol = None
+
+
+def protocol_class() -> type[asyncio.Protocol]:
+    """uvicorn's default protocol (httptools when installed, else h11) with ``HeaderDeadline``."""
+    return GuardedHttpToolsProtocol or GuardedH11Protocol

@@ -109,7 +109,7 @@ def preview(value: Any, depth: int = 0) -> Any:
 
 
 def _first(items: Any) -> list[Any]:
-    out = []
+    out: list[Any] = []
     for item in items:
         if len(out) == PREVIEW_ITEMS:
             break
