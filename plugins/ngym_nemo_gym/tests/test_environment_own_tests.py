@@ -24,6 +24,7 @@ REPRESENTATIVE = [
     "bbq",
     "equivalence_llm_judge",  # call_judge, benchmark configs through GlobalConfigDictParser
     "aegis_v4_safety",
+    "deepswe",  # nemo_gym.sandbox's spec and result types (its tests fake the container)
 ]
 
 
