@@ -37,11 +37,6 @@ class EnvironmentStartError(NgymError):
     """An environment started as a child process exited, or did not answer in time."""
 
 
-def is_url(target: str) -> bool:
-    """Whether ``target`` is a running server's URL rather than an environment to start."""
-    return target.startswith(("http://", "https://"))
-
-
 def free_port(host: str = LOOPBACK) -> int:
     """A TCP port nothing listens on right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

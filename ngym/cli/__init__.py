@@ -1,5 +1,6 @@
-"""The ``ngym`` command. Each subcommand lives in its own module and is imported only when it runs,
-so ``ngym --help`` and ``ngym list`` stay fast however heavy the other commands' dependencies are."""
+"""The ``ngym`` command. Each subcommand lives in its own module and is imported only when it runs (``ngym --help``
+shows ``SHORT_HELP`` instead of importing them), so ``ngym --help`` and ``ngym list`` stay fast however heavy the
+other commands' dependencies are (serving imports FastAPI and uvicorn: ~0.5 s here)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,22 @@ COMMANDS: dict[str, str] = {
     "test": "ngym.cli.test:test",
 }
 
+#: What ``ngym --help`` shows for each command, so that listing them imports none (tests/unit/test_meta.py
+#: keeps it equal to each command's own first line). A command missing here is imported to ask it.
+SHORT_HELP: dict[str, str] = {
+    "run": "Serve environments: config files (NeMo Gym YAML), installed environment names, folders or app.py.",
+    "rollout": "Roll out every row of --data (× --repeats) through TARGET, an installed environment (started "
+    "with `ngym run` on a free port and stopped after) or the URL of a running one.",
+    "replay-model": "An OpenAI-Responses-compatible model (POST /v1/responses) that replays recorded rollouts.",
+    "containerize": "Build a Docker image of the environment NAME (an installed name or a plugin source directory).",
+    "profile": "Load-test an environment with Locust: simulated users performing whole rollouts.",
+    "list": "List installed environments: name, domain, distribution, version, status, description.",
+    "validate": "Validate an environment: an installed NAME, or a PATH (its folder, configs/NAME.yaml or app.py).",
+    "init": "Create NAME/: a pip-installable environment (one tool, seed_session, verify, data, tests).",
+    "install": "Install plugins (PyPI names, folders, wheels) where ngym will find them.",
+    "uninstall": "Uninstall plugins from ngym's environment (works even when a plugin is broken).",
+}
+
 
 class LazyGroup(click.Group):
     """A click group that imports a subcommand's module only when that subcommand is used."""
@@ -36,11 +53,26 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in COMMANDS:
             module_name, _, attr = COMMANDS[name].partition(":")
-            return getattr(importlib.import_module(module_name), attr)
-        command = super().get_command(ctx, name)
-        if command is None:
-            command = plugin_commands().get(name)
-        return command
+            command: click.Command = getattr(importlib.import_module(module_name), attr)
+            return command
+        found = super().get_command(ctx, name)
+        return found if found is not None else plugin_commands().get(name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's command list, with ngym's own commands described from ``SHORT_HELP`` (nothing imported)."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max((len(name) for name in names), default=0)
+        rows = []
+        for name in names:
+            if name in SHORT_HELP:
+                rows.append((name, click.Command(name, help=SHORT_HELP[name]).get_short_help_str(limit)))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

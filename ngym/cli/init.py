@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from ngym.scaffold import scaffold
+
 
 @click.command()
 @click.argument("name")
@@ -26,8 +28,6 @@ def init(name: str, domain: str, parent: Path, description: str | None) -> None:
       pip install -e ./NAME   (or: ngym install -e ./NAME)
       ngym validate NAME && ngym run NAME
     """
-    from ngym.scaffold import scaffold
-
     path = scaffold(name, domain=domain, parent=parent, description=description)
     click.echo(f"created {path}/ (domain {domain})")
     click.echo(f"next: ngym install -e {path} && ngym validate {name} && ngym run {name}")

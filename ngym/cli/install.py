@@ -6,6 +6,10 @@ import sys
 
 import click
 
+from ngym import installer
+from ngym.nemo.folder import distribution_name
+from ngym.nemo.install import install_nemo_environment, is_nemo_source
+
 
 @click.command()
 @click.argument("packages", nargs=-1, required=True)
@@ -27,24 +31,18 @@ def install(
       ngym install ./resources_servers/my_nemo_env   (a NeMo Gym environment folder)
       ngym install nemo-gym:example_single_tool_call --as nemo_weather
     """
-    from ngym.nemo.install import is_nemo_source
-
     nemo = [p for p in packages if is_nemo_source(p)]
     if nemo:
         _install_nemo(nemo, [p for p in packages if p not in nemo], as_name=as_name, replace=replace, verbose=verbose)
-    elif as_name or replace:
+        return
+    if as_name or replace:
         raise click.UsageError("--as and --replace apply to NeMo Gym environments (nemo-gym:NAME or a folder)")
-    if not nemo:
-        from ngym.installer import pip_install_args, run_pip
-
-        code = run_pip(pip_install_args(packages, editable=editable, upgrade=upgrade))
-        if code:
-            sys.exit(code)
+    code = installer.run_pip(installer.pip_install_args(packages, editable=editable, upgrade=upgrade))
+    if code:
+        sys.exit(code)
 
 
 def _install_nemo(sources: list[str], others: list[str], *, as_name: str | None, replace: bool, verbose: bool) -> None:
-    from ngym.nemo.install import install_nemo_environment
-
     if others:
         raise click.UsageError(f"install NeMo Gym environments and other packages in separate commands ({others[0]})")
     if as_name and len(sources) > 1:
@@ -61,10 +59,7 @@ def uninstall(packages: tuple[str, ...], yes: bool) -> None:
 
     A NeMo Gym environment installed by ngym is the distribution ngym-nemo-<name> (nemo-gym:<name> works too).
     """
-    from ngym.installer import pip_uninstall_args, run_pip
-    from ngym.nemo.folder import distribution_name
-
     names = [distribution_name(p.partition(":")[2]) if p.startswith("nemo-gym:") else p for p in packages]
-    code = run_pip(pip_uninstall_args(names, yes=yes))
+    code = installer.run_pip(installer.pip_uninstall_args(names, yes=yes))
     if code:
         sys.exit(code)

@@ -1,10 +1,15 @@
-"""``ngym list``: every installed environment (and broken plugin), without importing what the cache knows."""
+"""``ngym list``: every installed environment (and broken plugin), importing only what its cache does not know."""
 
 from __future__ import annotations
 
 import json
 
 import click
+
+from ngym.listing import ServerInfo, check_strict, hook_plugins, list_servers
+from ngym.nemo.catalog import available_with_status
+from ngym.plugins.manager import get_plugin_manager
+from ngym.plugins.registry import get_registry
 
 
 @click.command(name="list")
@@ -22,34 +27,21 @@ def list_command(as_json: bool, hooks: bool, refresh: bool, available: str | Non
     A broken plugin is listed with the reason; NGYM_STRICT_PLUGINS=1 makes it an error (exit 1).
     `--available nemo-gym` lists NeMo Gym's environments instead (install one: ngym install nemo-gym:NAME).
     """
-    from ngym.plugins import snapshot
-    from ngym.plugins.server_info import ServerInfo
-
     if available:
         click.echo(render_available(as_json))
         return
     if hooks:
         click.echo(render_hooks(as_json))
         return
-    cached = None if refresh else snapshot.cached_listing()
-    if cached is not None:  # nothing changed since the last listing, which found nothing broken
-        rows = [ServerInfo(**row) for row in cached]
-    else:
-        from ngym.listing import check_strict, list_servers
-        from ngym.plugins.registry import get_registry
-
-        registry = get_registry()
-        rows = list_servers(registry, use_cache=not refresh)
-        snapshot.remember_listing(registry, [r.as_dict() for r in rows])
+    rows = list_servers(get_registry(), use_cache=not refresh)
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
     else:
         click.echo(_render(rows))
-    if cached is None:  # a remembered listing has nothing broken in it
-        check_strict(rows)
+    check_strict(rows)
 
 
-def _render(rows: list) -> str:
+def _render(rows: list[ServerInfo]) -> str:
     if not rows:
         return "no environments installed (ngym init NAME scaffolds one; ngym install PKG installs one)"
     header = ("NAME", "DOMAIN", "DISTRIBUTION", "VERSION", "STATUS", "DESCRIPTION")
@@ -67,9 +59,6 @@ def _render(rows: list) -> str:
 
 def render_hooks(as_json: bool) -> str:
     """Every hook plugin (all installed ones are loaded) with the hooks it implements."""
-    from ngym.listing import hook_plugins
-    from ngym.plugins.manager import get_plugin_manager
-
     rows = hook_plugins(get_plugin_manager())
     if as_json:
         return json.dumps(rows, indent=2)
@@ -85,8 +74,6 @@ def render_hooks(as_json: bool) -> str:
 
 def render_available(as_json: bool) -> str:
     """NeMo Gym's environments (read from the cached nemo-gym wheel), marking the ones installed."""
-    from ngym.nemo.catalog import available_with_status
-
     rows = available_with_status()
     if as_json:
         return json.dumps(rows, indent=2)

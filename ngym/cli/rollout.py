@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
 import click
+from click._termui_impl import ProgressBar
+
+from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
 
 
 @click.command()
@@ -84,9 +88,6 @@ def rollout(
       ngym rollout http://127.0.0.1:9000 --data rows.jsonl --model-url https://api.openai.com/v1 \\
           --model gpt-4.1 --api-key-env OPENAI_API_KEY --repeats 4 --resume
     """
-    import logging
-
-    from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Retries are worth seeing: the openai client logs each one ("Retrying request in ...") at INFO.
@@ -108,7 +109,8 @@ def rollout(
     )
     rewards: list[float] = []
     failures = 0
-    bar = None  # shown once the servers are up: an error before that is one line, with no bar drawn
+    # Shown once the servers are up: an error before that is one line, with no bar drawn.
+    bar: ProgressBar[RolloutEvent] | None = None
 
     def on_start(pending: int) -> None:
         nonlocal bar

@@ -2,51 +2,37 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
+import logging
 
 import click
 
+from ngym.config import InstanceConfig, apply_overrides, split_overrides
 from ngym.errors import ConfigError
+from ngym.nemo.model_urls import export_global_config, export_model_instances, export_model_urls
+from ngym.server.app import ServeSpec
+from ngym.server.host import serve_many, serve_one
+from ngym.targets import environments_in_configs, resolve
 
-if TYPE_CHECKING:
-    from ngym.server.app import ServeSpec
 
-
-def build_specs(
-    targets: tuple[str, ...], host: str | None, port: int | None, *, refresh: bool = False
-) -> list[ServeSpec]:
-    """Serve specs for config files and/or environment names, with ``key=value`` overrides applied.
+def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) -> list[ServeSpec]:
+    """Serve specs for config files and/or environments (names, folders, app.py), ``key=value`` overrides applied.
 
     A dotted override (``inst.resources_servers.impl.port=9000``) addresses the YAML tree; a plain one
     (``port=9000``, ``data_dir=/data``) sets that field on every instance.
     """
-    from ngym.config import apply_overrides, instances_from_files, resolve_entrypoint, split_overrides
-    from ngym.server.app import ServeSpec
-
     words = [t for t in targets if "=" not in t or t.lstrip("+").startswith("config_paths=")]
     overrides = [t for t in targets if t not in words]
     paths, dotted = split_overrides([*words, *overrides])
     field_overrides = apply_overrides({}, [o for o in dotted if "." not in o.partition("=")[0]])
     tree_overrides = [o for o in dotted if "." in o.partition("=")[0]]
 
-    specs: list[ServeSpec] = []
-    config_paths = [p for p in paths if p.suffix in (".yaml", ".yml") or p.is_file()]
-    names = [str(p) for p in paths if p not in config_paths]
+    config_paths = [p for p in paths if p.suffix in (".yaml", ".yml") or p.is_file() and p.suffix != ".py"]
+    environments = []
     if config_paths:
-        from ngym.nemo.model_urls import export_global_config
-
         export_global_config(config_paths)  # servers' calls by name resolve against these configs (NeMo Gym's way)
-        for instance in instances_from_files(config_paths, tree_overrides):
-            if instance.server_type != "resources_servers":
-                click.echo(f"ngym: skipping {instance.name} ({instance.server_type}: ngym serves resources servers)")
-                continue
-            fields = {**instance.fields, **field_overrides}
-            specs.append(ServeSpec(target=resolve_entrypoint(instance), name=instance.name, fields=fields))
-    for name in names:
-        spec = spec_for_environment(name, tree_overrides, refresh=refresh)
-        spec.fields.update(field_overrides)
-        specs.append(spec)
+        environments += environments_in_configs(config_paths, tree_overrides, on_skip=_say_skipped)
+    environments += [resolve(str(p), tree_overrides) for p in paths if p not in config_paths]
+    specs = [environment.serve_spec(**field_overrides) for environment in environments]
     if not specs:
         raise ConfigError("nothing to serve: give a config file (configs/x.yaml) or an installed environment name")
     if len(specs) > 1 and port is not None:
@@ -61,37 +47,11 @@ def build_specs(
     return specs
 
 
-def spec_for_environment(name: str, tree_overrides: list[str], *, refresh: bool = False) -> ServeSpec:
-    """How to serve the installed environment ``name``: from the serve snapshot when nothing it depends on
-    changed (no plugin system loaded, no YAML parsed), else (or with ``refresh``) resolved through the
-    registry and remembered."""
-    from ngym.plugins import snapshot
-    from ngym.server.app import ServeSpec
-
-    known = None if refresh else snapshot.lookup(name)
-    if known is not None:
-        fields = known.fields if not tree_overrides else None
-        if fields is None:
-            from ngym.config import environment_config_fields
-
-            fields = environment_config_fields(known.config, tree_overrides) if known.config is not None else {}
-            if not tree_overrides:
-                snapshot.remember_fields(name, fields)
-        return ServeSpec(target=known.target, name=name, fields=dict(fields), app_plugins=known.app_plugins)
-
-    from ngym.plugins.discovery import find_environment
-    from ngym.plugins.manager import get_plugin_manager
-    from ngym.plugins.registry import get_registry
-
-    pm = get_plugin_manager()  # every hook plugin: serving applies their ngym_extend_app anyway
-    entry = find_environment(name)
-    fields = entry.config_fields(tree_overrides)
-    if not tree_overrides:
-        snapshot.remember(get_registry(), pm, name, fields)
-    return ServeSpec(target=entry.target, name=name, fields=dict(fields))
+def _say_skipped(instance: InstanceConfig) -> None:
+    click.echo(f"ngym: skipping {instance.name} ({instance.server_type}: ngym serves resources servers)")
 
 
-def _spread_default_ports(specs: list) -> None:
+def _spread_default_ports(specs: list[ServeSpec]) -> None:
     """Several servers without explicit ports get consecutive ones from 8000."""
     used = {int(s.fields["port"]) for s in specs if s.fields.get("port")}
     next_port = 8000
@@ -109,9 +69,7 @@ def _spread_default_ports(specs: list) -> None:
 @click.option("--port", type=int, default=None, help="Port (default from config, else 8000; 0 picks a free one).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="uvicorn worker processes.")
 @click.option("--access-log/--no-access-log", default=False, help="Log every request.")
-@click.option(
-    "--refresh", is_flag=True, help="Resolve environment names through the plugin registry, not the serve snapshot."
-)
+@click.option("--refresh", is_flag=True, hidden=True, help="No effect (there is no serve snapshot any more).")
 @click.option(
     "--model-url",
     "model_urls",
@@ -128,7 +86,7 @@ def run(
     refresh: bool,
     model_urls: tuple[str, ...],
 ) -> None:
-    """Serve environments: config files (NeMo Gym YAML) and/or installed environment names.
+    """Serve environments: config files (NeMo Gym YAML), installed environment names, folders or app.py.
 
     \b
     Examples:
@@ -136,15 +94,16 @@ def run(
       ngym run resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml port=9000
       ngym run "+config_paths=[a.yaml,b.yaml]"
       ngym run math_with_judge --model-url policy_model=http://127.0.0.1:9000/v1
+
+    \b
+    HTTP limits are config fields too (defaults in docs/protocol.md, "Limits"):
+      max_request_body_bytes=33554432 request_body_timeout_seconds=60 request_header_timeout_seconds=30
+      max_request_header_bytes=65536 keep_alive_timeout_seconds=5 session_id_max_length=256
     """
-    import logging
-
-    from ngym.nemo.model_urls import export_model_instances, export_model_urls
-    from ngym.server.host import serve_many, serve_one
-
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    del refresh  # kept so scripts that pass it still work
     urls = export_model_urls(model_urls)  # before any server starts: worker processes inherit it
-    specs = build_specs(targets, host, port, refresh=refresh)  # exports the YAML configs it was given
+    specs = build_specs(targets, host, port)  # exports the YAML configs it was given
     export_model_instances(urls)
     if len(specs) == 1:
         serve_one(specs[0], workers=workers, access_log=access_log)
@@ -152,4 +111,4 @@ def run(
         raise SystemExit(serve_many(specs, workers=workers, access_log=access_log))
 
 
-__all__ = ["run", "build_specs", "Path"]
+__all__ = ["run", "build_specs"]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import click
+
+from ngym.validation import validate as run_validation
 
 
 @click.command()
@@ -16,9 +19,6 @@ def validate(target: str, as_json: bool) -> None:
 
     Exit code 1 when any check fails.
     """
-    import logging
-
-    from ngym.validation import validate as run_validation
 
     logging.getLogger("ngym").setLevel(logging.ERROR)  # handler 500s are expected in the soundness pass
     report = run_validation(target)

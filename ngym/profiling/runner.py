@@ -134,7 +134,8 @@ def run_load(
         csv_writer.exceptions_flush()
         csv_writer.close_files()
         html_path = report_dir / f"{report_prefix}.html"
-        html_path.write_text(get_html_report(env, show_download_link=False), encoding="utf-8")
+        html = get_html_report(env, show_download_link=False)  # type: ignore[no-untyped-call]  # Locust is untyped
+        html_path.write_text(html, encoding="utf-8")
         reports["html"] = str(html_path)
         reports["csv"] = str(report_dir / f"{report_prefix}_stats.csv")
 

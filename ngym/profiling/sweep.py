@@ -148,7 +148,7 @@ def run_sweep(
 
 def write_plot(sweep: SweepResult, path: Path, title: str) -> Path:
     """A PNG of rollouts/s (left axis) and p99 latency (right axis) against users."""
-    try:
+    try:  # here, not at the top: matplotlib is optional (ngym[profile]) and only --sweep plots (~0.5 s to import)
         import matplotlib
     except ImportError:
         raise ConfigError("the sweep's plot needs matplotlib: pip install 'ngym[profile]'") from None
@@ -189,8 +189,8 @@ def write_plot(sweep: SweepResult, path: Path, title: str) -> Path:
     for step in sweep.steps:
         if not step.met:
             left.axvline(step.users, color="grey", alpha=0.4, linewidth=6)
-    lines = [line for line in left.get_lines() + right.get_lines() if not line.get_label().startswith("_")]
-    left.legend(lines, [line.get_label() for line in lines], loc="lower right", fontsize=8)
+    lines = [line for line in left.get_lines() + right.get_lines() if not str(line.get_label()).startswith("_")]
+    left.legend(lines, [str(line.get_label()) for line in lines], loc="lower right", fontsize=8)
     left.set_title(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

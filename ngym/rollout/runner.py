@@ -23,12 +23,17 @@ from typing import Any
 
 import httpx
 
-from ngym.child_server import is_url, serve_environment
+from ngym.child_server import serve_environment
 from ngym.errors import ConfigError
 from ngym.examples import read_jsonl
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_rollout
 from ngym.rollout.errors import RolloutError
+from ngym.rollout.model_client import ModelClient
+from ngym.rollout.replay_model import create_replay_app, example_rollouts_of
+from ngym.rollout.replay_model import read_rows as read_replay_rows
+from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from ngym.targets import is_url, resolve
 
 log = logging.getLogger("ngym.rollout")
 
@@ -147,9 +152,7 @@ def _environment(options: RolloutOptions, model_url: str) -> Iterator[str]:
         _check_reachable(url)
         yield url
         return
-    from ngym.plugins.discovery import find_environment
-
-    find_environment(options.target)  # a clear error for a misspelt name, before starting anything
+    resolve(options.target)  # a clear error for a misspelt name, before starting anything
     with serve_environment(options.target, overrides=overrides) as url:
         yield url
 
@@ -163,9 +166,6 @@ def _model_server(options: RolloutOptions, rows: list[dict[str, Any]]) -> Iterat
             )
         yield options.model_url
         return
-    from ngym.rollout.replay_model import create_replay_app, example_rollouts_of
-    from ngym.rollout.replay_model import read_rows as read_replay_rows
-    from ngym.rollout.thread_server import serve_app_in_thread
 
     replay_rows = list(rows)
     if not is_url(options.target):
@@ -203,7 +203,6 @@ async def _run(
     on_event: Callable[[RolloutEvent], None] | None,
     on_start: Callable[[int], None] | None = None,
 ) -> RolloutSummary:
-    from ngym.rollout.model_client import ModelClient
 
     api_key = os.environ.get(options.api_key_env) if options.api_key_env else None
     if options.api_key_env and api_key is None:

@@ -22,10 +22,12 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from ngym.config import apply_overrides, instances_from_files, split_overrides
+from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
+from ngym.server import http_protocol
 from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class
-from ngym.server.resources import SimpleResourcesServer, default_instance_name
+from ngym.server.base import CLASS_OVERRIDES_ENV
+from ngym.server.resources import SimpleResourcesServer
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 
 log = logging.getLogger("ngym.serve")
@@ -117,15 +119,15 @@ def serve_one(
     print(_listen_line(spec, host, port, domain.value if domain else None, workers), flush=True)
     if workers > 1:
         os.environ[SPEC_ENV] = spec.to_json()
-        config = uvicorn.Config(
-            "ngym.server.app:app_from_env", factory=True, workers=workers, log_level="warning", access_log=access_log
+        config = uvicorn_config(
+            server, "ngym.server.app:app_from_env", factory=True, workers=workers, access_log=access_log
         )
         if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.30
             Multiprocess(config, target=_graceful_server(config).run, sockets=[sock]).run()  # type: ignore[call-arg]
         else:  # newer uvicorn builds each worker's server from the config itself
             Multiprocess(config, sockets=[sock]).run()
         return
-    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on")
+    config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
     _graceful_server(config).run(sockets=[sock])
 
 
@@ -143,12 +145,34 @@ def enter_working_directory(target: str) -> None:
         os.chdir(directory)
 
 
+def uvicorn_config(server: SimpleResourcesServer, app: Any, **options: Any) -> uvicorn.Config:
+    """uvicorn's config for a server, with its HTTP limits: keep-alive, header deadline and size (the body
+    limits live in the app itself, see ``ngym.server.request_limits``)."""
+    settings = server.config
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        http=http_protocol.protocol_class(),
+        timeout_keep_alive=settings.keep_alive_timeout_seconds,  # type: ignore[arg-type]  # uvicorn says int
+        h11_max_incomplete_event_size=settings.max_request_header_bytes,
+        **options,
+    )
+    http_protocol.configure(
+        config,
+        header_timeout=settings.request_header_timeout_seconds,
+        max_header_bytes=settings.max_request_header_bytes,
+    )
+    return config
+
+
 def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = False) -> int:
     """Serve several specs, one child process each; stop them all on SIGINT/SIGTERM or when one dies."""
     children: list[subprocess.Popen[bytes]] = []
     for spec in specs:
-        cmd = [sys.executable, "-m", "ngym.server.host", spec.to_json(), str(workers), "1" if access_log else "0"]
-        children.append(subprocess.Popen(cmd))
+        # The spec (which may hold session_secret) goes through the environment, never the command line: any
+        # process on the host can read every command line in /proc.
+        cmd = [sys.executable, "-m", "ngym.server.host", str(workers), "1" if access_log else "0"]
+        children.append(subprocess.Popen(cmd, env={**os.environ, SPEC_ENV: spec.to_json()}))
 
     def stop(_signum: int, _frame: Any) -> None:
         for child in children:
@@ -186,13 +210,15 @@ def run_server_class(target: str, overrides: dict[str, Any], argv: list[str]) ->
 
 
 def main(argv: list[str]) -> None:
-    """``python -m ngym.server.host``: ``--class TARGET FIELDS_JSON [key=value ...]`` (from ``run_webserver``),
-    or ``SPEC_JSON WORKERS ACCESS_LOG`` (a child of ``serve_many``)."""
+    """``python -m ngym.server.host``: ``--class TARGET [key=value ...]`` (from ``run_webserver``; its keyword
+    overrides' JSON in ``NGYM_CLASS_OVERRIDES``) or ``WORKERS ACCESS_LOG`` (a child of ``serve_many``; the spec's JSON
+    in ``NGYM_SERVE_SPEC``). Neither puts a config, which may hold session_secret, on the command line."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if argv[:1] == ["--class"]:
-        run_guarded(lambda: run_server_class(argv[1], json.loads(argv[2]), argv[3:]))
+        overrides = os.environ.pop(CLASS_OVERRIDES_ENV, "{}")  # popped: the uvicorn workers need not see it
+        run_guarded(lambda: run_server_class(argv[1], json.loads(overrides), argv[2:]))
     else:
-        run_guarded(lambda: serve_one(ServeSpec.from_json(argv[0]), int(argv[1]), argv[2] == "1"))
+        run_guarded(lambda: serve_one(ServeSpec.from_json(os.environ.pop(SPEC_ENV)), int(argv[0]), argv[1] == "1"))
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def harvest_tools(app: FastAPI) -> dict[str, MCPTool]:
     """The app's tool routes (``POST /<name>``, not a standard route) with their body schemas."""
     tools: dict[str, MCPTool] = {}
     for route in app.router.routes:
-        if not isinstance(route, APIRoute) or "POST" not in route.methods:
+        if not isinstance(route, APIRoute) or not route.methods or "POST" not in route.methods:
             continue
         name = route.path.lstrip("/")
         if name in RESERVED_NAMES or not _TOOL_NAME.fullmatch(name):
@@ -110,7 +110,7 @@ class MCPExposure:
         self.app = app
         self.server_name = server.config.name or type(server).__name__
         harvested = harvest_tools(app)
-        chosen = server.mcp_tools(list(harvested.values()))
+        chosen = server.mcp_tools(list(harvested.values()), None)
         self.tools = {tool.name: tool for tool in chosen or []}
         self._types = mcp_types
         self._http: httpx.AsyncClient | None = None
@@ -133,7 +133,8 @@ class MCPExposure:
 
     def token(self, session_id: str, allowed: list[str] | None) -> str:
         payload = base64.urlsafe_b64encode(json.dumps({"sid": session_id, "tools": allowed}).encode()).rstrip(b"=")
-        return (payload + b"." + self._signer().tag(payload, _TOKEN_PURPOSE)).decode()
+        tag: bytes = self._signer().tag(payload, _TOKEN_PURPOSE)
+        return (payload + b"." + tag).decode()
 
     def claims(self, token: str | None) -> tuple[str, frozenset[str] | None] | None:
         """(session id, allowed tools or None for all) of a valid token; None for a missing or forged one."""

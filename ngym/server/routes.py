@@ -11,11 +11,12 @@ middleware answers with one 503 (``ngym.server.middleware``).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from ngym.errors import JudgeError
+from ngym.server.input_errors import parse_json
 from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
@@ -33,6 +35,7 @@ from ngym.server.protocol.bodies import (
     ResourcesSeedSessionResponse,
 )
 from ngym.server.provenance import distribution_of
+from ngym.server.sessions.ids import SessionIdRule
 from ngym.server.sessions.manager import (
     RequestSession,
     SessionConflict,
@@ -96,7 +99,7 @@ def seed_body_model(cls: type[SimpleResourcesServer]) -> type[BaseModel]:
     for candidate in typing.get_args(annotation) or (annotation,):
         is_model = isinstance(candidate, type) and issubclass(candidate, BaseModel)
         if is_model and candidate is not ResourcesSeedSessionRequest:
-            return candidate
+            return cast("type[BaseModel]", candidate)
     return BaseSeedSessionRequest
 
 
@@ -105,7 +108,7 @@ async def _read_json(request: Request) -> Any:
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
+        return parse_json(raw)
     except ValueError as exc:
         raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
 
@@ -151,7 +154,7 @@ async def seed_session_route(server: SimpleResourcesServer, request: Request) ->
     session.id, session.record, session.is_new = new_session_id(), SessionRecord(), True
     request.scope["session"]["session_id"] = session.id
     result = await server.seed_session(request, body)  # type: ignore[arg-type]  # the author's row model
-    await sessions.store.create(session.id, session.record)
+    await sessions.admit(session.id, session.record)  # refused (503): the seed's state is freed
     if server._mcp is not None:
         answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
         row = json.loads(raw) if raw.strip() else {}
@@ -166,7 +169,7 @@ async def _typed_seed(
     server: SimpleResourcesServer, request: Request, session: RequestSession, body: ResourcesSeedSessionRequest
 ) -> Any:
     sessions = _manager(server)
-    session_id = body.resources_session_id
+    session_id = _checked_session_id(server, body.resources_session_id)
     meta = {"episode_id": body.episode_id.model_dump(), "task_id": body.task_id.model_dump()}
     if await sessions.store.closed_meta(session_id) is not None:
         raise HTTPException(409, f"resources session {session_id!r} was closed; it cannot be seeded again")
@@ -187,12 +190,12 @@ async def _typed_seed(
             session.id, session.record, session.is_new = session_id, SessionRecord(meta=meta), True
             request.scope["session"]["session_id"] = session_id
             result = await server.seed_session(request, row)  # type: ignore[arg-type]  # the author's row model
-            await sessions.store.create(session_id, session.record)
+            await sessions.admit(session_id, session.record)
     except SessionConflict as exc:
         raise HTTPException(409, str(exc)) from None
     # NeMo Gym 0.7.0's ResourcesSeedSessionResponse forbids other keys, so a row seed's own answer fields
     # are not copied here; a seed_session that answers the typed model itself is passed through.
-    answer = (
+    answer: dict[str, Any] = (
         result.model_dump(mode="json", exclude_none=True) if isinstance(result, ResourcesSeedSessionResponse) else {}
     )
     answer["resources_session_id"] = session_id
@@ -207,23 +210,46 @@ async def close_session_route(server: SimpleResourcesServer, request: Request) -
     if isinstance(data, dict) and "resources_session_id" in data:
         body = _validate(ResourcesCloseSessionRequest, data)
         assert isinstance(body, ResourcesCloseSessionRequest)
-        session_id, episode = body.resources_session_id, body.episode_id.model_dump()
+        session_id, episode = _checked_session_id(server, body.resources_session_id), body.episode_id.model_dump()
         closed = await sessions.store.closed_meta(session_id)
         if closed is not None:
-            if closed.get("episode_id") != episode:
+            if closed.get("episode") != _episode_digest(episode):
                 raise HTTPException(409, f"resources session {session_id!r} was closed for another episode")
             return {"resources_session_id": session_id}
         live = await sessions.store.load(session_id)
         if live is not None and live.meta.get("episode_id") != episode:
             raise HTTPException(409, f"resources session {session_id!r} belongs to another episode")
         # Remember the close first, so a seed racing with it cannot resurrect the session.
-        await sessions.store.mark_closed(session_id, {"episode_id": episode})
+        await sessions.store.mark_closed(session_id, {"episode": _episode_digest(episode)})
         await sessions.close(session_id)
         return {"resources_session_id": session_id}
     session = server._request_session(request)
     closed_now = await sessions.close(session.id)
     session.record = None
     return {"session_id": session.id, "closed": closed_now}
+
+
+@functools.cache
+def _session_id_rule(max_length: int, pattern: str) -> SessionIdRule:
+    return SessionIdRule(max_length, pattern)
+
+
+def _checked_session_id(server: SimpleResourcesServer, session_id: str) -> str:
+    """``session_id`` if it follows the configured rule, else a 422 naming the rule (nothing created)."""
+    problem = _session_id_rule(server.config.session_id_max_length, server.config.session_id_pattern).problem(
+        session_id
+    )
+    if problem is not None:
+        error = {"type": "session_id", "loc": ("body", "resources_session_id"), "input": session_id}
+        raise RequestValidationError([{**error, "msg": f"resources_session_id {problem}"}])
+    return session_id
+
+
+def _episode_digest(episode: dict[str, Any]) -> str:
+    """A fixed-size stand-in for an episode id, kept with a closed session id: a caller's ``rollout_id`` may be
+    of any length, and a close (no seed needed) must not pin it in memory."""
+    canonical = json.dumps(episode, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
 
 
 def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
@@ -238,6 +264,7 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
 
     @functools.wraps(verify)
     async def endpoint(*args: Any, **kwargs: Any) -> Any:
+        result: Any
         emitted: dict[str, str] = {}
         if server._mcp is not None:
             kwargs, emitted = _bare_tool_names(kwargs, server._mcp.server_name)
@@ -292,6 +319,7 @@ def judge_failure_body(body: BaseModel | None, exc: JudgeError) -> dict[str, Any
 def _bare_tool_names(kwargs: dict[str, Any], server_name: str) -> tuple[dict[str, Any], dict[str, str]]:
     """Verify arguments with MCP-namespaced tool names (``mcp__<server>__<tool>``) made bare, and the names as
     emitted by call id (empty when there was nothing to change)."""
+    # Imported here, not at the top: the module brings httpx, which servers without MCP exposure never load.
     from ngym.server.mcp_exposure import normalize_tool_name
 
     for key, value in kwargs.items():

@@ -10,7 +10,9 @@ and receives, as it would in a NeMo Gym training run:
   app and uses Starlette's TestClient, so the app it gets is a proxy that forwards each request to the real
   server over HTTP;
 - ``verifier <file>``: ``nemo_gym.verifier_fixture.exercise_verifier_fixture`` with a verifier that POSTs
-  each case to the server's ``/verify`` (NeMo's own cases file for the weather example, and ngym's);
+  each case to the server's ``/verify``: NeMo's own cases files for the environment (its weather cases; its
+  LLM-judge HLE cases, whose judge replies it scripts, against a judge-environment instance configured with
+  that benchmark's labels and pointed at a scripted judge served here), and the cases ngym ships;
 - ``rollout <i> <flow> <paths>``: each recorded rollout driven by NeMo's ``ServerClient`` and its Simple
   Agent's cookie handling: seed (the dataset-row body of an agent's ``/run``, or the Environment Server's
   typed body) → the recorded tool calls → verify (→ close for the typed flow), on plain paths and on
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 import traceback
 import uuid
 from pathlib import Path
@@ -94,26 +97,78 @@ class PassThroughRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class HTTPVerifier:
-    """A VerifierFixture server: ``verify`` is the real server's ``/verify``; an HTTP error raises its body."""
+class ScriptedJudge:
+    """An OpenAI-Responses judge on a real port that answers every call with the reply set for the current case
+    (as NeMo's own HLE fixture scripts its judge's reply from the case's ``fixture_judge_text``)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, port: int) -> None:
+        import threading
+
+        import uvicorn
+        from fastapi import FastAPI
+
+        self.reply = ""
+        self.calls = 0
+        app = FastAPI()
+        app.post("/v1/responses")(self._respond)
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        while not self._server.started:
+            time.sleep(0.01)
+
+    async def _respond(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls += 1
+        message = {"id": "judge_msg", "type": "message", "role": "assistant", "status": "completed"}
+        message["content"] = [{"type": "output_text", "text": self.reply, "annotations": []}]
+        return {
+            "id": "judge_resp", "created_at": 0, "model": body.get("model", "judge"), "object": "response",
+            "output": [message], "parallel_tool_calls": False, "tool_choice": "none", "tools": [],
+        }  # fmt: skip
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+class HTTPVerifier:
+    """A VerifierFixture server: ``verify`` is the real server's ``/verify``; an HTTP error raises its body.
+
+    With a scripted judge, the case's ``fixture_judge_text`` becomes the judge's reply first."""
+
+    def __init__(self, url: str, judge: ScriptedJudge | None = None) -> None:
         self.url = url
+        self.judge = judge
 
     async def verify(self, request: BaseModel) -> dict[str, Any]:
+        if self.judge is not None:
+            self.judge.reply = str(getattr(request, "fixture_judge_text", ""))
         async with httpx.AsyncClient(timeout=120) as client:
             answer = await client.post(f"{self.url}/verify", json=request.model_dump(mode="json"))
+        if answer.status_code == 422 and isinstance(answer.json().get("detail"), list):
+            # FastAPI's 422 carries pydantic's own errors; written back in pydantic's text form, the fixture's
+            # expected_error (e.g. "response\n  Field required") reads as it would in process.
+            lines = [
+                f"{'.'.join(str(p) for p in e['loc'][1:])}\n  {e['msg']} [type={e['type']}]"
+                for e in answer.json()["detail"]
+            ]
+            raise ValueError(f"HTTP 422: {len(lines)} validation error(s)\n" + "\n".join(lines))
         if answer.status_code >= 400:
             raise ValueError(f"HTTP {answer.status_code}: {answer.text}")
         return answer.json()
 
 
 def nemo_verifier_cases(name: str) -> list[str]:
-    """NeMo Gym's own verifier cases for the environment of that name, if its package ships them."""
+    """NeMo Gym's own verifier cases for the environment of that name (``tests/*verifier_cases.jsonl``)."""
     import resources_servers
 
-    found = [Path(p) / name / "tests" / "verifier_cases.jsonl" for p in resources_servers.__path__]
-    return [str(p) for p in found if p.is_file()]
+    return sorted(
+        str(f) for p in resources_servers.__path__ for f in (Path(p) / name / "tests").glob("*verifier_cases.jsonl")
+    )
+
+
+def needs_scripted_judge(cases: str) -> bool:
+    return any("fixture_judge_text" in line for line in Path(cases).read_text().splitlines())
 
 
 def server_client(name: str, url: str, observability: bool) -> ServerClient:
@@ -235,9 +290,20 @@ async def check_environment(env: dict[str, Any]) -> list[dict[str, Any]]:
 
     await record("session", session_contract())
 
+    judged = env.get("scripted_judge")  # {"url": a judge-environment instance, "port": where its judge is}
+    judge = ScriptedJudge(judged["port"]) if judged else None
     for cases in [*nemo_verifier_cases(env["name"]), *env.get("verifier_cases", [])]:
+        if needs_scripted_judge(cases):
+            if judge is None:
+                results.append({"check": f"verifier {cases}", "ok": False, "detail": "needs a scripted judge"})
+                continue
+            url, with_judge = judged["url"], judge
+        else:
+            url, with_judge = env["url"], None
         fixture = VerifierFixture(
-            server_factory=lambda: HTTPVerifier(env["url"]), request_model=PassThroughRequest, cases_path=cases
+            server_factory=lambda url=url, j=with_judge: HTTPVerifier(url, j),
+            request_model=PassThroughRequest,
+            cases_path=cases,
         )
 
         async def exercise(fixture: VerifierFixture = fixture) -> str:
@@ -247,6 +313,8 @@ async def check_environment(env: dict[str, Any]) -> list[dict[str, Any]]:
             return ", ".join(f"{r.kind}:{r.name}" for r in done)
 
         await record(f"verifier {cases}", exercise())
+    if judge is not None:
+        judge.stop()
 
     for index, line in enumerate(lines):
         for flow in ("agent", "environment"):

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ngym.child_server import LOOPBACK, free_port, serve_environment, stop_process, wait_healthy
-from ngym.plugins.discovery import environment_entries
+from ngym.targets import resolve
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("nemo_driver.py")
@@ -42,16 +42,31 @@ def replay_judge() -> Iterator[str]:
         stop_process(process)
 
 
+@contextlib.contextmanager
+def hle_judge_environment() -> Iterator[dict[str, Any]]:
+    """The judge environment with NeMo Gym's HLE-Verified labels, its judge a port the NeMo side serves a scripted
+    judge on (NeMo's HLE verifier cases script the judge's reply per case)."""
+    judge_port = free_port()
+    overrides = [
+        f"judge_base_url=http://{LOOPBACK}:{judge_port}/v1",
+        'judge_equal_label="Judgement: yes"',
+        'judge_not_equal_label="Judgement: no"',
+        "judge_max_retries=0",
+    ]
+    with serve_environment(JUDGE_ENV, overrides=overrides, timeout=90) as url:
+        yield {"url": url, "port": judge_port}
+
+
 @pytest.fixture(scope="module")
-def report(nemo_python: Path) -> dict[str, list[dict[str, Any]]]:
-    entries = environment_entries()
+def report(nemo_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     plan: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         judge_url = stack.enter_context(replay_judge())
         for name in BUILT_INS:
             overrides = [f"judge_base_url={judge_url}"] if name == JUDGE_ENV else []
             url = stack.enter_context(serve_environment(name, overrides=overrides, timeout=90))
-            folder = Path(entries[name].package_dir())
+            folder = resolve(name).folder
+            assert folder is not None, name
             own_cases = folder / "tests" / "verifier_cases.jsonl"
             plan.append(
                 {
@@ -61,12 +76,15 @@ def report(nemo_python: Path) -> dict[str, list[dict[str, Any]]]:
                     "verifier_cases": [str(own_cases)] if own_cases.is_file() else [],
                 }
             )
+            if name == JUDGE_ENV:
+                plan[-1]["scripted_judge"] = stack.enter_context(hle_judge_environment())
         run = subprocess.run(
             [str(nemo_python), str(DRIVER)],
             input=json.dumps({"environments": plan}),
             capture_output=True,
             text=True,
             timeout=900,
+            cwd=tmp_path_factory.mktemp("nemo-driver"),  # NeMo Gym writes Hydra's outputs/ into its cwd
         )
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -90,6 +108,12 @@ def test_nemo_gym_drives_the_environment(report: dict[str, Any], name: str) -> N
     # Each recorded rollout: two seed flows x plain and prefixed paths.
     assert len(rollouts) == 4 * len([line for line in recorded if line.strip()])
     assert "session" in names and "aggregate_metrics" in names
+
+
+def test_llm_judge_passes_nemo_gyms_own_hle_verifier_cases(report: dict[str, Any]) -> None:
+    verifiers = {c["check"]: c for c in report[JUDGE_ENV] if c["check"].startswith("verifier ")}
+    hle = [check for check in verifiers if check.endswith("hle_verified_verifier_cases.jsonl")]
+    assert hle and all(verifiers[check]["ok"] for check in hle), verifiers
 
 
 def test_weather_passes_nemo_gyms_own_verifier_fixture(report: dict[str, Any]) -> None:

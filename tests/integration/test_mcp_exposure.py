@@ -28,6 +28,13 @@ class ReadOnlyCounter(StatefulCounterResourcesServer):
         return ["get_counter_value"] if seed_body.get("read_only") else None
 
 
+class IncrementOnlyOverMCP(StatefulCounterResourcesServer):
+    """Exposes one of its two tools over MCP (NeMo Gym's mcp_tools signature)."""
+
+    def mcp_tools(self, harvested: list[Any], catchall: Any = None) -> list[Any] | None:
+        return [tool for tool in harvested if tool.name == "increment_counter"]
+
+
 @pytest.fixture(scope="module")
 def counter_url() -> Iterator[str]:
     with serve_app_in_thread(app_for("example_session_state_mgmt", expose_tools_over_mcp=True)) as url:
@@ -143,3 +150,11 @@ def test_servers_without_the_flag_serve_no_mcp(counter_url: str) -> None:
         seeded, _ = seed(url, ROW)
         assert "mcp" not in seeded
         assert httpx.post(f"{url}/mcp", json={}).status_code == 404
+
+
+async def test_mcp_tools_chooses_what_is_exposed() -> None:
+    with serve_app_in_thread(app_for_class(IncrementOnlyOverMCP, "counter", expose_tools_over_mcp=True)) as url:
+        seeded, _ = seed(url, ROW)
+        listed, hidden = await mcp_session_call(url, seeded["mcp"]["headers"], ("get_counter_value", {}))
+    assert [tool.name for tool in listed.tools] == ["increment_counter"]
+    assert hidden.isError and "Unknown tool" in hidden.content[0].text

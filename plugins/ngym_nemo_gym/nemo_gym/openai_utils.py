@@ -339,6 +339,11 @@ class NeMoGymResponse(Response):
     output: list[NeMoGymResponseOutputItem]  # type: ignore[assignment]
     usage: NeMoGymResponseUsage | None = None
 
+    def function_calls(self) -> list[NeMoGymResponseFunctionToolCall]:
+        """The tool calls of the trajectory, in order (the method ngym's own ``Response`` has, which ngym's verify
+        route uses, e.g. to strip MCP namespaces from tool names)."""
+        return [item for item in self.output if isinstance(item, NeMoGymResponseFunctionToolCall)]
+
 
 # ---- chat completions -------------------------------------------------------------------------------
 

@@ -24,6 +24,8 @@ REPRESENTATIVE = [
     "bbq",
     "equivalence_llm_judge",  # call_judge, benchmark configs through GlobalConfigDictParser
     "aegis_v4_safety",
+    "deepswe",  # nemo_gym.sandbox's spec and result types (its tests fake the container)
+    "example_mcp_weather",  # tools over MCP through ngym's exposure, driven by the MCP SDK's client
 ]
 
 

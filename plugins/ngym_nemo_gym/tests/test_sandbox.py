@@ -23,6 +23,7 @@ BASE_IMAGE = "ngym-base:bookworm"  # built locally by docker/ci-setup.sh; nothin
 async def test_local_sandbox_runs_commands_with_files_env_and_timeouts(tmp_path: Path) -> None:
     spec = SandboxSpec(files={"task/input.txt": "42"}, env={"ANSWER": "yes"})
     async with AsyncSandbox({"local": {"workspace_root": str(tmp_path)}}, spec) as sandbox:
+        await sandbox.start()
         result = await sandbox.exec('cat task/input.txt; echo " $ANSWER"; exit 3')
         assert (result.stdout, result.return_code, result.error_type) == ("42 yes\n", 3, None)
         slow = await sandbox.exec("sleep 10", timeout_s=0.2)
@@ -77,6 +78,7 @@ async def test_docker_sandbox_on_the_real_engine(tmp_path: Path) -> None:
     (tmp_path / "patch.diff").write_text("diff")
     spec = SandboxSpec(image=BASE_IMAGE, workdir="/work", env={"MODE": "eval"}, resources={"cpu": 1, "memory_mib": 256})
     async with AsyncSandbox({"docker": {}}, spec) as sandbox:
+        await sandbox.start()
         await sandbox.upload(tmp_path / "patch.diff", "/work/in/patch.diff")
         result = await sandbox.exec('pwd; cat in/patch.diff; echo " $MODE"')
         assert (result.stdout, result.return_code) == ("/work\ndiff eval\n", 0)

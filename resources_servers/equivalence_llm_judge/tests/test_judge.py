@@ -187,9 +187,9 @@ async def test_concurrency_to_the_judge_is_bounded(judge_server) -> None:
 
 async def test_example_rollouts_with_the_offline_scripted_judge() -> None:
     """The shipped examples replay to their rewards, judged by `ngym replay-model`'s scripted judge over HTTP."""
-    from ngym.plugins.discovery import find_environment
+    from ngym.targets import resolve
 
-    folder = find_environment("equivalence_llm_judge").package_dir()
+    folder = resolve("equivalence_llm_judge").folder
     assert folder is not None
     with serve_app_in_thread(create_replay_app(read_jsonl(folder / "data" / "example_rollouts.jsonl"))) as url:
         results = await replay_examples("equivalence_llm_judge", judge_base_url=f"{url}/v1")

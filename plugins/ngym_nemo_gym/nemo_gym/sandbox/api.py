@@ -21,7 +21,8 @@ from nemo_gym.sandbox.providers.base import (
 
 class AsyncSandbox:
     """``AsyncSandbox({"docker": {}}, spec)``: ``await start()``, ``await exec(cmd)``, ``await stop()``
-    (or ``async with``). With ``owns_provider=False`` the caller closes a shared provider itself."""
+    (``async with`` stops it on the way out; it does not start it).
+    With ``owns_provider=False`` the caller closes a shared provider itself."""
 
     def __init__(
         self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None, *, owns_provider: bool = True
@@ -138,7 +139,7 @@ class AsyncSandbox:
                 await self._provider.aclose()
 
     async def __aenter__(self) -> AsyncSandbox:
-        return await self.start() if self._stopped else self
+        return self  # as NeMo Gym's: entering does not start it; leaving stops it
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
