@@ -39,8 +39,9 @@ SHORT_HELP: dict[str, str] = {
     "list": "List installed environments: name, domain, distribution, version, status, description.",
     "validate": "Validate an environment: an installed NAME, or a PATH (its folder, configs/NAME.yaml or app.py).",
     "init": "Create NAME/: a pip-installable environment (one tool, seed_session, verify, data, tests).",
-    "install": "Install plugins (PyPI names, folders, wheels) where ngym will find them.",
+    "install": "Install plugins (PyPI names, folders, wheels) or NeMo Gym environments where ngym will find them.",
     "uninstall": "Uninstall plugins from ngym's environment (works even when a plugin is broken).",
+    "test": "Run the own tests of an environment (installed NAME or FOLDER) with pytest, from inside its folder.",
 }
 
 

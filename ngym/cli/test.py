@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from ngym.nemo.envtest import run_tests
+
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("target")
@@ -21,6 +23,4 @@ def test(target: str, pytest_args: tuple[str, ...]) -> None:
       ngym test math_with_judge
       ngym test ./resources_servers/my_env -- -k verify -x
     """
-    from ngym.nemo.envtest import run_tests
-
     sys.exit(run_tests(target, [a for a in pytest_args if a != "--"]))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ngym.errors import EnvironmentNotFound, NgymError
+from ngym.targets import installed, installed_names
 
 #: What NeMo Gym's repository configures for every environment's tests (its pyproject's pytest section).
 PYTEST_OPTIONS = ("-o", "asyncio_mode=auto", "-p", "no:cacheprovider")
@@ -54,11 +55,9 @@ def locate(target: str) -> TestTarget:
 
 
 def _installed_folder(name: str) -> Path:
-    from ngym.plugins.registry import get_registry
-
-    registry = get_registry()
-    if name in registry.entries:
-        folder = registry.entry(name).package_dir()
+    names = installed_names()
+    if name in names:
+        folder = installed(name).folder
         if folder is not None:
             return folder
     try:  # a NeMo Gym environment installed without a server of its own (a base other environments import)
@@ -67,7 +66,7 @@ def _installed_folder(name: str) -> Path:
         spec = None
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
-    known = ", ".join(sorted(registry.entries)) or "none installed"
+    known = ", ".join(names) or "none installed"
     raise EnvironmentNotFound(f"no environment or folder named {name!r} (installed: {known})")
 
 

@@ -14,11 +14,12 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from ngym.errors import NgymError
-from ngym.nemo.wheel import resources_server_fields
+from ngym.nemo.wheel import companion_closure, resources_server_fields
 
 #: The module the generated entry point names. NeMo Gym runs an entrypoint as a script with its folder on
 #: ``PYTHONPATH``, so environments import their own modules as top-level ones (``from utils import ...``); this
@@ -114,14 +115,12 @@ def read_environment(folder: Path, known_siblings: set[str] | None = None) -> Ne
 
 def _companions(folder: Path) -> list[str]:
     """The ``benchmarks/<x>`` folders it references that sit beside its ``resources_servers/`` (NeMo's root)."""
-    from ngym.nemo.wheel import companion_closure
-
     if folder.parent.name != "resources_servers":
         return []
     return companion_closure(folder, folder.parent.parent)
 
 
-def _resources_server_config(folder: Path) -> tuple[Path | None, dict | None]:
+def _resources_server_config(folder: Path) -> tuple[Path | None, dict[str, Any] | None]:
     """The config that defines the resources-server instance: ``configs/<name>.yaml`` first, else the first."""
     configs = sorted((folder / "configs").glob("*.yaml"), key=lambda p: (p.stem != folder.name, p.name))
     for path in configs:

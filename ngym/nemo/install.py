@@ -18,8 +18,15 @@ from pathlib import Path
 
 from ngym.errors import NgymError
 from ngym.nemo import wheel as nemo_wheel
-from ngym.nemo.folder import COMPAT_DISTRIBUTION, NemoEnvironment, NemoEnvironmentError, read_environment
+from ngym.nemo.folder import (
+    COMPAT_DISTRIBUTION,
+    NemoEnvironment,
+    NemoEnvironmentError,
+    distribution_name,
+    read_environment,
+)
 from ngym.nemo.package import build_project
+from ngym.plugins.registry import get_registry, reset_registry
 
 SOURCE_PREFIX = "nemo-gym:"
 Echo = Callable[[str], None]
@@ -98,8 +105,6 @@ def install_nemo_environment(
         shown = env.name + (f" (+ {', '.join(e.name for e in envs[1:])})" if envs[1:] else "")
         echo(f"ngym: installing {shown} with its requirements")
         _pip(["install", *map(str, projects), *extra, *compat], verbose=verbose)
-    from ngym.plugins.registry import reset_registry
-
     reset_registry()
     domain = env.domain or "?"
     echo(f"ngym: installed {name} ({domain}) from {env.distribution}; try: ngym test {name} / ngym run {name}")
@@ -166,8 +171,6 @@ class _SiblingSource:
 
 
 def _dist(name: str) -> str:
-    from ngym.nemo.folder import distribution_name
-
     return distribution_name(name)
 
 
@@ -181,8 +184,6 @@ def _installed(distribution: str) -> bool:
 
 def _check_clash(name: str, env: NemoEnvironment, *, replace: bool, verbose: bool, echo: Echo) -> None:
     """Refuse a name another distribution registers, unless ``replace`` (which uninstalls that one first)."""
-    from ngym.plugins.registry import get_registry
-
     entries = [e for e in get_registry().all_entries() if e.name == name and e.distribution != env.distribution]
     if not entries:
         return
@@ -229,8 +230,8 @@ def pip_failure_line(output: str, code: int) -> str:
     """The line of pip's output that says why it failed: its ``ERROR:``, else the ``×`` headline of a failed
     build (``git clone ... did not run successfully``), else its last line; never the generic ``note:``."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
-    for wanted in (lambda ln: ln.startswith("ERROR:"), lambda ln: ln.startswith("×")):
-        found = [ln for ln in lines if wanted(ln)]
+    for prefix in ("ERROR:", "×"):
+        found = [ln for ln in lines if ln.startswith(prefix)]
         if found:
             return found[0]
     useful = [ln for ln in lines if not ln.startswith(("note:", "hint:"))]

@@ -15,8 +15,10 @@ import json
 import os
 from collections.abc import Iterable, MutableMapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
+from ngym.config import load_yaml_files
 from ngym.errors import ConfigError
 
 MODEL_URLS_ENV = "NGYM_SERVER_URLS"
@@ -80,9 +82,7 @@ def export_model_instances(mapping: dict[str, str], environ: MutableMapping[str,
 
 def export_global_config(config_files: Iterable[Path], environ: MutableMapping[str, str] | None = None) -> None:
     """Put the merged YAML trees of ``config_files`` in ``NGYM_NEMO_GLOBAL_CONFIG`` (nothing when none given)."""
-    from ngym.config import load_yaml_files
-
-    merged: dict = {}
+    merged: dict[str, Any] = {}
     for _, tree in load_yaml_files(list(config_files)):
         merged.update(tree)
     if merged:

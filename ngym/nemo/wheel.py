@@ -179,7 +179,8 @@ def extract_environment(name: str, dest: Path, wheel: Path | None = None) -> Pat
                 "ngym list --available nemo-gym)"
             )
         _extract(zf, members, dest)
-        pending, done = [dest / PREFIX / name], set()
+        pending: list[Path] = [dest / PREFIX / name]
+        done: set[str] = set()
         while pending:  # a companion may reference another (a benchmark config naming another's prompt)
             refs = tuple(f"{ref}/" for ref in referenced_companions(pending.pop()) - done)
             done.update(ref.rstrip("/") for ref in refs)

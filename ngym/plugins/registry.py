@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ngym.config import default_instance_name, environment_config_fields, module_file
+from ngym.config import default_instance_name, defines_resources_server, environment_config_fields, module_file
 from ngym.domain import Domain
 from ngym.errors import EnvironmentNotFound, PluginError
 from ngym.plugins.entrypoints import forget_installed
@@ -104,8 +104,6 @@ class ServerEntry:
             candidate = folder / "configs" / f"{stem}.yaml"
             if candidate.is_file():
                 return candidate
-        from ngym.config import defines_resources_server
-
         return next((p for p in sorted((folder / "configs").glob("*.yaml")) if defines_resources_server(p)), None)
 
     def config_fields(self, overrides: list[str] | None = None) -> dict[str, Any]:
