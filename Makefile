@@ -6,25 +6,40 @@ PIP    := $(PY) -m pip
 NGYM   := $(VENV)/bin/ngym
 # Every environment and plugin is its own pip package: install them all, editable.
 PACKAGES := $(sort $(dir $(wildcard resources_servers/*/pyproject.toml plugins/*/pyproject.toml)))
+# `make install` reinstalls only when a pyproject.toml changed (or a package was added): the stamp is newer than all.
+STAMP    := $(VENV)/.ngym-installed
+LOG      := $(VENV)/install.log
+PYPROJECTS := pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
+# pip's own output (dozens of lines, one setuptools warning per editable package) goes to $(LOG); `make install V=1`
+# shows it. On failure the log's tail is printed.
+QUIET    = $(if $(V),,>>$(LOG) 2>&1 || { tail -n 25 $(LOG); echo "make: pip failed; full log: $(LOG)"; exit 1; })
 
 .PHONY: install demo test test-fast lint format bench clean docker-base
 
 $(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
+	@$(PYTHON) -m venv $(VENV)
+	@: > $(LOG)
+	@$(PIP) install --quiet --upgrade pip $(QUIET)
 
-install: $(PY)
-	$(PIP) install --quiet -e '.[dev]' $(foreach p,$(PACKAGES),-e ./$(p))
-	@$(NGYM) --version
+$(STAMP): $(PYPROJECTS) | $(PY)
+	@echo "make: installing ngym + $(words $(PACKAGES)) packages into $(VENV), editable (about a minute; log: $(LOG))"
+	@: > $(LOG)
+	@$(PIP) install -e '.[dev]' $(foreach p,$(PACKAGES),-e ./$(p)) $(QUIET)
+	@touch $@
+
+install: $(STAMP)
+	@echo "make: $$($(NGYM) --version) installed in $(VENV) (reinstalls when a pyproject.toml changes)"
 
 demo: install
-	$(PY) -m ngym.demo
+	@$(PY) -m ngym.demo
 
+# -rs: every skipped test is listed with its reason (CI=true runs them all; see README "Tests").
 test: install
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs
 
 test-fast: install
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -rs tests/unit
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -41,6 +41,17 @@ class LazyGroup(click.Group):
             command = _plugin_commands().get(name)
         return command
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Like click's, but never cut a description short with "…": long ones wrap instead."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 def _plugin_commands() -> dict[str, click.Command]:
     """Commands contributed by plugins (filled by the plugin registry; empty when none)."""

@@ -20,8 +20,12 @@ def ng_init_resources_server() -> None:
         from ngym.scaffold import parse_nemo_args, scaffold
 
         values = parse_nemo_args(sys.argv[1:])
-        path = scaffold(values["name"], domain=values.get("domain", "agent"), parent=values["parent"],
-                        description=values.get("description"))
+        path = scaffold(
+            values["name"],
+            domain=values.get("domain", "agent"),
+            parent=values["parent"],
+            description=values.get("description"),
+        )
         print(f"created {path}/")
 
     run_guarded(scaffold_from_args)

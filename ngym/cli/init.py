@@ -7,11 +7,14 @@ from pathlib import Path
 import click
 
 
-@click.command()
+@click.command(short_help="Scaffold a new environment package.")
 @click.argument("name")
 @click.option("--domain", default="agent", show_default=True, help="The Domain it trains (math, coding, agent, ...).")
 @click.option(
-    "--dir", "parent", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+    "--dir",
+    "parent",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
     help="Folder to create NAME/ in (default: the current one).",
 )
 @click.option("--description", default=None, help="One line saying what the environment is.")
@@ -23,8 +26,13 @@ def init(name: str, domain: str, parent: Path, description: str | None) -> None:
       pip install -e ./NAME   (or: ngym install -e ./NAME)
       ngym validate NAME && ngym run NAME
     """
+    import shlex
+
+    from ngym.cli.invocation import ngym_command
     from ngym.scaffold import scaffold
 
     path = scaffold(name, domain=domain, parent=parent, description=description)
     click.echo(f"created {path}/ (domain {domain})")
-    click.echo(f"next: ngym install -e {path} && ngym validate {name} && ngym run {name}")
+    ngym = ngym_command()
+    where = shlex.quote(str(path) if path.is_absolute() or str(path).startswith(".") else f"./{path}")
+    click.echo(f"next: {ngym} install -e {where} && {ngym} validate {name} && {ngym} run {name}")

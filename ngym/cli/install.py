@@ -7,11 +7,12 @@ import sys
 import click
 
 
-@click.command()
+@click.command(short_help="Install environment packages where ngym finds them.")
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-e", "--editable", is_flag=True, help="Install each PACKAGE (a local folder) in editable mode.")
 @click.option("-U", "--upgrade", is_flag=True, help="Upgrade the packages to their newest versions.")
-def install(packages: tuple[str, ...], editable: bool, upgrade: bool) -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Show pip's own output.")
+def install(packages: tuple[str, ...], editable: bool, upgrade: bool, verbose: bool) -> None:
     """Install plugins (PyPI names, folders, wheels) where ngym will find them.
 
     \b
@@ -21,12 +22,37 @@ def install(packages: tuple[str, ...], editable: bool, upgrade: bool) -> None:
     """
     from ngym.plugins.install import pip_install_args, run_pip
 
-    code = run_pip(pip_install_args(packages, editable=editable, upgrade=upgrade))
-    if code:
-        sys.exit(code)
+    args = pip_install_args(packages, editable=editable, upgrade=upgrade)
+    if verbose:
+        code = run_pip(args)
+        if code:
+            sys.exit(code)
+        return
+    _install_quietly(args, " ".join(packages))
 
 
-@click.command()
+def _install_quietly(args: list[str], what: str) -> None:
+    """pip with its output kept back: a progress line while it runs, then what was installed (or pip's error)."""
+    from ngym.cli.progress import Ticker
+    from ngym.plugins.install import run_pip_captured
+
+    step = ["starting pip"]
+    with Ticker(f"installing {what}", lambda: step[0]):
+        result = run_pip_captured(args, on_step=lambda line: step.__setitem__(0, line))
+    if result.returncode:
+        click.echo(f"ngym: error: pip could not install {what} (exit {result.returncode}):", err=True)
+        for line in result.problems():
+            click.echo(f"  {line}", err=True)
+        click.echo("  (ngym install -v shows pip's full output)", err=True)
+        sys.exit(result.returncode)
+    installed = result.installed()
+    if installed:
+        click.echo(f"installed {', '.join(installed)}")
+    else:
+        click.echo(f"{what}: already installed (nothing to do; -U upgrades)")
+
+
+@click.command(short_help="Uninstall environment packages.")
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def uninstall(packages: tuple[str, ...], yes: bool) -> None:

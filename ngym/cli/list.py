@@ -7,7 +7,7 @@ import json
 import click
 
 
-@click.command(name="list")
+@click.command(name="list", short_help="List installed environments.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: a JSON list of rows.")
 @click.option("--hooks", is_flag=True, help="List hook plugins and the hooks they implement instead.")
 @click.option("--refresh", is_flag=True, help="Ignore the inspection cache: import and check every environment.")
@@ -45,8 +45,7 @@ def _render(rows: list) -> str:
         return "no environments installed (ngym init NAME scaffolds one; ngym install PKG installs one)"
     header = ("NAME", "DOMAIN", "DISTRIBUTION", "VERSION", "STATUS", "DESCRIPTION")
     table = [
-        (r.name, r.domain or "?", r.distribution or "-", r.version or "-", r.status, r.description or "")
-        for r in rows
+        (r.name, r.domain or "?", r.distribution or "-", r.version or "-", r.status, r.description or "") for r in rows
     ]
     widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(5)]
     lines = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 
-@click.command()
+@click.command(short_help="List hook plugins and their hooks.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plugins(as_json: bool) -> None:
     """List hook plugins (entry-point group `ngym`, plus ngym's built-ins) and the hooks they implement."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 
-@click.command("replay-model")
+@click.command("replay-model", short_help="Serve the offline replay model (OpenAI Responses API).")
 @click.option(
     "--data",
     "data",

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 
-@click.command()
+@click.command(short_help="Roll out a dataset through an environment and a model.")
 @click.argument("target")
 @click.option(
     "--data",

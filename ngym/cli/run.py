@@ -100,7 +100,9 @@ def _spread_default_ports(specs: list) -> None:
             used.add(next_port)
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(
+    short_help="Serve environments (names or config files).", context_settings={"ignore_unknown_options": True}
+)
 @click.argument("targets", nargs=-1, required=True)
 @click.option("--host", default=None, help="Interface to listen on (default from config, else 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default from config, else 8000; 0 picks a free one).")

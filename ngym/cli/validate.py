@@ -8,7 +8,7 @@ import sys
 import click
 
 
-@click.command()
+@click.command(short_help="Check an environment: config, routes, example rewards.")
 @click.argument("target")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 def validate(target: str, as_json: bool) -> None:

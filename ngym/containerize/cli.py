@@ -11,7 +11,7 @@ import click
 from ngym.containerize.spec import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
 
 
-@click.command()
+@click.command(short_help="Build a Docker image of an environment.")
 @click.argument("target", metavar="NAME")
 @click.option("--tag", "-t", default=None, help="Image tag (default: ngym-NAME:VERSION).")
 @click.option(
