@@ -20,8 +20,12 @@ def validate(target: str, as_json: bool) -> None:
 
     from ngym.validation import validate as run_validation
 
+    from ngym.cli.progress import Ticker
+
     logging.getLogger("ngym").setLevel(logging.ERROR)  # handler 500s are expected in the soundness pass
-    report = run_validation(target)
+    stage = ["loading"]
+    with Ticker(f"validating {target}", lambda: stage[0]):
+        report = run_validation(target, progress=lambda text: stage.__setitem__(0, text))
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.render())
     if not report.ok:
         sys.exit(1)
