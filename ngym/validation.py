@@ -214,7 +214,7 @@ async def _replay(
         unscored = _unscored(verified)
         if unscored is not None:
             # Not a wrong reward but no reward: every other row would wait for the same dead service.
-            detail = f"row {index}: /verify could not score it ({unscored}); other rows not tried: is that service running?"
+            detail = f"row {index}: /verify could not score it ({unscored}); other rows not tried: is it running?"
             report.add("examples", False, detail)
             return unscored
         reward = verified.get("reward")

@@ -41,8 +41,10 @@ def list_command(as_json: bool, hooks: bool, refresh: bool) -> None:
 
 
 def _render(rows: list, width: int | None = None) -> str:
-    """A table that fits ``width`` columns (default: the terminal's): descriptions wrap under their column (two lines at most), and
-    on a narrow terminal the DISTRIBUTION and VERSION columns go (``--json`` has everything)."""
+    """A table that fits ``width`` columns (default: the terminal's).
+
+    Descriptions wrap under their column (two lines at most); on a narrow terminal the DISTRIBUTION and VERSION
+    columns go (``--json`` has everything)."""
     import shutil
     import textwrap
 
@@ -51,8 +53,7 @@ def _render(rows: list, width: int | None = None) -> str:
     width = width or shutil.get_terminal_size((100, 24)).columns
     header = ("NAME", "DOMAIN", "DISTRIBUTION", "VERSION", "STATUS", "DESCRIPTION")
     table = [
-        (r.name, r.domain or "?", r.distribution or "-", r.version or "-", r.status, r.description or "")
-        for r in rows
+        (r.name, r.domain or "?", r.distribution or "-", r.version or "-", r.status, r.description or "") for r in rows
     ]
     columns = [0, 1, 2, 3, 4]
     widths = {i: max(len(str(row[i])) for row in [header, *table]) for i in columns}

@@ -18,9 +18,8 @@ def validate(target: str, as_json: bool) -> None:
     """
     import logging
 
-    from ngym.validation import validate as run_validation
-
     from ngym.cli.progress import Ticker
+    from ngym.validation import validate as run_validation
 
     logging.getLogger("ngym").setLevel(logging.ERROR)  # handler 500s are expected in the soundness pass
     stage = ["loading"]
