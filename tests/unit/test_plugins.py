@@ -231,12 +231,8 @@ def test_import_error_plugin_is_listed_broken_and_others_work(site: Path) -> Non
 
 def test_name_clash_names_both_distributions(site: Path) -> None:
     module = unique("clash")
-    make_dist(
-        site,
-        "first-dist",
-        {module: SERVER_MODULE.format(domain="Domain.AGENT", extra="", doc="x")},
-        {"ngym.resources_servers": {"twin": f"{module}:Server"}},
-    )
+    make_dist(site, "first-dist", {module: SERVER_MODULE.format(domain="Domain.AGENT", extra="", doc="x")},
+              {"ngym.resources_servers": {"twin": f"{module}:Server"}})
     make_dist(site, "second-dist", {}, {"ngym.resources_servers": {"twin": f"{module}:Server"}})
     registry = build_registry(make_plugin_manager())
     rows = [r for r in list_servers(registry) if r.name == "twin"]
@@ -249,12 +245,8 @@ def test_name_clash_names_both_distributions(site: Path) -> None:
 def test_broken_hook_plugin_is_reported_with_its_distribution(site: Path) -> None:
     make_dist(site, "broken-hooks", {unique("hooks"): "raise ImportError('missing dependency xyz')\n"}, {})
     module = unique("hooks")
-    make_dist(
-        site,
-        "broken-hooks2",
-        {module: "raise ImportError('missing dependency xyz')\n"},
-        {"ngym": {"brokenhooks": module}},
-    )
+    make_dist(site, "broken-hooks2", {module: "raise ImportError('missing dependency xyz')\n"},
+              {"ngym": {"brokenhooks": module}})
     pm = make_plugin_manager()
     problem = next(p for p in pm.problems if p.plugin == "brokenhooks")
     assert problem.distribution == "broken-hooks2" and "missing dependency xyz" in problem.reason
@@ -346,18 +338,12 @@ def test_ngym_uninstall_works_with_a_broken_plugin_installed(site: Path, tmp_pat
     for strict in ("0", "1"):
         done = subprocess.run(
             [sys.executable, "-m", "ngym.cli", "uninstall", "-y", "ngym-not-installed-anywhere"],
-            env={**env, STRICT_ENV: strict},
-            capture_output=True,
-            text=True,
-            timeout=120,
+            env={**env, STRICT_ENV: strict}, capture_output=True, text=True, timeout=120,
         )
         assert done.returncode == 0, done.stderr
         assert "not installed" in (done.stdout + done.stderr)
     listed = subprocess.run(  # the same site is broken for the commands that do load plugins
-        [sys.executable, "-m", "ngym.cli", "list"],
-        env={**env, STRICT_ENV: "1"},
-        capture_output=True,
-        text=True,
+        [sys.executable, "-m", "ngym.cli", "list"], env={**env, STRICT_ENV: "1"}, capture_output=True, text=True,
         timeout=120,
     )
     assert listed.returncode == 1 and "missing dependency xyz" in listed.stderr, listed.stderr
@@ -482,10 +468,8 @@ def test_help_skips_hook_plugins_that_add_no_commands(site: Path, tmp_path: Path
     make_dist(
         site,
         "store-plugin",
-        {
-            module: f"open({str(marker)!r}, 'a').write('x')\nfrom ngym import hookimpl\n\n"
-            "@hookimpl\ndef ngym_session_store(url, server):\n    return None\n"
-        },
+        {module: f"open({str(marker)!r}, 'a').write('x')\nfrom ngym import hookimpl\n\n"
+                 "@hookimpl\ndef ngym_session_store(url, server):\n    return None\n"},
         {"ngym": {"storeplugin": module}},
     )
     from ngym.plugins.commands import plugin_commands
@@ -509,10 +493,9 @@ async def test_string_domain_registers_serves_and_reports_its_domain() -> None:
     class StringDomain(Good):
         domain = "agent"  # type: ignore[assignment]
 
-    assert (
-        registry_with(registering(lambda r: r.add(StringDomain, name="string_domain"))).get("string_domain").domain
-        is Domain.AGENT
-    )
+    assert registry_with(registering(lambda r: r.add(StringDomain, name="string_domain"))).get(
+        "string_domain"
+    ).domain is Domain.AGENT
     server = build_server(ServeSpec(target="inline", name="string_domain", fields={}), cls=StringDomain)
     assert server.resolved_domain() is Domain.AGENT
     async with serve_in_process(build_app(server)) as http:

@@ -56,7 +56,9 @@ def serve_spec(env: str, *overrides: str):  # -> ServeSpec
     return spec
 
 
-def test_second_run_is_served_from_the_snapshot_with_the_same_spec(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_second_run_is_served_from_the_snapshot_with_the_same_spec(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env = installed_env(site)
     first = serve_spec(env)
     assert snapshot.lookup(env) is not None
@@ -140,12 +142,8 @@ def test_an_edited_hook_plugin_invalidates_the_snapshot(site: Path) -> None:
 def test_a_broken_plugin_is_reported_every_time_not_remembered(site: Path) -> None:
     env = installed_env(site)
     module = unique("broken")
-    make_dist(
-        site,
-        module.replace("_", "-"),
-        {module: "raise ImportError('missing dependency')\n"},
-        {"ngym": {module: module}},
-    )
+    make_dist(site, module.replace("_", "-"), {module: "raise ImportError('missing dependency')\n"},
+              {"ngym": {module: module}})
     serve_spec(env)
     assert snapshot.lookup(env) is None
 
