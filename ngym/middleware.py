@@ -27,6 +27,9 @@ log = logging.getLogger("ngym.server")
 
 ROLLOUT_PREFIX = "/ng-rollout/"
 _STATELESS_METHODS = {"GET", "HEAD", "OPTIONS"}
+#: probes and docs: served without a session, so a health check every few seconds sets no cookie (a load balancer
+#: or curl would otherwise be handed a session id it never uses).
+_SESSIONLESS_PATHS = frozenset({"/", "/health", "/healthz", "/livez", "/readyz", "/docs", "/redoc", "/openapi.json"})
 
 
 def strip_rollout_prefix(scope: Scope) -> None:
@@ -70,6 +73,9 @@ class NgymMiddleware:
             await self.app(scope, receive, send)
             return
         strip_rollout_prefix(scope)
+        if scope["method"] in _STATELESS_METHODS and scope["path"] in _SESSIONLESS_PATHS:
+            await self.app(scope, receive, send)
+            return
         sessions = self.sessions
         store_shares_objects = sessions.store.shares_objects
         try:

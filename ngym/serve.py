@@ -190,9 +190,12 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _listen_line(spec: ServeSpec, host: str, port: int, domain: str | None, workers: int) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    """Where the server really listens; on every interface, also the local URL to open."""
     extra = f", {workers} workers" if workers > 1 else ""
-    return f"ngym: serving {spec.name} ({domain or '?'}{extra}) at http://{shown}:{port}  (docs: /docs)"
+    every = host in ("0.0.0.0", "", "::")
+    bound = f"[{host or '::'}]" if ":" in host else (host or "0.0.0.0")
+    local = f" (all interfaces; locally http://127.0.0.1:{port})" if every else ""
+    return f"ngym: serving {spec.name} ({domain or '?'}{extra}) at http://{bound}:{port}{local}  (docs: /docs)"
 
 
 def check_workers(server: SimpleResourcesServer, workers: int) -> None:

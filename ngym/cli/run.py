@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -38,10 +39,12 @@ def build_specs(
             if instance.server_type != "resources_servers":
                 click.echo(f"ngym: skipping {instance.name} ({instance.server_type}: ngym serves resources servers)")
                 continue
-            fields = {**instance.fields, **field_overrides}
-            specs.append(ServeSpec(target=resolve_entrypoint(instance), name=instance.name, fields=fields))
+            target = resolve_entrypoint(instance)
+            check_override_keys(instance.name, target, instance.fields, field_overrides)
+            specs.append(ServeSpec(target=target, name=instance.name, fields={**instance.fields, **field_overrides}))
     for name in names:
         spec = spec_for_environment(name, tree_overrides, refresh=refresh)
+        check_override_keys(name, spec.target, spec.fields, field_overrides)
         spec.fields.update(field_overrides)
         specs.append(spec)
     if not specs:
@@ -56,6 +59,26 @@ def build_specs(
     if len(specs) > 1:
         _spread_default_ports(specs)
     return specs
+
+
+def check_override_keys(name: str, target: str, config_keys: Iterable[str], overrides: dict[str, Any]) -> None:
+    """A plain ``key=value`` override must name a field of the server's config class or a key its YAML has:
+    a typo would otherwise be kept as an unused extra field (the config allows extras) and change nothing."""
+    if not overrides:
+        return
+    from ngym.serve import load_server_class
+    from ngym.suggest import did_you_mean
+
+    config_class = load_server_class(target).config_class()
+    valid = set(config_class.model_fields) | {f.alias for f in config_class.model_fields.values() if f.alias}
+    valid |= set(config_keys)
+    unknown = sorted(set(overrides) - valid)
+    if unknown:
+        key = unknown[0]
+        raise ConfigError(
+            f"{name}: unknown config key {key!r}{did_you_mean(key, valid)} "
+            f"(valid keys for {config_class.__name__}: {', '.join(sorted(valid))})"
+        )
 
 
 def spec_for_environment(name: str, tree_overrides: list[str], *, refresh: bool = False) -> ServeSpec:

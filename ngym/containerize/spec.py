@@ -151,8 +151,11 @@ def resolve_plugin(name_or_path: str) -> PluginSource:
         )
     if not eps:
         known = sorted({ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)})
-        hint = f"; installed: {', '.join(known)}" if known else "; no environment is installed"
-        raise PluginSourceError(f"no environment named {name_or_path!r}{hint} (or pass a plugin source directory)")
+        from ngym.suggest import did_you_mean
+
+        hint = did_you_mean(name_or_path, known)
+        hint += f" (installed: {', '.join(known)})" if known else "; no environment is installed"
+        raise PluginSourceError(f"no environment named {name_or_path!r}{hint}; or pass a plugin source directory")
     ep = eps[0]
     dist = ep.dist
     if dist is None:

@@ -249,15 +249,16 @@ class Registry:
             entry.error = f"{entry.name}: cannot load {entry.target}: {describe_exception(exc)}"
             return None
         description = entry.declared_description or cls.describe() or ""
-        entry.spec = ServerSpec(
-            entry.name, cls, domain, config_class, entry.distribution, entry.version, description
-        )
+        entry.spec = ServerSpec(entry.name, cls, domain, config_class, entry.distribution, entry.version, description)
         return entry.spec
 
     def entry(self, name: str) -> ServerEntry:
         if name not in self.entries:
+            from ngym.suggest import did_you_mean
+
             known = ", ".join(sorted(self.entries)) or "none installed"
-            raise EnvironmentNotFound(f"no environment named {name!r} is installed (installed: {known})")
+            hint = did_you_mean(name, self.entries)
+            raise EnvironmentNotFound(f"no environment named {name!r} is installed{hint} (installed: {known})")
         entry = self.entries[name]
         if entry.clash is not None:
             raise PluginError(entry.clash)
@@ -268,8 +269,9 @@ class Registry:
         entry = self.entry(name)
         spec = self.load(entry)
         if spec is None:
-            raise PluginError(f"environment {name!r} ({entry.distribution or 'no distribution'}) is broken: "
-                              f"{entry.error}")
+            raise PluginError(
+                f"environment {name!r} ({entry.distribution or 'no distribution'}) is broken: {entry.error}"
+            )
         return spec
 
     def all_entries(self) -> list[ServerEntry]:
@@ -297,8 +299,10 @@ def build_registry(pm: NgymPluginManager | None = None) -> Registry:
     hook plugins that (per the hook cache) implement a registry hook.
     """
     if pm is None:
-        pm = get_plugin_manager() if get_plugin_manager.cache_info().currsize else make_plugin_manager(
-            only_hooks=REGISTRY_HOOKS
+        pm = (
+            get_plugin_manager()
+            if get_plugin_manager.cache_info().currsize
+            else make_plugin_manager(only_hooks=REGISTRY_HOOKS)
         )
     registry = Registry(pm)
     registry.run_hooks()
