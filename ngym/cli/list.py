@@ -68,7 +68,7 @@ def _render(rows: list, width: int | None = None) -> str:
         lines.append(f"{cells}  {wrapped[0]}")
         lines.extend(" " * left + more for more in wrapped[1:])
         if info is not None and info.reason:
-            lines.extend(textwrap.wrap(info.reason, width - 2, initial_indent="  ↳ ", subsequent_indent="    "))
+            lines.append(f"  ↳ {info.reason}")  # not wrapped: the reason is read (and grepped) whole
     return "\n".join(line.rstrip() for line in lines)
 
 

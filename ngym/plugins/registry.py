@@ -249,7 +249,9 @@ class Registry:
             entry.error = f"{entry.name}: cannot load {entry.target}: {describe_exception(exc)}"
             return None
         description = entry.declared_description or cls.describe() or ""
-        entry.spec = ServerSpec(entry.name, cls, domain, config_class, entry.distribution, entry.version, description)
+        entry.spec = ServerSpec(
+            entry.name, cls, domain, config_class, entry.distribution, entry.version, description
+        )
         return entry.spec
 
     def entry(self, name: str) -> ServerEntry:
@@ -269,9 +271,8 @@ class Registry:
         entry = self.entry(name)
         spec = self.load(entry)
         if spec is None:
-            raise PluginError(
-                f"environment {name!r} ({entry.distribution or 'no distribution'}) is broken: {entry.error}"
-            )
+            raise PluginError(f"environment {name!r} ({entry.distribution or 'no distribution'}) is broken: "
+                              f"{entry.error}")
         return spec
 
     def all_entries(self) -> list[ServerEntry]:
@@ -299,10 +300,8 @@ def build_registry(pm: NgymPluginManager | None = None) -> Registry:
     hook plugins that (per the hook cache) implement a registry hook.
     """
     if pm is None:
-        pm = (
-            get_plugin_manager()
-            if get_plugin_manager.cache_info().currsize
-            else make_plugin_manager(only_hooks=REGISTRY_HOOKS)
+        pm = get_plugin_manager() if get_plugin_manager.cache_info().currsize else make_plugin_manager(
+            only_hooks=REGISTRY_HOOKS
         )
     registry = Registry(pm)
     registry.run_hooks()
