@@ -74,7 +74,11 @@ class NgymMiddleware:
             return
         strip_rollout_prefix(scope)
         if scope["method"] in _STATELESS_METHODS and scope["path"] in _SESSIONLESS_PATHS:
-            await self.app(scope, receive, send)
+            try:
+                await self.app(scope, receive, send)
+            except SessionStoreError as exc:  # /health counts live sessions: a dead store is "not ready", 503
+                log.warning("%s %s: %s", scope["method"], scope["path"], exc)
+                await _send_unavailable(send, f"session store unavailable: {exc}", [])
             return
         sessions = self.sessions
         store_shares_objects = sessions.store.shares_objects
