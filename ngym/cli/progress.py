@@ -2,17 +2,20 @@
 
 Anything that can take more than a couple of seconds (pip, docker build, rollouts) runs inside a ``Ticker``:
 on a terminal the line ``label: <status> (12s)`` is redrawn a few times a second and cleared at the end; in a
-log (CI, a pipe, ``nohup``) a plain line is printed every ``every`` seconds, so silence never means "stuck?".
+log (CI, a pipe, ``nohup``) a plain line is printed every ``every`` seconds (``NGYM_PROGRESS_SECONDS``, 10), so silence never means "stuck?".
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
 
+#: seconds between plain progress lines without a terminal (default 10)
+EVERY_ENV = "NGYM_PROGRESS_SECONDS"
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
@@ -24,13 +27,13 @@ class Ticker:
         label: str,
         status: Callable[[], str] = lambda: "",
         *,
-        every: float = 10.0,
+        every: float | None = None,
         stream: TextIO | None = None,
         tty: bool | None = None,
     ) -> None:
         self.label = label
         self.status = status
-        self.every = every
+        self.every = every if every is not None else float(os.environ.get(EVERY_ENV, "") or 10.0)
         self.stream = stream if stream is not None else sys.stderr
         self.tty = _isatty(self.stream) if tty is None else tty
         self.started = time.monotonic()
