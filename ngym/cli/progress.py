@@ -2,7 +2,8 @@
 
 Anything that can take more than a couple of seconds (pip, docker build, rollouts) runs inside a ``Ticker``:
 on a terminal the line ``label: <status> (12s)`` is redrawn a few times a second and cleared at the end; in a
-log (CI, a pipe, ``nohup``) a plain line is printed every ``every`` seconds (``NGYM_PROGRESS_SECONDS``, 10), so silence never means "stuck?".
+log (CI, a pipe, ``nohup``) a plain line is printed every ``every`` seconds (default: ``NGYM_PROGRESS_SECONDS``,
+else 10), so silence never means "stuck?".
 """
 
 from __future__ import annotations
