@@ -142,7 +142,7 @@ def run_load(
     stats = runner.stats
     endpoints = sorted((_endpoint(e, duration) for e in stats.entries.values()), key=_rollout_order)
     durations = tracker.durations_ms
-    return ProfileResult(
+    result = ProfileResult(
         target=host,
         environment=environment_name,
         users=users,
@@ -164,3 +164,9 @@ def run_load(
         load_generator_cpu_percent=100 * cpu_s / duration,
         reports=reports,
     )
+    if report_dir is not None:
+        from ngym.profiling.rollout_report import write_rollout_report
+
+        page = write_rollout_report(result, tracker, report_dir, report_prefix)
+        result.reports = {"rollouts": str(page), **reports}
+    return result
