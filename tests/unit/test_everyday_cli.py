@@ -155,3 +155,19 @@ def test_make_install_reinstalls_only_when_a_pyproject_changed(tmp_path: Path) -
     os.utime(pkg / "pyproject.toml", (future, future))
     make_install()
     assert calls.read_text().count("install -e") == installs + 1
+
+
+def test_under_ci_a_skipped_test_fails_the_run(tmp_path: Path) -> None:
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_one.py").write_text(
+        "import pytest\n\ndef test_runs():\n    pass\n\ndef test_skips():\n    pytest.skip('needs a thing')\n"
+    )
+
+    def pytest_run(ci: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "CI": ci}
+        command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path)]
+        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+    local, ci = pytest_run(""), pytest_run("true")
+    assert local.returncode == 0 and "SKIPPED [1]" in local.stdout and "needs a thing" in local.stdout
+    assert ci.returncode == 1 and "CI=true: 1 test(s) skipped" in ci.stdout
