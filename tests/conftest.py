@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from ngym.testing import app_for, serve_in_process
+
+
+@pytest.fixture
+def lenient_registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A fresh plugin registry, not strict, with its caches in a scratch folder (use with ``usefixtures``)."""
+    from ngym.plugins.manager import STRICT_ENV
+    from ngym.plugins.registry import reset_registry
+
+    monkeypatch.delenv(STRICT_ENV, raising=False)
+    monkeypatch.setenv("NGYM_CACHE_DIR", str(tmp_path / "cache"))
+    reset_registry()
 
 
 @pytest.fixture

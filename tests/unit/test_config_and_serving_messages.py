@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from ngym.plugins.manager import STRICT_ENV
-from ngym.plugins.registry import reset_registry
 from ngym.serve import ServeSpec, _listen_line
 from ngym.suggest import did_you_mean
 from ngym.testing import app_for, serve_in_process
@@ -16,11 +14,7 @@ WEATHER = "example_single_tool_call"
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def lenient(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(STRICT_ENV, raising=False)
-    monkeypatch.setenv("NGYM_CACHE_DIR", str(tmp_path / "cache"))
-    reset_registry()
+pytestmark = pytest.mark.usefixtures("lenient_registry")
 
 
 def ngym(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

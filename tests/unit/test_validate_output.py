@@ -7,16 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ngym.plugins.manager import STRICT_ENV
-from ngym.plugins.registry import reset_registry
 from ngym.validation import Check, ValidationReport, summarise_routes, validate
 
-
-@pytest.fixture(autouse=True)
-def lenient(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(STRICT_ENV, raising=False)
-    monkeypatch.setenv("NGYM_CACHE_DIR", str(tmp_path / "cache"))
-    reset_registry()
+pytestmark = pytest.mark.usefixtures("lenient_registry")
 
 
 def _closed_port() -> int:
