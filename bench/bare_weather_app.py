@@ -8,7 +8,7 @@ dataset row like every resources server does (NeMo Gym's weather server parses i
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from ngym.protocol import BaseSeedSessionRequest, BaseVerifyRequest, BaseVerifyResponse
+from ngym.server.protocol import BaseSeedSessionRequest, BaseVerifyRequest, BaseVerifyResponse
 
 app = FastAPI()
 

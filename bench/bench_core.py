@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from ngym.launch import free_port, stop_process, wait_healthy
+from ngym.child_server import free_port, stop_process, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable

@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 from ngym_redis.testing import RedisServer
 
-from ngym.launch import free_port, start_environment, stop_process, wait_healthy
+from ngym.child_server import free_port, start_environment, stop_process, wait_healthy
 
 ENV = "example_session_state_mgmt"
 DURATION = float(os.environ.get("NGYM_BENCH_SECONDS", "3"))

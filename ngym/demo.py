@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ngym.plugins.discovery import environment_entries
-from ngym.protocol import TASK_INDEX_KEY
+from ngym.server.protocol import TASK_INDEX_KEY
 from ngym.testing import read_jsonl
 
 

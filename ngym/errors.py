@@ -1,4 +1,17 @@
-"""Typed errors. Library code raises these; the CLI turns them into one readable line and an exit code."""
+"""Typed errors, and the edge where they become one readable line and an exit code (``run_guarded``).
+
+Library code raises these; the CLI, ``run_webserver()`` and the serving children run under ``run_guarded``,
+which prints ``ngym: error: ...`` and exits; tracebacks only with ``NGYM_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+DEBUG_ENV = "NGYM_DEBUG"
 
 
 class NgymError(Exception):
@@ -35,3 +48,25 @@ class JudgeError(NgymError):
     """
 
     failure_class = "judge_failed"
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false")
+
+
+def run_guarded(fn: Callable[[], Any]) -> Any:
+    """Run ``fn``; exit with one line on an ``NgymError`` (or any error, unless debugging)."""
+    try:
+        return fn()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except NgymError as exc:
+        if debug_enabled():
+            raise
+        print(f"ngym: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # an unexpected failure: still one line, the traceback on request
+        if debug_enabled():
+            raise
+        print(f"ngym: error: {exc!r} (set NGYM_DEBUG=1 for the traceback)", file=sys.stderr)
+        sys.exit(1)

@@ -63,7 +63,7 @@ async def serve_in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 def app_for(name_or_target: str, **fields: Any) -> FastAPI:
     """Build the app of an installed environment (by name) or a ``module:Class`` / ``file.py`` target."""
     from ngym.plugins.discovery import environment_entries
-    from ngym.serve import ServeSpec, create_app
+    from ngym.server.app import ServeSpec, create_app
 
     entry = environment_entries().get(name_or_target)
     if entry is not None:
@@ -74,7 +74,7 @@ def app_for(name_or_target: str, **fields: Any) -> FastAPI:
 
 def app_for_class(cls: type, name: str | None = None, **fields: Any) -> FastAPI:
     """Build the app of a server class defined anywhere (e.g. inline in a test)."""
-    from ngym.serve import ServeSpec, create_app
+    from ngym.server.app import ServeSpec, create_app
 
     spec = ServeSpec(target=f"{cls.__module__}:{cls.__qualname__}", name=name or cls.__name__, fields=fields)
     return create_app(spec, cls=cls)

@@ -281,7 +281,7 @@ async def _soundness(
 async def validate_async(target: str, progress: Progress = lambda stage: None) -> ValidationReport:
     """Validate an installed environment (by name) or one on disk (folder, config YAML, app.py)."""
     from ngym.plugins.registry import validate_server_class
-    from ngym.serve import ServeSpec, create_app, load_server_class
+    from ngym.server.app import ServeSpec, create_app, load_server_class
     from ngym.testing import serve_in_process
 
     subject = _subject(target)

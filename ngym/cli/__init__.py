@@ -8,17 +8,17 @@ from typing import Any
 
 import click
 
-from ngym.cli.errors import run_guarded
+from ngym.cli.plugin_commands import plugin_commands
+from ngym.errors import run_guarded
 
 #: command name -> "module:attribute" of its click command. Add a line to add a command.
 COMMANDS: dict[str, str] = {
     "run": "ngym.cli.run:run",
     "rollout": "ngym.cli.rollout:rollout",
     "replay-model": "ngym.cli.replay_model:replay_model",
-    "containerize": "ngym.containerize.cli:containerize",
+    "containerize": "ngym.cli.containerize:containerize",
     "profile": "ngym.cli.profile:profile",
     "list": "ngym.cli.list:list_command",
-    "plugins": "ngym.cli.plugins:plugins",
     "validate": "ngym.cli.validate:validate",
     "init": "ngym.cli.init:init",
     "install": "ngym.cli.install:install",
@@ -30,7 +30,7 @@ class LazyGroup(click.Group):
     """A click group that imports a subcommand's module only when that subcommand is used."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*COMMANDS, *super().list_commands(ctx), *_plugin_commands()})
+        return sorted({*COMMANDS, *super().list_commands(ctx), *plugin_commands()})
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in COMMANDS:
@@ -38,7 +38,7 @@ class LazyGroup(click.Group):
             return getattr(importlib.import_module(module_name), attr)
         command = super().get_command(ctx, name)
         if command is None:
-            command = _plugin_commands().get(name)
+            command = plugin_commands().get(name)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -51,15 +51,6 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
-
-
-def _plugin_commands() -> dict[str, click.Command]:
-    """Commands contributed by plugins (filled by the plugin registry; empty when none)."""
-    try:
-        from ngym.plugins.commands import plugin_commands
-    except ImportError:
-        return {}
-    return plugin_commands()
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

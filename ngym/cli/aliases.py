@@ -14,7 +14,7 @@ def ng_run() -> None:
 
 def ng_init_resources_server() -> None:
     """``ng_init_resources_server +entrypoint=resources_servers/my_tool [+domain=agent]`` → ``ngym init``."""
-    from ngym.cli.errors import run_guarded
+    from ngym.errors import run_guarded
 
     def scaffold_from_args() -> None:
         from ngym.scaffold import parse_nemo_args, scaffold

@@ -20,7 +20,7 @@ def install(packages: tuple[str, ...], editable: bool, upgrade: bool, verbose: b
       ngym install ngym-redis
       ngym install -e ./my_tool
     """
-    from ngym.plugins.install import pip_install_args, run_pip
+    from ngym.installer import pip_install_args, run_pip
 
     args = pip_install_args(packages, editable=editable, upgrade=upgrade)
     if verbose:
@@ -34,7 +34,7 @@ def install(packages: tuple[str, ...], editable: bool, upgrade: bool, verbose: b
 def _install_quietly(args: list[str], what: str) -> None:
     """pip with its output kept back: a progress line while it runs, then what was installed (or pip's error)."""
     from ngym.cli.progress import Ticker
-    from ngym.plugins.install import run_pip_captured
+    from ngym.installer import run_pip_captured
 
     step = ["starting pip"]
     with Ticker(f"installing {what}", lambda: step[0]):
@@ -57,7 +57,7 @@ def _install_quietly(args: list[str], what: str) -> None:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     """Uninstall plugins from ngym's environment (works even when a plugin is broken)."""
-    from ngym.plugins.install import pip_uninstall_args, run_pip
+    from ngym.installer import pip_uninstall_args, run_pip
 
     code = run_pip(pip_uninstall_args(packages, yes=yes))
     if code:

@@ -26,7 +26,7 @@ def list_command(as_json: bool, hooks: bool, refresh: bool) -> None:
     if cached is not None:  # nothing changed since the last listing, which found nothing broken
         rows = [ServerInfo(**row) for row in cached]
     else:
-        from ngym.plugins.listing import check_strict, list_servers
+        from ngym.listing import check_strict, list_servers
         from ngym.plugins.registry import get_registry
 
         registry = get_registry()
@@ -78,7 +78,7 @@ _MIN_DESCRIPTION = 30
 
 def render_hooks(as_json: bool) -> str:
     """Every hook plugin (all installed ones are loaded) with the hooks it implements."""
-    from ngym.plugins.listing import hook_plugins
+    from ngym.listing import hook_plugins
     from ngym.plugins.manager import get_plugin_manager
 
     rows = hook_plugins(get_plugin_manager())

@@ -11,7 +11,7 @@ import click
 from ngym.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ngym.serve import ServeSpec
+    from ngym.server.app import ServeSpec
 
 
 def build_specs(
@@ -23,7 +23,7 @@ def build_specs(
     (``port=9000``, ``data_dir=/data``) sets that field on every instance.
     """
     from ngym.config import apply_overrides, instances_from_files, resolve_entrypoint, split_overrides
-    from ngym.serve import ServeSpec
+    from ngym.server.app import ServeSpec
 
     words = [t for t in targets if "=" not in t or t.lstrip("+").startswith("config_paths=")]
     overrides = [t for t in targets if t not in words]
@@ -66,7 +66,7 @@ def check_override_keys(name: str, target: str, config_keys: Iterable[str], over
     a typo would otherwise be kept as an unused extra field (the config allows extras) and change nothing."""
     if not overrides:
         return
-    from ngym.serve import load_server_class
+    from ngym.server.app import load_server_class
     from ngym.suggest import did_you_mean
 
     config_class = load_server_class(target).config_class()
@@ -86,7 +86,7 @@ def spec_for_environment(name: str, tree_overrides: list[str], *, refresh: bool 
     changed (no plugin system loaded, no YAML parsed), else (or with ``refresh``) resolved through the
     registry and remembered."""
     from ngym.plugins import snapshot
-    from ngym.serve import ServeSpec
+    from ngym.server.app import ServeSpec
 
     known = None if refresh else snapshot.lookup(name)
     if known is not None:
@@ -147,7 +147,7 @@ def run(
     """
     import logging
 
-    from ngym.serve import serve_many, serve_one
+    from ngym.server.host import serve_many, serve_one
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     specs = build_specs(targets, host, port, refresh=refresh)

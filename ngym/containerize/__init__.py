@@ -2,7 +2,7 @@
 
 Pure parts (golden-tested): ``render_dockerfile(spec)``, ``context_files(spec)``, ``build_context(spec, ...)``.
 Impure parts: ``build_wheelhouse`` (pip on the host), ``ngym.containerize.build`` (the docker SDK boundary),
-``ngym.containerize.run`` (``--run``). ``containerize(options)`` ties them together for the CLI.
+``ngym.containerize.smoke`` (``--run``). ``containerize(options)`` ties them together for the CLI.
 """
 
 from ngym.containerize.context import Wheelhouse, build_context, build_wheelhouse, context_files

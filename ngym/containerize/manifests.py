@@ -500,7 +500,7 @@ STORE_DISTRIBUTION = "ngym-redis"
 def env_needs_affinity(env_name: str) -> bool:
     """Whether the installed environment ``env_name`` needs session affinity (imports its class)."""
     from ngym.plugins.discovery import find_environment
-    from ngym.serve import load_server_class
+    from ngym.server.app import load_server_class
 
     return needs_affinity(load_server_class(find_environment(env_name).target))
 

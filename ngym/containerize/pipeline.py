@@ -15,7 +15,7 @@ from typing import Any
 
 from ngym.containerize.build import BuiltImage, build_image, connect, ensure_base_image, image_python_version
 from ngym.containerize.context import Wheelhouse, build_context, build_wheelhouse, host_python_version
-from ngym.containerize.run import RunResult, load_example_rollout, run_image
+from ngym.containerize.smoke import RunResult, load_example_rollout, run_image
 from ngym.containerize.spec import (
     DEFAULT_BASE_IMAGE,
     DistributionSource,

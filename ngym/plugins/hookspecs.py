@@ -10,8 +10,8 @@ if TYPE_CHECKING:
     import click
 
     from ngym.plugins.registry import Register
-    from ngym.resources import SimpleResourcesServer
-    from ngym.sessions.store import SessionStore
+    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.sessions.store import SessionStore
 
 hookspec = pluggy.HookspecMarker("ngym")
 

@@ -38,10 +38,10 @@ from ngym.plugins.manager import (
     origin_of_entry_point,
     strict_mode,
 )
-from ngym.plugins.rules import validate_server_class
+from ngym.server.rules import validate_server_class
 
 if TYPE_CHECKING:
-    from ngym.resources import BaseResourcesServerConfig, SimpleResourcesServer
+    from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 OK, BROKEN = "ok", "broken"
@@ -149,7 +149,7 @@ class Register:
                 raise PluginError(f"{server}: a server registered by its 'module:Class' target needs name=")
             entry = ServerEntry(name, server, self._origin, _domain_text(domain), description)
         else:
-            from ngym.resources import default_instance_name
+            from ngym.server.resources import default_instance_name
 
             name = name or default_instance_name(server)
             target = f"{getattr(server, '__module__', '?')}:{getattr(server, '__qualname__', server)}"
@@ -322,11 +322,8 @@ def get_registry() -> Registry:
 def reset_registry() -> None:
     """Forget the process-wide registry and plugin manager (after installing or uninstalling a plugin)."""
     global _registry
-    from ngym.plugins.commands import plugin_commands
-
     _registry = None
-    get_plugin_manager.cache_clear()
-    plugin_commands.cache_clear()
+    get_plugin_manager.cache_clear()  # plugin commands are computed per manager: a new one recomputes them
 
 
 __all__ = [

@@ -67,7 +67,7 @@ def profile(
 ) -> tuple[ProfileResult | None, SweepResult | None]:
     """Run ``ngym profile``: one load run (``ProfileResult``) or a sweep (``SweepResult``)."""
     from ngym.profiling import runner  # noqa: I001 - first: Locust gevent-patches the process
-    from ngym.launch import is_url, serve_environment
+    from ngym.child_server import is_url, serve_environment
     from ngym.profiling.scenario import load_rows, resolve_scenario
     from ngym.profiling.sweep import run_sweep, user_steps, write_json, write_plot
     from ngym.profiling.target import resolve_target, resolve_url_target

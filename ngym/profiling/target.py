@@ -1,7 +1,7 @@
 """What ``ngym profile`` loads: a URL it is given, or an environment it starts itself and stops afterwards.
 
 Given an installed environment name or a config file, the environment is served by ``ngym run`` in a child
-process on 127.0.0.1 and a free port (``ngym.launch.serve_environment``); the load test starts once
+process on 127.0.0.1 and a free port (``ngym.child_server.serve_environment``); the load test starts once
 ``GET /health`` answers, and the child is stopped (SIGTERM, then SIGKILL) when the test ends, however it ends.
 Given a URL, that server is the target.
 The profile data (dataset rows or example rollouts) comes from ``--data`` or from the environment's folder.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ngym.child_server import fetch_health
 from ngym.errors import ConfigError
-from ngym.launch import fetch_health
 
 
 @dataclass

@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 
 from ngym.examples import dataset_row
-from ngym.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from ngym.rollout.errors import RolloutError
 from ngym.rollout.model_client import ModelClient
+from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 log = logging.getLogger("ngym.rollout")
 

@@ -73,7 +73,7 @@ class ModelClient:
         """``POST /responses`` with the row's parameters and the accumulated ``input``."""
         import openai
 
-        from ngym.protocol import Response
+        from ngym.server.protocol import Response
 
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}

@@ -23,12 +23,12 @@ from typing import Any
 
 import httpx
 
+from ngym.child_server import is_url, serve_environment
 from ngym.errors import ConfigError
 from ngym.examples import read_jsonl
-from ngym.launch import is_url, serve_environment
-from ngym.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_rollout
 from ngym.rollout.errors import RolloutError
+from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 log = logging.getLogger("ngym.rollout")
 
@@ -166,9 +166,9 @@ def _model_server(options: RolloutOptions, rows: list[dict[str, Any]]) -> Iterat
             )
         yield options.model_url
         return
-    from ngym.rollout.launch import serve_app_in_thread
     from ngym.rollout.replay_model import create_replay_app
     from ngym.rollout.replay_model import read_rows as read_replay_rows
+    from ngym.rollout.thread_server import serve_app_in_thread
 
     recordings = replay_recordings(options)
     replay_rows = [*rows, *read_replay_rows(recordings)]

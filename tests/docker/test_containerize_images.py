@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ngym.containerize.run import drive_rollout, load_example_rollout
+from ngym.containerize.smoke import drive_rollout, load_example_rollout
 from ngym.containerize.spec import resolve_plugin
 
 from .conftest import ngym
@@ -99,7 +99,7 @@ def test_environment_image_builds_runs_and_rolls_out(
 def test_config_overrides_come_from_docker_run(base_image: str, image_tag: str, docker_client: Any) -> None:
     """``-e NGYM_OVERRIDES=...`` and ``docker run IMAGE key=value`` both reach ``ngym run``; arguments win."""
     from ngym.containerize.pipeline import ContainerizeOptions, containerize
-    from ngym.containerize.run import published_url, remove_container, start_container, wait_healthy
+    from ngym.containerize.smoke import published_url, remove_container, start_container, wait_healthy
 
     containerize(ContainerizeOptions("example_single_tool_call", tag=image_tag, base_image=base_image))
     cases = [

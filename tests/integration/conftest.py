@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ngym.launch import EnvironmentStartError, wait_healthy
+from ngym.child_server import EnvironmentStartError, wait_healthy
 
 VENV_BIN = Path(sys.executable).parent
 FIXTURES = Path(__file__).parents[1] / "fixtures"

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ngym.launch import free_port, stop_process, wait_healthy
+from ngym.child_server import free_port, stop_process, wait_healthy
 
 
 @pytest.fixture(scope="module")

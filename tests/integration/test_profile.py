@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ngym.launch import serve_environment
+from ngym.child_server import serve_environment
 
 ROOT = Path(__file__).parents[2]
 FLAKY_CONFIG = Path(__file__).parent / "profile_envs/flaky_verify/configs/flaky_verify.yaml"

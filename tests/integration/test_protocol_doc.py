@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from ngym.launch import free_port
+from ngym.child_server import free_port
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 SECTION = "## A whole rollout by hand"

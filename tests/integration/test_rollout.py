@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ngym.plugins.discovery import environment_entries
-from ngym.rollout.launch import serve_app_in_thread
+from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.rollout.runner import REPLAY, RolloutOptions, run_rollouts
 from ngym.testing import app_for, read_jsonl
 
@@ -182,7 +182,7 @@ def test_cli_by_name_with_replay_model_and_resume(tmp_path: Path) -> None:
 
 
 def test_model_down_fails_the_rollout_with_one_clear_error(tmp_path: Path) -> None:
-    from ngym.launch import free_port
+    from ngym.child_server import free_port
 
     row = {"responses_create_params": {"input": "hi", "tools": [WEATHER_TOOL]}}
     data = _write_rows(tmp_path / "rows.jsonl", [row])
@@ -232,7 +232,7 @@ def test_concurrent_rollouts_keep_their_sessions_apart(tmp_path: Path) -> None:
 
 
 def test_nothing_at_the_environment_url_is_one_error_line_before_any_rollout(tmp_path: Path) -> None:
-    from ngym.launch import free_port
+    from ngym.child_server import free_port
 
     data = _write_rows(tmp_path / "rows.jsonl", [{"responses_create_params": {"input": "hi"}}] * 3)
     url = f"http://127.0.0.1:{free_port()}"

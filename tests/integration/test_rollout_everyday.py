@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from ngym.plugins.discovery import environment_entries
-from ngym.rollout.launch import serve_app_in_thread
+from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.testing import app_for
 
 WEATHER = "example_single_tool_call"

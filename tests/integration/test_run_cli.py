@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ngym.launch import free_port
+from ngym.child_server import free_port
 from ngym.testing import make_response
 from tests.integration.conftest import FIXTURES, VENV_BIN, HandCookieClient
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ngym.sessions.cookies import CookieSigner
+from ngym.server.sessions.cookies import CookieSigner
 
 
 def test_a_cookie_verifies_on_another_signer_with_the_same_secret_only() -> None:

@@ -195,7 +195,7 @@ def test_affinity_is_read_from_the_environment_class() -> None:
 
 
 def test_cli_writes_manifests_without_building(tmp_path: Path) -> None:
-    from ngym.containerize.cli import containerize
+    from ngym.cli.containerize import containerize
 
     runner = CliRunner()
     deploy = tmp_path / "deploy"

@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from ngym.sessions.store import MemorySessionStore, SessionLimitReached, SessionRecord
+from ngym.server.sessions.store import MemorySessionStore, SessionLimitReached, SessionRecord
 
 
 class Clock:

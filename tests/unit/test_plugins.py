@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from ngym import BaseResourcesServerConfig, BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
 from ngym.errors import EnvironmentNotFound, PluginError
 from ngym.plugins import hookimpl
-from ngym.plugins.listing import check_strict, hook_plugins, list_servers
+from ngym.listing import check_strict, hook_plugins, list_servers
 from ngym.plugins.manager import STRICT_ENV, make_plugin_manager
 from ngym.plugins.registry import Register, build_registry, reset_registry
 
@@ -350,23 +350,23 @@ def test_ngym_uninstall_works_with_a_broken_plugin_installed(site: Path, tmp_pat
 
 
 def test_ngym_install_passes_editable_and_upgrade_to_pip(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ngym.plugins.install import PipRun
+    from ngym.installer import PipRun
 
     calls: list[list[str]] = []
-    monkeypatch.setattr("ngym.plugins.install.run_pip", lambda args: calls.append(list(args)) or 0)
+    monkeypatch.setattr("ngym.installer.run_pip", lambda args: calls.append(list(args)) or 0)
     monkeypatch.setattr(  # without -v, pip's output is captured (ngym install prints a summary)
-        "ngym.plugins.install.run_pip_captured", lambda args, on_step: calls.append(list(args)) or PipRun(0, [])
+        "ngym.installer.run_pip_captured", lambda args, on_step: calls.append(list(args)) or PipRun(0, [])
     )
     assert run_cli("install", "-e", "-U", "./a", "./b").exit_code == 0
     assert run_cli("uninstall", "-y", "pkg").exit_code == 0
     assert calls == [["install", "--upgrade", "-e", "./a", "-e", "./b"], ["uninstall", "--yes", "pkg"]]
 
 
-def test_ngym_plugins_json_shows_hooks_per_plugin() -> None:
-    rows = json.loads(run_cli("plugins", "--json").output)
+def test_ngym_list_hooks_json_shows_hooks_per_plugin() -> None:
+    rows = json.loads(run_cli("list", "--hooks", "--json").output)
     builtin = next(r for r in rows if r["name"] == "ngym.plugins.entrypoints")
     assert builtin["hooks"] == ["ngym_register_resources_servers"] and builtin["distribution"] == "ngym"
-    assert json.loads(run_cli("list", "--hooks", "--json").output) == rows
+    assert run_cli("plugins").exit_code != 0  # dropped: it repeated `ngym list --hooks`
 
 
 # ---- every hook, through the code that calls it -------------------------------------------------------------
@@ -387,7 +387,7 @@ def test_hook_ngym_register_commands_adds_a_cli_command(monkeypatch: pytest.Monk
 
     pm = make_plugin_manager(load_entry_points=False, plugins=[("commands", Commands())])
     reset_registry()
-    monkeypatch.setattr("ngym.plugins.commands.make_plugin_manager", lambda **_: pm)
+    monkeypatch.setattr("ngym.plugins.manager.get_plugin_manager", lambda: pm)
     assert run_cli("hello").output == "hello from a plugin\n"
     assert "hello" in run_cli("--help").output
     assert "hijacked" not in run_cli("run", "--help").output
@@ -409,7 +409,7 @@ def test_hook_ngym_extend_app_adds_a_route(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 async def test_hook_ngym_session_store_supplies_a_store(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ngym.sessions.store import MemorySessionStore
+    from ngym.server.sessions.store import MemorySessionStore
     from ngym.testing import RolloutClient, app_for_class, serve_in_process
 
     made: list[str] = []
@@ -460,31 +460,11 @@ def test_hook_ngym_register_resources_servers_entries_run_by_name(site: Path) ->
         {"ngym": {"hookenv": module}},
     )
     from ngym.plugins.discovery import find_environment
-    from ngym.plugins.info import distribution_of
+    from ngym.server.provenance import distribution_of
 
     entry = find_environment("hook_env")
     assert (entry.distribution, entry.target) == ("hook-env-dist", f"{module}:Server")
     assert distribution_of(sys.modules[module].Server) == ("hook-env-dist", "1.0")
-
-
-def test_help_skips_hook_plugins_that_add_no_commands(site: Path, tmp_path: Path) -> None:
-    marker = tmp_path / "imports.log"
-    module = unique("storeplugin")
-    make_dist(
-        site,
-        "store-plugin",
-        {module: f"open({str(marker)!r}, 'a').write('x')\nfrom ngym import hookimpl\n\n"
-                 "@hookimpl\ndef ngym_session_store(url, server):\n    return None\n"},
-        {"ngym": {"storeplugin": module}},
-    )
-    from ngym.plugins.commands import plugin_commands
-
-    commands = set(plugin_commands())  # the installed plugins' commands (e.g. workplace-import), none of its own
-    assert marker.read_text() == "x"  # first time: imported, hooks cached
-    del sys.modules[module]
-    reset_registry()
-    assert set(plugin_commands()) == commands and marker.read_text() == "x"  # adds no commands: not imported
-    assert "storeplugin" in {r["name"] for r in hook_plugins(make_plugin_manager())}  # introspection loads all
 
 
 # ---- a domain declared as a plain string is served like a Domain member ----------------------------------
@@ -492,7 +472,7 @@ def test_help_skips_hook_plugins_that_add_no_commands(site: Path, tmp_path: Path
 
 async def test_string_domain_registers_serves_and_reports_its_domain() -> None:
     """``domain = "agent"`` passes registration, so ``ngym run`` and ``/health`` must work with it too."""
-    from ngym.serve import ServeSpec, build_app, build_server
+    from ngym.server.app import ServeSpec, build_app, build_server
     from ngym.testing import serve_in_process
 
     class StringDomain(Good):
@@ -510,7 +490,7 @@ async def test_string_domain_registers_serves_and_reports_its_domain() -> None:
 
 def test_serving_a_class_with_an_invalid_domain_is_one_config_error() -> None:
     from ngym.errors import ConfigError
-    from ngym.serve import ServeSpec, build_server
+    from ngym.server.app import ServeSpec, build_server
 
     class Mathz(Good):
         domain = "mathz"  # type: ignore[assignment]
@@ -520,7 +500,7 @@ def test_serving_a_class_with_an_invalid_domain_is_one_config_error() -> None:
 
 
 def test_serving_a_class_that_breaks_a_registration_rule_says_which() -> None:
-    from ngym.serve import ServeSpec, build_server
+    from ngym.server.app import ServeSpec, build_server
 
     class NoVerify(SimpleResourcesServer):
         config: BaseResourcesServerConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from ngym.sessions.manager import _stop_task
+from ngym.server.sessions.manager import _stop_task
 
 
 async def test_a_task_that_swallows_cancellations_is_still_stopped() -> None:

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from ngym.plugins import hookimpl
 
 if TYPE_CHECKING:
-    from ngym.resources import SimpleResourcesServer
-    from ngym.sessions.store import SessionStore
+    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.sessions.store import SessionStore
 
 SCHEMES = ("redis", "rediss")
 

@@ -39,11 +39,11 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ngym.errors import ConfigError, SessionStoreError
-from ngym.sessions.factory import redact_url as redacted
-from ngym.sessions.store import SessionLimitReached, SessionRecord, SessionStore
+from ngym.server.sessions.factory import redact_url as redacted
+from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
 
 if TYPE_CHECKING:
-    from ngym.resources import SimpleResourcesServer
+    from ngym.server.resources import SimpleResourcesServer
 
 log = logging.getLogger("ngym.redis")
 T = TypeVar("T")
@@ -359,6 +359,6 @@ def _raise_swallowed_cancel() -> None:
 
 
 def _secret_configured(server: SimpleResourcesServer) -> bool:
-    from ngym.sessions.cookies import SESSION_SECRET_ENV
+    from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 
     return bool(server.config.session_secret) or bool(os.environ.get(SESSION_SECRET_ENV))

@@ -17,7 +17,7 @@ from types import TracebackType
 
 from redis import Redis
 
-from ngym.launch import free_port
+from ngym.child_server import free_port
 
 
 def redis_server_binary() -> str | None:

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from ngym_redis.testing import RedisServer
 
-from ngym.launch import free_port, start_environment, stop_process, wait_healthy
+from ngym.child_server import free_port, start_environment, stop_process, wait_healthy
 
 NGYM = str(Path(sys.executable).parent / "ngym")
 COUNTER = "example_session_state_mgmt"

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 
 from ngym import BaseResourcesServerConfig, BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
 from ngym.errors import ConfigError, SessionStoreError
-from ngym.serve import ServeSpec, build_server
-from ngym.sessions.store import SessionLimitReached, SessionRecord
+from ngym.server.app import ServeSpec, build_server
+from ngym.server.sessions.store import SessionLimitReached, SessionRecord
 
 
 class Board(BaseModel):

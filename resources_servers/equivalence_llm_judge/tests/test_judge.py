@@ -11,8 +11,8 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from ngym.launch import free_port
-from ngym.rollout.launch import serve_app_in_thread
+from ngym.child_server import free_port
+from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.rollout.replay_model import create_replay_app
 from ngym.testing import RolloutClient, app_for, make_response, read_jsonl, replay_examples, serve_in_process
 

@@ -1,6 +1,6 @@
 """Wire models: the OpenAI Responses types and the bodies of every resources-server route."""
 
-from ngym.protocol.bodies import (
+from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
     ROLLOUT_INDEX_KEY,
@@ -19,7 +19,7 @@ from ngym.protocol.bodies import (
     ResourcesSeedSessionResponse,
     TaskId,
 )
-from ngym.protocol.responses import (
+from ngym.server.protocol.responses import (
     FunctionCall,
     FunctionCallOutput,
     InputMessage,

@@ -1,5 +1,5 @@
 """Serve an ASGI app (the replay model, a scripted judge) on a free local port in a background thread; stop it
-after. (An installed environment is started as a child process by ``ngym.launch.serve_environment``.)"""
+after. (An installed environment is started as a child process by ``ngym.child_server.serve_environment``.)"""
 
 from __future__ import annotations
 

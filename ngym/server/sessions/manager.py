@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
-from ngym.sessions.cookies import CookieSigner
-from ngym.sessions.store import SessionLimitReached, SessionRecord, SessionStore
+from ngym.server.sessions.cookies import CookieSigner
+from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
 
 log = logging.getLogger("ngym.sessions")
 

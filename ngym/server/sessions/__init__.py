@@ -1,14 +1,14 @@
 """Per-rollout sessions: signed cookies, stores with a lifecycle, and the manager that binds requests to them."""
 
-from ngym.sessions.cookies import SESSION_SECRET_ENV, CookieSigner, resolve_secret
-from ngym.sessions.manager import (
+from ngym.server.sessions.cookies import SESSION_SECRET_ENV, CookieSigner, resolve_secret
+from ngym.server.sessions.manager import (
     SESSION_ID_KEY,
     RequestSession,
     SessionConflict,
     SessionManager,
     current_request_session,
 )
-from ngym.sessions.store import MemorySessionStore, SessionLimitReached, SessionRecord, SessionStore
+from ngym.server.sessions.store import MemorySessionStore, SessionLimitReached, SessionRecord, SessionStore
 
 __all__ = [
     "SESSION_ID_KEY",

@@ -20,8 +20,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ngym.errors import SessionStoreError
-from ngym.sessions.manager import SCOPE_KEY, SESSION_ID_KEY, SessionManager, current_request_session
-from ngym.sessions.store import SessionLimitReached
+from ngym.server.sessions.manager import SCOPE_KEY, SESSION_ID_KEY, SessionManager, current_request_session
+from ngym.server.sessions.store import SessionLimitReached
 
 log = logging.getLogger("ngym.server")
 

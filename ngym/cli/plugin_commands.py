@@ -11,18 +11,18 @@ import functools
 
 import click
 
-from ngym.plugins.manager import PluginProblem, describe_exception, get_plugin_manager, make_plugin_manager
+from ngym.plugins import manager as plugin_manager
+from ngym.plugins.manager import NgymPluginManager, PluginProblem, describe_exception
+
+
+def plugin_commands() -> dict[str, click.Command]:
+    """Every plugin command by name, from the process-wide plugin manager (computed once per manager)."""
+    return commands_of(plugin_manager.get_plugin_manager())
 
 
 @functools.cache
-def plugin_commands() -> dict[str, click.Command]:
-    """Every plugin command by name (a plugin cannot replace one of ngym's own; see ``ngym.cli.COMMANDS``)."""
-    from ngym.cli import COMMANDS
-
-    if get_plugin_manager.cache_info().currsize:
-        pm = get_plugin_manager()
-    else:  # `ngym --help`: import only the hook plugins that add commands
-        pm = make_plugin_manager(only_hooks=frozenset({"ngym_register_commands"}))
+def commands_of(pm: NgymPluginManager) -> dict[str, click.Command]:
+    """The commands the plugins of ``pm`` add (the CLI never lets one replace one of ngym's own)."""
     commands: dict[str, click.Command] = {}
     for impl in pm.hook.ngym_register_commands.get_hookimpls():
         group = click.Group()
@@ -34,6 +34,5 @@ def plugin_commands() -> dict[str, click.Command]:
             pm.report(PluginProblem(impl.plugin_name, origin.distribution, origin.version, reason))
             continue
         for name, command in group.commands.items():
-            if name not in COMMANDS:
-                commands.setdefault(name, command)
+            commands.setdefault(name, command)
     return commands

@@ -13,7 +13,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from ngym.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, AggregateMetrics
+from ngym.server.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, AggregateMetrics
 
 _INDEX_KEYS = {TASK_INDEX_KEY, ROLLOUT_INDEX_KEY}
 

@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from ngym.errors import ConfigError
-from ngym.sessions.store import MemorySessionStore, SessionStore
+from ngym.plugins import manager as plugin_manager
+from ngym.server.sessions.store import MemorySessionStore, SessionStore
 
 if TYPE_CHECKING:
-    from ngym.resources import SimpleResourcesServer
+    from ngym.server.resources import SimpleResourcesServer
 
 
 def create_session_store(url: str, server: SimpleResourcesServer) -> SessionStore:
@@ -17,9 +18,7 @@ def create_session_store(url: str, server: SimpleResourcesServer) -> SessionStor
     ttl, bound = server.config.session_ttl_seconds, server.config.max_sessions
     if url in ("memory", "memory://", ""):
         return MemorySessionStore(ttl_seconds=ttl, max_sessions=bound)
-    from ngym.plugins.manager import get_plugin_manager
-
-    for store in get_plugin_manager().hook.ngym_session_store(url=url, server=server):
+    for store in plugin_manager.get_plugin_manager().hook.ngym_session_store(url=url, server=server):
         if store is not None:
             return store
     raise ConfigError(

@@ -14,7 +14,7 @@ from ngym.domain import Domain
 from ngym.errors import PluginError
 
 if TYPE_CHECKING:
-    from ngym.resources import BaseResourcesServerConfig
+    from ngym.server.resources import BaseResourcesServerConfig
 
 
 def validate_server_class(
@@ -30,7 +30,7 @@ def validate_server_class(
     """
     from pydantic import ValidationError
 
-    from ngym.resources import BaseResourcesServerConfig, SimpleResourcesServer
+    from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
 
     if not (isinstance(server_class, type) and issubclass(server_class, SimpleResourcesServer)):
         raise PluginError(f"{name}: {server_class!r} is not a SimpleResourcesServer subclass")

@@ -7,6 +7,10 @@ config class, and subclasses may declare their own fields (``session_id_to_count
 
 from __future__ import annotations
 
+import inspect
+import json
+import os
+import sys
 from abc import abstractmethod
 from typing import Any, ClassVar
 
@@ -61,10 +65,17 @@ class SimpleServer(BaseServer):
 
         Config comes from ``key=value`` arguments on the command line (``port=9000``, ``+config_paths=[a.yaml]``)
         and keyword overrides; see ``ngym run --help``.
-        """
-        from ngym.serve import run_server_class
 
-        run_server_class(cls, overrides)
+        This process becomes ``python -m ngym.server.host --class FILE:CLASS`` (``exec``: the same process id,
+        so supervisors and signals see one process), which imports the class's file as a module, as
+        ``ngym run app.py`` does. (The host builds servers from these classes, so it cannot be imported here.)
+        """
+        script = cls.__module__ == "__main__"
+        target = f"{inspect.getfile(cls)}:{cls.__name__}" if script else f"{cls.__module__}:{cls.__qualname__}"
+        fields = json.dumps(overrides)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "ngym.server.host", "--class", target, fields, *sys.argv[1:]])
 
 
 def secret_value(secret: SecretStr | str | None) -> str | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from ngym.protocol.responses import Response, ResponseCreateParams
+from ngym.server.protocol.responses import Response, ResponseCreateParams
 
 TASK_INDEX_KEY = "_ng_task_index"
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"

@@ -1,0 +1,163 @@
+"""From a serve spec (class target + config fields) to a FastAPI app: load the class, validate its config, build.
+
+``ngym run``, ``SimpleServer.run_webserver()``, ``ngym validate`` and ``ngym.testing`` all build apps here;
+``ngym.server.host`` serves them with uvicorn.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import ValidationError
+
+from ngym.domain import Domain
+from ngym.errors import ConfigError, PluginError
+from ngym.plugins import manager as plugin_manager
+from ngym.server.resources import SimpleResourcesServer
+from ngym.server.rules import validate_server_class
+
+SPEC_ENV = "NGYM_SERVE_SPEC"
+
+
+@dataclass
+class ServeSpec:
+    """What to serve: ``target`` is ``module:Class`` or a Python file (optionally ``file.py:Class``)."""
+
+    target: str
+    name: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    #: False when the serve snapshot knows that no installed plugin implements ``ngym_extend_app``: the app
+    #: is then built without loading the plugin system at all.
+    app_plugins: bool = True
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeSpec:
+        return cls(**json.loads(text))
+
+
+def _module_name_for_file(path: Path) -> tuple[str, Path]:
+    """Dotted module name of a file and the folder to put on sys.path (walks up through packages)."""
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts), folder
+
+
+def load_server_class(target: str) -> type[SimpleResourcesServer]:
+    """Import the resources-server class a target names; a file's module must define exactly one."""
+    class_name: str | None = None
+    if target.endswith(".py") or (":" in target and target.split(":")[0].endswith(".py")):
+        file_part, _, class_name = target.partition(":") if not target.endswith(".py") else (target, "", "")
+        path = Path(file_part).resolve()
+        if not path.is_file():
+            raise ConfigError(f"entrypoint file not found: {path}")
+        module_name, root = _module_name_for_file(path)
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+    else:
+        module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise PluginError(f"cannot import {module_name} (from {target}): {exc!r}") from exc
+    if class_name:
+        cls = getattr(module, class_name, None)
+        if not (isinstance(cls, type) and issubclass(cls, SimpleResourcesServer)):
+            raise PluginError(f"{target}: {class_name} is not a SimpleResourcesServer subclass")
+        return cls
+    found = [
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type) and issubclass(obj, SimpleResourcesServer) and obj.__module__ == module.__name__
+    ]
+    if len(found) != 1:
+        names = ", ".join(c.__name__ for c in found) or "none"
+        raise PluginError(
+            f"{target}: expected one SimpleResourcesServer subclass in the module, found {names}; "
+            "name it as file.py:ClassName"
+        )
+    return found[0]
+
+
+def build_server(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None) -> SimpleResourcesServer:
+    """Instantiate the server with its validated config (errors become one readable ConfigError)."""
+    cls = cls or load_server_class(spec.target)
+    try:  # a class may declare its domain as a plain string ("agent"): parse it like the config's
+        declared = Domain.parse(cls.domain) if cls.domain is not None else None
+    except ValueError as exc:
+        raise ConfigError(f"{spec.name}: {cls.__name__}: {exc}") from None
+    config_cls = cls.config_class()
+    fields = {**spec.fields, "name": spec.fields.get("name") or spec.name}
+    if "domain" in fields and fields["domain"] is not None:
+        try:
+            fields["domain"] = Domain.parse(fields["domain"])
+        except ValueError as exc:
+            raise ConfigError(f"{spec.name}: {exc}") from None
+    try:
+        config = config_cls.model_validate(fields)
+    except ValidationError as exc:
+        lines = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()]
+        raise ConfigError(f"{spec.name}: invalid config: " + "; ".join(lines)) from None
+    if declared is not None and config.domain is not None and declared != config.domain:
+        raise ConfigError(
+            f"{spec.name}: config says domain {config.domain.value!r} but {cls.__name__} declares {declared.value!r}"
+        )
+    if config.domain is None and declared is None:
+        valid = ", ".join(d.value for d in Domain)
+        raise ConfigError(f"{spec.name}: no domain: set 'domain:' in its config or on {cls.__name__} (one of {valid})")
+    # The registration rules again (a real async verify, ...): the class may have changed since it was
+    # registered, and ``ngym run`` of a broken class should say why, not serve 500s.
+    validate_server_class(cls, name=spec.name, domain=config.domain, config_fields=fields)
+    return cls(config=config)
+
+
+def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> FastAPI:
+    """The server's app with every plugin's ``ngym_extend_app`` applied and its routes in serving order.
+
+    ``app_plugins=False`` skips the plugins (for callers that know none implements the hook).
+    """
+    app = server.setup_webserver()
+    if app_plugins:
+        plugin_manager.get_plugin_manager().hook.ngym_extend_app(app=app, server=server)
+    put_tool_routes_first(app)
+    return app
+
+
+def put_tool_routes_first(app: FastAPI) -> None:
+    """Order routes by how often a rollout hits them: tools, then seed/verify/close, then the GET routes.
+
+    Starlette tries routes one by one; an environment adds its tools after the standard routes, so without
+    this every tool call (several per rollout) would first be matched against every standard route.
+    """
+    standard = {"/seed_session", "/verify", "/close_session", "/aggregate_metrics"}
+
+    def rank(route: Any) -> int:
+        if "POST" not in (getattr(route, "methods", None) or ()):
+            return 2
+        return 1 if getattr(route, "path", None) in standard else 0
+
+    app.router.routes.sort(key=rank)  # stable: keeps each group's own order
+
+
+def create_app(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None) -> FastAPI:
+    """Build the FastAPI app of a spec (class loaded, config validated, plugins applied)."""
+    return build_app(build_server(spec, cls), app_plugins=spec.app_plugins)
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory for worker processes: the spec comes from ``NGYM_SERVE_SPEC``."""
+    return create_app(ServeSpec.from_json(os.environ[SPEC_ENV]))
+
+

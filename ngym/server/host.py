@@ -1,0 +1,185 @@
+"""Serve a spec with uvicorn: one server in this process, several as supervised children, or N workers.
+
+``ngym run`` and ``SimpleServer.run_webserver()`` both end here. One server runs in this process; several
+run as child processes (one per instance) supervised here; ``--workers N`` runs uvicorn's worker processes,
+each building the app from the spec passed in ``NGYM_SERVE_SPEC`` (``ngym.server.app.app_from_env``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import uvicorn
+from uvicorn.supervisors import Multiprocess
+
+from ngym.config import apply_overrides, instances_from_files, split_overrides
+from ngym.errors import ConfigError, run_guarded
+from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class
+from ngym.server.resources import SimpleResourcesServer, default_instance_name
+from ngym.server.sessions.cookies import SESSION_SECRET_ENV
+
+log = logging.getLogger("ngym.serve")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _listen_line(spec: ServeSpec, host: str, port: int, domain: str | None, workers: int) -> str:
+    """Where the server really listens; on every interface, also the local URL to open."""
+    extra = f", {workers} workers" if workers > 1 else ""
+    every = host in ("0.0.0.0", "", "::")
+    bound = f"[{host or '::'}]" if ":" in host else (host or "0.0.0.0")
+    local = f" (all interfaces; locally http://127.0.0.1:{port})" if every else ""
+    return f"ngym: serving {spec.name} ({domain or '?'}{extra}) at http://{bound}:{port}{local}  (docs: /docs)"
+
+
+def check_workers(server: SimpleResourcesServer, workers: int) -> None:
+    """Refuse several workers where they would not share sessions."""
+    if workers <= 1:
+        return
+    assert server._sessions is not None
+    store = server._sessions.store
+    if not store.shared_between_processes:
+        raise ConfigError(
+            f"{server.config.name}: --workers {workers} needs a session store the workers share: the memory store "
+            "is per process, so a rollout's requests would reach workers that do not hold its session. Set "
+            "NGYM_SESSION_STORE=redis://HOST:6379/0 (pip install ./plugins/ngym_redis) or run one worker."
+        )
+    if type(server).session_affinity_required:
+        raise ConfigError(
+            f"{server.config.name}: {type(server).__name__} keeps live per-session state (session affinity "
+            "required); run one worker per replica and route each session to one replica."
+        )
+
+
+def _graceful_server(config: Any) -> Any:
+    """A uvicorn server that exits 0 after a graceful SIGINT/SIGTERM shutdown.
+
+    uvicorn re-raises the signal once it has shut down (exit status -15 or 130), which supervisors read as
+    a crash; ngym has already closed every session by then, so a clean stop is reported as one.
+    """
+    class GracefulServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()
+
+    return GracefulServer(config)
+
+
+def share_secret_between_workers(spec: ServeSpec, workers: int) -> None:
+    """The workers of one ``ngym run`` must accept each other's cookies: with no configured secret, make one
+    for all of them (through the environment the workers inherit). Replicas must still be given one."""
+    if workers <= 1 or spec.fields.get("session_secret") or os.environ.get(SESSION_SECRET_ENV):
+        return
+    os.environ[SESSION_SECRET_ENV] = secrets.token_urlsafe(32)
+    log.info(
+        "no session secret configured: made one shared by the %d workers of this process; replicas on other "
+        "processes or machines need the same %s",
+        workers,
+        SESSION_SECRET_ENV,
+    )
+
+
+def serve_one(
+    spec: ServeSpec, workers: int = 1, access_log: bool = False, cls: type[SimpleResourcesServer] | None = None
+) -> None:
+    """Serve one spec in this process (uvicorn workers when ``workers`` > 1) until SIGINT/SIGTERM."""
+    server = build_server(spec, cls)
+    app = build_app(server, app_plugins=spec.app_plugins)
+    check_workers(server, workers)
+    share_secret_between_workers(spec, workers)  # after the checks: no "made a shared secret" before a refusal
+    host, port = server.config.host, server.config.port
+    sock = _bind(host, port)
+    port = sock.getsockname()[1]
+    domain = server.resolved_domain()
+    print(_listen_line(spec, host, port, domain.value if domain else None, workers), flush=True)
+    if workers > 1:
+        os.environ[SPEC_ENV] = spec.to_json()
+        config = uvicorn.Config(
+            "ngym.server.app:app_from_env", factory=True, workers=workers, log_level="warning", access_log=access_log
+        )
+        if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.30
+            Multiprocess(config, target=_graceful_server(config).run, sockets=[sock]).run()  # type: ignore[call-arg]
+        else:  # newer uvicorn builds each worker's server from the config itself
+            Multiprocess(config, sockets=[sock]).run()
+        return
+    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on")
+    _graceful_server(config).run(sockets=[sock])
+
+
+def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = False) -> int:
+    """Serve several specs, one child process each; stop them all on SIGINT/SIGTERM or when one dies."""
+    children: list[subprocess.Popen[bytes]] = []
+    for spec in specs:
+        cmd = [sys.executable, "-m", "ngym.server.host", spec.to_json(), str(workers), "1" if access_log else "0"]
+        children.append(subprocess.Popen(cmd))
+
+    def stop(_signum: int, _frame: Any) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    code = 0
+    while any(child.poll() is None for child in children):
+        for child in children:
+            if child.poll() not in (None, 0) and code == 0:
+                code = child.returncode or 1
+                stop(signal.SIGTERM, None)
+        time.sleep(0.1)
+    return code
+
+
+def run_server_class(target: str, overrides: dict[str, Any], argv: list[str]) -> None:
+    """``MyServer.run_webserver()`` (which execs ``python -m ngym.server.host --class TARGET``): config from
+    ``key=value`` / ``+config_paths=[...]`` arguments and the keyword ``overrides``."""
+    cls = load_server_class(target)
+    paths, dotted = split_overrides(argv)
+    if paths:
+        instances = instances_from_files(paths, dotted)
+        chosen = next((i for i in instances if i.server_type == "resources_servers"), None)
+        if chosen is None:
+            raise ConfigError("no resources_servers instance in the given config")
+        fields, name = chosen.fields, chosen.name
+    else:
+        fields, name = apply_overrides({}, dotted), default_instance_name(cls)
+    fields = {**fields, **overrides}
+    workers = int(fields.get("num_workers") or 1)
+    serve_one(ServeSpec(target=target, name=name, fields=fields), workers=workers, cls=cls)
+
+
+def main(argv: list[str]) -> None:
+    """``python -m ngym.server.host``: ``--class TARGET FIELDS_JSON [key=value ...]`` (from ``run_webserver``),
+    or ``SPEC_JSON WORKERS ACCESS_LOG`` (a child of ``serve_many``)."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if argv[:1] == ["--class"]:
+        run_guarded(lambda: run_server_class(argv[1], json.loads(argv[2]), argv[3:]))
+    else:
+        run_guarded(lambda: serve_one(ServeSpec.from_json(argv[0]), int(argv[1]), argv[2] == "1"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

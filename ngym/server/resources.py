@@ -1,0 +1,217 @@
+"""Resources servers: the base classes an environment author subclasses.
+
+``SimpleResourcesServer`` gives every environment the standard routes (``/seed_session``, ``/verify``,
+``/close_session``, ``/aggregate_metrics``, liveness and ``/health``), per-rollout sessions and error
+handling. An author writes tools, ``seed_session`` and ``verify``, and keeps per-rollout state with
+``set_session_state`` / ``session_state``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import os
+import re
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, HTTPException, Request
+from pydantic import BaseModel, Field, SecretStr
+
+from ngym.domain import Domain
+from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
+from ngym.server.metrics import aggregate_metrics as compute_aggregate_metrics
+from ngym.server.middleware import NgymMiddleware
+from ngym.server.protocol.bodies import (
+    AggregateMetrics,
+    AggregateMetricsRequest,
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+)
+from ngym.server.routes import add_standard_routes
+from ngym.server.sessions.cookies import CookieSigner, resolve_secret
+from ngym.server.sessions.factory import create_session_store
+from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, SessionManager, current_request_session
+from ngym.server.sessions.store import SessionStore
+
+log = logging.getLogger("ngym.server")
+
+SESSION_STORE_ENV = "NGYM_SESSION_STORE"
+
+
+class BaseResourcesServerConfig(BaseServerConfig):
+    """Config of a resources server. Subclass it for your environment's own typed fields."""
+
+    session_secret: SecretStr | None = Field(
+        default=None, description="Cookie signing secret; else NGYM_SESSION_SECRET; else random per process."
+    )
+    session_cookie_name: str = Field(default="ngym_session", pattern=r"^[A-Za-z0-9_\-]+$")
+    session_ttl_seconds: float = Field(default=3600.0, gt=0, description="Idle sessions are closed after this.")
+    max_sessions: int = Field(default=10_000, ge=1, description="Live sessions at most; a seed beyond gets 503.")
+    close_session_after_verify: bool = Field(default=True, description="Free a session's state once verified.")
+    session_store: str | None = Field(
+        default=None, description="'memory' (default) or a store URL a plugin handles, e.g. redis://host:6379/0"
+    )
+
+
+class ReverifyMode:
+    """Values of ``GET /reverify_mode``: whether re-running verify on a stored response is meaningful."""
+
+    STATELESS = "stateless"
+    UNSUPPORTED = "unsupported"
+    UNKNOWN = "unknown"
+
+
+class BaseResourcesServer(BaseServer):
+    config: BaseResourcesServerConfig
+
+
+class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
+    """Base class of an environment. Override ``seed_session`` (optional), ``verify``, and add tool routes.
+
+    Class attributes an environment may set:
+
+    - ``domain``: its ``Domain`` (required, here or in the config).
+    - ``session_state_model``: a pydantic model class when the session state is one (lets serialising
+      stores such as Redis share it across workers and replicas).
+    - ``session_affinity_required``: True when state is live and cannot be shared (a process, a socket).
+    - ``reverify_mode``: ``"stateless"`` when re-running verify on a stored response is meaningful.
+    - ``always_full_reward``: True when the reward does not depend on the response (``ngym validate``'s
+      soundness pass then skips its "must not score 1.0" checks).
+    """
+
+    config: BaseResourcesServerConfig
+
+    domain: ClassVar[Domain | None] = None
+    session_state_model: ClassVar[type[BaseModel] | None] = None
+    session_affinity_required: ClassVar[bool] = False
+    reverify_mode: ClassVar[str] = ReverifyMode.UNKNOWN
+    always_full_reward: ClassVar[bool] = False
+
+    # ---- for environment authors -------------------------------------------------------------------
+
+    async def seed_session(self, request: Request, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
+        """Start a rollout's state from its dataset row. The default keeps no state."""
+        return BaseSeedSessionResponse()
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        """Score the finished rollout; return the body echoed back with ``reward`` in [0, 1]."""
+        raise NotImplementedError(f"{type(self).__name__} must implement verify()")
+
+    async def on_session_closed(self, session_id: str, state: Any) -> None:
+        """Free what a session's state holds. Called once per session: on ``/close_session``, after
+        ``/verify`` (``close_session_after_verify``), when idle longer than the TTL, and at shutdown."""
+
+    async def on_startup(self) -> None:
+        """Called when the app starts serving (load templates, start worker pools)."""
+
+    async def on_shutdown(self) -> None:
+        """Called when the app stops, after every live session was closed."""
+
+    def session_state(self, request: Request | None = None, *, required: bool = True) -> Any:
+        """The state of the request's session, as set by ``set_session_state`` at seed.
+
+        Raises HTTP 409 with an explanation when the request has no live seeded session and ``required``.
+        Without ``request``, the session of the request being served (a context variable) is used.
+        """
+        session = self._request_session(request)
+        if session.record is None:
+            if required:
+                raise HTTPException(
+                    409,
+                    "no seeded session for this request: call POST /seed_session first and send its cookie "
+                    "back with every request (the session may also have been closed or have expired)",
+                )
+            return None
+        return session.record.state
+
+    def set_session_state(self, request: Request | None, state: Any) -> None:
+        """Set (or replace) the state of the request's session. Call it in ``seed_session`` or any tool."""
+        session = self._request_session(request)
+        if session.record is None:
+            raise HTTPException(409, "no seeded session for this request: call POST /seed_session first")
+        session.record.state = state
+
+    def session_id(self, request: Request | None = None) -> str:
+        """The id of the request's session (also at ``request.session["session_id"]``)."""
+        return self._request_session(request).id
+
+    # ---- the app -----------------------------------------------------------------------------------
+
+    def setup_webserver(self) -> FastAPI:
+        """Build the app with the standard routes; override, call ``super()``, and add your tools."""
+        name = self.config.name or type(self).__name__
+        app = FastAPI(title=name, description=self.describe(), lifespan=self._lifespan)
+        self._sessions = self._make_session_manager()
+        app.add_middleware(NgymMiddleware, sessions=self._sessions)
+        add_standard_routes(app, self)
+        return app
+
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        """Mean/max/min/median/std of every numeric field of the verify responses, per task and overall."""
+        return compute_aggregate_metrics(body.verify_responses)
+
+    @classmethod
+    def describe(cls) -> str:
+        """One line saying what the environment is (``description`` or the docstring's first line)."""
+        if cls.description:
+            return cls.description
+        doc = inspect.getdoc(cls) or ""
+        own = cls.__doc__ is not None and cls.__doc__ is not SimpleResourcesServer.__doc__
+        return doc.strip().splitlines()[0] if own and doc else ""
+
+    def resolved_domain(self) -> Domain | None:
+        declared = type(self).domain
+        return self.config.domain or (Domain.parse(declared) if declared is not None else None)
+
+    # ---- internals ---------------------------------------------------------------------------------
+
+    _sessions: SessionManager | None = None  # set by setup_webserver (a plain class attribute, not a field)
+
+    def _make_session_manager(self) -> SessionManager:
+        secret, given = resolve_secret(secret_value(self.config.session_secret))
+        if not given and (self.config.num_workers or 1) > 1:
+            log.warning(
+                "no session secret configured: each worker makes its own, so they reject each other's "
+                "cookies; set NGYM_SESSION_SECRET or session_secret"
+            )
+        store = self._make_store()
+        # Servers that keep nothing to free skip the hook call on every close.
+        frees_state = type(self).on_session_closed is not SimpleResourcesServer.on_session_closed
+        hook = self._close_hook if frees_state else None
+        return SessionManager(store, CookieSigner(secret, self.config.session_cookie_name), hook)
+
+    def _make_store(self) -> SessionStore:
+        url = self.config.session_store or os.environ.get(SESSION_STORE_ENV) or "memory"
+        return create_session_store(url, server=self)
+
+    async def _close_hook(self, session_id: str, state: Any) -> None:
+        await self.on_session_closed(session_id, state)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        await self.on_startup()
+        assert self._sessions is not None
+        self._sessions.start_sweeper()
+        try:
+            yield
+        finally:
+            await self._sessions.shutdown()
+            await self.on_shutdown()
+
+    def _request_session(self, request: Request | None) -> RequestSession:
+        session = request.scope.get(SCOPE_KEY) if request is not None else current_request_session.get()
+        if session is None:
+            raise RuntimeError("no ngym session bound: is NgymMiddleware installed (call super().setup_webserver())?")
+        return session
+
+
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def default_instance_name(cls: type) -> str:
+    """``WeatherResourcesServer`` → ``weather_resources_server``."""
+    return _SNAKE.sub("_", cls.__name__).lower()

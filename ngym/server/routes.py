@@ -1,0 +1,259 @@
+"""The wire protocol's standard routes of every resources server, apart from the class an author subclasses.
+
+``add_standard_routes(app, server)`` mounts ``/seed_session`` (a dataset row, or NeMo Gym 0.7's typed body),
+``/verify`` (the author's ``verify``, judge failures turned into reward 0.0), ``/close_session``,
+``/aggregate_metrics``, liveness (``/``, ``/healthz``, ``/livez``, ``/readyz``), ``/health`` and
+``/reverify_mode``. The handlers call the author's ``seed_session`` / ``verify`` / ``aggregate_metrics`` and
+keep sessions through the server's ``SessionManager``. A full store raises ``SessionLimitReached``, which the
+middleware answers with one 503 (``ngym.server.middleware``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import typing
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+
+from ngym.errors import JudgeError
+from ngym.server.protocol.bodies import (
+    FAILURE_CLASS_KEY,
+    FAILURE_JUDGE_ERROR_KEY,
+    BaseSeedSessionRequest,
+    BaseVerifyRequest,
+    ResourcesCloseSessionRequest,
+    ResourcesSeedSessionRequest,
+)
+from ngym.server.provenance import distribution_of
+from ngym.server.sessions.manager import (
+    RequestSession,
+    SessionConflict,
+    SessionManager,
+    current_request_session,
+    new_session_id,
+)
+from ngym.server.sessions.store import SessionRecord
+
+if TYPE_CHECKING:
+    from ngym.server.resources import SimpleResourcesServer
+
+log = logging.getLogger("ngym.server")
+
+_TYPED_SEED_KEYS = frozenset(ResourcesSeedSessionRequest.model_fields)
+
+
+def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
+    """Mount the standard routes of ``server`` on ``app`` (its tools are added by the author afterwards)."""
+    seed_model = seed_body_model(type(server))
+
+    async def seed_session(request: Request) -> Any:
+        return await seed_session_route(server, request)
+
+    async def close_session(request: Request) -> Any:
+        return await close_session_route(server, request)
+
+    app.post(
+        "/seed_session",
+        openapi_extra={"requestBody": {"content": {"application/json": {"schema": seed_model.model_json_schema()}}}},
+        summary="Start a rollout's session (dataset row, or NeMo Gym 0.7's typed body)",
+    )(seed_session)
+    app.post("/verify", summary="Score a finished rollout")(verify_endpoint(server))
+    app.post("/close_session", summary="Free a rollout's session")(close_session)
+    app.post("/aggregate_metrics", summary="Statistics of verify responses")(server.aggregate_metrics)
+
+    async def liveness() -> dict[str, str]:
+        return {"status": "ok"}
+
+    async def health() -> dict[str, Any]:
+        return await health_report(server)
+
+    async def reverify_mode() -> str:
+        return server.reverify_mode
+
+    for path in ("/", "/healthz", "/livez", "/readyz"):
+        app.get(path, include_in_schema=path == "/")(liveness)
+    app.get("/health", summary="Readiness: name, domain, version, live sessions")(health)
+    app.get("/reverify_mode")(reverify_mode)
+
+
+@functools.cache
+def seed_body_model(cls: type[SimpleResourcesServer]) -> type[BaseModel]:
+    """The row model ``cls.seed_session`` annotates its ``body`` with (``BaseSeedSessionRequest`` by default)."""
+    hints = typing.get_type_hints(cls.seed_session)
+    annotation = hints.get("body", BaseSeedSessionRequest)
+    # NeMo Gym's own examples annotate `RowModel | ResourcesSeedSessionRequest`: take the row model.
+    for candidate in typing.get_args(annotation) or (annotation,):
+        is_model = isinstance(candidate, type) and issubclass(candidate, BaseModel)
+        if is_model and candidate is not ResourcesSeedSessionRequest:
+            return candidate
+    return BaseSeedSessionRequest
+
+
+async def _read_json(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
+
+
+def _validate(model: type[BaseModel], data: Any) -> BaseModel:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
+
+
+def _validate_json(model: type[BaseModel], raw: bytes) -> BaseModel:
+    """Validate straight from bytes (pydantic's own JSON parser: no intermediate dict)."""
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        if errors and errors[0]["type"] == "json_invalid":
+            raise HTTPException(400, f"request body is not valid JSON: {errors[0]['msg']}") from None
+        raise RequestValidationError(errors) from None
+
+
+def _manager(server: SimpleResourcesServer) -> SessionManager:
+    sessions = server._sessions
+    assert sessions is not None, "setup_webserver() makes the session manager"
+    return sessions
+
+
+async def seed_session_route(server: SimpleResourcesServer, request: Request) -> Any:
+    raw = await request.body()
+    session = server._request_session(request)
+    sessions = _manager(server)
+    if b'"resources_session_id"' in raw:  # maybe NeMo Gym 0.7's typed body: look at its keys
+        data = await _read_json(request)
+        if isinstance(data, dict) and data.keys() == _TYPED_SEED_KEYS:
+            typed = _validate(ResourcesSeedSessionRequest, data)
+            assert isinstance(typed, ResourcesSeedSessionRequest)
+            return await _typed_seed(server, request, session, typed)
+    body = _validate_json(seed_body_model(type(server)), raw.strip())
+    if session.record is not None:  # a new seed on a live cookie restarts that rollout
+        await sessions.close(session.id)
+    await sessions.ensure_capacity()  # SessionLimitReached: the middleware answers 503
+    session.id, session.record, session.is_new = new_session_id(), SessionRecord(), True
+    request.scope["session"]["session_id"] = session.id
+    result = await server.seed_session(request, body)  # type: ignore[arg-type]  # the author's row model
+    await sessions.store.create(session.id, session.record)
+    if isinstance(result, BaseModel):
+        return Response(result.model_dump_json(), media_type="application/json")
+    return result if result is not None else {}
+
+
+async def _typed_seed(
+    server: SimpleResourcesServer, request: Request, session: RequestSession, body: ResourcesSeedSessionRequest
+) -> Any:
+    sessions = _manager(server)
+    session_id = body.resources_session_id
+    meta = {"episode_id": body.episode_id.model_dump(), "task_id": body.task_id.model_dump()}
+    if await sessions.store.closed_meta(session_id) is not None:
+        raise HTTPException(409, f"resources session {session_id!r} was closed; it cannot be seeded again")
+    try:
+        with sessions.seeding(session_id):
+            existing = await sessions.store.load(session_id)
+            if existing is not None:
+                if existing.meta.get("episode_id") != meta["episode_id"]:
+                    raise HTTPException(409, f"resources session {session_id!r} is seeded for another episode")
+                session.id, session.record = session_id, existing
+                request.scope["session"]["session_id"] = session_id
+                return {"resources_session_id": session_id}
+            await sessions.ensure_capacity()  # SessionLimitReached: the middleware answers 503
+            row = _validate(seed_body_model(type(server)), body.task_data)
+            session.id, session.record, session.is_new = session_id, SessionRecord(meta=meta), True
+            request.scope["session"]["session_id"] = session_id
+            result = await server.seed_session(request, row)  # type: ignore[arg-type]  # the author's row model
+            await sessions.store.create(session_id, session.record)
+    except SessionConflict as exc:
+        raise HTTPException(409, str(exc)) from None
+    extra = result.model_dump() if isinstance(result, BaseModel) else dict(result or {})
+    return {**extra, "resources_session_id": session_id}
+
+
+async def close_session_route(server: SimpleResourcesServer, request: Request) -> Any:
+    data = await _read_json(request)
+    sessions = _manager(server)
+    if isinstance(data, dict) and "resources_session_id" in data:
+        body = _validate(ResourcesCloseSessionRequest, data)
+        assert isinstance(body, ResourcesCloseSessionRequest)
+        session_id, episode = body.resources_session_id, body.episode_id.model_dump()
+        closed = await sessions.store.closed_meta(session_id)
+        if closed is not None:
+            if closed.get("episode_id") != episode:
+                raise HTTPException(409, f"resources session {session_id!r} was closed for another episode")
+            return {"resources_session_id": session_id}
+        live = await sessions.store.load(session_id)
+        if live is not None and live.meta.get("episode_id") != episode:
+            raise HTTPException(409, f"resources session {session_id!r} belongs to another episode")
+        # Remember the close first, so a seed racing with it cannot resurrect the session.
+        await sessions.store.mark_closed(session_id, {"episode_id": episode})
+        await sessions.close(session_id)
+        return {"resources_session_id": session_id}
+    session = server._request_session(request)
+    closed_now = await sessions.close(session.id)
+    session.record = None
+    return {"session_id": session.id, "closed": closed_now}
+
+
+def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
+    """``server.verify`` wrapped: judge failures become reward 0.0; the session closes once verify answered."""
+    verify = server.verify
+    try:
+        declared = typing.get_type_hints(type(server).verify).get("return")
+    except Exception:  # an annotation that does not resolve at run time: FastAPI serialises as usual
+        declared = None
+    if not (isinstance(declared, type) and issubclass(declared, BaseModel)):
+        declared = None
+
+    @functools.wraps(verify)
+    async def endpoint(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = await verify(*args, **kwargs)
+            if type(result) is declared:
+                # Exactly the declared response model, already validated: what FastAPI would send (its
+                # response_model pass dumps, re-validates and serialises it: ~50 us per rollout), in one step.
+                result = Response(result.model_dump_json(by_alias=True), media_type="application/json")
+        except JudgeError as exc:
+            body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)
+            log.warning("judge failed in verify: %s", exc)
+            echoed = body.model_dump(mode="json") if body is not None else {}
+            result = JSONResponse(
+                {**echoed, "reward": 0.0, FAILURE_CLASS_KEY: exc.failure_class, FAILURE_JUDGE_ERROR_KEY: str(exc)}
+            )
+        # Only a verify that answered frees the session: after a crash (HTTP 500) the caller may retry it.
+        session = current_request_session.get()
+        if session is not None and server.config.close_session_after_verify and session.record is not None:
+            session.close_requested = True
+        return result
+
+    return endpoint
+
+
+async def health_report(server: SimpleResourcesServer) -> dict[str, Any]:
+    """``GET /health``: name, class, domain, providing distribution, live sessions, store."""
+    cls = type(server)
+    dist = distribution_of(cls)
+    domain = server.resolved_domain()
+    sessions = _manager(server)
+    return {
+        "status": "ok",
+        "name": server.config.name or cls.__name__,
+        "server_class": f"{cls.__module__}:{cls.__qualname__}",
+        "domain": domain.value if domain else None,
+        "plugin": dist[0] if dist else None,
+        "version": dist[1] if dist else None,
+        "live_sessions": await sessions.store.count(),
+        "session_store": type(sessions.store).__name__,
+    }
