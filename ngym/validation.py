@@ -22,7 +22,7 @@ from typing import Any
 
 from ngym.errors import ConfigError, PluginError
 from ngym.examples import dataset_row, read_jsonl
-from ngym.protocol import FAILURE_CLASS_KEY, FAILURE_JUDGE_ERROR_KEY
+from ngym.server.protocol import FAILURE_CLASS_KEY, FAILURE_JUDGE_ERROR_KEY
 
 #: ``progress(stage)`` is told what validation is doing now (the CLI shows it while a slow verifier works).
 Progress = Callable[[str], None]
