@@ -45,12 +45,11 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _listen_line(spec: ServeSpec, host: str, port: int, domain: str | None, workers: int) -> str:
-    """Where the server really listens; on every interface, also the local URL to open."""
+    """Where the server really listens (in a container, the published port may differ: not guessed here)."""
     extra = f", {workers} workers" if workers > 1 else ""
-    every = host in ("0.0.0.0", "", "::")
-    bound = f"[{host or '::'}]" if ":" in host else (host or "0.0.0.0")
-    local = f" (all interfaces; locally http://127.0.0.1:{port})" if every else ""
-    return f"ngym: serving {spec.name} ({domain or '?'}{extra}) at http://{bound}:{port}{local}  (docs: /docs)"
+    bound = f"[{host}]" if ":" in host else (host or "0.0.0.0")
+    every = " (all interfaces)" if host in ("0.0.0.0", "", "::") else ""
+    return f"ngym: serving {spec.name} ({domain or '?'}{extra}) at http://{bound}:{port}{every}  (docs: /docs)"
 
 
 def check_workers(server: SimpleResourcesServer, workers: int) -> None:
