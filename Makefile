@@ -10,9 +10,12 @@ PACKAGES := $(sort $(dir $(wildcard resources_servers/*/pyproject.toml plugins/*
 STAMP    := $(VENV)/.ngym-installed
 LOG      := $(VENV)/install.log
 PYPROJECTS := pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
-# pip's own output (dozens of lines, one setuptools warning per editable package) goes to $(LOG); `make install V=1`
-# shows it. On failure the log's tail is printed.
-QUIET    = $(if $(V),,>>$(LOG) 2>&1 || { tail -n 25 $(LOG); echo "make: pip failed; full log: $(LOG)"; exit 1; })
+# $(call quietly,CMD): pip's own output (dozens of lines, one setuptools warning per editable package) goes to
+# $(LOG), a progress line (pip's latest) every $(PROGRESS_SECONDS) s, the log's tail on failure. `make install V=1` shows it all.
+PROGRESS_SECONDS ?= 15
+quietly = $(if $(V),$(1),( while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1; do echo "make:   … $$(tail -n 1 $(LOG) | cut -c1-90)"; done ) & \
+	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
+	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
 .PHONY: install demo test test-fast lint format bench clean docker-base
 
@@ -20,12 +23,12 @@ $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
 	@$(PYTHON) -m venv $(VENV)
 	@: > $(LOG)
-	@$(PIP) install --quiet --upgrade pip $(QUIET)
+	@$(call quietly,$(PIP) install --quiet --upgrade pip)
 
 $(STAMP): $(PYPROJECTS) | $(PY)
 	@echo "make: installing ngym + $(words $(PACKAGES)) packages into $(VENV), editable (about a minute; log: $(LOG))"
 	@: > $(LOG)
-	@$(PIP) install -e '.[dev]' $(foreach p,$(PACKAGES),-e ./$(p)) $(QUIET)
+	@$(call quietly,$(PIP) install -e '.[dev]' $(foreach p,$(PACKAGES),-e ./$(p)))
 	@touch $@
 
 install: $(STAMP)

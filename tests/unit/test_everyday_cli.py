@@ -123,9 +123,13 @@ def test_demo_explains_a_recorded_zero_where_it_is_printed() -> None:
 
 
 def _fake_venv_python(folder: Path, calls: Path) -> None:
+    """A stand-in venv python: records its arguments, prints like pip, fails when FAIL_PIP is set."""
     python = folder / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    python.write_text(f'#!/bin/sh\necho "$@" >> {calls}\necho "pip noise"\n')
+    python.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\necho "pip noise"\nsleep "${{PIP_SECONDS:-0}}"\n'
+        'if [ -n "$FAIL_PIP" ]; then echo "ERROR: no such package"; exit 3; fi\n'
+    )
     python.chmod(python.stat().st_mode | stat.S_IEXEC)
     ngym = python.parent / "ngym"
     ngym.write_text("#!/bin/sh\necho 'ngym, version 0'\n")
@@ -142,8 +146,11 @@ def test_make_install_reinstalls_only_when_a_pyproject_changed(tmp_path: Path) -
     calls = tmp_path / "calls.log"
     _fake_venv_python(tmp_path, calls)
 
-    def make_install() -> str:
-        return subprocess.run(["make", "install"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    def make_install(**env: str) -> str:
+        return subprocess.run(
+            ["make", "install", "PROGRESS_SECONDS=1"], cwd=tmp_path, capture_output=True, text=True, check=True,
+            env={**os.environ, **env},
+        ).stdout  # fmt: skip
 
     first = make_install()
     assert "pip noise" not in first and "installing ngym + 1 packages" in first  # pip's output went to the log
@@ -153,8 +160,13 @@ def test_make_install_reinstalls_only_when_a_pyproject_changed(tmp_path: Path) -
     assert calls.read_text().count("install -e") == installs  # nothing changed: no reinstall
     future = time.time() + 5
     os.utime(pkg / "pyproject.toml", (future, future))
-    make_install()
+    slow = make_install(PIP_SECONDS="2.5")  # a slow pip: progress lines, pip's latest line in them
     assert calls.read_text().count("install -e") == installs + 1
+    assert "make:   … pip noise" in slow
+    os.utime(pkg / "pyproject.toml", (future + 5, future + 5))
+    failed = subprocess.run(["make", "install"], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "FAIL_PIP": "1"})  # fmt: skip
+    assert failed.returncode != 0 and "ERROR: no such package" in failed.stdout and "pip failed (exit 3)" in failed.stdout
 
 
 def test_under_ci_a_skipped_test_fails_the_run(tmp_path: Path) -> None:
