@@ -13,7 +13,8 @@ PYPROJECTS := pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
 # $(call quietly,CMD): pip's own output (dozens of lines, one setuptools warning per editable package) goes to
 # $(LOG), a progress line (pip's latest) every $(PROGRESS_SECONDS) s, the log's tail on failure. `make install V=1` shows it all.
 PROGRESS_SECONDS ?= 15
-quietly = $(if $(V),$(1),( while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1; do echo "make:   … $$(tail -n 1 $(LOG) | cut -c1-90)"; done ) & \
+quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1; do t=$$((t + $(PROGRESS_SECONDS))); \
+	echo "make:   … $${t}s: $$(tail -n 1 $(LOG) | cut -c1-80)"; done ) & \
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
@@ -23,12 +24,12 @@ $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
 	@$(PYTHON) -m venv $(VENV)
 	@: > $(LOG)
-	@$(call quietly,$(PIP) install --quiet --upgrade pip)
+	@$(call quietly,$(PIP) install --quiet --progress-bar off --upgrade pip)
 
 $(STAMP): $(PYPROJECTS) | $(PY)
 	@echo "make: installing ngym + $(words $(PACKAGES)) packages into $(VENV), editable (about a minute; log: $(LOG))"
 	@: > $(LOG)
-	@$(call quietly,$(PIP) install -e '.[dev]' $(foreach p,$(PACKAGES),-e ./$(p)))
+	@$(call quietly,$(PIP) install --progress-bar off -e '.[dev]' $(foreach p,$(PACKAGES),-e ./$(p)))
 	@touch $@
 
 install: $(STAMP)
