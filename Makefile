@@ -14,7 +14,7 @@ PYPROJECTS := pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
 # $(LOG), a progress line (pip's latest) every $(PROGRESS_SECONDS) s, the log's tail on failure. `make install V=1` shows it all.
 PROGRESS_SECONDS ?= 15
 quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1; do t=$$((t + $(PROGRESS_SECONDS))); \
-	echo "make:   … $${t}s: $$(tail -n 1 $(LOG) | cut -c1-80)"; done ) & \
+	echo "make:   … $${t}s: $$(grep -v '^WARNING' $(LOG) | tail -n 1 | cut -c1-80)"; done ) & \
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
@@ -27,7 +27,7 @@ $(PY):
 	@$(call quietly,$(PIP) install --quiet --progress-bar off --upgrade pip)
 
 $(STAMP): $(PYPROJECTS) | $(PY)
-	@echo "make: installing ngym + $(words $(PACKAGES)) packages into $(VENV), editable (about a minute; log: $(LOG))"
+	@echo "make: installing ngym + $(words $(PACKAGES)) packages into $(VENV), editable (a minute or a few; log: $(LOG))"
 	@: > $(LOG)
 	@$(call quietly,$(PIP) install --progress-bar off -e '.[dev]' $(foreach p,$(PACKAGES),-e ./$(p)))
 	@touch $@
