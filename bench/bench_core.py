@@ -44,8 +44,17 @@ def start(kind: str) -> tuple[subprocess.Popen[bytes], str, float]:
     if kind == "ngym":
         cmd = [PY, "-m", "ngym.cli", "run", "example_single_tool_call", "--port", str(port)]
     else:
-        cmd = [PY, "-m", "uvicorn", "bench.bare_weather_app:app", "--port", str(port), "--log-level", "warning",
-               "--no-access-log"]
+        cmd = [
+            PY,
+            "-m",
+            "uvicorn",
+            "bench.bare_weather_app:app",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ]
     # Bytecode caching on, as in any deployment (pip compiles at install; a checkout writes __pycache__ on
     # first import): a shell with PYTHONDONTWRITEBYTECODE=1 would make every start recompile ngym's sources
     # and measure the compiler. The first start of each kind (a warm-up, not counted) writes the cache.
@@ -69,8 +78,11 @@ def write_plan(path: Path) -> int:
     rollout = json.loads(ROLLOUTS.read_text().splitlines()[0])
     row = {k: v for k, v in rollout.items() if k not in ("response", "reward")}
     steps = [("/seed_session", row)]
-    steps += [(f"/{item['name']}", json.loads(item["arguments"]))
-              for item in rollout["response"]["output"] if item.get("type") == "function_call"]
+    steps += [
+        (f"/{item['name']}", json.loads(item["arguments"]))
+        for item in rollout["response"]["output"]
+        if item.get("type") == "function_call"
+    ]
     steps.append(("/verify", {**row, "response": rollout["response"]}))
     path.write_text("".join(f"{route}\t{json.dumps(body)}\n" for route, body in steps))
     return len(steps)
@@ -83,8 +95,20 @@ def cpu_seconds(pid: int) -> float:
 
 def wrk_rollouts(url: str, server_pid: int, plan: Path, steps: int, seconds: float, connections: int) -> dict:
     """Closed-loop whole rollouts with wrk (one connection per thread); rollouts/s and server CPU share."""
-    cmd = pinned(1, ["wrk", f"-t{connections}", f"-c{connections}", f"-d{seconds:.0f}s",
-                     "-s", str(ROOT / "bench/rollout.lua"), url, "--", str(plan)])
+    cmd = pinned(
+        1,
+        [
+            "wrk",
+            f"-t{connections}",
+            f"-c{connections}",
+            f"-d{seconds:.0f}s",
+            "-s",
+            str(ROOT / "bench/rollout.lua"),
+            url,
+            "--",
+            str(plan),
+        ],
+    )
     cpu_before, began = cpu_seconds(server_pid), time.monotonic()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     elapsed, cpu_used = time.monotonic() - began, cpu_seconds(server_pid) - cpu_before
@@ -101,8 +125,9 @@ def wrk_rollouts(url: str, server_pid: int, plan: Path, steps: int, seconds: flo
 
 
 def load(url: str, seconds: float, concurrency: int, extra: list[str] | None = None) -> dict:
-    cmd = pinned(1, [PY, str(ROOT / "bench/loadgen.py"), url, str(ROLLOUTS), str(seconds), str(concurrency),
-                     *(extra or [])])
+    cmd = pinned(
+        1, [PY, str(ROOT / "bench/loadgen.py"), url, str(ROLLOUTS), str(seconds), str(concurrency), *(extra or [])]
+    )
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
@@ -118,7 +143,7 @@ def main() -> None:
         sys.exit("bench_core needs wrk (Debian package 'wrk'): apt-get install -y wrk")
     cold: dict[str, list[float]] = {"ngym": [], "bare": []}
     idle: dict[str, list[float]] = {"ngym": [], "bare": []}
-    for kind in ("ngym", "bare"):  # warm-up: __pycache__ and ngym's serve snapshot written, page cache hot
+    for kind in ("ngym", "bare"):  # warm-up: __pycache__ written, page cache hot
         stop_process(start(kind)[0])
     for _ in range(5):
         for kind in ("ngym", "bare"):
@@ -163,8 +188,10 @@ def main() -> None:
 
     med = {k: statistics.median(v) for k, v in throughput.items()}
     print("per round:", {k: [round(x) for x in v] for k, v in throughput.items()})
-    print(f"machine: {os.cpu_count()} cores; server on CPU 0, wrk (bench/rollout.lua) on CPU 1; "
-          f"{args.rounds} alternating pairs of {args.seconds:.0f}s runs, {args.concurrency} concurrent rollouts")
+    print(
+        f"machine: {os.cpu_count()} cores; server on CPU 0, wrk (bench/rollout.lua) on CPU 1; "
+        f"{args.rounds} alternating pairs of {args.seconds:.0f}s runs, {args.concurrency} concurrent rollouts"
+    )
     print(f"{'':24s}{'ngym':>12s}{'bare FastAPI':>14s}")
     print(f"{'rollouts/s (median)':24s}{med['ngym']:12.0f}{med['bare']:14.0f}")
     cold_ngym, cold_bare = statistics.median(cold["ngym"]), statistics.median(cold["bare"])
@@ -175,12 +202,18 @@ def main() -> None:
     cpu_n, cpu_b = statistics.median(cpu_per_rollout["ngym"]), statistics.median(cpu_per_rollout["bare"])
     print(f"{'server CPU us/rollout':24s}{cpu_n:12.0f}{cpu_b:14.0f}")
     print(f"{'non-2xx responses':24s}{errors['ngym']:12d}{errors['bare']:14d}")
-    print(f"ratio ngym / bare FastAPI rollouts/s: median of {len(ratios)} paired runs {statistics.median(ratios):.2f}x "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f}; target >= 0.9x)")
-    print(f"ratio by server CPU per rollout (bare / ngym): median {statistics.median(cpu_ratios):.2f}x "
-          f"(min {min(cpu_ratios):.2f}, max {max(cpu_ratios):.2f})")
-    print(f"RSS after {args.sessions} sessions seeded+closed: {before:.1f} MB -> {after:.1f} MB "
-          f"(+{after - before:.1f} MB), live sessions {live}")
+    print(
+        f"ratio ngym / bare FastAPI rollouts/s: median of {len(ratios)} paired runs {statistics.median(ratios):.2f}x "
+        f"(min {min(ratios):.2f}, max {max(ratios):.2f}; target >= 0.9x)"
+    )
+    print(
+        f"ratio by server CPU per rollout (bare / ngym): median {statistics.median(cpu_ratios):.2f}x "
+        f"(min {min(cpu_ratios):.2f}, max {max(cpu_ratios):.2f})"
+    )
+    print(
+        f"RSS after {args.sessions} sessions seeded+closed: {before:.1f} MB -> {after:.1f} MB "
+        f"(+{after - before:.1f} MB), live sessions {live}"
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ and prints the medians and the warm-list / --help ratio. Everything is removed a
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -62,10 +63,14 @@ def install_dummies(site: Path) -> None:
         )
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> float:
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run: on a loaded machine the CPU time is what ngym costs."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -77,7 +82,9 @@ def main() -> None:
         site = Path(
             subprocess.run(
                 [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                check=True, capture_output=True, text=True,
+                check=True,
+                capture_output=True,
+                text=True,
             ).stdout.strip()
         )
         parent = sysconfig.get_paths()["purelib"]
@@ -100,12 +107,16 @@ def main() -> None:
         timed([*ngym, "list"], env)  # fill the cache
         warms = [timed([*ngym, "list"], env) for _ in range(RUNS)]
 
-        help_t, cold_t, warm_t = (statistics.median(x) for x in (helps, colds, warms))
+        def med(runs: list[tuple[float, float]], index: int) -> float:
+            return statistics.median(run[index] for run in runs)
+
         total = len([line for line in listed.splitlines()[1:] if line and not line.startswith("  ")])
-        print(f"{PLUGINS} dummy plugins installed ({total} environments listed), median of {RUNS} runs:")
-        print(f"  ngym --help          {help_t * 1000:7.0f} ms")
-        print(f"  ngym list (warm)     {warm_t * 1000:7.0f} ms   ratio list/help = {warm_t / help_t:.2f}")
-        print(f"  ngym list (cold)     {cold_t * 1000:7.0f} ms   (empty cache: imports every environment once)")
+        print(f"{PLUGINS} dummy plugins installed ({total} environments listed), median of {RUNS} runs")
+        print(f"(load average {os.getloadavg()[0]:.1f}; wall ms, and CPU ms: what ngym itself costs):")
+        for label, runs in (("ngym --help", helps), ("ngym list (warm)", warms), ("ngym list (cold)", colds)):
+            print(f"  {label:18s} {med(runs, 0) * 1000:7.0f} ms wall {med(runs, 1) * 1000:7.0f} ms CPU")
+        wall_ratio, cpu_ratio = med(warms, 0) / med(helps, 0), med(warms, 1) / med(helps, 1)
+        print(f"  ratio warm list / --help: {wall_ratio:.2f} wall, {cpu_ratio:.2f} CPU")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

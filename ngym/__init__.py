@@ -11,7 +11,35 @@ Names are loaded on first use, so ``import ngym`` (and the CLI) stay fast.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time the names load on first use (below)
+    from ngym.domain import Domain
+    from ngym.errors import ConfigError, JudgeError, NgymError, PluginError
+    from ngym.plugins import hookimpl
+    from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer
+    from ngym.server.protocol.bodies import (
+        BaseMultiRewardVerifyResponse,
+        BaseRunRequest,
+        BaseSeedSessionRequest,
+        BaseSeedSessionResponse,
+        BaseVerifyRequest,
+        BaseVerifyResponse,
+        EpisodeId,
+        MCPServerMetadata,
+        ResourcesCloseSessionRequest,
+        ResourcesCloseSessionResponse,
+        ResourcesSeedSessionRequest,
+        ResourcesSeedSessionResponse,
+        TaskId,
+    )
+    from ngym.server.resources import (
+        BaseResourcesServer,
+        BaseResourcesServerConfig,
+        ReverifyMode,
+        SimpleResourcesServer,
+    )
+    from ngym.server.sessions.manager import SESSION_ID_KEY
 
 __version__ = "0.1.0"
 
@@ -31,6 +59,11 @@ _EXPORTS: dict[str, str] = {
     "BaseRunRequest": "ngym.server.protocol.bodies",
     "BaseVerifyRequest": "ngym.server.protocol.bodies",
     "BaseVerifyResponse": "ngym.server.protocol.bodies",
+    "BaseMultiRewardVerifyResponse": "ngym.server.protocol.bodies",
+    "EpisodeId": "ngym.server.protocol.bodies",
+    "TaskId": "ngym.server.protocol.bodies",
+    "MCPServerMetadata": "ngym.server.protocol.bodies",
+    "ReverifyMode": "ngym.server.resources",
     "BaseSeedSessionRequest": "ngym.server.protocol.bodies",
     "BaseSeedSessionResponse": "ngym.server.protocol.bodies",
     "ResourcesSeedSessionRequest": "ngym.server.protocol.bodies",
@@ -40,7 +73,36 @@ _EXPORTS: dict[str, str] = {
     "SESSION_ID_KEY": "ngym.server.sessions.manager",
 }
 
-__all__ = [*_EXPORTS, "__version__"]
+__all__ = [  # the order of _EXPORTS
+    "Domain",
+    "hookimpl",
+    "NgymError",
+    "ConfigError",
+    "PluginError",
+    "JudgeError",
+    "BaseServer",
+    "SimpleServer",
+    "BaseServerConfig",
+    "BaseResourcesServer",
+    "SimpleResourcesServer",
+    "BaseResourcesServerConfig",
+    "BaseRunRequest",
+    "BaseVerifyRequest",
+    "BaseVerifyResponse",
+    "BaseMultiRewardVerifyResponse",
+    "EpisodeId",
+    "TaskId",
+    "MCPServerMetadata",
+    "ReverifyMode",
+    "BaseSeedSessionRequest",
+    "BaseSeedSessionResponse",
+    "ResourcesSeedSessionRequest",
+    "ResourcesSeedSessionResponse",
+    "ResourcesCloseSessionRequest",
+    "ResourcesCloseSessionResponse",
+    "SESSION_ID_KEY",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -37,11 +37,6 @@ class EnvironmentStartError(NgymError):
     """An environment started as a child process exited, or did not answer in time."""
 
 
-def is_url(target: str) -> bool:
-    """Whether ``target`` is a running server's URL rather than an environment to start."""
-    return target.startswith(("http://", "https://"))
-
-
 def free_port(host: str = LOOPBACK) -> int:
     """A TCP port nothing listens on right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -138,8 +133,9 @@ def start_environment(
     command += ["--workers", str(workers), *overrides]
     environ = {**os.environ, **env} if env is not None else None
     if log is None:
-        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=environ,
-                                start_new_session=True)
+        return subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=environ, start_new_session=True
+        )
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=environ, start_new_session=True)

@@ -10,6 +10,8 @@ also be ``package.module:Class``.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +58,7 @@ def split_overrides(args: list[str]) -> tuple[list[Path], list[str]]:
 
 
 def load_yaml_files(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
-    import yaml
+    import yaml  # here, not at the top: a warm `ngym list` reads no YAML and should not pay ~20 ms for PyYAML
 
     loaded = []
     for path in paths:
@@ -79,6 +81,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     """Apply dotted ``a.b.c=value`` overrides (values parsed as YAML scalars/lists, like Hydra)."""
     if not overrides:
         return tree
+    # Here, not at the top: OmegaConf costs ~0.1 s to import, and only overrides need it.
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -130,6 +133,25 @@ def instances_from_files(paths: list[Path], overrides: list[str]) -> list[Instan
     return instances
 
 
+CACHE_ENV = "NGYM_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """ngym's cache folder: ``$NGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/ngym``, else ``~/.cache/ngym``."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ngym"
+
+
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def default_instance_name(cls: type) -> str:
+    """The instance name of a class run without a config: ``WeatherResourcesServer`` → ``weather_resources_server``."""
+    return _SNAKE.sub("_", cls.__name__).lower()
+
+
 _MODULE_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -163,3 +185,23 @@ def resolve_entrypoint(instance: InstanceConfig) -> str:
             f"{instance.source}: {instance.name}: entrypoint {entrypoint!r} not found (looked for {path})"
         )
     return str(path.resolve())
+
+
+def module_file(module: str) -> Path | None:
+    """The source file of a dotted module, located without importing it (only the top package is *found*): an
+    installed environment's ``configs/`` and ``data/`` sit beside it."""
+    top, _, rest = module.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        return Path(spec.origin) if spec.origin and spec.origin not in ("built-in", "frozen") else None
+    for location in spec.submodule_search_locations or []:
+        base = Path(location, *rest.split("."))
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None

@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ngym.plugins.discovery import environment_entries
+from ngym.examples import read_jsonl
 from ngym.server.protocol import TASK_INDEX_KEY
-from ngym.testing import read_jsonl
+from ngym.targets import installed, installed_names
 
 
 def _needs_judge(config: Path | None) -> bool:
@@ -64,7 +64,7 @@ def demo_one(name: str, examples: Path, config: Path | None, workdir: Path) -> t
     return ok, f"{name:28s} rewards: {shown:40s} mean {mean:.2f}   {_status(recorded, mismatches, run.returncode)}"
 
 
-def _status(recorded: list, mismatches: list[int], returncode: int) -> str:
+def _status(recorded: list[float | None], mismatches: list[int], returncode: int) -> str:
     """The verdict, explained where it is read: a 0.0 that matches its recording is a wrong answer on purpose."""
     if mismatches:
         return f"MISMATCH at rows {mismatches} (reward differs from the recorded one)"
@@ -82,14 +82,14 @@ def main() -> int:
     )
     failures = 0
     with tempfile.TemporaryDirectory(prefix="ngym-demo-") as tmp:
-        for name, entry in sorted(environment_entries().items()):
-            folder = entry.package_dir()
-            examples = Path(folder, "data", "example_rollouts.jsonl") if folder else None
-            if examples is None or not examples.is_file():
+        for name in installed_names():
+            environment = installed(name)
+            examples = environment.data_file("example_rollouts.jsonl")
+            if examples is None:
                 print(f"{name:28s} no example rollouts, skipped", flush=True)
                 continue
             try:
-                ok, line = demo_one(name, examples, entry.config_file(), Path(tmp))
+                ok, line = demo_one(name, examples, environment.config, Path(tmp))
             except Exception as exc:  # noqa: BLE001 - one environment's trouble is reported, the rest still run
                 ok, line = False, f"{name}: FAILED: {exc!r}"
             failures += not ok

@@ -43,11 +43,18 @@ class SessionStoreError(NgymError):
 class JudgeError(NgymError):
     """Raise inside ``verify`` when a judge or model call fails.
 
-    The server answers HTTP 200 with ``reward: 0.0``, ``_ng_failure_class: "judge_failed"`` and
-    ``_ng_failure_judge_error: <message>``, so one bad judge call does not kill a training step.
+    The server answers HTTP 200 with ``reward: 0.0``, ``mask_sample: true``, ``failure_kind: "judge_failed"``,
+    ``failure_reason: <message>`` (and NeMo Gym's older ``_ng_failure_class`` / ``_ng_failure_judge_error``),
+    so one bad judge call does not kill a training step, and ``/aggregate_metrics`` leaves the sample out.
     """
 
     failure_class = "judge_failed"
+
+    def __init__(self, message: str, *, fields: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        #: Fields the failure body carries besides the echoed request: what the environment's declared verify
+        #: response requires (e.g. the answer it extracted), so the body still matches its own schema.
+        self.fields: dict[str, Any] = dict(fields or {})
 
 
 def debug_enabled() -> bool:

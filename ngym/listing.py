@@ -1,14 +1,118 @@
-"""``ngym list`` and ``ngym plugins``: what is installed, as plain data (the CLI only renders it)."""
+"""``ngym list`` and ``ngym list --hooks``: what is installed, as plain data (the CLI only renders it).
+
+A server's domain and description live in its code, so listing it means importing it once. The result is
+kept in ngym's one cache, ``$NGYM_CACHE_DIR/plugins.json`` (default ``$XDG_CACHE_HOME/ngym``, else
+``~/.cache/ngym``), keyed by everything that would change it: distribution, version, entry point, and the
+size and mtime of the server's module file and of its ``configs/<name>.yaml`` (read with ``stat`` after
+*finding*, not importing, the top-level package, so an edit to an editable install is seen at once). It
+earns its place with ``bench/bench_list.py``: with 30 installed plugins a cold listing imports every one of
+them, a warm one none. Only good results are kept: a broken plugin is imported again every time (a missing
+dependency may have been installed since). A cache that cannot be read or written is ignored.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from ngym.config import cache_dir, module_file
 from ngym.errors import PluginError
-from ngym.plugins.cache import InspectionCache, entry_key
 from ngym.plugins.manager import STRICT_ENV, NgymPluginManager, strict_mode
 from ngym.plugins.registry import BROKEN, OK, Registry, ServerEntry
-from ngym.plugins.server_info import ServerInfo
+
+CACHE_FILE = "plugins.json"
+FORMAT = 1
+
+
+@dataclass
+class ServerInfo:
+    """One row of ``ngym list``."""
+
+    name: str
+    domain: str | None
+    distribution: str | None
+    version: str | None
+    description: str
+    status: str  # "ok" | "broken"
+    reason: str | None
+    target: str
+    kind: str = "resources_server"  # or "hook_plugin" (a hook plugin that failed to load)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def file_stamp(path: Path | None) -> str:
+    """``mtime_ns:size`` of a file, ``-`` when it is missing: changes when the file is edited or replaced."""
+    if path is None:
+        return "-"
+    try:
+        st = path.stat()
+    except OSError:
+        return "-"
+    return f"{st.st_mtime_ns}:{st.st_size}"
+
+
+def entry_key(entry: ServerEntry) -> str | None:
+    """The cache key of an entry, or None when its module file cannot be located (then it is not cached)."""
+    source = module_file(entry.module)
+    if source is None:
+        return None
+    return "|".join(
+        [
+            f"{entry.distribution}=={entry.version}",
+            f"{entry.name}={entry.target}",
+            f"{source}@{file_stamp(source)}",
+            f"config@{file_stamp(entry.config_file())}",
+            f"decl={entry.declared_domain}/{entry.declared_description}",
+        ]
+    )
+
+
+class InspectionCache:
+    """A JSON file of key → inspection result; unused keys are dropped when it is saved."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or cache_dir() / CACHE_FILE
+        self._old: dict[str, dict[str, Any]] = self._read()
+        self._new: dict[str, dict[str, Any]] = {}
+        self.dirty = False
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), dict):
+            return {}
+        entries: dict[str, dict[str, Any]] = data["entries"]
+        return entries
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        value = self._old.get(key)
+        if value is not None:
+            self._new[key] = value
+        return value
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self._new[key] = value
+        self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty and self._new.keys() == self._old.keys():
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".plugins-", suffix=".json")
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"format": FORMAT, "entries": self._new}, fh)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only home: listing still works, it just imports again next time
 
 
 def _info(entry: ServerEntry, domain: str | None, description: str, reason: str | None) -> ServerInfo:

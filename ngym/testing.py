@@ -22,6 +22,9 @@ import httpx
 from fastapi import FastAPI
 
 from ngym.examples import dataset_row, read_jsonl, recorded_tool_calls
+from ngym.server.app import ServeSpec, create_app
+from ngym.server.resources import SimpleResourcesServer
+from ngym.targets import resolve
 
 
 class RolloutClient:
@@ -61,21 +64,12 @@ async def serve_in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def app_for(name_or_target: str, **fields: Any) -> FastAPI:
-    """Build the app of an installed environment (by name) or a ``module:Class`` / ``file.py`` target."""
-    from ngym.plugins.discovery import environment_entries
-    from ngym.server.app import ServeSpec, create_app
-
-    entry = environment_entries().get(name_or_target)
-    if entry is not None:
-        base = entry.config_fields()
-        return create_app(ServeSpec(target=entry.target, name=entry.name, fields={**base, **fields}))
-    return create_app(ServeSpec(target=name_or_target, name=name_or_target.rsplit(":", 1)[-1], fields=fields))
+    """Build the app of an environment: an installed name, a folder, a config file, ``app.py`` or ``module:Class``."""
+    return create_app(resolve(name_or_target).serve_spec(**fields))
 
 
-def app_for_class(cls: type, name: str | None = None, **fields: Any) -> FastAPI:
+def app_for_class(cls: type[SimpleResourcesServer], name: str | None = None, **fields: Any) -> FastAPI:
     """Build the app of a server class defined anywhere (e.g. inline in a test)."""
-    from ngym.server.app import ServeSpec, create_app
-
     spec = ServeSpec(target=f"{cls.__module__}:{cls.__qualname__}", name=name or cls.__name__, fields=fields)
     return create_app(spec, cls=cls)
 
@@ -120,19 +114,17 @@ async def run_recorded_rollout(client: RolloutClient, rollout: dict[str, Any]) -
     await client.call("/seed_session", row)
     for call in recorded_tool_calls(rollout["response"]):
         await client.post(f"/{call.name}", call.arguments)
-    return await client.call("/verify", {**row, "response": rollout["response"]})
+    verified: dict[str, Any] = await client.call("/verify", {**row, "response": rollout["response"]})
+    return verified
 
 
 async def replay_examples(name: str, **fields: Any) -> list[ExampleResult]:
     """Replay an environment's ``data/example_rollouts.jsonl`` in-process; assert each reward matches."""
-    from ngym.plugins.discovery import find_environment
-
-    entry = find_environment(name)
-    folder = entry.package_dir()
-    assert folder is not None, f"cannot locate the package of {name}"
-    rollouts = read_jsonl(folder / "data" / "example_rollouts.jsonl")
+    environment = resolve(name)
+    assert environment.folder is not None, f"cannot locate the package of {name}"
+    rollouts = read_jsonl(environment.folder / "data" / "example_rollouts.jsonl")
     results = []
-    async with serve_in_process(app_for(name, **fields)) as http:
+    async with serve_in_process(create_app(environment.serve_spec(**fields))) as http:
         for index, rollout in enumerate(rollouts):
             verified = await run_recorded_rollout(RolloutClient(http), rollout)
             expected = rollout.get("reward")
@@ -141,3 +133,16 @@ async def replay_examples(name: str, **fields: Any) -> list[ExampleResult]:
             if expected is not None:
                 assert verified["reward"] == expected, f"example {index}: reward {verified['reward']} != {expected}"
     return results
+
+
+__all__ = [
+    "ExampleResult",
+    "RolloutClient",
+    "app_for",
+    "app_for_class",
+    "make_response",
+    "read_jsonl",
+    "replay_examples",
+    "run_recorded_rollout",
+    "serve_in_process",
+]

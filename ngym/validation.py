@@ -17,12 +17,15 @@ import asyncio
 import copy
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ngym.errors import ConfigError, PluginError
 from ngym.examples import dataset_row, read_jsonl
+from ngym.server.app import create_app
 from ngym.server.protocol import FAILURE_CLASS_KEY, FAILURE_JUDGE_ERROR_KEY
+from ngym.server.rules import validate_server_class
+from ngym.targets import resolve
+from ngym.testing import RolloutClient, run_recorded_rollout, serve_in_process
 
 #: ``progress(stage)`` is told what validation is doing now (the CLI shows it while a slow verifier works).
 Progress = Callable[[str], None]
@@ -76,48 +79,6 @@ class ValidationReport:
                 lines.append(f"        warning: {warning}" + (f" (same for: {', '.join(others)})" if others else ""))
         lines.append("valid" if self.ok else "INVALID: fix the FAIL lines above")
         return "\n".join(lines)
-
-
-@dataclass
-class _Subject:
-    """What to validate, however it was named."""
-
-    name: str
-    target: str
-    folder: Path | None
-    fields: dict[str, Any]
-    distribution: str | None = None
-
-
-def _subject(target: str) -> _Subject:
-    """An installed name, a package folder, a config YAML or an ``app.py``."""
-    from ngym.config import instances_from_files, resolve_entrypoint
-    from ngym.plugins.registry import get_registry
-
-    path = Path(target)
-    looks_like_path = "/" in target or target.endswith((".py", ".yaml", ".yml")) or target in (".", "..")
-    if not looks_like_path and (target in get_registry().entries or not path.exists()):
-        entry = get_registry().entry(target)  # EnvironmentNotFound lists what is installed
-        return _Subject(target, entry.target, entry.package_dir(), entry.config_fields(), entry.distribution)
-    if path.is_dir():
-        configs = sorted((path / "configs").glob("*.y*ml"))
-        preferred = [c for c in configs if c.stem == path.resolve().name]
-        if preferred or configs:
-            path = (preferred or configs)[0]
-        elif (path / "app.py").is_file():
-            return _Subject(path.resolve().name, str((path / "app.py").resolve()), path.resolve(), {})
-        else:
-            raise ConfigError(f"{target}: no configs/*.yaml and no app.py: not an environment folder")
-    if path.suffix == ".py":
-        return _Subject(path.resolve().parent.name, str(path.resolve()), path.resolve().parent, {})
-    instances = [i for i in instances_from_files([path], []) if i.server_type == "resources_servers"]
-    if not instances:
-        raise ConfigError(f"{path}: no resources_servers instance")
-    instance = instances[0]
-    entrypoint = resolve_entrypoint(instance)
-    folder = Path(entrypoint).parent if entrypoint.endswith(".py") else instance.entrypoint_base()
-    fields = {k: v for k, v in instance.fields.items() if k != "entrypoint"}
-    return _Subject(instance.name, entrypoint, folder, fields)
 
 
 def _prompt_text(row: dict[str, Any]) -> str:
@@ -197,8 +158,6 @@ async def _replay(
     report: ValidationReport, http: Any, rollouts: list[dict[str, Any]], progress: Progress
 ) -> str | None:
     """Replay the recorded rollouts; the reason verify could not score (then the rest is not tried), else None."""
-    from ngym.testing import RolloutClient, run_recorded_rollout
-
     problems: list[str] = []
     rewards: list[float] = []
     for index, rollout in enumerate(rollouts):
@@ -238,8 +197,6 @@ async def _soundness(
     exempt: bool,
     progress: Progress,
 ) -> None:
-    from ngym.testing import RolloutClient
-
     for probe in SOUNDNESS_PROBES:
         crashes: list[str] = []
         full: list[int] = []
@@ -279,17 +236,15 @@ async def _soundness(
 
 
 async def validate_async(target: str, progress: Progress = lambda stage: None) -> ValidationReport:
-    """Validate an installed environment (by name) or one on disk (folder, config YAML, app.py)."""
-    from ngym.plugins.registry import validate_server_class
-    from ngym.server.app import ServeSpec, create_app, load_server_class
-    from ngym.testing import serve_in_process
-
-    subject = _subject(target)
+    """Validate an environment: an installed name, or one on disk (folder, config YAML, app.py): ``ngym.targets``."""
+    subject = resolve(target)
     report = ValidationReport(target=target, name=subject.name, distribution=subject.distribution)
     try:
-        cls = load_server_class(subject.target)
+        cls = subject.server_class
         report.server_class = f"{cls.__module__}:{cls.__qualname__}"
-        domain, _config = validate_server_class(cls, name=subject.name, config_fields=subject.fields)
+        domain, _config = validate_server_class(
+            cls, name=subject.name, domain=subject.registered_domain, config_fields=subject.fields
+        )
         report.domain = domain.value
     except (PluginError, ConfigError) as exc:
         report.add("registration", False, str(exc))
@@ -297,7 +252,7 @@ async def validate_async(target: str, progress: Progress = lambda stage: None) -
     report.add("registration", True, f"domain {domain.value}, config {_config.__name__}, verify implemented")
 
     try:
-        app = create_app(ServeSpec(target=subject.target, name=subject.name, fields=subject.fields), cls=cls)
+        app = create_app(subject.serve_spec(), cls=cls)
     except Exception as exc:
         report.add("app", False, f"cannot build the app: {exc}")
         return report

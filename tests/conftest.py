@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -34,11 +36,34 @@ async def weather_http() -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
+NEMO_VENV_SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "nemo_venv.sh"
+
+
+@pytest.fixture(scope="session")
+def nemo_python() -> Path:
+    """The python of the NeMo Gym 0.7.0 venv (``tools/nemo_venv.sh``), for tests that compare against NeMo itself.
+
+    Outside CI a missing venv skips the test (making it takes ~80 s and PyPI); under CI=true it is made, and a
+    failure to make it fails the test: conformance is never skipped there.
+    """
+    in_ci = os.environ.get("CI", "").lower() == "true"
+    venv = Path(os.environ.get("NGYM_NEMO_VENV") or Path.home() / ".cache/ngym/nemo-gym-0.7.0-py313")
+    python = venv / "bin" / "python"
+    if not in_ci and not (python.is_file() and _imports_nemo(python)):
+        pytest.skip(f"no NeMo Gym 0.7.0 venv at {venv} (make it with tools/nemo_venv.sh or set NGYM_NEMO_VENV)")
+    made = subprocess.run(["bash", str(NEMO_VENV_SCRIPT)], capture_output=True, text=True, timeout=900)
+    if made.returncode != 0:
+        pytest.fail(f"tools/nemo_venv.sh failed: {made.stderr.strip()[-2000:]}")
+    return Path(made.stdout.strip().splitlines()[-1]) / "bin" / "python"
+
+
+def _imports_nemo(python: Path) -> bool:
+    return subprocess.run([str(python), "-c", "import nemo_gym"], capture_output=True).returncode == 0
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Under CI=true a skipped test is a failure: `.ci/run` installs what every test needs, so a skip there means
     a test silently did not run (outside CI, `make test -rs` lists each skip with its reason)."""
-    import os
-
     if os.environ.get("CI", "").strip().lower() not in ("true", "1", "yes"):
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

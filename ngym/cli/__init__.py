@@ -1,5 +1,6 @@
-"""The ``ngym`` command. Each subcommand lives in its own module and is imported only when it runs,
-so ``ngym --help`` and ``ngym list`` stay fast however heavy the other commands' dependencies are."""
+"""The ``ngym`` command. Each subcommand lives in its own module and is imported only when it runs (``ngym --help``
+shows ``SHORT_HELP`` instead of importing them), so ``ngym --help`` and ``ngym list`` stay fast however heavy the
+other commands' dependencies are (serving imports FastAPI and uvicorn: ~0.5 s here)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,21 @@ COMMANDS: dict[str, str] = {
     "uninstall": "ngym.cli.install:uninstall",
 }
 
+#: What ``ngym --help`` shows for each command, so that listing them imports none (tests/unit/test_meta.py
+#: keeps it equal to each command's own short help). A command missing here is imported to ask it.
+SHORT_HELP: dict[str, str] = {
+    "run": "Serve environments (names or config files).",
+    "rollout": "Roll out a dataset through an environment and a model.",
+    "replay-model": "Serve the offline replay model (OpenAI Responses API).",
+    "containerize": "Build a Docker image of an environment.",
+    "profile": "Load-test an environment with Locust.",
+    "list": "List installed environments.",
+    "validate": "Check an environment: config, routes, example rewards.",
+    "init": "Scaffold a new environment package.",
+    "install": "Install environment packages where ngym finds them.",
+    "uninstall": "Uninstall environment packages.",
+}
+
 
 class LazyGroup(click.Group):
     """A click group that imports a subcommand's module only when that subcommand is used."""
@@ -35,19 +51,24 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in COMMANDS:
             module_name, _, attr = COMMANDS[name].partition(":")
-            return getattr(importlib.import_module(module_name), attr)
-        command = super().get_command(ctx, name)
-        if command is None:
-            command = plugin_commands().get(name)
-        return command
+            command: click.Command = getattr(importlib.import_module(module_name), attr)
+            return command
+        found = super().get_command(ctx, name)
+        return found if found is not None else plugin_commands().get(name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """Like click's, but never cut a description short with "…": long ones wrap instead."""
+        """click's command list, with ngym's own commands described from ``SHORT_HELP`` (nothing imported).
+
+        A description is never cut short with "…": a long one wraps under its column instead."""
+        limit = 1000
         rows = []
         for name in self.list_commands(ctx):
+            if name in SHORT_HELP:
+                rows.append((name, click.Command(name, help=SHORT_HELP[name]).get_short_help_str(limit)))
+                continue
             command = self.get_command(ctx, name)
             if command is not None and not command.hidden:
-                rows.append((name, command.get_short_help_str(limit=1000)))
+                rows.append((name, command.get_short_help_str(limit)))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import sys
 
+from ngym.cli import main
+from ngym.errors import run_guarded
+from ngym.scaffold import parse_nemo_args, scaffold
+
 
 def ng_run() -> None:
     """``ng_run "+config_paths=[a.yaml,b.yaml]" +key=value`` → ``ngym run ...``."""
-    from ngym.cli import main
-
     main(["run", *sys.argv[1:]])
 
 
 def ng_init_resources_server() -> None:
     """``ng_init_resources_server +entrypoint=resources_servers/my_tool [+domain=agent]`` → ``ngym init``."""
-    from ngym.errors import run_guarded
 
     def scaffold_from_args() -> None:
-        from ngym.scaffold import parse_nemo_args, scaffold
 
         values = parse_nemo_args(sys.argv[1:])
         path = scaffold(

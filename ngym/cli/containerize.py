@@ -8,6 +8,9 @@ from pathlib import Path
 
 import click
 
+from ngym.cli.progress import Ticker
+from ngym.containerize.pipeline import ContainerizeOptions
+from ngym.containerize.pipeline import containerize as run_containerize
 from ngym.containerize.spec import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
 
 
@@ -78,17 +81,12 @@ def containerize(
     --compose / --k8s write deploy manifests (docs/scale-out.md): replicas sharing sessions through Redis, or,
     for environments whose state cannot be shared, session affinity.
     """
-    from ngym.containerize.pipeline import ContainerizeOptions
-    from ngym.containerize.pipeline import containerize as run_containerize
-
     if no_build and output is None:
         raise click.UsageError("--no-build writes the build context only: give --output DIR")
     if keep and not run_:
         raise click.UsageError("--keep applies to --run")
     if run_ and no_build:
         raise click.UsageError("--run needs a build: drop --no-build")
-
-    from ngym.cli.progress import Ticker
 
     now = ["starting"]
     ticker = Ticker(f"containerize {target}", lambda: now[0])
@@ -136,7 +134,8 @@ def containerize(
         else:
             click.echo(f"served at {result.run['url']} (container removed)")
     else:
-        click.echo(f"run it: docker run --rm -p 8000:8000 -e NGYM_SESSION_SECRET=... {result.tag}")
+        flags = "".join(f"{arg} " for arg in result.docker_run_args)
+        click.echo(f"run it: docker run --rm -p 8000:8000 {flags}-e NGYM_SESSION_SECRET=... {result.tag}")
 
 
 def _status(line: str, width: int = 70) -> str:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
+
+from ngym.cli.invocation import ngym_command
+from ngym.scaffold import scaffold
 
 
 @click.command(short_help="Scaffold a new environment package.")
@@ -26,11 +30,6 @@ def init(name: str, domain: str, parent: Path, description: str | None) -> None:
       pip install -e ./NAME   (or: ngym install -e ./NAME)
       ngym validate NAME && ngym run NAME
     """
-    import shlex
-
-    from ngym.cli.invocation import ngym_command
-    from ngym.scaffold import scaffold
-
     path = scaffold(name, domain=domain, parent=parent, description=description)
     click.echo(f"created {path}/ (domain {domain})")
     ngym = ngym_command()

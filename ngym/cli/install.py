@@ -6,6 +6,9 @@ import sys
 
 import click
 
+from ngym import installer
+from ngym.cli.progress import Ticker
+
 
 @click.command(short_help="Install environment packages where ngym finds them.")
 @click.argument("packages", nargs=-1, required=True)
@@ -20,11 +23,9 @@ def install(packages: tuple[str, ...], editable: bool, upgrade: bool, verbose: b
       ngym install ngym-redis
       ngym install -e ./my_tool
     """
-    from ngym.installer import pip_install_args, run_pip
-
-    args = pip_install_args(packages, editable=editable, upgrade=upgrade)
+    args = installer.pip_install_args(packages, editable=editable, upgrade=upgrade)
     if verbose:
-        code = run_pip(args)
+        code = installer.run_pip(args)
         if code:
             sys.exit(code)
         return
@@ -33,12 +34,9 @@ def install(packages: tuple[str, ...], editable: bool, upgrade: bool, verbose: b
 
 def _install_quietly(args: list[str], what: str) -> None:
     """pip with its output kept back: a progress line while it runs, then what was installed (or pip's error)."""
-    from ngym.cli.progress import Ticker
-    from ngym.installer import run_pip_captured
-
     step = ["starting pip"]
     with Ticker(f"installing {what}", lambda: step[0]):
-        result = run_pip_captured(args, on_step=lambda line: step.__setitem__(0, line))
+        result = installer.run_pip_captured(args, on_step=lambda line: step.__setitem__(0, line))
     if result.returncode:
         click.echo(f"ngym: error: pip could not install {what} (exit {result.returncode}):", err=True)
         for line in result.problems():
@@ -57,8 +55,6 @@ def _install_quietly(args: list[str], what: str) -> None:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     """Uninstall plugins from ngym's environment (works even when a plugin is broken)."""
-    from ngym.installer import pip_uninstall_args, run_pip
-
-    code = run_pip(pip_uninstall_args(packages, yes=yes))
+    code = installer.run_pip(installer.pip_uninstall_args(packages, yes=yes))
     if code:
         sys.exit(code)

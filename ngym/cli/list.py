@@ -1,10 +1,16 @@
-"""``ngym list``: every installed environment (and broken plugin), without importing what the cache knows."""
+"""``ngym list``: every installed environment (and broken plugin), importing only what its cache does not know."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 
 import click
+
+from ngym.listing import ServerInfo, check_strict, hook_plugins, list_servers
+from ngym.plugins.manager import get_plugin_manager
+from ngym.plugins.registry import get_registry
 
 
 @click.command(name="list", short_help="List installed environments.")
@@ -16,38 +22,22 @@ def list_command(as_json: bool, hooks: bool, refresh: bool) -> None:
 
     A broken plugin is listed with the reason; NGYM_STRICT_PLUGINS=1 makes it an error (exit 1).
     """
-    from ngym.plugins import snapshot
-    from ngym.plugins.server_info import ServerInfo
-
     if hooks:
         click.echo(render_hooks(as_json))
         return
-    cached = None if refresh else snapshot.cached_listing()
-    if cached is not None:  # nothing changed since the last listing, which found nothing broken
-        rows = [ServerInfo(**row) for row in cached]
-    else:
-        from ngym.listing import check_strict, list_servers
-        from ngym.plugins.registry import get_registry
-
-        registry = get_registry()
-        rows = list_servers(registry, use_cache=not refresh)
-        snapshot.remember_listing(registry, [r.as_dict() for r in rows])
+    rows = list_servers(get_registry(), use_cache=not refresh)
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
     else:
         click.echo(_render(rows))
-    if cached is None:  # a remembered listing has nothing broken in it
-        check_strict(rows)
+    check_strict(rows)
 
 
-def _render(rows: list, width: int | None = None) -> str:
+def _render(rows: list[ServerInfo], width: int | None = None) -> str:
     """A table that fits ``width`` columns (default: the terminal's).
 
     Descriptions wrap under their column (two lines at most); on a narrow terminal the DISTRIBUTION and VERSION
     columns go (``--json`` has everything)."""
-    import shutil
-    import textwrap
-
     if not rows:
         return "no environments installed (ngym init NAME scaffolds one; ngym install PKG installs one)"
     width = width or shutil.get_terminal_size((100, 24)).columns
@@ -78,9 +68,6 @@ _MIN_DESCRIPTION = 30
 
 def render_hooks(as_json: bool) -> str:
     """Every hook plugin (all installed ones are loaded) with the hooks it implements."""
-    from ngym.listing import hook_plugins
-    from ngym.plugins.manager import get_plugin_manager
-
     rows = hook_plugins(get_plugin_manager())
     if as_json:
         return json.dumps(rows, indent=2)

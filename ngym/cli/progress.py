@@ -9,6 +9,7 @@ else 10), so silence never means "stuck?".
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -101,6 +102,4 @@ def _isatty(stream: TextIO) -> bool:
 
 
 def _columns(stream: TextIO) -> int:
-    import shutil
-
     return shutil.get_terminal_size((80, 24)).columns

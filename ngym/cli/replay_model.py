@@ -5,6 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import uvicorn
+
+from ngym.errors import ConfigError
+from ngym.rollout.replay_model import create_replay_app, example_rollouts_of, read_rows
+from ngym.rollout.scripted_judge import ScriptedJudge
 
 
 @click.command("replay-model", short_help="Serve the offline replay model (OpenAI Responses API).")
@@ -50,11 +55,6 @@ def replay_model(
       ngym replay-model --env example_single_tool_call --port 8010
       ngym rollout example_single_tool_call --data rows.jsonl --model-url http://127.0.0.1:8010/v1
     """
-    import uvicorn
-
-    from ngym.errors import ConfigError
-    from ngym.rollout.replay_model import create_replay_app, example_rollouts_of, read_rows
-    from ngym.rollout.scripted_judge import ScriptedJudge
 
     paths = list(data)
     for name in envs:

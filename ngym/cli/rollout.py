@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
 import click
+from click._termui_impl import ProgressBar
+
+from ngym.cli.progress import Ticker
+from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
 
 
 @click.command(short_help="Roll out a dataset through an environment and a model.")
@@ -93,11 +98,6 @@ def rollout(
       ngym rollout http://127.0.0.1:9000 --data rows.jsonl --model-url https://api.openai.com/v1 \\
           --model gpt-4.1 --api-key-env OPENAI_API_KEY --repeats 4 --resume
     """
-    import logging
-
-    from ngym.cli.progress import Ticker
-    from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Retries are worth seeing: the openai client logs each one ("Retrying request in ...") at INFO.
     logging.getLogger("openai._base_client").setLevel(logging.INFO)
@@ -120,8 +120,9 @@ def rollout(
     rewards: list[float] = []
     failures = 0
     total = [0]
-    bar = None  # shown once the servers are up: an error before that is one line, with no bar drawn
-    ticker = None  # without a terminal: a plain progress line every few seconds instead of a bar
+    # Shown once the servers are up: an error before that is one line, with no bar drawn.
+    bar: ProgressBar[RolloutEvent] | None = None
+    ticker: Ticker | None = None  # without a terminal: a plain progress line every few seconds instead of a bar
 
     def on_start(pending: int) -> None:
         nonlocal bar, ticker

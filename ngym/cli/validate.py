@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import click
+
+from ngym.cli.progress import Ticker
+from ngym.validation import validate as run_validation
 
 
 @click.command(short_help="Check an environment: config, routes, example rewards.")
@@ -16,10 +20,6 @@ def validate(target: str, as_json: bool) -> None:
 
     Exit code 1 when any check fails.
     """
-    import logging
-
-    from ngym.cli.progress import Ticker
-    from ngym.validation import validate as run_validation
 
     logging.getLogger("ngym").setLevel(logging.ERROR)  # handler 500s are expected in the soundness pass
     stage = ["loading"]

@@ -5,16 +5,17 @@ Impure parts: ``build_wheelhouse`` (pip on the host), ``ngym.containerize.build`
 ``ngym.containerize.smoke`` (``--run``). ``containerize(options)`` ties them together for the CLI.
 """
 
-from ngym.containerize.context import Wheelhouse, build_context, build_wheelhouse, context_files
-from ngym.containerize.dockerfile import render_dockerfile, render_requirements
+from ngym.containerize.dockerfile import build_context, context_files, render_dockerfile, render_requirements
 from ngym.containerize.spec import (
     DEFAULT_BASE_IMAGE,
     LOCAL_BASE_IMAGE,
     DistributionSource,
     ImageSpec,
     PluginSource,
+    RunOptions,
     resolve_plugin,
 )
+from ngym.containerize.wheelhouse import Wheelhouse, build_wheelhouse
 
 __all__ = [
     "DEFAULT_BASE_IMAGE",
@@ -22,6 +23,7 @@ __all__ = [
     "DistributionSource",
     "ImageSpec",
     "PluginSource",
+    "RunOptions",
     "Wheelhouse",
     "build_context",
     "build_wheelhouse",

@@ -21,6 +21,9 @@ from ngym.containerize.spec import LABEL_PREFIX, split_tag
 if TYPE_CHECKING:
     import docker
 
+# The docker SDK is an optional dependency (``ngym[docker]``): it is imported in the functions that talk to the
+# engine, so rendering a build context (``--output DIR --no-build``) works without it.
+
 HOW_TO_START = (
     "start one (as root: `dockerd > /tmp/dockerd.log 2>&1 &`, or `systemctl start docker`; "
     "`bash docker/ci-setup.sh` installs and starts one) or point DOCKER_HOST at one"
@@ -126,7 +129,7 @@ def image_python_version(client: docker.DockerClient, base_image: str) -> str | 
         return match.group(1) if match else None
     label = (image.labels or {}).get(f"{LABEL_PREFIX}.python.version")
     if label:
-        return label
+        return str(label)
     match = _PY_TAG_RE.match(base_image)
     if match:
         return match.group(1)
@@ -174,8 +177,8 @@ def build_image(
         error = getattr(exc, "explanation", None) or str(exc)
     if error is None and image_id is None:
         error = "the engine reported no image id"
-    if error is not None:
-        raise ImageBuildError(_failure_message(error, steps, tail))
+    if error is not None or image_id is None:
+        raise ImageBuildError(_failure_message(error or "the engine reported no image id", steps, tail))
     client.api.tag(image_id, repository, name)
     image = client.images.get(image_id)
     return BuiltImage(

@@ -15,6 +15,8 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 
+from ngym.cli import main as ngym_main
+
 OVERRIDES_ENV = "NGYM_OVERRIDES"
 
 
@@ -30,7 +32,6 @@ def command_line(argv: Sequence[str], environ: Mapping[str, str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from ngym.cli import main as ngym_main
 
     ngym_main(command_line(sys.argv[1:] if argv is None else argv, os.environ))
 

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ngym.containerize.build import BuiltImage, build_image, connect, ensure_base_image, image_python_version
-from ngym.containerize.context import Wheelhouse, build_context, build_wheelhouse, host_python_version
+from ngym.containerize.dockerfile import build_context
+from ngym.containerize.manifests import deploy_spec, session_store_source, write_manifests
+from ngym.containerize.pip import host_python_version
 from ngym.containerize.smoke import RunResult, load_example_rollout, run_image
 from ngym.containerize.spec import (
     DEFAULT_BASE_IMAGE,
@@ -26,6 +28,7 @@ from ngym.containerize.spec import (
     resolve_plugin,
     split_tag,
 )
+from ngym.containerize.wheelhouse import Wheelhouse, build_wheelhouse
 
 Log = Callable[[str], None]
 
@@ -72,6 +75,8 @@ class ContainerizeResult:
     run: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     manifests: list[str] = field(default_factory=list)
+    #: ``docker run`` flags the environment needs (its declared run options), e.g. ``--cap-add SYS_ADMIN``
+    docker_run_args: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,6 +96,7 @@ def image_spec(plugin: PluginSource, wheelhouse: Wheelhouse, base_image: str, ng
         code_wheels=wheelhouse.code_wheels,
         installer_wheel=wheelhouse.installer_wheel,
         description=plugin.description,
+        run_options=plugin.run_options,
     )
 
 
@@ -119,9 +125,9 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
         sources.append(DistributionSource(plugin.distribution, plugin.version, plugin.source_dir))
     deploy = None
     if options.compose or options.k8s:
-        from ngym.containerize.manifests import deploy_spec, session_store_source
-
-        deploy = deploy_spec(plugin.name, tag, replicas=options.replicas, base_image=options.base_image)
+        deploy = deploy_spec(
+            plugin.name, tag, replicas=options.replicas, base_image=options.base_image, run_options=plugin.run_options
+        )
         if not deploy.affinity:  # the replicas share sessions through Redis: the image needs the store plugin
             sources.append(session_store_source())
 
@@ -147,10 +153,9 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
             code_wheels=list(wheelhouse.code_wheels),
             dependency_wheels=len(wheelhouse.dependency_wheels),
             notes=notes,
+            docker_run_args=plugin.run_options.docker_args(),
         )
         if deploy is not None:
-            from ngym.containerize.manifests import write_manifests
-
             where = options.manifests_dir or Path.cwd() / f"{deploy.app}-deploy"
             written = write_manifests(deploy, Path(where), compose=options.compose, k8s=options.k8s)
             result.manifests = [str(path) for path in written]

@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ngym.containerize.errors import ContainerRunError
-from ngym.containerize.spec import CONTAINER_PORT, PluginSource
+from ngym.containerize.spec import CONTAINER_PORT, PluginSource, RunOptions
 from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_jsonl, recorded_tool_calls
+from ngym.targets import installed
 
+# The docker SDK is optional (``ngym[docker]``): imported where the engine is used (see ngym.containerize.build).
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
@@ -70,9 +72,7 @@ def example_data_dirs(plugin: PluginSource) -> list[Path]:
     if plugin.source_dir is not None:
         dirs.append(plugin.source_dir / "data")
     try:
-        from ngym.plugins.discovery import find_environment
-
-        package_dir = find_environment(plugin.name).package_dir()
+        package_dir = installed(plugin.name).folder
     except Exception:  # not installed (a bare source directory): the source tree is all there is
         package_dir = None
     if package_dir is not None:
@@ -111,7 +111,8 @@ def drive_rollout(base_url: str, example: ExampleRollout, *, timeout: float = 30
         client.cookies.clear()  # no cookie jar: only the copied cookie travels, exactly as with an agent
         if response.status_code >= 400:
             raise ContainerRunError(f"POST /{route} → HTTP {response.status_code}: {response.text[:500]}")
-        return response.json()
+        answer: dict[str, Any] = response.json()
+        return answer
 
     with httpx.Client(timeout=timeout) as client:
         post(client, "seed_session", example.row)
@@ -132,11 +133,13 @@ def start_container(
     environment: dict[str, str] | None = None,
     name: str | None = None,
     command: list[str] | None = None,
+    run_options: RunOptions = RunOptions(),
 ) -> Container:
     """Run ``image`` detached with its port published on 127.0.0.1 (a free port unless ``host_port``).
 
     ``command`` is appended to the image's entrypoint (``key=value`` config overrides). A random
-    ``NGYM_SESSION_SECRET`` is passed unless ``environment`` sets one.
+    ``NGYM_SESSION_SECRET`` is passed unless ``environment`` sets one. ``run_options``: what the environment
+    declares it needs (user, capabilities, security options).
     """
     env = {"NGYM_SESSION_SECRET": secrets.token_urlsafe(32), **(environment or {})}
     return client.containers.run(
@@ -147,6 +150,7 @@ def start_container(
         environment=env,
         ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", host_port)},
         labels={"dev.ngym.containerize.run": "1"},
+        **run_options.settings(),
     )
 
 
@@ -170,7 +174,7 @@ def wait_healthy(container: Container, timeout: float = 90.0, log: Log = lambda 
             log(f"container {container.name}: {state['Status']}, health {health}")
             last = health
         if health == "healthy":
-            return health
+            return "healthy"
         if state["Status"] in ("exited", "dead") or health == "unhealthy":
             raise ContainerRunError(
                 f"container {container.name} is {health or state['Status']} (exit code {state.get('ExitCode')})\n"
@@ -201,7 +205,7 @@ def run_image(
 ) -> RunResult:
     """Start ``image``, wait for healthy, drive the plugin's first example rollout; remove it unless ``keep``."""
     example = load_example_rollout(plugin)
-    container = start_container(client, image, host_port=host_port)
+    container = start_container(client, image, host_port=host_port, run_options=plugin.run_options)
     try:
         url = published_url(container)
         log(f"container {container.name} ({container.short_id}) at {url}")

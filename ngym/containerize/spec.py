@@ -1,7 +1,7 @@
 """What an image is made of: the plugin being packaged (``PluginSource``) and the full ``ImageSpec``.
 
-``resolve_plugin`` finds an installed environment by its entry-point name (or reads a plugin source directory) and
-records which distribution provides it, its version, domain and where its source tree lives (editable and
+``resolve_plugin`` finds an installed environment by name through ``ngym.targets`` (or reads a plugin source
+directory) and records which distribution provides it, its version, domain and where its source tree lives (editable and
 directory installs are found through the distribution's ``direct_url.json``). ``ImageSpec`` is the pure input of
 the renderers: every value in it is plain data, so the same spec always renders the same Dockerfile.
 """
@@ -14,12 +14,17 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
+from ngym.config import environment_config_fields
 from ngym.containerize.errors import PluginSourceError
+from ngym.domain import resolve_domain
+from ngym.errors import EnvironmentNotFound, PluginError
+from ngym.plugins.entrypoints import ENVIRONMENT_GROUP
+from ngym.suggest import did_you_mean
+from ngym.targets import Environment, installed, installed_names
 
-#: Entry-point group that environments (resources servers) register under.
-ENTRY_POINT_GROUP = "ngym.resources_servers"
 #: The default base image: the official Python slim image users expect. Offline: ``--base-image ngym-base:bookworm``.
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 #: The local base image built by ``docker/build-base-image.sh`` (``make docker-base``).
@@ -35,6 +40,52 @@ _TAG_PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 @dataclass(frozen=True)
+class RunOptions:
+    """What a container of the environment must be started with, as the server class declares it.
+
+    An environment sets ``container_run_options = {"user": "root", "cap_drop": ["ALL"], "cap_add": [...],
+    "security_opt": [...]}`` on its server class (plain data: the server runtime imports nothing from here), e.g.
+    math_with_code, whose sandbox needs root's uid switching and namespaces inside the container. The image's
+    ``USER``, ``--run``, the printed ``docker run`` line and the Compose/Kubernetes manifests all follow it.
+    """
+
+    user: str | None = None  #: the container's user instead of the image's unprivileged one (``root``)
+    cap_add: tuple[str, ...] = ()
+    cap_drop: tuple[str, ...] = ()
+    security_opt: tuple[str, ...] = ()
+
+    @classmethod
+    def declared_by(cls, server_class: object) -> RunOptions:
+        """The options ``server_class.container_run_options`` declares (none: the defaults)."""
+        declared = getattr(server_class, "container_run_options", None) or {}
+        if not isinstance(declared, dict) or not set(declared) <= {"user", "cap_add", "cap_drop", "security_opt"}:
+            raise PluginSourceError(
+                f"{getattr(server_class, '__name__', server_class)}.container_run_options must be a dict with keys "
+                f"user, cap_add, cap_drop, security_opt; got {declared!r}"
+            )
+        lists = {k: tuple(str(v) for v in declared.get(k, ())) for k in ("cap_add", "cap_drop", "security_opt")}
+        return cls(user=declared.get("user"), **lists)
+
+    def settings(self) -> dict[str, Any]:
+        """The options it sets, under the names the docker SDK's ``containers.run`` and a Compose service share
+        (``user``, ``cap_drop``, ``cap_add``, ``security_opt``)."""
+        values: dict[str, Any] = {
+            "user": self.user,
+            "cap_drop": list(self.cap_drop),
+            "cap_add": list(self.cap_add),
+            "security_opt": list(self.security_opt),
+        }
+        return {key: value for key, value in values.items() if value}
+
+    def docker_args(self) -> list[str]:
+        """The ``docker run`` flags, e.g. ``--user root --cap-drop ALL --cap-add SYS_ADMIN``."""
+        args = ["--user", self.user] if self.user else []
+        args += [a for cap in self.cap_drop for a in ("--cap-drop", cap)]
+        args += [a for cap in self.cap_add for a in ("--cap-add", cap)]
+        return args + [a for opt in self.security_opt for a in ("--security-opt", opt)]
+
+
+@dataclass(frozen=True)
 class PluginSource:
     """An environment to package, and where its distribution comes from."""
 
@@ -45,6 +96,7 @@ class PluginSource:
     source_dir: Path | None  #: local source tree (editable / directory install, or the given directory)
     source_url: str  #: for the ``org.opencontainers.image.source`` label
     description: str = ""
+    run_options: RunOptions = RunOptions()
 
 
 @dataclass(frozen=True)
@@ -78,6 +130,7 @@ class ImageSpec:
     uid: int = 10001
     user: str = "ngym"
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
+    run_options: RunOptions = RunOptions()
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.env_name):
@@ -108,6 +161,8 @@ class ImageSpec:
             f"{LABEL_PREFIX}.plugin.distribution": self.distribution,
             f"{LABEL_PREFIX}.version": self.ngym_version,
         }
+        if self.run_options != RunOptions():
+            labels[f"{LABEL_PREFIX}.run.options"] = " ".join(self.run_options.docker_args())
         labels.update(dict(self.extra_labels))
         return labels
 
@@ -139,36 +194,38 @@ def split_tag(tag: str) -> tuple[str, str]:
 
 
 def resolve_plugin(name_or_path: str) -> PluginSource:
-    """Find the environment ``name_or_path``: an installed environment's name, or a plugin source directory."""
+    """The environment to package: an installed one (by name, hook-registered ones included; see
+    ``ngym.targets``) or a plugin source directory (a folder with a ``pyproject.toml``)."""
     path = Path(name_or_path)
     if (path / "pyproject.toml").is_file():
         return _from_source_dir(path.resolve())
-    eps = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name_or_path]
-    if not eps and path.is_dir():
-        raise PluginSourceError(
-            f"{name_or_path}: not a plugin source directory (no pyproject.toml in it) and no installed "
-            "environment has that name"
-        )
-    if not eps:
-        known = sorted({ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)})
-        from ngym.suggest import did_you_mean
-
+    try:
+        env = installed(name_or_path)
+    except EnvironmentNotFound:
+        if path.is_dir():
+            raise PluginSourceError(
+                f"{name_or_path}: not a plugin source directory (no pyproject.toml in it) and no installed "
+                "environment has that name"
+            ) from None
+        known = installed_names()
         hint = did_you_mean(name_or_path, known)
         hint += f" (installed: {', '.join(known)})" if known else "; no environment is installed"
-        raise PluginSourceError(f"no environment named {name_or_path!r}{hint}; or pass a plugin source directory")
-    ep = eps[0]
-    dist = ep.dist
-    if dist is None:
+        raise PluginSourceError(
+            f"no environment named {name_or_path!r}{hint}; or pass a plugin source directory"
+        ) from None
+    if env.distribution is None:
         raise PluginSourceError(f"environment {name_or_path!r}: cannot tell which distribution provides it")
+    dist = metadata.distribution(env.distribution)
     source_dir = distribution_source_dir(dist)
     return PluginSource(
-        name=ep.name,
+        name=env.name,
         distribution=dist.metadata["Name"],
         version=dist.version,
-        domain=_domain_of_entry_point(ep, source_dir),
+        domain=_domain_of(env),
         source_dir=source_dir,
         source_url=_source_url(dist.metadata, source_dir, dist.metadata["Name"], dist.version),
-        description=dist.metadata.get("Summary") or "",
+        description=dist.metadata["Summary"] or "",
+        run_options=_run_options_of(env),
     )
 
 
@@ -203,7 +260,7 @@ def distribution_source_dir(dist: metadata.Distribution) -> Path | None:
     return None
 
 
-def source_dir_from_direct_url(info: dict) -> Path | None:
+def source_dir_from_direct_url(info: dict[str, Any]) -> Path | None:
     """The directory of a ``file://`` URL with ``dir_info`` (editable or not); None for archives and VCS URLs."""
     url = info.get("url", "")
     parsed = urlparse(url)
@@ -218,10 +275,11 @@ def _from_source_dir(path: Path) -> PluginSource:
         project = tomllib.loads((path / "pyproject.toml").read_text())["project"]
     except (KeyError, tomllib.TOMLDecodeError) as exc:
         raise PluginSourceError(f"{path / 'pyproject.toml'}: no readable [project] table ({exc})") from None
-    eps = project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
+    eps = project.get("entry-points", {}).get(ENVIRONMENT_GROUP, {})
     if not eps:
-        raise PluginSourceError(f"{path}: pyproject.toml declares no [project.entry-points.{ENTRY_POINT_GROUP!r}]")
+        raise PluginSourceError(f"{path}: pyproject.toml declares no [project.entry-points.{ENVIRONMENT_GROUP!r}]")
     name = path.name if path.name in eps else sorted(eps)[0]
+    config = path / "configs" / f"{name}.yaml"
     version = project.get("version")
     if not version:
         raise PluginSourceError(f"{path}: pyproject.toml must give a static [project] version")
@@ -231,64 +289,42 @@ def _from_source_dir(path: Path) -> PluginSource:
         name=name,
         distribution=project["name"],
         version=str(version),
-        domain=_config_domain(path, name),
+        domain=_config_domain(config, environment_config_fields(config) if config.is_file() else {}),
         source_dir=path,
         source_url=source_url,
         description=project.get("description", ""),
     )
 
 
-def _domain_of_entry_point(ep: metadata.EntryPoint, source_dir: Path | None) -> str:
+def _domain_of(env: Environment) -> str:
     """The registered server's domain, after the registration rules (``PluginError`` saying why it breaks one).
 
     A class that cannot be imported on this host (e.g. it needs a library only the image has) is still packaged:
-    its domain then comes from its config YAML.
+    its domain then comes from its config.
     """
     try:
-        ep.load()
-    except Exception:
-        return _config_domain(source_dir, ep.name) if source_dir else "other"
-    from ngym.plugins.registry import get_registry
-
-    return get_registry().get(ep.name).domain.value  # an invalid domain, no verify, ...: no image of it
+        env.server_class  # noqa: B018 - imports it
+    except PluginError:
+        return _config_domain(env.config, env.fields)
+    return env.domain.value  # an invalid domain, no verify, ...: no image of it
 
 
-def _config_domain(path: Path, name: str) -> str:
-    """The domain ``configs/<name>.yaml`` declares, checked against ``Domain`` ("other" when it declares none)."""
-    from ngym.domain import Domain
-
-    declared = _domain_from_config(path, name)
-    if declared is None:
-        return "other"
+def _run_options_of(env: Environment) -> RunOptions:
+    """The container run options the server class declares (a class that cannot be imported here: none)."""
     try:
-        return Domain.parse(declared).value
+        server_class = env.server_class
+    except PluginError:  # as for its domain: still packaged, with no options declared
+        return RunOptions()
+    return RunOptions.declared_by(server_class)
+
+
+def _config_domain(config: Path | None, fields: dict[str, Any]) -> str:
+    """The domain a config declares, checked against ``Domain`` ("other" when it declares none)."""
+    try:
+        domain = resolve_domain(fields.get("domain"))
     except ValueError as exc:
-        raise PluginSourceError(f"{path / 'configs' / f'{name}.yaml'}: {exc}") from None
-
-
-def _domain_from_config(path: Path, name: str) -> str | None:
-    """``domain:`` of the server in ``configs/<name>.yaml`` (NeMo Gym shape), if any."""
-    import yaml
-
-    config = path / "configs" / f"{name}.yaml"
-    if not config.is_file():
-        return None
-    try:
-        data = yaml.safe_load(config.read_text())
-    except yaml.YAMLError:
-        return None
-
-    def walk(node: object) -> str | None:
-        if isinstance(node, dict):
-            if isinstance(node.get("domain"), str):
-                return node["domain"]
-            for value in node.values():
-                found = walk(value)
-                if found:
-                    return found
-        return None
-
-    return walk(data)
+        raise PluginSourceError(f"{config}: {exc}") from None
+    return domain.value if domain is not None else "other"
 
 
 def _pick_url(urls: dict[str, str]) -> str | None:
@@ -304,7 +340,7 @@ def _source_url(meta: metadata.PackageMetadata, source_dir: Path | None, name: s
     for entry in meta.get_all("Project-URL") or []:
         key, _, value = entry.partition(",")
         urls[key.strip()] = value.strip()
-    if meta.get("Home-page"):
+    if meta["Home-page"]:
         urls.setdefault("Homepage", meta["Home-page"])
     # no URL declared: a package URL, never a host path (labels are public)
     return _pick_url(urls) or (f"pkg:generic/{name}@{version}" if source_dir else f"pkg:pypi/{name}@{version}")

@@ -1,18 +1,9 @@
-"""ngym's plugin system: pluggy hooks, entry-point discovery and the environment registry."""
+"""ngym's plugin core: the ``ngym_`` hooks (``hookspecs``), the manager that loads hook plugins from entry
+points with failure isolation (``manager``), and the registry of resources servers (``registry``)."""
 
-from typing import Any
+import pluggy
 
-
-def __getattr__(name: str) -> Any:
-    # pluggy is imported on first use of ``hookimpl``: serving an environment from the serve snapshot
-    # (ngym.plugins.snapshot) never touches the plugin system, and its start-up should not pay for it.
-    if name == "hookimpl":
-        import pluggy
-
-        global hookimpl
-        hookimpl = pluggy.HookimplMarker("ngym")
-        return hookimpl
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+#: Marks a hook implementation: ``@ngym.hookimpl def ngym_register_resources_servers(register): ...``
+hookimpl = pluggy.HookimplMarker("ngym")
 
 __all__ = ["hookimpl"]

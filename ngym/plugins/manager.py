@@ -12,7 +12,6 @@ ngym's own plugins (``BUILTIN_PLUGINS``) are registered on every manager, the wa
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,14 +21,16 @@ from typing import Any
 
 import pluggy
 
+from ngym import __version__
 from ngym.errors import PluginError
-from ngym.plugins import hookspecs
+from ngym.plugins import entrypoints, hookspecs
+from ngym.plugins.entrypoints import installed_entry_points
 
 HOOK_PLUGIN_GROUP = "ngym"
 STRICT_ENV = "NGYM_STRICT_PLUGINS"
 #: ngym's own hook plugins, registered on every manager (``entrypoints`` registers the
 #: ``ngym.resources_servers`` entry points, built-in environments and third-party ones alike).
-BUILTIN_PLUGINS: tuple[str, ...] = ("ngym.plugins.entrypoints",)
+BUILTIN_PLUGINS: tuple[ModuleType, ...] = (entrypoints,)
 
 
 def strict_mode() -> bool:
@@ -59,15 +60,6 @@ class PluginProblem:
     def line(self) -> str:
         dist = f"{self.distribution} {self.version or ''}".strip() if self.distribution else "no distribution"
         return f"{self.kind} {self.plugin!r} ({dist}): {self.reason}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "plugin": self.plugin,
-            "kind": self.kind,
-            "distribution": self.distribution,
-            "version": self.version,
-            "reason": self.reason,
-        }
 
 
 def origin_of_entry_point(ep: metadata.EntryPoint) -> Origin:
@@ -118,39 +110,22 @@ class NgymPluginManager(pluggy.PluginManager):
         self.origins[name] = origin
         return True
 
-    def load_hook_plugins(
-        self, entry_points: Iterable[metadata.EntryPoint] | None = None, only_hooks: frozenset[str] | None = None
-    ) -> None:
-        """Import and register every plugin of the ``ngym`` entry-point group, each on its own.
-
-        With ``only_hooks``, a plugin the hook cache knows implements none of those hooks is not imported.
-        """
-        from ngym.plugins.cache import HOOKS_FILE, InspectionCache, cache_dir, hook_plugin_key
-
-        if entry_points is None:
-            entry_points = metadata.entry_points(group=HOOK_PLUGIN_GROUP)
-        cache = InspectionCache(cache_dir() / HOOKS_FILE)
-        for ep in entry_points:
+    def load_hook_plugins(self, entry_points: Iterable[metadata.EntryPoint] | None = None) -> None:
+        """Import and register every plugin of the ``ngym`` entry-point group, each on its own."""
+        for ep in entry_points if entry_points is not None else installed_entry_points(HOOK_PLUGIN_GROUP):
             origin = origin_of_entry_point(ep)
             if self.has_plugin(ep.name):
-                continue
-            key = hook_plugin_key(origin.distribution, origin.version, ep.name, ep.value)
-            known = cache.get(key) if key is not None else None
-            if only_hooks is not None and known is not None and not only_hooks & set(known.get("hooks", [])):
                 continue
             try:
                 plugin = ep.load()
             except Exception as exc:
                 self.report(PluginProblem(ep.name, origin.distribution, origin.version, describe_exception(exc)))
                 continue
-            if self.add_plugin(plugin, ep.name, origin) and key is not None:
-                cache.put(key, {"hooks": self.hooks_of(plugin)})
-        cache.save()
+            self.add_plugin(plugin, ep.name, origin)
 
     def register_builtins(self) -> None:
-        for module_name in BUILTIN_PLUGINS:
-            module: ModuleType = importlib.import_module(module_name)
-            self.add_plugin(module, module_name, Origin("ngym", _ngym_version()))
+        for module in BUILTIN_PLUGINS:
+            self.add_plugin(module, module.__name__, Origin("ngym", __version__))
 
     def origin(self, plugin_name: str) -> Origin:
         return self.origins.get(plugin_name, Origin(distribution=None, version=None))
@@ -160,29 +135,21 @@ class NgymPluginManager(pluggy.PluginManager):
         return sorted(caller.name for caller in self.get_hookcallers(plugin) or [])
 
 
-def _ngym_version() -> str:
-    from ngym import __version__
-
-    return __version__
-
-
 def make_plugin_manager(
     *,
     load_entry_points: bool = True,
     plugins: Iterable[tuple[str, Any]] = (),
     builtins: bool = True,
-    only_hooks: frozenset[str] | None = None,
 ) -> NgymPluginManager:
     """A fresh manager: ngym's built-in plugins, the installed hook plugins, then ``plugins`` (name, object).
 
-    Tests pass ``load_entry_points=False`` and their inline plugins. ``only_hooks`` skips installed hook
-    plugins known (from the hook cache) to implement none of those hooks.
+    Tests pass ``load_entry_points=False`` and their inline plugins.
     """
     pm = NgymPluginManager()
     if builtins:
         pm.register_builtins()
     if load_entry_points:
-        pm.load_hook_plugins(only_hooks=only_hooks)
+        pm.load_hook_plugins()
     for name, plugin in plugins:
         pm.add_plugin(plugin, name)
     return pm

@@ -23,22 +23,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from ngym.config import default_instance_name, environment_config_fields, module_file
 from ngym.domain import Domain
 from ngym.errors import EnvironmentNotFound, PluginError
-from ngym.plugins.cache import module_file
+from ngym.plugins.entrypoints import forget_installed
 from ngym.plugins.manager import (
     NgymPluginManager,
     Origin,
     PluginProblem,
     describe_exception,
     get_plugin_manager,
-    make_plugin_manager,
     origin_of_entry_point,
     strict_mode,
 )
-from ngym.server.rules import validate_server_class
+from ngym.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
@@ -108,8 +108,6 @@ class ServerEntry:
         config = self.config_file()
         if config is None:
             return {}
-        from ngym.config import environment_config_fields
-
         return environment_config_fields(config, overrides)
 
 
@@ -149,8 +147,6 @@ class Register:
                 raise PluginError(f"{server}: a server registered by its 'module:Class' target needs name=")
             entry = ServerEntry(name, server, self._origin, _domain_text(domain), description)
         else:
-            from ngym.server.resources import default_instance_name
-
             name = name or default_instance_name(server)
             target = f"{getattr(server, '__module__', '?')}:{getattr(server, '__qualname__', server)}"
             entry = ServerEntry(name, target, self._origin, _domain_text(domain), description, server_class=server)
@@ -239,6 +235,10 @@ class Registry:
         try:
             cls = entry.server_class if entry.server_class is not None else _import_target(entry.target)
             fields = entry.config_fields() if entry.server_class is None else {}
+            # Imported here, not at the top: the rules import the server runtime (FastAPI, ~0.4 s), which a
+            # warm `ngym list` (every row from its cache) never needs. Measured: bench/bench_list.py.
+            from ngym.server.rules import validate_server_class
+
             domain, config_class = validate_server_class(
                 cls, name=entry.name, domain=entry.declared_domain, config_fields=fields
             )
@@ -248,16 +248,15 @@ class Registry:
         except Exception as exc:
             entry.error = f"{entry.name}: cannot load {entry.target}: {describe_exception(exc)}"
             return None
-        description = entry.declared_description or cls.describe() or ""
+        server_class = cast("type[SimpleResourcesServer]", cls)  # validate_server_class checked it
+        description = entry.declared_description or server_class.describe() or ""
         entry.spec = ServerSpec(
-            entry.name, cls, domain, config_class, entry.distribution, entry.version, description
+            entry.name, server_class, domain, config_class, entry.distribution, entry.version, description
         )
         return entry.spec
 
     def entry(self, name: str) -> ServerEntry:
         if name not in self.entries:
-            from ngym.suggest import did_you_mean
-
             known = ", ".join(sorted(self.entries)) or "none installed"
             hint = did_you_mean(name, self.entries)
             raise EnvironmentNotFound(f"no environment named {name!r} is installed{hint} (installed: {known})")
@@ -271,8 +270,9 @@ class Registry:
         entry = self.entry(name)
         spec = self.load(entry)
         if spec is None:
-            raise PluginError(f"environment {name!r} ({entry.distribution or 'no distribution'}) is broken: "
-                              f"{entry.error}")
+            raise PluginError(
+                f"environment {name!r} ({entry.distribution or 'no distribution'}) is broken: {entry.error}"
+            )
         return spec
 
     def all_entries(self) -> list[ServerEntry]:
@@ -280,7 +280,7 @@ class Registry:
         return sorted([*self.entries.values(), *self.clashes], key=lambda e: (e.name, e.distribution or ""))
 
 
-def _import_target(target: str) -> type:
+def _import_target(target: str) -> Any:
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
     obj: Any = module
@@ -289,21 +289,9 @@ def _import_target(target: str) -> type:
     return obj
 
 
-#: The hooks the registry calls: only hook plugins implementing them are imported to build it.
-REGISTRY_HOOKS = frozenset({"ngym_register_resources_servers"})
-
-
 def build_registry(pm: NgymPluginManager | None = None) -> Registry:
-    """A registry filled by every plugin's ``ngym_register_resources_servers`` (strict mode raises).
-
-    Without ``pm``: the process-wide manager when it is already loaded, else one that imports only the
-    hook plugins that (per the hook cache) implement a registry hook.
-    """
-    if pm is None:
-        pm = get_plugin_manager() if get_plugin_manager.cache_info().currsize else make_plugin_manager(
-            only_hooks=REGISTRY_HOOKS
-        )
-    registry = Registry(pm)
+    """A registry filled by every plugin's ``ngym_register_resources_servers`` (strict mode raises)."""
+    registry = Registry(pm or get_plugin_manager())
     registry.run_hooks()
     return registry
 
@@ -323,17 +311,5 @@ def reset_registry() -> None:
     """Forget the process-wide registry and plugin manager (after installing or uninstalling a plugin)."""
     global _registry
     _registry = None
+    forget_installed()
     get_plugin_manager.cache_clear()  # plugin commands are computed per manager: a new one recomputes them
-
-
-__all__ = [
-    "ServerSpec",
-    "ServerEntry",
-    "Register",
-    "Registry",
-    "build_registry",
-    "get_registry",
-    "reset_registry",
-    "validate_server_class",
-    "strict_mode",
-]

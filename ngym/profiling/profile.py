@@ -6,6 +6,7 @@ gevent-patches the process (``profile()`` does so first thing).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -13,7 +14,8 @@ from pathlib import Path
 
 from ngym.errors import ConfigError
 from ngym.profiling.report import ProfileResult
-from ngym.profiling.sweep import SweepResult
+from ngym.profiling.sweep import SweepResult, SweepStep
+from ngym.targets import is_url
 
 #: The longest load run (or sweep step) ngym profile accepts: load is always bounded.
 MAX_DURATION_S = 3600.0
@@ -50,8 +52,6 @@ class ProfileOptions:
 
 def parse_duration(text: str) -> float:
     """``"30s"``, ``"2m"``, ``"1m30s"``, ``"45"`` (seconds) → seconds."""
-    import re
-
     text = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", text):
         return float(text)
@@ -67,7 +67,7 @@ def profile(
 ) -> tuple[ProfileResult | None, SweepResult | None]:
     """Run ``ngym profile``: one load run (``ProfileResult``) or a sweep (``SweepResult``)."""
     from ngym.profiling import runner  # noqa: I001 - first: Locust gevent-patches the process
-    from ngym.child_server import is_url, serve_environment
+    from ngym.child_server import serve_environment
     from ngym.profiling.scenario import load_rows, resolve_scenario
     from ngym.profiling.sweep import run_sweep, user_steps, write_json, write_plot
     from ngym.profiling.target import resolve_target, resolve_url_target
@@ -114,8 +114,6 @@ def profile(
         steps = options.sweep_users or user_steps(options.users)
 
         def on_step(step: object) -> None:
-            from ngym.profiling.sweep import SweepStep
-
             assert isinstance(step, SweepStep)
             say(
                 f"  step {step.users} users: {step.result.rollouts_per_s:.1f} rollouts/s, p99 {step.p99_ms:.0f} ms, "

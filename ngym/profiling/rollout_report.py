@@ -80,7 +80,7 @@ def reward_histogram(rewards: list[float], bins: int = 10) -> list[int]:
 
 
 def _svg(fig: object) -> str:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional (ngym[profile]); _charts has imported it already
 
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", bbox_inches="tight")  # type: ignore[attr-defined]
@@ -90,7 +90,7 @@ def _svg(fig: object) -> str:
 
 
 def _charts(tracker: RolloutTracker, duration_s: float) -> dict[str, str]:
-    import matplotlib
+    import matplotlib  # here, not at the top: matplotlib is optional (ngym[profile]), ~0.5 s to import
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

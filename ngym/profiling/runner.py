@@ -27,6 +27,7 @@ from locust.env import Environment
 from locust.html import get_html_report
 
 from ngym.profiling.report import EndpointStats, ErrorCount, ProfileResult, percentile
+from ngym.profiling.rollout_report import write_rollout_report
 from ngym.profiling.scenario import Scenario
 from ngym.profiling.user import RolloutTracker, rollout_user_class
 
@@ -134,7 +135,8 @@ def run_load(
         csv_writer.exceptions_flush()
         csv_writer.close_files()
         html_path = report_dir / f"{report_prefix}.html"
-        html_path.write_text(get_html_report(env, show_download_link=False), encoding="utf-8")
+        html = get_html_report(env, show_download_link=False)  # type: ignore[no-untyped-call]  # Locust is untyped
+        html_path.write_text(html, encoding="utf-8")
         reports["html"] = str(html_path)
         reports["csv"] = str(report_dir / f"{report_prefix}_stats.csv")
 
@@ -165,8 +167,6 @@ def run_load(
         reports=reports,
     )
     if report_dir is not None:
-        from ngym.profiling.rollout_report import write_rollout_report
-
         page = write_rollout_report(result, tracker, report_dir, report_prefix)
         result.reports = {"rollouts": str(page), **reports}
     return result

@@ -25,6 +25,7 @@ from ngym.examples import (
     read_jsonl,
     recorded_tool_calls,
 )
+from ngym.plugins.manager import get_plugin_manager
 
 #: The response sent to /verify for a row that has no recorded rollout: a valid Responses object, no output.
 EMPTY_RESPONSE: dict[str, Any] = {
@@ -76,7 +77,7 @@ class RecordedRolloutScenario:
         try:
             for call in recorded_tool_calls(response):
                 session.post(f"/{call.name}", call.arguments)
-            verified = session.post("/verify", {**data, "response": response or EMPTY_RESPONSE})
+            verified: dict[str, Any] | None = session.post("/verify", {**data, "response": response or EMPTY_RESPONSE})
         except RolloutFailed:
             # Free the session, then report the first failure. (Not on other exceptions: a user being
             # stopped mid-request must not start another request.)
@@ -108,8 +109,6 @@ def data_file_in(folder: Path) -> Path | None:
 def resolve_scenario(name: str | None) -> Scenario:
     """The scenario a plugin supplies for environment ``name`` (hook ``ngym_profile_scenario``), else the default."""
     if name:
-        from ngym.plugins.manager import get_plugin_manager
-
         supplied = get_plugin_manager().hook.ngym_profile_scenario(name=name)
         if isinstance(supplied, type):  # a scenario class: one instance serves every user
             supplied = supplied()

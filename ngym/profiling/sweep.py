@@ -148,9 +148,9 @@ def run_sweep(
 
 def write_plot(sweep: SweepResult, path: Path, title: str) -> Path:
     """A PNG of rollouts/s (left axis) and p99 latency (right axis) against users."""
-    import matplotlib.pyplot as plt
-
     fig, _label, _target = sweep_figure(sweep, title)
+    import matplotlib.pyplot as plt  # optional (see sweep_figure), and sweep_figure has just imported it
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
@@ -159,7 +159,7 @@ def write_plot(sweep: SweepResult, path: Path, title: str) -> Path:
 
 def sweep_figure(sweep: SweepResult, title: str) -> tuple[Any, Any, Any]:
     """The sweep's figure, its capacity label (or None) and the p99 target line (tests check they do not meet)."""
-    try:
+    try:  # here, not at the top: matplotlib is optional (ngym[profile]) and only --sweep plots (~0.5 s to import)
         import matplotlib
     except ImportError:
         raise ConfigError("the sweep's plot needs matplotlib: pip install 'ngym[profile]'") from None
@@ -205,8 +205,8 @@ def sweep_figure(sweep: SweepResult, title: str) -> tuple[Any, Any, Any]:
     for step in sweep.steps:
         if not step.met:
             left.axvline(step.users, color="grey", alpha=0.4, linewidth=6)
-    lines = [line for line in left.get_lines() + right.get_lines() if not line.get_label().startswith("_")]
-    left.legend(lines, [line.get_label() for line in lines], loc="lower right", fontsize=8)
+    lines = [line for line in left.get_lines() + right.get_lines() if not str(line.get_label()).startswith("_")]
+    left.legend(lines, [str(line.get_label()) for line in lines], loc="lower right", fontsize=8)
     left.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig, label, target

@@ -1,8 +1,9 @@
 """What ``ngym profile`` loads: a URL it is given, or an environment it starts itself and stops afterwards.
 
-Given an installed environment name or a config file, the environment is served by ``ngym run`` in a child
-process on 127.0.0.1 and a free port (``ngym.child_server.serve_environment``); the load test starts once
-``GET /health`` answers, and the child is stopped (SIGTERM, then SIGKILL) when the test ends, however it ends.
+Given an environment (an installed name, a config file or a folder: see ``ngym.targets``), it is served by
+``ngym run`` in a child process on 127.0.0.1 and a free port (``ngym.child_server.serve_environment``); the load
+test starts once ``GET /health`` answers, and the child is stopped (SIGTERM, then SIGKILL) when the test ends,
+however it ends.
 Given a URL, that server is the target.
 The profile data (dataset rows or example rollouts) comes from ``--data`` or from the environment's folder.
 """
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ngym.child_server import fetch_health
-from ngym.errors import ConfigError
+from ngym.errors import ConfigError, EnvironmentNotFound
+from ngym.profiling.scenario import data_file_in
+from ngym.targets import installed, resolve
 
 
 @dataclass
@@ -25,38 +28,21 @@ class ProfileTarget:
     data: Path
 
 
-def _config_instance(path: Path) -> tuple[str | None, Path | None]:
-    """The first resources-server instance's name in a config file, and its environment folder."""
-    from ngym.config import instances_from_files
-
-    instances = [i for i in instances_from_files([path], []) if i.server_type == "resources_servers"]
-    if not instances:
-        raise ConfigError(f"{path}: no resources_servers instance to profile")
-    return instances[0].name, instances[0].entrypoint_base()
-
-
 def _installed_folder(name: str) -> Path | None:
-    from ngym.plugins.discovery import environment_entries
-
-    entry = environment_entries().get(name)
-    return entry.package_dir() if entry is not None else None
+    try:
+        return installed(name).folder
+    except EnvironmentNotFound:
+        return None
 
 
 def environment_identity(target: str) -> tuple[str | None, Path | None]:
-    """The environment's name (for the scenario hook) and folder (for default data) of a name or config file."""
-    path = Path(target)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
-        return _config_instance(path)
-    from ngym.plugins.discovery import find_environment
-
-    entry = find_environment(target)  # EnvironmentNotFound (exit 2) names the installed ones
-    return entry.name, entry.package_dir()
+    """The environment's name (for the scenario hook) and folder (for default data) of a target."""
+    environment = resolve(target)  # EnvironmentNotFound (exit 2) names the installed ones
+    return environment.name, environment.folder
 
 
 def default_data(name: str | None, folder: Path | None, shown: str) -> Path:
     """``data/example_rollouts.jsonl`` (else ``data/example.jsonl``) of the environment's folder."""
-    from ngym.profiling.scenario import data_file_in
-
     for candidate_folder in (folder, _installed_folder(name) if name else None):
         if candidate_folder is not None:
             found = data_file_in(candidate_folder)

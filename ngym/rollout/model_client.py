@@ -15,9 +15,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import openai
+from openai import AsyncOpenAI
 from pydantic import ValidationError
 
 from ngym.rollout.errors import ModelError
+from ngym.server.protocol import Response
 
 log = logging.getLogger("ngym.rollout")
 
@@ -45,8 +48,6 @@ class ModelClient:
         timeout: float = 120.0,
         max_retries: int = 4,
     ) -> None:
-        from openai import AsyncOpenAI
-
         self.base_url = base_url
         self.model = model
         self.max_retries = max_retries
@@ -71,10 +72,6 @@ class ModelClient:
 
     async def create(self, params: dict[str, Any], input_items: list[Any]) -> ModelReply:
         """``POST /responses`` with the row's parameters and the accumulated ``input``."""
-        import openai
-
-        from ngym.server.protocol import Response
-
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for key, value in params.items():

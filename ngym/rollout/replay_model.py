@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse
 
 from ngym.examples import read_jsonl
 from ngym.rollout.scripted_judge import ScriptedJudge
+from ngym.targets import resolve
 
 REPLAY_MODEL_NAME = "replay"
 
@@ -271,8 +272,4 @@ def create_replay_app(rows: Iterable[dict[str, Any]] = (), judge: ScriptedJudge 
 
 def example_rollouts_of(name: str) -> Path | None:
     """An installed environment's ``data/example_rollouts.jsonl``, if it ships one."""
-    from ngym.plugins.discovery import find_environment
-
-    folder = find_environment(name).package_dir()
-    path = folder / "data" / "example_rollouts.jsonl" if folder else None
-    return path if path is not None and path.is_file() else None
+    return resolve(name).data_file("example_rollouts.jsonl")

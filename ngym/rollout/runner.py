@@ -23,12 +23,17 @@ from typing import Any
 
 import httpx
 
-from ngym.child_server import is_url, serve_environment
+from ngym.child_server import serve_environment
 from ngym.errors import ConfigError
 from ngym.examples import read_jsonl
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_rollout
 from ngym.rollout.errors import RolloutError
+from ngym.rollout.model_client import ModelClient
+from ngym.rollout.replay_model import ReplayIndex, create_replay_app, example_rollouts_of, input_items
+from ngym.rollout.replay_model import read_rows as read_replay_rows
+from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from ngym.targets import is_url, resolve
 
 log = logging.getLogger("ngym.rollout")
 
@@ -150,9 +155,7 @@ def _environment(options: RolloutOptions, model_url: str) -> Iterator[str]:
         _check_reachable(url)
         yield url
         return
-    from ngym.plugins.discovery import find_environment
-
-    find_environment(options.target)  # a clear error for a misspelt name, before starting anything
+    resolve(options.target)  # a clear error for a misspelt name, before starting anything
     with serve_environment(options.target, overrides=overrides) as url:
         yield url
 
@@ -166,9 +169,6 @@ def _model_server(options: RolloutOptions, rows: list[dict[str, Any]]) -> Iterat
             )
         yield options.model_url
         return
-    from ngym.rollout.replay_model import create_replay_app
-    from ngym.rollout.replay_model import read_rows as read_replay_rows
-    from ngym.rollout.thread_server import serve_app_in_thread
 
     recordings = replay_recordings(options)
     replay_rows = [*rows, *read_replay_rows(recordings)]
@@ -180,8 +180,6 @@ def _model_server(options: RolloutOptions, rows: list[dict[str, Any]]) -> Iterat
 def replay_recordings(options: RolloutOptions) -> list[Path]:
     """The recorded rollouts ``--model replay`` replays: ``--replay-data``, else the installed environment's
     ``data/example_rollouts.jsonl``, else an ``example_rollouts.jsonl`` beside ``--data`` (a URL target)."""
-    from ngym.rollout.replay_model import example_rollouts_of
-
     if options.replay_data:
         missing = [str(p) for p in options.replay_data if not Path(p).is_file()]
         if missing:
@@ -197,8 +195,6 @@ def replay_recordings(options: RolloutOptions) -> list[Path]:
 
 def check_replayable(rows: list[dict[str, Any]], replay_rows: list[dict[str, Any]], recordings: list[Path]) -> None:
     """Fail before any rollout when the replay model has nothing to say to any row of --data."""
-    from ngym.rollout.replay_model import ReplayIndex, input_items
-
     index = ReplayIndex()
     index.add_rows(replay_rows)
     if not rows or any(index.match(input_items(row)) is not None for row in rows):
@@ -239,7 +235,6 @@ async def _run(
     on_event: Callable[[RolloutEvent], None] | None,
     on_start: Callable[[int], None] | None = None,
 ) -> RolloutSummary:
-    from ngym.rollout.model_client import ModelClient
 
     api_key = os.environ.get(options.api_key_env) if options.api_key_env else None
     if options.api_key_env and api_key is None:

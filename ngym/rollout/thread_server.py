@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import uvicorn
+
 from ngym.rollout.errors import RolloutError
 
 
 @contextmanager
 def serve_app_in_thread(app: Any, host: str = "127.0.0.1", timeout: float = 30.0) -> Iterator[str]:
     """Serve an ASGI app with uvicorn on a free port in a daemon thread; yields ``http://host:port``."""
-    import uvicorn
 
     config = uvicorn.Config(app, host=host, port=0, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)

@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
-from pydantic import ValidationError
 
-from ngym.domain import Domain
 from ngym.errors import ConfigError, PluginError
 from ngym.plugins import manager as plugin_manager
 from ngym.server.resources import SimpleResourcesServer
@@ -33,8 +31,8 @@ class ServeSpec:
     target: str
     name: str
     fields: dict[str, Any] = field(default_factory=dict)
-    #: False when the serve snapshot knows that no installed plugin implements ``ngym_extend_app``: the app
-    #: is then built without loading the plugin system at all.
+    #: False when no hook plugin is installed (``ngym.targets``), so none can implement ``ngym_extend_app``:
+    #: the app is then built without loading the plugin system at all.
     app_plugins: bool = True
 
     def to_json(self) -> str:
@@ -94,33 +92,11 @@ def load_server_class(target: str) -> type[SimpleResourcesServer]:
 def build_server(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None) -> SimpleResourcesServer:
     """Instantiate the server with its validated config (errors become one readable ConfigError)."""
     cls = cls or load_server_class(spec.target)
-    try:  # a class may declare its domain as a plain string ("agent"): parse it like the config's
-        declared = Domain.parse(cls.domain) if cls.domain is not None else None
-    except ValueError as exc:
-        raise ConfigError(f"{spec.name}: {cls.__name__}: {exc}") from None
-    config_cls = cls.config_class()
     fields = {**spec.fields, "name": spec.fields.get("name") or spec.name}
-    if "domain" in fields and fields["domain"] is not None:
-        try:
-            fields["domain"] = Domain.parse(fields["domain"])
-        except ValueError as exc:
-            raise ConfigError(f"{spec.name}: {exc}") from None
-    try:
-        config = config_cls.model_validate(fields)
-    except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()]
-        raise ConfigError(f"{spec.name}: invalid config: " + "; ".join(lines)) from None
-    if declared is not None and config.domain is not None and declared != config.domain:
-        raise ConfigError(
-            f"{spec.name}: config says domain {config.domain.value!r} but {cls.__name__} declares {declared.value!r}"
-        )
-    if config.domain is None and declared is None:
-        valid = ", ".join(d.value for d in Domain)
-        raise ConfigError(f"{spec.name}: no domain: set 'domain:' in its config or on {cls.__name__} (one of {valid})")
-    # The registration rules again (a real async verify, ...): the class may have changed since it was
-    # registered, and ``ngym run`` of a broken class should say why, not serve 500s.
-    validate_server_class(cls, name=spec.name, domain=config.domain, config_fields=fields)
-    return cls(config=config)
+    # The registration rules (the one domain decision, the config, a real async verify) on the class about to
+    # be served: it may have changed since it was registered.
+    domain, config_cls = validate_server_class(cls, name=spec.name, config_fields=fields, config_error=ConfigError)
+    return cls(config=config_cls.model_validate({**fields, "domain": domain}))
 
 
 def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> FastAPI:
@@ -132,6 +108,11 @@ def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> Fas
     if app_plugins:
         plugin_manager.get_plugin_manager().hook.ngym_extend_app(app=app, server=server)
     put_tool_routes_first(app)
+    if server.config.expose_tools_over_mcp:  # after the plugins: their tool routes are exposed too
+        # Imported here: it brings httpx and the mcp SDK, which servers without the flag never load.
+        from ngym.server import mcp_exposure
+
+        mcp_exposure.install(server, app)
     return app
 
 
@@ -159,5 +140,3 @@ def create_app(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None) 
 def app_from_env() -> FastAPI:
     """uvicorn factory for worker processes: the spec comes from ``NGYM_SERVE_SPEC``."""
     return create_app(ServeSpec.from_json(os.environ[SPEC_ENV]))
-
-

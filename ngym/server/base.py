@@ -19,6 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from ngym.domain import Domain
 
+#: ``run_webserver``'s keyword overrides (JSON) travel to ``ngym.server.host`` in this variable, never on its command
+#: line: they may hold session_secret, and any process on the host can read every command line in /proc.
+CLASS_OVERRIDES_ENV = "NGYM_CLASS_OVERRIDES"
+
 
 class BaseServerConfig(BaseModel):
     """Fields every server instance has. Unknown keys from the YAML (``datasets``, ...) are kept."""
@@ -69,13 +73,14 @@ class SimpleServer(BaseServer):
         This process becomes ``python -m ngym.server.host --class FILE:CLASS`` (``exec``: the same process id,
         so supervisors and signals see one process), which imports the class's file as a module, as
         ``ngym run app.py`` does. (The host builds servers from these classes, so it cannot be imported here.)
+        The keyword overrides go in ``NGYM_CLASS_OVERRIDES``, not on that command line.
         """
         script = cls.__module__ == "__main__"
         target = f"{inspect.getfile(cls)}:{cls.__name__}" if script else f"{cls.__module__}:{cls.__qualname__}"
-        fields = json.dumps(overrides)
+        os.environ[CLASS_OVERRIDES_ENV] = json.dumps(overrides)
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "ngym.server.host", "--class", target, fields, *sys.argv[1:]])
+        os.execv(sys.executable, [sys.executable, "-m", "ngym.server.host", "--class", target, *sys.argv[1:]])
 
 
 def secret_value(secret: SecretStr | str | None) -> str | None:

@@ -22,10 +22,11 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from ngym.config import apply_overrides, instances_from_files, split_overrides
+from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
 from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class
-from ngym.server.resources import SimpleResourcesServer, default_instance_name
+from ngym.server.base import CLASS_OVERRIDES_ENV
+from ngym.server.resources import SimpleResourcesServer
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 
 log = logging.getLogger("ngym.serve")
@@ -77,6 +78,7 @@ def _graceful_server(config: Any) -> Any:
     uvicorn re-raises the signal once it has shut down (exit status -15 or 130), which supervisors read as
     a crash; ngym has already closed every session by then, so a clean stop is reported as one.
     """
+
     class GracefulServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             super().handle_exit(sig, frame)
@@ -132,8 +134,10 @@ def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = Fals
     """Serve several specs, one child process each; stop them all on SIGINT/SIGTERM or when one dies."""
     children: list[subprocess.Popen[bytes]] = []
     for spec in specs:
-        cmd = [sys.executable, "-m", "ngym.server.host", spec.to_json(), str(workers), "1" if access_log else "0"]
-        children.append(subprocess.Popen(cmd))
+        # The spec (which may hold session_secret) goes through the environment, never the command line: any
+        # process on the host can read every command line in /proc.
+        cmd = [sys.executable, "-m", "ngym.server.host", str(workers), "1" if access_log else "0"]
+        children.append(subprocess.Popen(cmd, env={**os.environ, SPEC_ENV: spec.to_json()}))
 
     def stop(_signum: int, _frame: Any) -> None:
         for child in children:
@@ -171,13 +175,15 @@ def run_server_class(target: str, overrides: dict[str, Any], argv: list[str]) ->
 
 
 def main(argv: list[str]) -> None:
-    """``python -m ngym.server.host``: ``--class TARGET FIELDS_JSON [key=value ...]`` (from ``run_webserver``),
-    or ``SPEC_JSON WORKERS ACCESS_LOG`` (a child of ``serve_many``)."""
+    """``python -m ngym.server.host``: ``--class TARGET [key=value ...]`` (from ``run_webserver``; its keyword
+    overrides' JSON in ``NGYM_CLASS_OVERRIDES``) or ``WORKERS ACCESS_LOG`` (a child of ``serve_many``; the spec's JSON
+    in ``NGYM_SERVE_SPEC``). Neither puts a config, which may hold session_secret, on the command line."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if argv[:1] == ["--class"]:
-        run_guarded(lambda: run_server_class(argv[1], json.loads(argv[2]), argv[3:]))
+        overrides = os.environ.pop(CLASS_OVERRIDES_ENV, "{}")  # popped: the uvicorn workers need not see it
+        run_guarded(lambda: run_server_class(argv[1], json.loads(overrides), argv[2:]))
     else:
-        run_guarded(lambda: serve_one(ServeSpec.from_json(argv[0]), int(argv[1]), argv[2] == "1"))
+        run_guarded(lambda: serve_one(ServeSpec.from_json(os.environ.pop(SPEC_ENV)), int(argv[0]), argv[1] == "1"))
 
 
 if __name__ == "__main__":

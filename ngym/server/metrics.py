@@ -3,7 +3,9 @@
 Every numeric or boolean top-level field of a verify response (``reward``, ``accuracy``, ...) gets
 ``mean/<field>``, ``max/<field>``, ``min/<field>``, ``median/<field>`` and ``std/<field>`` (sample standard
 deviation; 0 for a single value). Tasks are grouped by ``_ng_task_index``; ``pass@k/<field>`` is added for
-binary fields (the unbiased estimator over each task's rollouts), as NeMo Gym's pass@k does.
+binary fields (the unbiased estimator over each task's rollouts), as NeMo Gym's pass@k does. Masked samples
+(``mask_sample``) are left out and counted in ``coverage/*``; an environment adds its own metrics and picks its
+key metrics with the ``compute_metrics`` / ``get_key_metrics`` hooks (NeMo Gym's names).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from ngym.server.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, AggregateMetrics
@@ -62,14 +65,64 @@ def pass_at_k(per_task: list[list[float]]) -> dict[str, float]:
     return result
 
 
+MASK_SAMPLE_KEY = "mask_sample"
+#: Verify-response fields that are flags or bookkeeping, not measurements: never summarised.
+_NOT_MEASURED = {MASK_SAMPLE_KEY}
+
+ComputeMetrics = Callable[[list[list[dict[str, Any]]]], dict[str, Any]]
+GetKeyMetrics = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def default_key_metrics(agent_metrics: dict[str, Any], key_fields: tuple[str, ...] = ("reward",)) -> dict[str, Any]:
+    """Every statistic of the key fields (``mean/reward``, ``pass@4/reward``, ...)."""
+    return {name: value for name, value in agent_metrics.items() if name.split("/")[-1] in key_fields}
+
+
+def group_by_task(verify_responses: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Verify responses grouped by ``_ng_task_index`` (missing counts as 0), in task order: what
+    ``compute_metrics`` receives."""
+    groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for response in verify_responses:
+        groups[response.get(TASK_INDEX_KEY, 0)].append(response)
+    return [groups[index] for index in sorted(groups)]
+
+
+def coverage(all_responses: list[dict[str, Any]], scored: list[dict[str, Any]]) -> dict[str, int]:
+    """How much of the run the quality metrics were computed from; {} when nothing was masked (NeMo's keys)."""
+    if len(scored) == len(all_responses):
+        return {}
+    measured_tasks = {r.get(TASK_INDEX_KEY, 0) for r in scored}
+    all_tasks = {r.get(TASK_INDEX_KEY, 0) for r in all_responses}
+    return {
+        "coverage/measured_rollouts": len(scored),
+        "coverage/masked_rollouts": len(all_responses) - len(scored),
+        "coverage/measured_tasks": len(measured_tasks),
+        "coverage/fully_masked_tasks": len(all_tasks - measured_tasks),
+    }
+
+
 def aggregate_metrics(
-    verify_responses: list[dict[str, Any]], key_fields: tuple[str, ...] = ("reward",)
+    verify_responses: list[dict[str, Any]],
+    key_fields: tuple[str, ...] = ("reward",),
+    compute_metrics_fn: ComputeMetrics | None = None,
+    get_key_metrics_fn: GetKeyMetrics | None = None,
 ) -> AggregateMetrics:
-    """Group-level (per task), agent-level (overall) and key metrics of a batch of verify responses."""
+    """Group-level (per task), agent-level (overall) and key metrics of a batch of verify responses.
+
+    A masked sample (``mask_sample: true``: its reward measures a failed judge or environment, not the policy)
+    is left out of every quality metric and counted in ``coverage/*`` instead, as NeMo Gym 0.7.0 does.
+    ``compute_metrics_fn`` gets the scored responses grouped by task and its dict is merged into the agent
+    metrics; ``get_key_metrics_fn`` picks the key metrics from them (default: the statistics of ``key_fields``).
+    """
+    scored = [r for r in verify_responses if not r.get(MASK_SAMPLE_KEY)]
+    covered = coverage(verify_responses, scored)
+    if verify_responses and not scored:  # every sample masked: report that, not means over nothing
+        return AggregateMetrics(agent_metrics=dict(covered), key_metrics=dict(covered))
+
     by_task: dict[Any, list[dict[str, float]]] = defaultdict(list)
     all_rows: list[dict[str, float]] = []
-    for response in verify_responses:
-        row = numeric_fields(response)
+    for response in scored:
+        row = {k: v for k, v in numeric_fields(response).items() if k not in _NOT_MEASURED}
         by_task[response.get(TASK_INDEX_KEY)].append(row)
         all_rows.append(row)
 
@@ -84,6 +137,18 @@ def aggregate_metrics(
             agent[f"{name}/{field}"] = value
     agent["num_rollouts"] = len(all_rows)
     agent["num_tasks"] = len(by_task)
+    agent.update(covered)
 
-    key = {name: value for name, value in agent.items() if name.split("/")[-1] in key_fields}
+    if compute_metrics_fn is not None and scored:
+        custom = dict(compute_metrics_fn(group_by_task(scored)))
+        per_task_metrics = custom.pop("per_task_metrics", None) or []
+        by_index = {m.get(TASK_INDEX_KEY): m for m in per_task_metrics if isinstance(m, dict)}
+        for group in group_level:
+            extra = by_index.get(group[TASK_INDEX_KEY])
+            if extra:
+                group.update({k: v for k, v in extra.items() if k != TASK_INDEX_KEY})
+        agent.update(custom)
+
+    key = get_key_metrics_fn(agent) if get_key_metrics_fn is not None else default_key_metrics(agent, key_fields)
+    key = {**key, **covered}
     return AggregateMetrics(group_level_metrics=group_level, agent_metrics=agent, key_metrics=key)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -59,8 +60,22 @@ async def _send_unavailable(send: Send, detail: str, extra_headers: list[tuple[b
 def _cookie_header(scope: Scope) -> bytes | None:
     for key, value in scope["headers"]:
         if key == b"cookie":
-            return value
+            return bytes(value)
     return None
+
+
+def _short_startup_failure(send: Send) -> Send:
+    """A start-up that fails (``on_startup`` raised, e.g. a sandbox refusing to run untrusted code) is logged as one
+    ``ngym: error: ...`` line instead of Starlette's traceback; the traceback with NGYM_DEBUG=1."""
+
+    async def send_short(message: Message) -> None:
+        text = message.get("message") or ""
+        if message["type"] == "lifespan.startup.failed" and text.strip() and not os.environ.get("NGYM_DEBUG"):
+            last = text.strip().splitlines()[-1]
+            message = {**message, "message": f"ngym: error: {last.split(': ', 1)[-1]} (NGYM_DEBUG=1 for the traceback)"}
+        await send(message)
+
+    return send_short
 
 
 class NgymMiddleware:
@@ -70,7 +85,7 @@ class NgymMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, _short_startup_failure(send) if scope["type"] == "lifespan" else send)
             return
         strip_rollout_prefix(scope)
         if scope["method"] in _STATELESS_METHODS and scope["path"] in _SESSIONLESS_PATHS:

@@ -21,10 +21,14 @@ def distribution_of(cls: type) -> tuple[str, str] | None:
     target = f"{cls.__module__}:{cls.__qualname__}"
     top = cls.__module__.split(".")[0]
     entry_points = [ep for group in _GROUPS for ep in metadata.entry_points(group=group)]
-    for matches in (
-        lambda value: value == target,
-        lambda value: value.partition(":")[0].strip().split(".")[0] == top,
-    ):
+
+    def same_class(value: str) -> bool:
+        return value == target
+
+    def same_package(value: str) -> bool:
+        return value.partition(":")[0].strip().split(".")[0] == top
+
+    for matches in (same_class, same_package):
         for ep in entry_points:
             if matches(ep.value.strip()) and ep.dist is not None:
                 return ep.dist.metadata["Name"], ep.dist.version

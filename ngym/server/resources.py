@@ -1,9 +1,10 @@
 """Resources servers: the base classes an environment author subclasses.
 
 ``SimpleResourcesServer`` gives every environment the standard routes (``/seed_session``, ``/verify``,
-``/close_session``, ``/aggregate_metrics``, liveness and ``/health``), per-rollout sessions and error
-handling. An author writes tools, ``seed_session`` and ``verify``, and keeps per-rollout state with
-``set_session_state`` / ``session_state``.
+``/close_session``, ``/aggregate_metrics``, liveness and ``/health``: handled in ``ngym.server.routes``),
+per-rollout sessions and error handling. An author writes tools, ``seed_session`` and ``verify``, and keeps
+per-rollout state with ``set_session_state`` / ``session_state``. This class is that surface, not the home
+of the wire protocol.
 """
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ import contextlib
 import inspect
 import logging
 import os
-import re
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field, SecretStr
 
-from ngym.domain import Domain
+from ngym.domain import Domain, resolve_domain
 from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
 from ngym.server.metrics import aggregate_metrics as compute_aggregate_metrics
+from ngym.server.metrics import default_key_metrics
 from ngym.server.middleware import NgymMiddleware
 from ngym.server.protocol.bodies import (
     AggregateMetrics,
@@ -37,9 +39,20 @@ from ngym.server.sessions.factory import create_session_store
 from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, SessionManager, current_request_session
 from ngym.server.sessions.store import SessionStore
 
+if TYPE_CHECKING:
+    from ngym.server.mcp_exposure import MCPExposure, MCPTool
+
 log = logging.getLogger("ngym.server")
 
 SESSION_STORE_ENV = "NGYM_SESSION_STORE"
+
+
+class ReverifyMode(str, Enum):
+    """Values of ``GET /reverify_mode``: whether re-running verify on a stored response is meaningful."""
+
+    STATELESS = "stateless"
+    UNSUPPORTED = "unsupported"
+    UNKNOWN = "unknown"
 
 
 class BaseResourcesServerConfig(BaseServerConfig):
@@ -55,14 +68,15 @@ class BaseResourcesServerConfig(BaseServerConfig):
     session_store: str | None = Field(
         default=None, description="'memory' (default) or a store URL a plugin handles, e.g. redis://host:6379/0"
     )
+    expose_tools_over_mcp: bool = Field(
+        default=False,
+        description="Also serve the tool routes over MCP (streamable HTTP at /mcp) inside each rollout's session; "
+        "the seed response then carries the endpoint and the session's token.",
+    )
 
-
-class ReverifyMode:
-    """Values of ``GET /reverify_mode``: whether re-running verify on a stored response is meaningful."""
-
-    STATELESS = "stateless"
-    UNSUPPORTED = "unsupported"
-    UNKNOWN = "unknown"
+    #: NeMo Gym 0.7.0 declares the reverify mode on the config class; ``GET /reverify_mode`` reads it when set,
+    #: else the server class's ``reverify_mode``.
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNKNOWN
 
 
 class BaseResourcesServer(BaseServer):
@@ -88,7 +102,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     domain: ClassVar[Domain | None] = None
     session_state_model: ClassVar[type[BaseModel] | None] = None
     session_affinity_required: ClassVar[bool] = False
-    reverify_mode: ClassVar[str] = ReverifyMode.UNKNOWN
+    reverify_mode: ClassVar[str] = ReverifyMode.UNKNOWN.value
     always_full_reward: ClassVar[bool] = False
 
     # ---- for environment authors -------------------------------------------------------------------
@@ -135,6 +149,20 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             raise HTTPException(409, "no seeded session for this request: call POST /seed_session first")
         session.record.state = state
 
+    def mcp_tools(self, harvested: list[MCPTool], catchall: Any = None) -> list[MCPTool] | None:
+        """The tools served over MCP when ``expose_tools_over_mcp`` is on (default: every tool route).
+
+        Override to leave some out (filter ``harvested`` by ``.name``) or to expose none (return None or []).
+        NeMo Gym's signature: ``catchall`` is its parameterised catch-all route, which ngym has none of (None)."""
+        return harvested
+
+    def mcp_allowed_tools_for_session(self, seed_body: dict[str, Any]) -> list[str] | None:
+        """The tools one rollout may list and call over MCP, or None (the default) for all of them.
+
+        ``seed_body`` is the row the rollout was seeded with (a typed seed's ``task_data``). The answer is
+        signed into the rollout's MCP token, so it holds for every later call of that rollout."""
+        return None
+
     def session_id(self, request: Request | None = None) -> str:
         """The id of the request's session (also at ``request.session["session_id"]``)."""
         return self._request_session(request).id
@@ -151,8 +179,33 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         return app
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        """Mean/max/min/median/std of every numeric field of the verify responses, per task and overall."""
-        return compute_aggregate_metrics(body.verify_responses)
+        """Mean/max/min/median/std of every numeric field of the verify responses, per task and overall,
+        plus what ``compute_metrics`` adds; ``key_metrics`` is what ``get_key_metrics`` picks."""
+        return compute_aggregate_metrics(
+            body.verify_responses, compute_metrics_fn=self.compute_metrics, get_key_metrics_fn=self.get_key_metrics
+        )
+
+    def compute_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """Metrics of the whole run, merged into ``agent_metrics`` (NeMo Gym's hook, same signature).
+
+        ``tasks[i]`` holds the verify responses of task ``i`` (by ``_ng_task_index``), masked samples left out.
+        Override it for pass@k / majority@k / per-subset numbers (see ``ngym.reward_profile``). A
+        ``"per_task_metrics"`` list of dicts with ``_ng_task_index`` is merged into ``group_level_metrics``.
+        """
+        return {}
+
+    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
+        """The headline metrics picked from ``agent_metrics`` (NeMo Gym's hook, same signature).
+
+        The default picks every statistic of ``reward`` (``mean/reward``, ``pass@k/reward``, ...).
+        """
+        return default_key_metrics(agent_metrics)
+
+    def resolved_reverify_mode(self) -> str:
+        """``GET /reverify_mode``: the config class's ``REVERIFY_MODE`` when it sets one, else ``reverify_mode``."""
+        configured = type(self.config).REVERIFY_MODE
+        mode = configured if configured is not ReverifyMode.UNKNOWN else self.reverify_mode
+        return mode.value if isinstance(mode, ReverifyMode) else str(mode)
 
     @classmethod
     def describe(cls) -> str:
@@ -164,12 +217,13 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         return doc.strip().splitlines()[0] if own and doc else ""
 
     def resolved_domain(self) -> Domain | None:
-        declared = type(self).domain
-        return self.config.domain or (Domain.parse(declared) if declared is not None else None)
+        """The domain ``build_server`` resolved into the config (else the class's, for a server built by hand)."""
+        return self.config.domain or resolve_domain(type(self).domain)
 
     # ---- internals ---------------------------------------------------------------------------------
 
     _sessions: SessionManager | None = None  # set by setup_webserver (a plain class attribute, not a field)
+    _mcp: MCPExposure | None = None  # set by ngym.server.mcp_exposure.install when expose_tools_over_mcp is on
 
     def _make_session_manager(self) -> SessionManager:
         secret, given = resolve_secret(secret_value(self.config.session_secret))
@@ -207,11 +261,3 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         if session is None:
             raise RuntimeError("no ngym session bound: is NgymMiddleware installed (call super().setup_webserver())?")
         return session
-
-
-_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
-
-
-def default_instance_name(cls: type) -> str:
-    """``WeatherResourcesServer`` → ``weather_resources_server``."""
-    return _SNAKE.sub("_", cls.__name__).lower()

@@ -15,7 +15,7 @@ import json
 import logging
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +30,7 @@ from ngym.server.protocol.bodies import (
     BaseVerifyRequest,
     ResourcesCloseSessionRequest,
     ResourcesSeedSessionRequest,
+    ResourcesSeedSessionResponse,
 )
 from ngym.server.provenance import distribution_of
 from ngym.server.sessions.manager import (
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("ngym.server")
 
 _TYPED_SEED_KEYS = frozenset(ResourcesSeedSessionRequest.model_fields)
+MCP_SEED_KEY = "mcp"  # where a row seed's answer advertises the MCP endpoint (NeMo Gym's key)
+#: NeMo Gym caps the reason at 2000 characters: it ends up in logs and trace attributes.
+_FAILURE_REASON_MAX = 2000
 
 
 def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
@@ -75,7 +79,7 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
         return await health_report(server)
 
     async def reverify_mode() -> str:
-        return server.reverify_mode
+        return server.resolved_reverify_mode()
 
     for path in ("/", "/healthz", "/livez", "/readyz"):
         app.get(path, include_in_schema=path == "/")(liveness)
@@ -92,7 +96,7 @@ def seed_body_model(cls: type[SimpleResourcesServer]) -> type[BaseModel]:
     for candidate in typing.get_args(annotation) or (annotation,):
         is_model = isinstance(candidate, type) and issubclass(candidate, BaseModel)
         if is_model and candidate is not ResourcesSeedSessionRequest:
-            return candidate
+            return cast("type[BaseModel]", candidate)
     return BaseSeedSessionRequest
 
 
@@ -147,7 +151,12 @@ async def seed_session_route(server: SimpleResourcesServer, request: Request) ->
     session.id, session.record, session.is_new = new_session_id(), SessionRecord(), True
     request.scope["session"]["session_id"] = session.id
     result = await server.seed_session(request, body)  # type: ignore[arg-type]  # the author's row model
-    await sessions.store.create(session.id, session.record)
+    await sessions.admit(session.id, session.record)  # refused (503): the seed's state is freed
+    if server._mcp is not None:
+        answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
+        row = json.loads(raw) if raw.strip() else {}
+        answer.setdefault(MCP_SEED_KEY, server._mcp.seed_metadata(session.id, row if isinstance(row, dict) else {}))
+        return answer
     if isinstance(result, BaseModel):
         return Response(result.model_dump_json(), media_type="application/json")
     return result if result is not None else {}
@@ -169,17 +178,27 @@ async def _typed_seed(
                     raise HTTPException(409, f"resources session {session_id!r} is seeded for another episode")
                 session.id, session.record = session_id, existing
                 request.scope["session"]["session_id"] = session_id
+                if server._mcp is not None:
+                    tools = server._mcp.seed_metadata(session_id, body.task_data)
+                    return {"resources_session_id": session_id, "resources_tools": tools}
                 return {"resources_session_id": session_id}
             await sessions.ensure_capacity()  # SessionLimitReached: the middleware answers 503
             row = _validate(seed_body_model(type(server)), body.task_data)
             session.id, session.record, session.is_new = session_id, SessionRecord(meta=meta), True
             request.scope["session"]["session_id"] = session_id
             result = await server.seed_session(request, row)  # type: ignore[arg-type]  # the author's row model
-            await sessions.store.create(session_id, session.record)
+            await sessions.admit(session_id, session.record)
     except SessionConflict as exc:
         raise HTTPException(409, str(exc)) from None
-    extra = result.model_dump() if isinstance(result, BaseModel) else dict(result or {})
-    return {**extra, "resources_session_id": session_id}
+    # NeMo Gym 0.7.0's ResourcesSeedSessionResponse forbids other keys, so a row seed's own answer fields
+    # are not copied here; a seed_session that answers the typed model itself is passed through.
+    answer: dict[str, Any] = (
+        result.model_dump(mode="json", exclude_none=True) if isinstance(result, ResourcesSeedSessionResponse) else {}
+    )
+    answer["resources_session_id"] = session_id
+    if server._mcp is not None and "resources_tools" not in answer:
+        answer["resources_tools"] = server._mcp.seed_metadata(session_id, body.task_data)
+    return answer
 
 
 async def close_session_route(server: SimpleResourcesServer, request: Request) -> Any:
@@ -219,8 +238,16 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
 
     @functools.wraps(verify)
     async def endpoint(*args: Any, **kwargs: Any) -> Any:
+        result: Any
+        emitted: dict[str, str] = {}
+        if server._mcp is not None:
+            kwargs, emitted = _bare_tool_names(kwargs, server._mcp.server_name)
         try:
             result = await verify(*args, **kwargs)
+            if emitted and isinstance(result, BaseVerifyRequest):
+                # Score with bare names, echo what the model emitted (the rollout's record stays true).
+                for call in result.response.function_calls():
+                    call.name = emitted.get(call.call_id, call.name)
             if type(result) is declared:
                 # Exactly the declared response model, already validated: what FastAPI would send (its
                 # response_model pass dumps, re-validates and serialises it: ~50 us per rollout), in one step.
@@ -228,10 +255,7 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
         except JudgeError as exc:
             body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)
             log.warning("judge failed in verify: %s", exc)
-            echoed = body.model_dump(mode="json") if body is not None else {}
-            result = JSONResponse(
-                {**echoed, "reward": 0.0, FAILURE_CLASS_KEY: exc.failure_class, FAILURE_JUDGE_ERROR_KEY: str(exc)}
-            )
+            result = JSONResponse(judge_failure_body(body, exc))
         # Only a verify that answered frees the session: after a crash (HTTP 500) the caller may retry it.
         session = current_request_session.get()
         if session is not None and server.config.close_session_after_verify and session.record is not None:
@@ -239,6 +263,51 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
         return result
 
     return endpoint
+
+
+def judge_failure_body(body: BaseModel | None, exc: JudgeError) -> dict[str, Any]:
+    """The verify answer when the judge failed, as NeMo Gym 0.7.0's ``judge_failsafe`` writes it.
+
+    The request echoed back with ``reward`` 0.0, masked (``mask_sample``: the reward measures the judge, not
+    the policy, so metrics leave it out), ``failure_kind`` "judge_failed" and the message in ``failure_reason``.
+    ``instance_config.mask_sample`` and the ``_ng_failure_class`` / ``_ng_failure_judge_error`` pair stay too:
+    0.7.0 still writes them for the consumers that read the older names (its rollout collector routes rows
+    by ``_ng_failure_class``), so dropping them would break those readers.
+    """
+    error = str(exc)[:_FAILURE_REASON_MAX]
+    echoed = body.model_dump(mode="json") if body is not None else {}
+    instance_config = echoed.get("instance_config")
+    return {
+        **echoed,
+        **exc.fields,
+        "reward": 0.0,
+        "mask_sample": True,
+        "failure_kind": exc.failure_class,
+        "failure_reason": error,
+        "instance_config": {**(instance_config if isinstance(instance_config, dict) else {}), "mask_sample": True},
+        FAILURE_CLASS_KEY: exc.failure_class,
+        FAILURE_JUDGE_ERROR_KEY: error,
+    }
+
+
+def _bare_tool_names(kwargs: dict[str, Any], server_name: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Verify arguments with MCP-namespaced tool names (``mcp__<server>__<tool>``) made bare, and the names as
+    emitted by call id (empty when there was nothing to change)."""
+    # Imported here, not at the top: the module brings httpx, which servers without MCP exposure never load.
+    from ngym.server.mcp_exposure import normalize_tool_name
+
+    for key, value in kwargs.items():
+        if not isinstance(value, BaseVerifyRequest):
+            continue
+        calls = value.response.function_calls()
+        if not any(call.name != normalize_tool_name(call.name, server_name) for call in calls):
+            return kwargs, {}
+        emitted = {call.call_id: call.name for call in calls}
+        copy = value.model_copy(deep=True)
+        for call in copy.response.function_calls():
+            call.name = normalize_tool_name(call.name, server_name)
+        return {**kwargs, key: copy}, emitted
+    return kwargs, {}
 
 
 async def health_report(server: SimpleResourcesServer) -> dict[str, Any]:

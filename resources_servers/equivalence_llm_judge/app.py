@@ -7,7 +7,8 @@ answer and the generated one from a template, and answering with ``judge_equal_l
 ``check_twice_swap`` an equal verdict is checked again with the two answers swapped, and a disagreement scores
 ``reward_if_swap_fails``. Calls to the judge are bounded by ``judge_max_concurrency``; a judge that fails
 (unreachable, timing out, HTTP error after retries, an unreadable reply) raises ``JudgeError``, which the core
-turns into reward 0.0 with ``_ng_failure_class: judge_failed``.
+turns into reward 0.0, masked, with ``failure_kind: judge_failed``; that body still carries ``expected_answer``,
+``generated_answer`` and the ``judge_evaluations`` made before the failure, as ``JudgeVerifyResponse`` declares.
 """
 
 from __future__ import annotations
@@ -171,13 +172,19 @@ class EquivalenceLLMJudgeServer(SimpleResourcesServer):
         question = body.question if body.question is not None else _last_user_text(body)
         generated = _extract(body.response.final_text().strip(), cfg.response_extract_regex)
         expected = body.expected_answer
-        equal, first = await self._judge(question, expected, generated, "first")
-        evaluations = [first]
-        reward = 1.0 if equal else 0.0
-        if equal and cfg.check_twice_swap:
-            swapped_equal, second = await self._judge(question, generated, expected, "swapped")
-            evaluations.append(second)
-            reward = 1.0 if swapped_equal else cfg.reward_if_swap_fails
+        evaluations: list[dict[str, Any]] = []
+        try:
+            equal, first = await self._judge(question, expected, generated, "first")
+            evaluations.append(first)
+            reward = 1.0 if equal else 0.0
+            if equal and cfg.check_twice_swap:
+                swapped_equal, second = await self._judge(question, generated, expected, "swapped")
+                evaluations.append(second)
+                reward = 1.0 if swapped_equal else cfg.reward_if_swap_fails
+        except JudgeError as exc:
+            # The failure body is still a JudgeVerifyResponse: its required fields travel with the error.
+            exc.fields.update(expected_answer=expected, generated_answer=generated, judge_evaluations=evaluations)
+            raise
         payload = body.model_dump()
         for key in ("expected_answer", "reward", "generated_answer", "judge_evaluations"):
             payload.pop(key, None)

@@ -1,4 +1,7 @@
-"""The seed's minimal working example, unchanged but for its import line: one tool, verify always 1.0."""
+"""The weather example: one ``get_weather`` tool; reward 1.0 when the model called it, else 0.0 (as NeMo Gym 0.7.0's).
+
+The seed's original form (verify always 1.0) stays in ``tests/fixtures/seed_weather`` as documentation.
+"""
 
 from fastapi import FastAPI
 from pydantic import BaseModel
@@ -26,11 +29,10 @@ class GetWeatherResponse(BaseModel):
 
 
 class WeatherResourcesServer(SimpleResourcesServer):
-    """Weather: a single get_weather tool; every rollout scores 1.0."""
+    """Weather: a single get_weather tool; reward 1.0 when the response calls it."""
 
     config: WeatherResourcesServerConfig
     domain = Domain.AGENT
-    always_full_reward = True
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -41,7 +43,8 @@ class WeatherResourcesServer(SimpleResourcesServer):
         return GetWeatherResponse(city=body.city, weather_description=f"The weather in {body.city} is cold.")
 
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
-        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+        called = any(call.name == "get_weather" for call in body.response.function_calls())
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0 if called else 0.0)
 
 
 if __name__ == "__main__":

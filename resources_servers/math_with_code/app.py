@@ -8,7 +8,7 @@ the row's `expected_result` with math-verify. Limits and isolation: docs/math_wi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field, PrivateAttr, field_validator
@@ -25,7 +25,7 @@ from ngym import (
 
 from .answer import find_answer
 from .checker import AnswerChecker
-from .sandbox import PoolExhausted, SandboxError, SandboxLimits, SandboxSession, WorkerPool
+from .sandbox import PoolExhausted, SandboxError, SandboxLimits, SandboxSession, WeakSandboxError, WorkerPool
 from .sandbox.pool import DEFAULT_PRELOAD, DEFAULT_UID_BASE
 
 
@@ -60,6 +60,11 @@ class MathWithCodeConfig(BaseResourcesServerConfig):
     start_worker_at_seed: bool = Field(True, description="Fork the worker at /seed_session (else at first call).")
     verify_timeout_s: float = Field(5.0, gt=0, description="Time limit of one answer comparison.")
     verify_processes: int = Field(2, ge=1, description="Answer checker processes.")
+    allow_weak_sandbox: bool = Field(
+        False,
+        description="Serve even when the machine does not allow the sandbox's uid, namespaces and private /proc "
+        "(not root, a container without the documented capabilities): for trusted code only.",
+    )
 
     def sandbox_limits(self) -> SandboxLimits:
         return SandboxLimits(
@@ -74,6 +79,24 @@ class MathWithCodeConfig(BaseResourcesServerConfig):
             allow_network=self.allow_network,
             kill_background_processes=self.kill_background_processes,
         )
+
+
+#: What the sandbox needs in a container: uid switching (SETUID, SETGID), namespaces and mounts (SYS_ADMIN),
+#: signalling and cleaning up other uids' processes and directories (KILL, DAC_OVERRIDE, FOWNER, CHOWN).
+CONTAINER_CAPABILITIES = ["SETUID", "SETGID", "SYS_ADMIN", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"]
+
+
+def weak_sandbox_message(missing: list[str]) -> str:
+    """Why the server refuses to run untrusted code here, what to change, and the explicit opt-out."""
+    caps = " ".join(f"--cap-add {cap}" for cap in CONTAINER_CAPABILITIES)
+    return (
+        "math_with_code refuses to run untrusted code: this machine does not give its Python workers "
+        + "; ".join(missing)
+        + f". Run the server as root; in a container: docker run --user root --cap-drop ALL {caps} --security-opt "
+        "no-new-privileges ... (ngym containerize math_with_code --run does it; docs/math_with_code.md). To run "
+        "trusted code with rlimits and time limits only, set allow_weak_sandbox: true (override "
+        "allow_weak_sandbox=true)."
+    )
 
 
 class ExecutePythonRequest(BaseModel):
@@ -118,6 +141,16 @@ class MathWithCodeResourcesServer(SimpleResourcesServer):
     config: MathWithCodeConfig
     domain = Domain.MATH
     session_affinity_required = True  # the state is a live process
+    # Inside its container the sandbox needs what it has as root on a host: uid switching for a uid per slot,
+    # and CAP_SYS_ADMIN for the mount, PID and network namespaces (Docker's default seccomp profile allows
+    # unshare/mount/setns once SYS_ADMIN is granted); nothing else. `ngym containerize` carries this into the
+    # image's USER, `--run`, the printed `docker run` line and the Compose/Kubernetes manifests.
+    container_run_options: ClassVar[dict[str, Any]] = {
+        "user": "root",
+        "cap_drop": ["ALL"],
+        "cap_add": CONTAINER_CAPABILITIES,
+        "security_opt": ["no-new-privileges"],
+    }
 
     _pool: WorkerPool | None = PrivateAttr(default=None)
     _checker: AnswerChecker | None = PrivateAttr(default=None)
@@ -139,6 +172,11 @@ class MathWithCodeResourcesServer(SimpleResourcesServer):
             preload=c.preload_modules,
         )
         await self._pool.start()
+        missing = self._pool.missing_isolation()
+        if missing and not c.allow_weak_sandbox:
+            await self._pool.shutdown()
+            self._pool = None
+            raise WeakSandboxError(weak_sandbox_message(missing))
         self._checker = AnswerChecker(processes=c.verify_processes, timeout_s=c.verify_timeout_s)
         await self._checker.start()
 

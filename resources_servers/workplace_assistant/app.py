@@ -9,8 +9,10 @@ WorkBench's scorer does (see ``replay.py`` and docs/workplace_assistant.md); rew
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from datetime import datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -28,6 +30,7 @@ from ngym import (
 
 from .replay import run_call, score, to_tool_call
 from .tools import TOOLS, ToolOutput, ToolSpec, request_model
+from .truth_check import VERIFIER_ERROR, ReportOnce, problem_reason, truth_problem, warn_about_datasets
 from .workspace import DATA_DIR_ENV, WorkBenchData, Workspace, chosen_data_dir, data_dir_problem
 
 
@@ -58,6 +61,9 @@ class WorkplaceAssistantConfig(BaseResourcesServerConfig):
 class WorkplaceSeedSessionRequest(BaseSeedSessionRequest):
     model_config = ConfigDict(extra="ignore")
 
+    # Read only to warn early about a ground truth the loaded databases cannot replay (never rejected here).
+    ground_truth: Any = None
+
 
 class WorkplaceVerifyRequest(BaseVerifyRequest):
     ground_truth: list[dict[str, Any] | str] = Field(
@@ -73,7 +79,19 @@ class WorkplaceVerifyResponse(BaseVerifyResponse, WorkplaceVerifyRequest):
     predicted_calls: int = 0
     failed_calls: int = Field(default=0, description="Predicted calls skipped because they raised.")
     failed_call_errors: list[str] = Field(default_factory=list, description="Why (first 5).")
-    ground_truth_failed_calls: int = 0
+    ground_truth_failed_calls: int = Field(
+        default=0, description="Ground-truth calls that raised or were refused; when > 0 the sample is masked."
+    )
+    ground_truth_errors: list[str] = Field(default_factory=list, description="Why (first 5).")
+    ground_truth_missing_ids: list[str] = Field(
+        default_factory=list, description="Ids the ground truth names that the loaded databases do not hold."
+    )
+    # NeMo Gym 0.7.0's BaseVerifyResponse fields, same names and types (declared here until ngym's base has them).
+    mask_sample: bool = Field(
+        default=False, description="True when the reward is not a valid measurement (the ground truth failed)."
+    )
+    failure_kind: str | None = Field(default=None, description="'verifier_error' when mask_sample is set.")
+    failure_reason: str | None = None
 
 
 def jsonable(value: Any) -> Any:
@@ -98,6 +116,7 @@ class WorkplaceAssistantResourcesServer(SimpleResourcesServer):
     reverify_mode: ClassVar[str] = "stateless"  # verify replays from scratch; the session is not needed
 
     _data: WorkBenchData | None = None
+    _report: ReportOnce | None = None
 
     @property
     def data(self) -> WorkBenchData:
@@ -106,8 +125,20 @@ class WorkplaceAssistantResourcesServer(SimpleResourcesServer):
             self._data = WorkBenchData.resolve(self.config.data_dir)
         return self._data
 
+    @property
+    def report(self) -> ReportOnce:
+        """Logs each distinct ground-truth problem once."""
+        if self._report is None:
+            self._report = ReportOnce()
+        return self._report
+
     async def on_startup(self) -> None:
-        _ = self.data
+        warn_about_datasets(
+            self.data,
+            getattr(self.config, "datasets", None),
+            [Path.cwd(), Path(__file__).resolve().parent],
+            workbench_strings=self.config.workbench_strings,
+        )
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -148,20 +179,33 @@ class WorkplaceAssistantResourcesServer(SimpleResourcesServer):
             return f"Error executing tool '{name}': {exc}"
 
     async def seed_session(self, request: Request, body: WorkplaceSeedSessionRequest) -> BaseSeedSessionResponse:
+        problem = truth_problem(self.data, body.ground_truth, workbench_strings=self.config.workbench_strings)
+        if problem:  # the rollout may go on; its verify will be masked
+            self.report(logging.WARNING, f"seeded a row whose reward will be masked: {problem}")
         self.set_session_state(request, self.data.new_workspace())
         return BaseSeedSessionResponse()
 
     async def verify(self, request: Request, body: WorkplaceVerifyRequest) -> WorkplaceVerifyResponse:
         predicted = [item for item in body.response.output if getattr(item, "type", None) == "function_call"]
         verdict = score(self.data, predicted, body.ground_truth, workbench_strings=self.config.workbench_strings)
+        problems = verdict.ground_truth_problems
+        failure: dict[str, Any] = {}
+        if problems:
+            # Never a silent match with "nothing happened": reward 0.0, and the sample is masked so a trainer
+            # neither rewards nor punishes the policy for a row the loaded databases cannot score.
+            reason = problem_reason(self.data, problems, verdict.ground_truth_missing_ids)
+            self.report(logging.ERROR, f"verify masked a sample: {reason}")
+            failure = {"mask_sample": True, "failure_kind": VERIFIER_ERROR, "failure_reason": reason[:2000]}
         return WorkplaceVerifyResponse(
-            **body.model_dump(),
+            **(body.model_dump() | failure),
             reward=verdict.reward,
             differing_tables=verdict.differing_tables,
             predicted_calls=verdict.predicted_calls,
             failed_calls=len(verdict.predicted_failed),
             failed_call_errors=[f"#{i} {call}: {err}" for i, call, err in verdict.predicted_failed[:5]],
-            ground_truth_failed_calls=len(verdict.ground_truth_failed),
+            ground_truth_failed_calls=len(problems),
+            ground_truth_errors=[f"#{i} {call}: {err}" for i, call, err in problems[:5]],
+            ground_truth_missing_ids=list(dict.fromkeys(verdict.ground_truth_missing_ids)),
         )
 
     async def on_session_closed(self, session_id: str, state: Any) -> None:

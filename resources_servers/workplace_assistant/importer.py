@@ -4,9 +4,11 @@ Each row: ``responses_create_params`` (a system message with WorkBench's date, t
 user query, all 27 tool schemas), ``ground_truth`` as ``[{"name": "<toolkit>_<function>", "arguments": "<json>"}]``,
 ``category`` (``workplace_assistant_<domain>``) and ``environment_name``.
 
-Ground-truth argument values are kept as they are written inside WorkBench's call strings (``\\n`` stays a
-backslash and an ``n``), so that replaying them the way WorkBench replays a model's calls gives exactly
-WorkBench's ground-truth state; the importer checks that round trip for every call.
+Ground-truth argument values are the values WorkBench's ``eval`` of the call gives (``\\n`` in a call string is a
+newline in the value), so a row means the same to ngym and to NeMo Gym, which passes them to the tool as they
+are. The importer checks, for every call, that replaying the row the way ngym replays calls (rendered as
+WorkBench renders a model's action) gives exactly the call string's values; only a value that rendering would
+break (one holding a ``"``) keeps the text of the call string instead (``\\"``).
 
 Usage::
 
@@ -70,7 +72,7 @@ def ground_truth_call(action: str) -> dict[str, str]:
     for name, value in values.items():
         raw = _raw_literal(action, nodes[name]) if isinstance(value, str) else None
         raw_form[name] = raw if raw is not None else value
-    for arguments in (raw_form, values):
+    for arguments in (values, raw_form):
         try:
             again = parse_workbench_action(render_workbench_action(parsed.method, arguments))
         except ActionError:

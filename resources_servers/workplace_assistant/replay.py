@@ -8,19 +8,33 @@ Calls come in two shapes:
 - NeMo Gym function calls, ``{"name": "email_delete_email", "arguments": "<json object>"}``. By default
   (``workbench_strings=True``) each is first rendered the way WorkBench's runner renders a model's action,
   ``name.func(k="v", ...)`` with every value formatted by an f-string, and that string is replayed: a value
-  holding a ``"`` or a raw newline breaks the call and ``\\n`` in a value becomes a newline, as in WorkBench.
-  With ``workbench_strings=False`` the decoded JSON values are passed to the tool as they are.
+  holding a ``"`` (or a carriage return) breaks the call and ``\\n`` in a value becomes a newline, as in
+  WorkBench. With ``workbench_strings=False`` the decoded JSON values are passed to the tool as they are.
+  Ground truth and predictions go through the same reading, so identical calls always give identical states.
+
+Before parsing, every line break in a call string becomes the two characters ``\\n``, as WorkBench's scorer
+does to every predicted and ground-truth action before ``eval`` (``calculate_metrics``). A raw newline inside a
+quoted value is therefore a newline in the value, not the end of an unterminated string literal.
 
 A call that raises (unknown tool, bad syntax, unexpected argument, a value of the wrong kind) is skipped, as
 WorkBench's ``try: eval(action) except: continue`` does; a tool's own validation failure returns a message and
 changes nothing. Scoring compares the five states with :func:`tables.tables_equal`.
+
+Ground truth is held to a stricter rule than predictions: every ground-truth call must run *and* do what it
+says (each write tool returns its success result: "Email sent successfully.", the new id, the plot path ...).
+A ground-truth call that raises or is refused (an id absent from the loaded databases, an assignee who is not
+on the team) cannot be the right answer; :class:`Verdict` reports it in ``ground_truth_problems`` so the
+caller fails loudly instead of comparing a prediction with an unchanged state. All 690 WorkBench tasks pass
+this rule on WorkBench's data.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import inspect
 import json
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -85,11 +99,41 @@ WRITE_TOOLS = frozenset(
     }
 )
 
-#: Names WorkBench's scorer module has in scope when it evals an action. The company directory module is not
-#: imported there, so directory calls always fail in replay (they are read-only; it changes no reward).
-EVAL_MODULES = frozenset({"calendar", "email", "analytics", "project_management", "customer_relationship_manager"})
-#: Every toolkit: what a live session serves (WorkBench's agent has the company directory too).
-ALL_MODULES = EVAL_MODULES | {"company_directory"}
+#: What a write tool returns when it did what it was asked; anything else is one of its refusal messages.
+#: The creating tools (not listed) return the new item's id, or for a plot its file path.
+WRITE_DONE: dict[str, str] = {
+    "email.send_email": "Email sent successfully.",
+    "email.delete_email": "Email deleted successfully.",
+    "email.forward_email": "Email forwarded successfully.",
+    "email.reply_email": "Email replied successfully.",
+    "calendar.delete_event": "Event deleted successfully.",
+    "calendar.update_event": "Event updated successfully.",
+    "project_management.delete_task": "Task deleted successfully.",
+    "project_management.update_task": "Task updated successfully.",
+    "customer_relationship_manager.update_customer": "Customer updated successfully.",
+    "customer_relationship_manager.delete_customer": "Customer deleted successfully.",
+}
+#: Arguments naming an existing item (a refusal "... not found." means the loaded databases lack it).
+ID_ARGUMENTS = frozenset({"email_id", "event_id", "task_id", "customer_id"})
+
+
+def write_done(dotted: str, result: Any) -> bool:
+    """Whether a write tool's ``result`` says it did its job (rather than refusing with a message)."""
+    if dotted in WRITE_DONE:
+        return result == WRITE_DONE[dotted]
+    if dotted == "analytics.create_plot":
+        return isinstance(result, str) and result.startswith("plots/")
+    return isinstance(result, str) and result.isdigit()  # create_event, create_task, add_customer: the new id
+
+
+#: Every toolkit: what a live session serves.
+ALL_MODULES = frozenset(
+    {"calendar", "email", "analytics", "project_management", "customer_relationship_manager", "company_directory"}
+)
+#: Names WorkBench's scorer module has in scope when it evals an action: the paper's ``src/evals/utils.py``
+#: imports all six toolkits, the company directory included (read-only: it never changes a reward, only
+#: whether a directory call counts in ``failed_calls``).
+EVAL_MODULES = ALL_MODULES
 
 
 class ActionError(Exception):
@@ -130,7 +174,7 @@ def _value(node: ast.AST) -> Any:
 def parse_workbench_action(action: str, *, live: bool = False) -> ToolCall:
     """Parse ``toolkit.function.func(...)`` the way WorkBench's ``eval`` would run it; ActionError if it would fail.
 
-    By default the scorer's scope applies (company-directory calls fail); ``live=True`` is a session's tool call,
+    By default the scorer's scope applies (:data:`EVAL_MODULES`); ``live=True`` is a session's tool call,
     where every toolkit is available. Parses are cached: a task's ground truth is replayed at every verify.
     """
     if not isinstance(action, str):
@@ -138,12 +182,27 @@ def parse_workbench_action(action: str, *, live: bool = False) -> ToolCall:
     return _parse_cached(action, live)
 
 
+def workbench_source(action: str) -> str:
+    """The text WorkBench's scorer hands to ``eval``: each line break replaced by the two characters ``\\n``.
+
+    WorkBench's ``calculate_metrics`` does ``action.replace("\\n", "\\\\n")`` on every predicted and ground-truth
+    action before ``eval`` (which then strips leading spaces and tabs). Without this step a send_email whose
+    body holds line breaks is a syntax error here and a valid call in WorkBench.
+    """
+    return action.replace("\n", "\\n").lstrip(" \t")
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse_cached(action: str, live: bool) -> ToolCall:
     try:
-        tree = ast.parse(action.lstrip(" \t"), mode="eval")
-    except SyntaxError as exc:
-        raise ActionError(f"SyntaxError: {exc.msg}") from exc
+        with warnings.catch_warnings():  # "invalid escape sequence" is a warning in eval too, never an error
+            warnings.simplefilter("ignore")
+            tree = ast.parse(workbench_source(action), mode="eval")
+            # eval also compiles: the compiler rejects what the parser lets through (a repeated keyword
+            # argument). Compiling runs nothing.
+            compile(tree, "<action>", "eval", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:  # ValueError: a null byte (3.11)
+        raise ActionError(f"SyntaxError: {getattr(exc, 'msg', exc)}") from exc
     call = tree.body
     if not isinstance(call, ast.Call):
         raise ActionError("not a function call")
@@ -219,11 +278,12 @@ def to_tool_call(action: Any, *, workbench_strings: bool = True, live: bool = Fa
         try:
             return parse_workbench_action(render_workbench_action(name, args), live=live)
         except ActionError as exc:
-            quoted = [k for k, v in args.items() if '"' in str(v) or "\n" in str(v) or "\r" in str(v)]
+            quoted = [k for k, v in args.items() if any(c in str(v) for c in '"\r\\')]
             if quoted:
                 raise ActionError(
                     f'{exc} (WorkBench runs a call as {DOTTED_NAMES.get(name, name)}.func(name="value", ...): '
-                    f"a double quote or a line break in {', '.join(quoted)} breaks it; leave them out)"
+                    f"a double quote, a carriage return or a backslash in {', '.join(quoted)} can break it; "
+                    "leave them out)"
                 ) from exc
             raise
     method = name if name in DOTTED_NAMES else TOOL_METHODS.get(name)
@@ -239,20 +299,29 @@ def run_call(workspace: Workspace, call: ToolCall) -> Any:
 
 @dataclass
 class ReplayResult:
-    """A workspace after a replay, and which calls were skipped because they raised."""
+    """A workspace after a replay, which calls were skipped because they raised, and (when checked) refused."""
 
     workspace: Workspace
     calls: int = 0
     failed: list[tuple[int, str, str]] = field(default_factory=list)  # (index, call, error)
+    refused: list[tuple[int, str, str]] = field(default_factory=list)  # (index, call, the tool's message)
+    missing_ids: list[str] = field(default_factory=list)  # "email_id '00000479'" for each id not found
 
 
 def replay(
-    data: WorkBenchData, actions: Iterable[Any], *, workbench_strings: bool = True, run_reads: bool = True
+    data: WorkBenchData,
+    actions: Iterable[Any],
+    *,
+    workbench_strings: bool = True,
+    run_reads: bool = True,
+    check_writes: bool = False,
 ) -> ReplayResult:
     """Run ``actions`` in order on fresh databases, skipping calls that raise.
 
     With ``run_reads=False`` read-only tools are parsed but not run: they cannot change a compared state, so
     scoring skips their cost (a read that would raise at run time is then not counted in ``failed``).
+    With ``check_writes=True`` (ground truth) a write call whose tool refuses (its result is not
+    :func:`write_done`) is recorded in ``refused``, and ids it could not find in ``missing_ids``.
     """
     result = ReplayResult(data.new_workspace())
     for i, action in enumerate(actions):
@@ -260,10 +329,28 @@ def replay(
         try:
             call = to_tool_call(action, workbench_strings=workbench_strings)
             if run_reads or call.dotted in WRITE_TOOLS:
-                run_call(result.workspace, call)
+                outcome = run_call(result.workspace, call)
         except Exception as exc:  # noqa: BLE001 - WorkBench skips any call that raises
             result.failed.append((i, _label(action)[:200], f"{type(exc).__name__}: {exc}"[:300]))
+            continue
+        if check_writes and call.dotted in WRITE_TOOLS and not write_done(call.dotted, outcome):
+            result.refused.append((i, _label(action)[:200], f"the tool answered {str(outcome)[:200]!r}"))
+            if isinstance(outcome, str) and outcome.endswith("not found."):
+                result.missing_ids += [f"{k} {v!r}" for k, v in _bound(call).items() if k in ID_ARGUMENTS]
     return result
+
+
+def _bound(call: ToolCall) -> dict[str, Any]:
+    """A call's arguments by parameter name (positional ones included)."""
+    bound = inspect.signature(getattr(Workspace, call.method)).bind(None, *call.args, **call.kwargs)
+    return {k: v for k, v in bound.arguments.items() if k != "self"}
+
+
+def check_ground_truth(
+    data: WorkBenchData, ground_truth: Iterable[Any], *, workbench_strings: bool = True
+) -> ReplayResult:
+    """Replay a task's ground truth with its write calls checked (see :func:`replay`); no problems when empty."""
+    return replay(data, ground_truth, workbench_strings=workbench_strings, run_reads=False, check_writes=True)
 
 
 def _label(action: Any) -> str:
@@ -293,10 +380,17 @@ class Verdict:
     predicted_calls: int
     predicted_failed: list[tuple[int, str, str]]
     ground_truth_failed: list[tuple[int, str, str]]
+    ground_truth_refused: list[tuple[int, str, str]] = field(default_factory=list)
+    ground_truth_missing_ids: list[str] = field(default_factory=list)
 
     @property
     def correct(self) -> bool:
         return self.reward == 1.0
+
+    @property
+    def ground_truth_problems(self) -> list[tuple[int, str, str]]:
+        """Ground-truth calls that raised or were refused, in call order: when any, the reward is not valid."""
+        return sorted(self.ground_truth_failed + self.ground_truth_refused)
 
 
 def score(
@@ -309,14 +403,16 @@ def score(
 ) -> Verdict:
     """WorkBench's ``is_correct``: 1.0 when replaying ``predicted`` leaves the same five states as ``ground_truth``.
 
-    ``error`` is WorkBench's per-query runner error (context window exceeded, iteration limit): any non-empty
-    value makes the prediction wrong, as in WorkBench.
+    A ground truth that cannot be replayed (a call raises or is refused, see :func:`check_ground_truth`) never
+    scores 1.0: the reward is 0.0 and ``Verdict.ground_truth_problems`` says why; callers must not use it as a
+    measurement. ``error`` is WorkBench's per-query runner error (context window exceeded, iteration limit):
+    any non-empty value makes the prediction wrong, as in WorkBench.
     """
     pred = replay(data, predicted, workbench_strings=workbench_strings, run_reads=False)
-    gold = replay(data, ground_truth, workbench_strings=workbench_strings, run_reads=False)
+    gold = check_ground_truth(data, ground_truth, workbench_strings=workbench_strings)
     diff = differing_tables(pred.workspace, gold.workspace)
-    reward = 1.0 if not diff and not error else 0.0
-    return Verdict(reward, diff, pred.calls, pred.failed, gold.failed)
+    reward = 1.0 if not diff and not error and not (gold.failed or gold.refused) else 0.0
+    return Verdict(reward, diff, pred.calls, pred.failed, gold.failed, gold.refused, gold.missing_ids)
 
 
 def changes_state(data: WorkBenchData, actions: Iterable[Any], *, workbench_strings: bool = True) -> bool:

@@ -175,6 +175,11 @@ class WorkBenchData:
         chosen = chosen_data_dir(data_dir)
         return cls.from_dir(chosen) if chosen else cls.sample()
 
+    @property
+    def is_sample(self) -> bool:
+        """Whether these are the bundled sample databases rather than WorkBench's own data."""
+        return Path(self.source) == SAMPLE_DIR
+
     def new_workspace(self) -> Workspace:
         """A fresh, independent set of databases (copy-on-write; costs microseconds)."""
         return Workspace(self)

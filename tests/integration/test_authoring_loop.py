@@ -30,7 +30,9 @@ def author(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[s
     python = venv / "bin" / "python"
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     parent_site = sysconfig.get_paths()["purelib"]  # .venv's: ngym (editable), pytest, fastapi, ...
     Path(purelib, "ngym_parent_venv.pth").write_text(f"import site; site.addsitedir({parent_site!r})\n")
@@ -40,12 +42,18 @@ def author(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[s
 
     init = subprocess.run(
         [str(python), "-m", "ngym.cli", "init", "my_tool", "--domain", "agent"],
-        cwd=work, env=env, capture_output=True, text=True,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert init.returncode == 0, init.stderr
     install = subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "-e", "./my_tool"],
-        cwd=work, env=env, capture_output=True, text=True,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert install.returncode == 0, install.stdout + install.stderr
     return work, python, env
@@ -63,15 +71,19 @@ def _run(author: tuple[Path, Path, dict[str, str]], name: str, port: int) -> tup
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(python), "-m", "ngym.cli", "run", name, "--port", str(port)],
-            cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     return proc, log
 
 
 def test_generated_tests_pass(author: tuple[Path, Path, dict[str, str]]) -> None:
     work, python, env = author
-    done = subprocess.run([str(python), "-m", "pytest", "-q", "my_tool"], cwd=work, env=env, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [str(python), "-m", "pytest", "-q", "my_tool"], cwd=work, env=env, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout
 

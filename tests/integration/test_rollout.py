@@ -13,9 +13,9 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from ngym.plugins.discovery import environment_entries
-from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.rollout.runner import REPLAY, RolloutOptions, run_rollouts
+from ngym.rollout.thread_server import serve_app_in_thread
+from ngym.targets import installed_names, resolve
 from ngym.testing import app_for, read_jsonl
 
 WEATHER_TOOL = {
@@ -121,8 +121,8 @@ def test_scripted_model_errors_are_in_the_trajectory_and_the_retry_is_visible(
 
 def _envs_with_examples() -> list[str]:
     names = []
-    for name, entry in sorted(environment_entries().items()):
-        folder = entry.package_dir()
+    for name in installed_names():
+        folder = resolve(name).folder
         if folder is not None and (folder / "data" / "example_rollouts.jsonl").is_file():
             names.append(name)
     return names
@@ -131,7 +131,7 @@ def _envs_with_examples() -> list[str]:
 @pytest.mark.parametrize("name", _envs_with_examples())
 def test_replay_model_reproduces_recorded_rewards(name: str, tmp_path: Path) -> None:
     """The built-ins' example rollouts, replayed by the replay model through the agent loop over HTTP."""
-    folder = environment_entries()[name].package_dir()
+    folder = resolve(name).folder
     assert folder is not None
     examples = folder / "data" / "example_rollouts.jsonl"
     fields: dict[str, Any] = {}
@@ -157,7 +157,7 @@ def _replay_app(examples: Path) -> FastAPI:
 
 def test_cli_by_name_with_replay_model_and_resume(tmp_path: Path) -> None:
     """`ngym rollout NAME --model replay` starts the environment itself; --resume skips the rows already done."""
-    folder = environment_entries()["example_session_state_mgmt"].package_dir()
+    folder = resolve("example_session_state_mgmt").folder
     assert folder is not None
     data = folder / "data" / "example.jsonl"
     output = tmp_path / "out.jsonl"
@@ -211,7 +211,7 @@ def test_servers_never_import_openai() -> None:
 
 def test_concurrent_rollouts_keep_their_sessions_apart(tmp_path: Path) -> None:
     """20 stateful rollouts at once: each carries only its own cookie (no shared jar mixing sessions up)."""
-    folder = environment_entries()["example_session_state_mgmt"].package_dir()
+    folder = resolve("example_session_state_mgmt").folder
     assert folder is not None
     examples = folder / "data" / "example_rollouts.jsonl"
     with (

@@ -13,15 +13,15 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
-from ngym.plugins.discovery import environment_entries
 from ngym.rollout.thread_server import serve_app_in_thread
+from ngym.targets import resolve
 from ngym.testing import app_for
 
 WEATHER = "example_single_tool_call"
 
 
 def _weather_data() -> Path:
-    folder = environment_entries()[WEATHER].package_dir()
+    folder = resolve(WEATHER).folder
     assert folder is not None
     return folder / "data"
 

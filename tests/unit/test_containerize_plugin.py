@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from ngym.containerize.build import BuildStep, _consume, _failure_message, connect
-from ngym.containerize.context import _may_be_the_pins, _pip_error, host_constraints, linux_platform_tags
 from ngym.containerize.errors import ContainerRunError, DockerUnavailable, PluginSourceError
+from ngym.containerize.pip import _may_be_the_pins, _pip_error
 from ngym.containerize.smoke import ExampleRollout, load_example_rollout
 from ngym.containerize.spec import ngym_source, resolve_plugin
+from ngym.containerize.wheelhouse import host_constraints, linux_platform_tags
 
 REPO = Path(__file__).resolve().parents[2]
 

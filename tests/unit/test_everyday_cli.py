@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from ngym.cli import cli
 from ngym.cli.invocation import ngym_command
 from ngym.cli.progress import Ticker
-from ngym.plugins.server_info import ServerInfo
+from ngym.listing import ServerInfo
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import grimp
 import pytest
@@ -109,3 +110,17 @@ def test_only_the_cli_imports_the_cli() -> None:
         for importer in graph().find_modules_that_directly_import(module)
     }
     assert {m for m in importers if not (m == "ngym.cli" or m.startswith("ngym.cli."))} <= CLI_EDGES
+
+
+def test_every_public_name_is_typed_for_checkers_and_exported() -> None:
+    """``ngym.__all__``, the lazy table and the TYPE_CHECKING imports name the same things."""
+    import ast
+
+    import ngym
+
+    tree = ast.parse(Path(ngym.__file__).read_text())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))
+    typed = {alias.asname or alias.name for node in guarded.body for alias in node.names}  # type: ignore[attr-defined]
+    assert typed == set(ngym._EXPORTS) == set(ngym.__all__) - {"__version__"}
+    for name in ngym.__all__:
+        assert getattr(ngym, name) is not None

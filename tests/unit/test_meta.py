@@ -43,3 +43,31 @@ def test_every_hook_is_in_the_authoring_guide() -> None:
     guide = (ROOT / "docs" / "authoring.md").read_text()
     missing = [h for h in hook_names() if h not in guide]
     assert not missing, f"hooks missing from docs/authoring.md: {missing}"
+
+
+def test_the_short_help_of_every_command_is_its_own() -> None:
+    """``ngym --help`` describes ngym's commands from SHORT_HELP (so it imports none): it must not drift."""
+    import click
+
+    from ngym.cli import SHORT_HELP, cli
+
+    ctx = click.Context(cli)
+    assert set(SHORT_HELP) == set(COMMANDS)
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert command is not None and SHORT_HELP[name] == command.get_short_help_str(limit=1000), name
+
+
+def test_help_lists_every_command_without_importing_them() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from ngym.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('fastapi', 'uvicorn', 'ngym.cli.run', 'ngym.server.resources') if m in sys.modules]\n"
+        "print('IMPORTED', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert all(f"  {name}" in out for name in COMMANDS)
+    assert "IMPORTED []" in out

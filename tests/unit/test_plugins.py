@@ -22,8 +22,8 @@ from fastapi import FastAPI
 
 from ngym import BaseResourcesServerConfig, BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
 from ngym.errors import EnvironmentNotFound, PluginError
-from ngym.plugins import hookimpl
 from ngym.listing import check_strict, hook_plugins, list_servers
+from ngym.plugins import hookimpl
 from ngym.plugins.manager import STRICT_ENV, make_plugin_manager
 from ngym.plugins.registry import Register, build_registry, reset_registry
 
@@ -231,8 +231,12 @@ def test_import_error_plugin_is_listed_broken_and_others_work(site: Path) -> Non
 
 def test_name_clash_names_both_distributions(site: Path) -> None:
     module = unique("clash")
-    make_dist(site, "first-dist", {module: SERVER_MODULE.format(domain="Domain.AGENT", extra="", doc="x")},
-              {"ngym.resources_servers": {"twin": f"{module}:Server"}})
+    make_dist(
+        site,
+        "first-dist",
+        {module: SERVER_MODULE.format(domain="Domain.AGENT", extra="", doc="x")},
+        {"ngym.resources_servers": {"twin": f"{module}:Server"}},
+    )
     make_dist(site, "second-dist", {}, {"ngym.resources_servers": {"twin": f"{module}:Server"}})
     registry = build_registry(make_plugin_manager())
     rows = [r for r in list_servers(registry) if r.name == "twin"]
@@ -245,8 +249,12 @@ def test_name_clash_names_both_distributions(site: Path) -> None:
 def test_broken_hook_plugin_is_reported_with_its_distribution(site: Path) -> None:
     make_dist(site, "broken-hooks", {unique("hooks"): "raise ImportError('missing dependency xyz')\n"}, {})
     module = unique("hooks")
-    make_dist(site, "broken-hooks2", {module: "raise ImportError('missing dependency xyz')\n"},
-              {"ngym": {"brokenhooks": module}})
+    make_dist(
+        site,
+        "broken-hooks2",
+        {module: "raise ImportError('missing dependency xyz')\n"},
+        {"ngym": {"brokenhooks": module}},
+    )
     pm = make_plugin_manager()
     problem = next(p for p in pm.problems if p.plugin == "brokenhooks")
     assert problem.distribution == "broken-hooks2" and "missing dependency xyz" in problem.reason
@@ -338,12 +346,18 @@ def test_ngym_uninstall_works_with_a_broken_plugin_installed(site: Path, tmp_pat
     for strict in ("0", "1"):
         done = subprocess.run(
             [sys.executable, "-m", "ngym.cli", "uninstall", "-y", "ngym-not-installed-anywhere"],
-            env={**env, STRICT_ENV: strict}, capture_output=True, text=True, timeout=120,
+            env={**env, STRICT_ENV: strict},
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == 0, done.stderr
         assert "not installed" in (done.stdout + done.stderr)
     listed = subprocess.run(  # the same site is broken for the commands that do load plugins
-        [sys.executable, "-m", "ngym.cli", "list"], env={**env, STRICT_ENV: "1"}, capture_output=True, text=True,
+        [sys.executable, "-m", "ngym.cli", "list"],
+        env={**env, STRICT_ENV: "1"},
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert listed.returncode == 1 and "missing dependency xyz" in listed.stderr, listed.stderr
@@ -459,10 +473,10 @@ def test_hook_ngym_register_resources_servers_entries_run_by_name(site: Path) ->
         },
         {"ngym": {"hookenv": module}},
     )
-    from ngym.plugins.discovery import find_environment
     from ngym.server.provenance import distribution_of
+    from ngym.targets import resolve
 
-    entry = find_environment("hook_env")
+    entry = resolve("hook_env")
     assert (entry.distribution, entry.target) == ("hook-env-dist", f"{module}:Server")
     assert distribution_of(sys.modules[module].Server) == ("hook-env-dist", "1.0")
 
@@ -478,9 +492,10 @@ async def test_string_domain_registers_serves_and_reports_its_domain() -> None:
     class StringDomain(Good):
         domain = "agent"  # type: ignore[assignment]
 
-    assert registry_with(registering(lambda r: r.add(StringDomain, name="string_domain"))).get(
-        "string_domain"
-    ).domain is Domain.AGENT
+    assert (
+        registry_with(registering(lambda r: r.add(StringDomain, name="string_domain"))).get("string_domain").domain
+        is Domain.AGENT
+    )
     server = build_server(ServeSpec(target="inline", name="string_domain", fields={}), cls=StringDomain)
     assert server.resolved_domain() is Domain.AGENT
     async with serve_in_process(build_app(server)) as http:

@@ -108,10 +108,25 @@ async def test_scaffolded_package_validates_by_path(tmp_path: Path) -> None:
     assert sum(c.name.startswith("soundness") for c in report.checks) == 4
 
 
-async def test_builtin_with_always_full_reward_is_exempt() -> None:
+async def test_weather_builtin_is_sound_without_exemption() -> None:
     report = await validate_async("example_single_tool_call")
     assert report.ok, report.render()
-    assert "always_full_reward" in report.checks[-1].detail
+    soundness = [c for c in report.checks if c.name.startswith("soundness")]
+    assert soundness and not any("always_full_reward" in c.detail for c in soundness)
+
+
+async def test_always_full_reward_exempts_from_the_not_one_checks(tmp_path: Path) -> None:
+    path = scaffold(fresh_name(), parent=tmp_path)
+    _rewrite_verify(
+        path,
+        "    always_full_reward = True\n\n"
+        "    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:\n"
+        "        return BaseVerifyResponse(**body.model_dump(), reward=1.0)\n",
+    )
+    report = await validate_async(str(path))
+    failed = {c.name for c in report.checks if not c.ok}
+    assert not any(name.startswith("soundness") for name in failed), report.render()
+    assert any("always_full_reward" in c.detail for c in report.checks if c.name.startswith("soundness"))
 
 
 def _rewrite_verify(path: Path, body: str) -> None:

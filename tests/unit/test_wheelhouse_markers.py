@@ -10,7 +10,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from ngym.containerize.context import _marker_environment, _missing_marker_requirements
+from ngym.containerize.wheelhouse import _marker_environment, _missing_marker_requirements
 
 
 def fake_wheel(directory: Path, name: str, version: str, requires: list[str]) -> Path:

@@ -22,12 +22,20 @@ class _Item(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class _TrainingTokens(_Item):
-    """Token ids and log-probs a training-time model server attaches: all three or none."""
+def _absent(value: Any) -> bool:
+    return value is None
 
-    prompt_token_ids: list[int] | None = None
-    generation_token_ids: list[int] | None = None
-    generation_log_probs: list[float] | None = None
+
+class _TrainingTokens(_Item):
+    """Token ids and log-probs a training-time model server attaches: all three or none.
+
+    Absent ones are left out when the item is written back (the verify echo): NeMo Gym's training variants
+    declare them as lists, so an explicit ``null`` would fail its validation of every echoed item.
+    """
+
+    prompt_token_ids: list[int] | None = Field(default=None, exclude_if=_absent)
+    generation_token_ids: list[int] | None = Field(default=None, exclude_if=_absent)
+    generation_log_probs: list[float] | None = Field(default=None, exclude_if=_absent)
 
     @model_validator(mode="after")
     def _all_or_none(self) -> _TrainingTokens:
@@ -158,27 +166,37 @@ InputItem = Annotated[
 
 
 class ResponseCreateParams(BaseModel):
-    """``responses_create_params``: strict, like NeMo Gym's (an unknown key is a 422). Non-streaming only."""
+    """``responses_create_params``: strict, like NeMo Gym's (an unknown key is a 422). Non-streaming only.
+
+    The fields are those of NeMo Gym 0.7.0's ``NeMoGymResponseCreateParamsNonStreaming`` (the OpenAI SDK's
+    ``ResponseCreateParamsNonStreaming``): its agents dump every field, ``None`` included, into the bodies
+    they send, so a field missing here turns every one of their ``/verify`` calls into a 422.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     input: str | list[InputItem]
     background: bool | None = None
+    context_management: list[dict[str, Any]] | None = None
+    conversation: str | dict[str, Any] | None = None
     include: list[str] | None = None
     instructions: str | None = None
     max_output_tokens: int | None = None
     max_tool_calls: int | None = None
     metadata: dict[str, str] | None = None
     model: str | None = None
+    moderation: dict[str, Any] | None = None
     parallel_tool_calls: bool = True
     previous_response_id: str | None = None
     prompt: dict[str, Any] | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
     reasoning: dict[str, Any] | None = None
     safety_identifier: str | None = None
     service_tier: str | None = None
     store: bool | None = None
     stream: Literal[False] | None = None
+    stream_options: dict[str, Any] | None = None
     temperature: float | None = None
     text: dict[str, Any] | None = None
     tool_choice: str | dict[str, Any] = "auto"
@@ -203,6 +221,9 @@ class Response(BaseModel):
     tool_choice: str | dict[str, Any]
     tools: list[dict[str, Any]]
     status: str | None = None
+    background: bool | None = None
+    completed_at: float | None = None
+    conversation: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     incomplete_details: dict[str, Any] | None = None
     instructions: str | list[Any] | None = None

@@ -8,6 +8,7 @@ import hmac
 import logging
 import os
 import secrets
+from typing import Any
 
 SESSION_SECRET_ENV = "NGYM_SESSION_SECRET"
 log = logging.getLogger("ngym.sessions")
@@ -47,10 +48,15 @@ class CookieSigner:
         self._headers: dict[str, bytes] = {}  # session id -> Set-Cookie header value
 
     def _tag(self, session_id: bytes) -> bytes:
-        mac = hashlib.blake2b(session_id, key=self._key, digest_size=16, person=b"ngym.session")
+        return self.tag(session_id, purpose=b"ngym.session")
+
+    def tag(self, data: bytes, purpose: bytes) -> bytes:
+        """A MAC of ``data`` under this server's secret, base64url. ``purpose`` (at most 16 bytes) separates
+        uses: a tag made for one purpose (an MCP token, ...) never verifies as another's (a session cookie)."""
+        mac = hashlib.blake2b(data, key=self._key, digest_size=16, person=purpose)
         return base64.urlsafe_b64encode(mac.digest()).rstrip(b"=")
 
-    def _remember(self, cache: dict, key: object, value: object) -> None:
+    def _remember(self, cache: dict[Any, Any], key: object, value: object) -> None:
         """Insert into a bounded cache, first evicting its oldest entry (a dict keeps insertion order)."""
         if len(cache) >= self.CACHE_SIZE:
             del cache[next(iter(cache))]

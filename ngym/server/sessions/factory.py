@@ -18,7 +18,10 @@ def create_session_store(url: str, server: SimpleResourcesServer) -> SessionStor
     ttl, bound = server.config.session_ttl_seconds, server.config.max_sessions
     if url in ("memory", "memory://", ""):
         return MemorySessionStore(ttl_seconds=ttl, max_sessions=bound)
-    for store in plugin_manager.get_plugin_manager().hook.ngym_session_store(url=url, server=server):
+    stores: list[SessionStore | None] = plugin_manager.get_plugin_manager().hook.ngym_session_store(
+        url=url, server=server
+    )
+    for store in stores:
         if store is not None:
             return store
     raise ConfigError(

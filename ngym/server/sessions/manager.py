@@ -78,6 +78,16 @@ class SessionManager:
             if await self.store.count() >= self.store.max_sessions:
                 raise SessionLimitReached(f"{self.store.max_sessions} sessions are live")
 
+    async def admit(self, session_id: str, record: SessionRecord) -> None:
+        """Store a freshly seeded session. When the store refuses it (``SessionLimitReached``: concurrent seeds
+        all passed ``ensure_capacity``; a store error; a cancelled request), the close hook runs on the state the
+        seed made, so whatever it allocated (a worker process, a slot) is freed instead of leaking for good."""
+        try:
+            await self.store.create(session_id, record)
+        except BaseException:
+            await asyncio.shield(self._run_hook_logged(session_id, record))
+            raise
+
     async def close(self, session_id: str) -> bool:
         """Remove a session and run the close hook; False when it was not live. Hook errors propagate."""
         record = await self.store.remove(session_id)

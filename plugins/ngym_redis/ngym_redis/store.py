@@ -150,8 +150,6 @@ class StateCodec:
         return None if data is None else self.model.model_validate(data)
 
 
-
-
 def check_url(url: str) -> None:
     """A ConfigError naming the (redacted) URL when redis-py would reject it or silently ignore its database."""
     try:

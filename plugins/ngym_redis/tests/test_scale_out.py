@@ -28,9 +28,9 @@ SECRET = "scale-out-test-secret"
 
 
 def example_rollouts() -> list[dict[str, Any]]:
-    from ngym.plugins.discovery import find_environment
+    from ngym.targets import resolve
 
-    folder = find_environment(COUNTER).package_dir()
+    folder = resolve(COUNTER).folder
     assert folder is not None
     path = folder / "data" / "example_rollouts.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -12,8 +12,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ngym.child_server import free_port
-from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.rollout.replay_model import create_replay_app
+from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.testing import RolloutClient, app_for, make_response, read_jsonl, replay_examples, serve_in_process
 
 EQUAL, NOT_EQUAL = "[[A=B]]", "[[A!=B]]"
@@ -152,8 +152,21 @@ async def test_judge_down_is_reward_zero_with_failure_class() -> None:
     fields = {"judge_base_url": f"http://127.0.0.1:{free_port()}/v1", "judge_max_retries": 0}
     result = await _verify(fields, _row("Paris"))
     assert result["reward"] == 0.0
+    # NeMo Gym 0.7.0's fields, and the older pair it still writes.
+    assert result["mask_sample"] is True and result["failure_kind"] == "judge_failed"
+    assert "cannot reach the judge" in result["failure_reason"]
+    assert result["instance_config"] == {"mask_sample": True}
     assert result["_ng_failure_class"] == "judge_failed"
-    assert "cannot reach the judge" in result["_ng_failure_judge_error"]
+    assert result["_ng_failure_judge_error"] == result["failure_reason"]
+
+
+async def test_judge_failure_body_matches_the_declared_response_schema() -> None:
+    from resources_servers.equivalence_llm_judge.app import JudgeVerifyResponse
+
+    fields = {"judge_base_url": f"http://127.0.0.1:{free_port()}/v1", "judge_max_retries": 0}
+    result = await _verify(fields, _row("Paris"))
+    parsed = JudgeVerifyResponse.model_validate(result)
+    assert parsed.generated_answer == "Paris" and parsed.judge_evaluations == [] and parsed.mask_sample
 
 
 async def test_judge_http_error_is_retried_then_a_failure(judge_server) -> None:
@@ -174,9 +187,9 @@ async def test_concurrency_to_the_judge_is_bounded(judge_server) -> None:
 
 async def test_example_rollouts_with_the_offline_scripted_judge() -> None:
     """The shipped examples replay to their rewards, judged by `ngym replay-model`'s scripted judge over HTTP."""
-    from ngym.plugins.discovery import find_environment
+    from ngym.targets import resolve
 
-    folder = find_environment("equivalence_llm_judge").package_dir()
+    folder = resolve("equivalence_llm_judge").folder
     assert folder is not None
     with serve_app_in_thread(create_replay_app(read_jsonl(folder / "data" / "example_rollouts.jsonl"))) as url:
         results = await replay_examples("equivalence_llm_judge", judge_base_url=f"{url}/v1")

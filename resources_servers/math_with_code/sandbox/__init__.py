@@ -1,7 +1,7 @@
 """Sandboxed, persistent, per-session Python workers forked from a preloaded forkserver."""
 
 from .limits import Enforcement, SandboxLimits
-from .pool import ExecutionResult, PoolExhausted, SandboxError, SandboxSession, WorkerPool
+from .pool import ExecutionResult, PoolExhausted, SandboxError, SandboxSession, WeakSandboxError, WorkerPool
 
 __all__ = [
     "Enforcement",
@@ -10,5 +10,6 @@ __all__ = [
     "SandboxError",
     "SandboxLimits",
     "SandboxSession",
+    "WeakSandboxError",
     "WorkerPool",
 ]

@@ -1,10 +1,14 @@
 """The limits a sandboxed Python worker runs under, and the code that applies them inside a freshly forked child.
 
 Everything here that touches the OS runs in the worker child *before* it starts running user code, while it is
-still root: it enters new network and mount namespaces, mounts a private size-limited tmpfs as its working
-directory, hides the world-writable directories, joins per-worker cgroups when they are available, sets rlimits,
-and finally drops to an unprivileged uid that belongs to its pool slot alone (so RLIMIT_NPROC counts only its own
-processes, which is what makes the process cap hold when the server runs as root).
+still root: the worker was forked as pid 1 of a new PID namespace (zygote.py); it enters new network and mount
+namespaces, mounts its own /proc (so it sees no other process: not the server, not other slots, no command line of
+the host), mounts a private size-limited tmpfs as its working directory, hides the world-writable directories and
+the directories others may not enter (with only the interpreter's own paths bound back in), joins per-worker
+cgroups when they are available, sets rlimits, and finally drops to an unprivileged uid that belongs to its pool
+slot alone (so RLIMIT_NPROC counts only its own processes, which is what makes the process cap hold when the server
+runs as root). `missing_isolation` names what the machine did not allow; the server refuses to start then unless
+`allow_weak_sandbox` is set.
 See docs/math_with_code.md for what each limit enforces and how.
 """
 
@@ -21,12 +25,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
 MS_BIND = 4096
-MS_MOVE = 8192
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
@@ -72,13 +76,29 @@ class Enforcement:
     unprivileged_uid: bool = False
     network_namespace: bool = False
     mount_namespace: bool = False
+    pid_namespace: bool = False  # each worker is pid 1 of its own PID namespace, with its own /proc
     cgroup: str | None = None  # "v2", "v1" or None
     hidden_dirs: list[str] = field(default_factory=list)
-    exposed: dict[str, list[str]] = field(default_factory=dict)  # blocked ancestor -> paths re-exposed under it
+    exposed: dict[str, list[str]] = field(default_factory=dict)  # covered directory -> paths bound back in
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+#: What a worker needs so that untrusted code cannot reach the server, other sessions, the network or secrets.
+REQUIRED_ISOLATION = {
+    "unprivileged_uid": "a uid of its own per worker (needs root, or CAP_SETUID and CAP_SETGID)",
+    "mount_namespace": "a private mount namespace (needs CAP_SYS_ADMIN and a seccomp profile allowing unshare/mount)",
+    "pid_namespace": "a PID namespace with its own /proc (needs CAP_SYS_ADMIN, unshare and mount of proc)",
+    "network_namespace": "an empty network namespace (needs CAP_SYS_ADMIN and unshare)",
+}
+
+
+def missing_isolation(enforcement: Enforcement, limits: SandboxLimits) -> list[str]:
+    """The guarantees of REQUIRED_ISOLATION this machine did not allow (the network one only when it is off)."""
+    needed = [k for k in REQUIRED_ISOLATION if k != "network_namespace" or not limits.allow_network]
+    return [f"{REQUIRED_ISOLATION[k]}" for k in needed if not getattr(enforcement, k)]
 
 
 _libc: ctypes.CDLL | None = None
@@ -99,6 +119,10 @@ def _check(rc: int, what: str) -> None:
 
 def unshare(flags: int) -> None:
     _check(libc().unshare(flags), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    _check(libc().setns(fd, nstype), "setns")
 
 
 def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
@@ -125,10 +149,16 @@ def world_writable_dirs() -> list[str]:
 
 
 def interpreter_paths() -> list[str]:
-    """The directories the worker must be able to read to import modules lazily (stdlib, site-packages, ...)."""
+    """The directories the worker must be able to read to import modules lazily (stdlib, site-packages, ...),
+    plus the directory of every imported top-level package (an editable install's finder maps a package to its
+    source tree, which is on no sys.path entry)."""
     import sys
 
     paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if "." not in name and isinstance(file, str):
+            paths.add(os.path.dirname(os.path.realpath(file)))
     return sorted(p for p in paths if os.path.isdir(p))
 
 
@@ -145,39 +175,52 @@ def blocked_ancestor(path: str) -> str | None:
     return None
 
 
-def plan_exposures(paths: list[str]) -> dict[str, list[str]]:
-    """For each blocked ancestor (e.g. /root, mode 0700, holding a pyenv Python), the paths to bind back in."""
-    plan: dict[str, list[str]] = {}
-    for path in paths:
-        ancestor = blocked_ancestor(path)
-        if ancestor is None:
-            continue
-        kept = plan.setdefault(ancestor, [])
-        if not any(path == k or path.startswith(k + "/") for k in kept):
-            kept[:] = [k for k in kept if not k.startswith(path + "/")] + [path]
+def plan_exposures(paths: list[str], hidden_dirs: list[str], blocked: bool = True) -> dict[str, list[str]]:
+    """The directories a worker gets covered by an empty tmpfs, each with the paths of `paths` bound back in.
+
+    Covers are the world-writable `hidden_dirs` and, with `blocked` (the worker is not root), each blocked ancestor
+    of a path (e.g. /root, mode 0700, holding a pyenv Python, or a private `mktemp -d` folder holding the project
+    and its venv). A cover inside another cover is dropped: the outer one hides it already. The paths under a cover
+    (the venv inside a hidden /tmp, say) are bound back in, so the worker can still import from them."""
+    covers = set(hidden_dirs)
+    if blocked:
+        covers |= {a for a in map(blocked_ancestor, paths) if a is not None}
+    covers = {c for c in covers if not any(c.startswith(o + "/") for o in covers)}
+    plan: dict[str, list[str]] = {c: [] for c in sorted(covers)}
+    for path in sorted(paths):  # a parent sorts before its children
+        cover = next((c for c in covers if path.startswith(c + "/")), None)
+        if cover is not None and not any(path == k or path.startswith(k + "/") for k in plan[cover]):
+            plan[cover].append(path)
     return plan
 
 
-def _expose(exposed: dict[str, list[str]], staging_root: str) -> None:
-    """Hide each blocked ancestor behind an empty tmpfs, with only the interpreter's directories bound back in
-    (bind to a staging dir first, then mount --move into place), so the unprivileged worker can import from them."""
-    staged: list[tuple[str, str]] = []
-    for paths in exposed.values():
-        for path in paths:
-            stage = os.path.join(staging_root, f".ngym-expose-{len(staged)}")
-            os.mkdir(stage)
-            mount(path, stage, None, MS_BIND | MS_REC, None)
-            staged.append((stage, path))
-    for ancestor in exposed:
-        mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=1024,mode=0755")
-    for stage, path in staged:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        mount(stage, path, None, MS_MOVE, None)
-        os.rmdir(stage)
+def _cover_and_expose(exposed: dict[str, list[str]], hidden_dirs: list[str]) -> None:
+    """Cover each directory of `exposed` with an empty root-owned tmpfs (the world-writable ones noexec too), then
+    bind the paths listed under it back in, so the unprivileged worker can import from them and see nothing else.
+
+    The paths are opened (O_PATH) before anything is covered and bound from /proc/self/fd/N afterwards: the magic
+    link resolves to the original directory although its path is hidden under a cover by then."""
+    kept: list[tuple[str, int]] = []
+    try:
+        for paths in exposed.values():
+            for path in paths:
+                with contextlib.suppress(OSError):  # gone since start-up: nothing to bind
+                    kept.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)))
+        for cover in exposed:
+            # Root-owned and empty: the unprivileged worker cannot create anything in it.
+            flags = MS_NOSUID | MS_NODEV | (MS_NOEXEC if cover in hidden_dirs else 0)
+            mount("tmpfs", cover, "tmpfs", flags, "size=4m,nr_inodes=1024,mode=0755")
+        for path, fd in kept:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
+    finally:
+        for _, fd in kept:
+            os.close(fd)
 
 
 def enter_namespaces(enforcement: Enforcement, limits: SandboxLimits, workdir: str, uid: int) -> None:
-    """In the child, as root: new network namespace, new mount namespace with a private tmpfs working directory."""
+    """In the child, as root: new network and mount namespaces, its own /proc (the child is pid 1 of a new PID
+    namespace when `enforcement.pid_namespace`), covered directories, a private tmpfs working directory."""
     flags = 0
     if enforcement.network_namespace and not limits.allow_network:
         flags |= CLONE_NEWNET
@@ -187,11 +230,11 @@ def enter_namespaces(enforcement: Enforcement, limits: SandboxLimits, workdir: s
         unshare(flags)
     if enforcement.mount_namespace:
         mount("none", "/", None, MS_REC | MS_PRIVATE, None)
-        for path in enforcement.hidden_dirs:
-            # An empty root-owned tmpfs: the unprivileged worker cannot create anything in it.
-            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4m,nr_inodes=1024,mode=0755")
-        if enforcement.exposed and enforcement.hidden_dirs:
-            _expose(enforcement.exposed, enforcement.hidden_dirs[0])
+        _cover_and_expose(enforcement.exposed, enforcement.hidden_dirs)
+        if enforcement.pid_namespace:
+            # A fresh proc for this PID namespace: only this worker and what it starts are listed; the server's
+            # and other sessions' /proc/PID/{environ,cmdline} do not exist here. It covers the host's /proc.
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         os.makedirs(workdir, mode=0o755, exist_ok=True)
         mount(
             "tmpfs",

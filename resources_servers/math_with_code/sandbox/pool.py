@@ -24,11 +24,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .limits import SandboxLimits
+from .limits import Enforcement, SandboxLimits, missing_isolation
 from .protocol import ProtocolError, read_frame, recv_frame, send_frame, write_frame
 
 DEFAULT_PRELOAD = (
@@ -58,7 +59,10 @@ STATE_LOST = (
 def _claim_uid_range(base: int, size: int) -> Any:
     """Claim [base, base+size) for this pool with an flock'ed file, moving up by 65536 while it is taken, so two
     servers on one host never share worker uids (a worker kills every process of its uid)."""
-    lock_dir = Path(tempfile.gettempdir()) / "ngym-math-with-code-uids"
+    # One lock folder per user: root's is 0700, and a server of another user (which cannot switch uids anyway) must
+    # still get as far as saying what its sandbox lacks.
+    euid = os.geteuid()
+    lock_dir = Path(tempfile.gettempdir()) / ("ngym-math-with-code-uids" + (f"-{euid}" if euid else ""))
     lock_dir.mkdir(mode=0o700, exist_ok=True)
     stride = max(65536, size)
     for k in range(1024):
@@ -72,6 +76,16 @@ def _claim_uid_range(base: int, size: int) -> Any:
     raise SandboxError("no free worker uid range")
 
 
+#: The only variables of the server's environment the forkserver (and so every worker, a fork of it) gets: no
+#: session secret, store URL, API key or token can reach user code through os.environ or /proc/self/environ.
+ENVIRONMENT_KEPT = ("PATH", "LANG", "LANGUAGE", "TZ", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+
+
+def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The forkserver's environment: ENVIRONMENT_KEPT and the locale (LC_*) of `environ`, nothing else."""
+    return {k: v for k, v in environ.items() if k in ENVIRONMENT_KEPT or k.startswith("LC_")}
+
+
 class PoolExhausted(Exception):
     """Every worker slot is in use; retry after `retry_after` seconds."""
 
@@ -82,6 +96,10 @@ class PoolExhausted(Exception):
 
 class SandboxError(Exception):
     """The forkserver could not be started or did not answer."""
+
+
+class WeakSandboxError(SandboxError):
+    """The machine does not allow the isolation untrusted code needs (and `allow_weak_sandbox` is not set)."""
 
 
 @dataclass
@@ -293,6 +311,10 @@ class WorkerPool:
         self._executor.shutdown(wait=False)
         self._uid_lock.close()
 
+    def missing_isolation(self) -> list[str]:
+        """What the machine did not allow of the isolation untrusted code needs (empty: all of it holds)."""
+        return missing_isolation(Enforcement(**self.enforcement), self.limits) if self.enforcement else []
+
     def stats(self) -> dict[str, Any]:
         return {"active_workers": self.active, "max_workers": self.max_workers, "zygote_pid": self.zygote_pid}
 
@@ -312,7 +334,7 @@ class WorkerPool:
         bootstrap = (
             f"import sys; sys.path.insert(0, {package_root!r}); from math_with_code.sandbox.zygote import main; main()"
         )
-        env = dict(os.environ)
+        env = worker_environment(os.environ)
         for var in (
             "OPENBLAS_NUM_THREADS",
             "OMP_NUM_THREADS",

@@ -16,6 +16,7 @@ import errno
 import io
 import linecache
 import os
+import select
 import signal
 import socket
 import sys
@@ -250,7 +251,7 @@ def become_worker(
     limits: SandboxLimits,
     enforcement: Enforcement,
     cgroups: Any,
-    parent_pid: int,
+    forkserver_pidfd: int,
 ) -> None:
     """Turn the just-forked child into a sandboxed worker and serve until the socket closes. Never returns."""
     code = 0
@@ -266,7 +267,7 @@ def become_worker(
         if enforcement.unprivileged_uid:
             drop_privileges(uid)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:
+        if select.select([forkserver_pidfd], [], [], 0)[0]:  # readable: the forkserver died before the prctl
             os._exit(1)
         _close_fds(conn_fd)
         os.environ.update({"HOME": workdir, "TMPDIR": workdir, "PWD": workdir})

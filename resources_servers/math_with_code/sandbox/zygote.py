@@ -1,7 +1,13 @@
 """The forkserver ("zygote"): one long-lived process that has numpy/scipy/pandas imported and forks workers.
 
-Started by the pool with a control socket. It is single-threaded and handles one request at a time:
-  spawn {slot} + a socket fd  -> fork a worker on that socket; reply {pid, workdir} + a pidfd for the worker
+Started by the pool with a control socket and an environment stripped of everything but locale, PATH and Python
+paths (no session secret, no credentials: a worker is a fork of this process, environment block included). It is
+single-threaded and handles one request at a time:
+  spawn {slot} + a socket fd  -> fork a worker on that socket, as pid 1 of a new PID namespace when the machine
+                                 allows it (unshare(CLONE_NEWPID) before the fork, setns back after it, so the
+                                 worker's pid here is a plain pid: pidfd, killpg and waitpid work as usual, and
+                                 when the worker dies the kernel kills everything left in its namespace);
+                                 reply {pid, workdir} + a pidfd for the worker
   kill {slot, workdir?}       -> kill every process of the slot (its uid, its cgroup, its process group), wait until
                                  they are gone, remove the slot's working directory; reply {remaining}
   status {pid}                -> how a worker ended, when known
@@ -33,6 +39,7 @@ from .cgroups import TAG_PREFIX, SlotCgroups
 from .limits import (
     CLONE_NEWNET,
     CLONE_NEWNS,
+    CLONE_NEWPID,
     MS_PRIVATE,
     MS_REC,
     PR_SET_CHILD_SUBREAPER,
@@ -43,6 +50,7 @@ from .limits import (
     mount,
     plan_exposures,
     prctl,
+    setns,
     unshare,
     world_writable_dirs,
 )
@@ -129,6 +137,27 @@ def claim_work_root(work_root: str) -> Any:
     raise OSError(f"the work root {work_root} is in use by another forkserver: give each server its own work_root")
 
 
+def _probe_pid_namespace(notes: list[str]) -> bool:
+    """In the probe child (own mount namespace): can a child be pid 1 of a new PID namespace with its own /proc?"""
+    try:
+        unshare(CLONE_NEWPID)
+    except OSError as exc:
+        notes.append(f"PID namespace unavailable: {exc}")
+        return False
+    child = os.fork()
+    if child == 0:
+        try:
+            mount("proc", "/proc", "proc", 0, None)
+            os._exit(0 if os.getpid() == 1 and os.listdir("/proc/self") else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(child, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        notes.append("PID namespace unavailable: cannot mount a private /proc in it")
+        return False
+    return True
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(0)
 
@@ -147,6 +176,10 @@ class Zygote:
         self.slot_dirs: dict[int, str] = {}
         self.exit_status: dict[int, str] = {}
         self.live: set[int] = set()  # worker pids forked and not yet reaped (safe to signal)
+        # A worker in its own PID namespace cannot see this process (getppid() is 0 there): it checks this pidfd
+        # instead to learn that the forkserver died before its PR_SET_PDEATHSIG was armed.
+        self.pidfd = os.pidfd_open(self.pid)
+        self.pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
 
     # ---- start-up -------------------------------------------------------------------------------------------
     def probe(self) -> None:
@@ -172,6 +205,7 @@ class Zygote:
                     mount("none", "/", None, MS_REC | MS_PRIVATE, None)
                     mount("tmpfs", probe_dir, "tmpfs", 0, "size=1m")
                     found["mount_namespace"] = True
+                    found["pid_namespace"] = _probe_pid_namespace(found["notes"])
                 except OSError as exc:
                     found["notes"].append(f"mount namespace unavailable: {exc}")
                 try:
@@ -195,17 +229,14 @@ class Zygote:
         found = json.loads(data or b"{}")
         e.network_namespace = bool(found.get("network_namespace"))
         e.mount_namespace = bool(found.get("mount_namespace"))
+        e.pid_namespace = bool(found.get("pid_namespace"))
         e.unprivileged_uid = bool(found.get("unprivileged_uid")) and self.uid_base >= MIN_WORKER_UID
         e.notes.extend(found.get("notes", []))
         if e.unprivileged_uid:
             self.sweep_stale()
         if e.mount_namespace:
             e.hidden_dirs = world_writable_dirs()
-            if e.unprivileged_uid:
-                e.exposed = plan_exposures(interpreter_paths())
-                if e.exposed and not e.hidden_dirs:
-                    e.notes.append(f"cannot re-expose {e.exposed} (no staging tmpfs): imports may fail")
-                    e.exposed = {}
+            e.exposed = plan_exposures(interpreter_paths(), e.hidden_dirs, blocked=e.unprivileged_uid)
         self.cgroups, note = SlotCgroups.create(f"{TAG_PREFIX}{self.pid}")
         e.cgroup = self.cgroups.version if self.cgroups else None
         if not self.cgroups:
@@ -259,10 +290,17 @@ class Zygote:
         if self.cgroups is not None:
             mem = (self.limits.memory_mb + self.limits.disk_mb) * 1024 * 1024
             self.cgroups.prepare_slot(slot, self.limits.max_processes, mem)
-        pid = os.fork()
+        if self.enforcement.pid_namespace:
+            unshare(CLONE_NEWPID)  # the next child is pid 1 of a new PID namespace
+        pid = -1
+        try:
+            pid = os.fork()
+        finally:
+            if self.enforcement.pid_namespace and pid != 0:
+                setns(self.pid_ns, CLONE_NEWPID)  # later children (kill helpers, workers) start from here again
         if pid == 0:
             self.ctl.close()
-            become_worker(conn_fd, slot, uid, workdir, self.limits, self.enforcement, self.cgroups, self.pid)
+            become_worker(conn_fd, slot, uid, workdir, self.limits, self.enforcement, self.cgroups, self.pidfd)
         os.close(conn_fd)
         self.slot_pids[slot] = pid
         self.live.add(pid)

@@ -5,12 +5,19 @@ Skipped only when the data is absent and CI is not "true" (under CI=true a missi
 
 import ast
 import csv
+import json
 import os
 from pathlib import Path
 
 import pytest
 from workplace_assistant.importer import iter_rows
-from workplace_assistant.replay import changes_state, score
+from workplace_assistant.replay import (
+    changes_state,
+    check_ground_truth,
+    parse_workbench_action,
+    render_workbench_action,
+    score,
+)
 from workplace_assistant.workspace import WorkBenchData
 
 WORKBENCH = Path(os.environ.get("NGYM_WORKBENCH_DIR") or Path(__file__).resolve().parents[4] / "shared" / "workbench")
@@ -43,6 +50,46 @@ def test_ground_truth_scores_one(data, tasks) -> None:
             if not verdict.correct or verdict.predicted_failed:
                 failures.append((query, verdict))
     assert not failures, failures[:3]
+
+
+def _nemo_style(answer: list[str]) -> list[dict]:
+    """The ground truth as NeMo Gym rows hold it: each call's evaluated values, JSON-encoded (real newlines)."""
+    return [{"name": c.method, "arguments": json.dumps(dict(c.kwargs))} for c in map(parse_workbench_action, answer)]
+
+
+def _as_workbench_records(answer: list[str]) -> list[str]:
+    """The calls as WorkBench's runner records a model's actions: name.func(k="v", ...) with f-string values."""
+    return [render_workbench_action(c.method, c.kwargs) for c in map(parse_workbench_action, answer)]
+
+
+def test_every_ground_truth_replays_without_a_failed_or_refused_call(data, tasks) -> None:
+    multi_line = 0
+    for query, answer, row in tasks:
+        for form in (answer, row["ground_truth"], _nemo_style(answer)):
+            result = check_ground_truth(data, form)
+            assert (result.failed, result.refused, result.missing_ids) == ([], [], []), (query, form)
+        multi_line += any("\\n" in a for a in answer)
+    assert multi_line == 10  # the send_email tasks whose body has line breaks (once failing, so "matched" by nothing)
+
+
+def test_doing_nothing_is_wrong_whenever_the_ground_truth_changes_state(data, tasks) -> None:
+    # Not circular: every truth is checked to run (above), and the 124 no-change tasks are pinned by kind.
+    unchanged = []
+    for query, answer, row in tasks:
+        rewards = {score(data, [], truth).reward for truth in (answer, row["ground_truth"], _nemo_style(answer))}
+        assert len(rewards) == 1, query
+        if rewards == {1.0}:
+            unchanged.append(answer)
+    assert len(unchanged) == 124 and sum(1 for a in unchanged if not a) == 122
+    assert all(len(a) == 1 and 'field="assigned_to_email"' in a[0] for a in unchanged if a)  # already assigned
+
+
+def test_a_perfect_model_recorded_the_way_workbench_records_scores_one(data, tasks) -> None:
+    for query, answer, row in tasks:
+        recorded = _as_workbench_records(answer)
+        for truth in (answer, row["ground_truth"], _nemo_style(answer)):
+            assert score(data, recorded, truth).reward == 1.0, (query, recorded)
+        assert score(data, row["ground_truth"], _nemo_style(answer)).reward == 1.0, query
 
 
 def test_no_actions_scores_one_exactly_when_ground_truth_changes_nothing(data, tasks) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -172,7 +174,8 @@ class Reference:
         }  # fmt: skip
         for action in actions:
             try:
-                eval(action, scope)  # noqa: S307 - test-only reference of WorkBench's own replay
+                # WorkBench's calculate_metrics turns every line break into \n before it evaluates an action
+                eval(action.replace("\n", "\\n"), scope)  # noqa: S307 - test-only reference of WorkBench's replay
             except Exception:  # noqa: BLE001, S112
                 continue
         states = [self.cal.copy(), self.em.copy(), self.plots.copy(), self.pm.copy(), self.crm.copy()]
@@ -186,8 +189,15 @@ class Reference:
         return all(a.equals(b) for a, b in zip(self.run(pred), self.run(gold), strict=True))
 
 
+#: Values as a model writes them, rendered into call strings the way WorkBench's runner does (f'{k}="{v}"'):
+#: line breaks, escapes, quotes that end the literal early, backslashes, non-ASCII.
+TEXTS = ["b", "B", "line\none", "Hi,\n\nBye", "esc\\nape", "it's", 'say "hi"', "tab\there", "back\\slash",
+         "trail\\", "ünï € 東京", "caf\\u00e9", "cr\rlf", 'a" "b', 'a" + "b', "x\\x4", "\\N{BULLET}", "crlf\r\n"]  # fmt: skip
+
+
 def random_action(rng: random.Random) -> str:
     pick = rng.choice
+    text = pick(TEXTS)
     eid = pick(["00000479", "00000013", "00000001", "00000499", "500", "501", "00000999"])
     evid = pick(["00000013", "00000275", "00000299", "00000300", "00000301", "nope"])
     tid = pick(["00000149", "00000037", "00000299", "00000300", "00000301"])
@@ -196,11 +206,13 @@ def random_action(rng: random.Random) -> str:
     value = pick(["New Name", "new name", "Backlog", "backlog", "In Progress", "Front end", "front end", "Won", "won",
                   "Software", "2023-12-01 10:00:00", "30", "sofia.santos@atlas.com", "Sofia.Santos@atlas.com"])  # fmt: skip
     options = [
-        f'email.send_email.func(recipient="{person}", subject="{pick(["Hi", "hi"])}", body="{pick(["b", "B"])}")',
+        f'email.send_email.func(recipient="{person}", subject="{pick(["Hi", "hi", text])}", body="{pick(["b", text])}")',
         f'email.delete_email.func(email_id="{eid}")',
         f'email.forward_email.func(email_id="{eid}", recipient="{person}")',
-        f'email.reply_email.func(email_id="{eid}", body="{pick(["ok", "OK"])}")',
-        f'calendar.create_event.func(event_name="{pick(["Sync", "sync"])}", participant_email="{person}", '
+        f'email.reply_email.func(email_id="{eid}", body="{pick(["ok", "OK", text])}")',
+        f'email.delete_email.func("{eid}")',  # positional
+        f"email.delete_email.func(email_id={int(eid)})",  # a number, not a string
+        f'calendar.create_event.func(event_name="{pick(["Sync", "sync", text])}", participant_email="{person}", '
         f'event_start="2023-12-0{rng.randint(1, 2)} 10:00:00", duration="{pick(["30", "60"])}")',
         f'calendar.delete_event.func(event_id="{evid}")',
         f'calendar.update_event.func(event_id="{evid}", field="{pick(["event_name", "participant_email", "duration", "status", "bogus"])}", new_value="{value}")',  # noqa: E501
@@ -214,7 +226,8 @@ def random_action(rng: random.Random) -> str:
         f'customer_relationship_manager.add_customer.func(customer_name="{pick(["Zed", "zed"])}", '
         f'assigned_to_email="{person}", status="{pick(["Lead", "lead", ""])}")',
         f'customer_relationship_manager.delete_customer.func(customer_id="{cid}")',
-        'email.send_email.func(recipient="a@b.io", subject="x", body="line\none")',  # WorkBench: unterminated string
+        'email.send_email.func(recipient="a@b.io", subject="x", body="line\none")',  # WorkBench: a newline in body
+        'email.send_email.func(recipient="a@b.io",\nsubject="x", body="y")',  # WorkBench: "\\n" outside a literal
         'company_directory.find_email_address.func(name="luis")',
     ]
     return pick(options)
@@ -241,7 +254,13 @@ def fuzz(n: int, seed: int = 0) -> tuple[int, list]:
         else:
             pred = gold + [random_action(rng)] if rng.random() < 0.5 else gold[:-1]
         expected = ref.is_correct(pred, gold)
-        got = score(data, pred, gold).correct
+        verdict = score(data, pred, gold)
+        # The states must compare as WorkBench compares them. The reward may only differ from WorkBench's where
+        # the random ground truth cannot be replayed (a call raises or is refused): ngym then answers 0.0 and
+        # masks the sample instead of matching "nothing happened".
+        got = not verdict.differing_tables
+        if verdict.reward != (1.0 if got else 0.0) and not verdict.ground_truth_problems:
+            mismatches.append((pred, gold, "reward without a ground-truth problem", verdict))
         agree_true += expected
         if expected != got:
             mismatches.append((pred, gold, expected, got))
@@ -263,9 +282,6 @@ PANDAS2_VENV = Path.home() / ".cache" / "ngym" / "pandas-2.1.4-venv"
 
 def _pandas2_python() -> Path | None:
     """A Python with pandas 2.1.4: the cached venv, made here when CI=true (outside CI: only if already made)."""
-    import subprocess
-    import sys
-
     python = PANDAS2_VENV / "bin" / "python"
     if not python.is_file():
         if os.environ.get("CI", "").lower() not in ("true", "1", "yes"):
@@ -284,8 +300,6 @@ if pytest is not None:
     def test_engine_agrees_with_pandas_reference() -> None:
         """The differential check with WorkBench's pandas 2: in-process when this interpreter has it, else in a
         venv of its own (the shared one has pandas 3)."""
-        import subprocess
-
         if _pandas2():
             correct, mismatches = fuzz(1500)
             assert not mismatches, mismatches[:3]
@@ -336,3 +350,28 @@ if pytest is not None:
         from workplace_assistant.workspace import SAMPLE_DIR
 
         assert loader_mismatches(WORKBENCH) == [] and loader_mismatches(SAMPLE_DIR) == []
+
+
+if pytest is not None:
+
+    @pytest.mark.skipif(not _pandas2() or not (WORKBENCH / "processed").is_dir(), reason="needs pandas 2.x + data")
+    def test_rescoring_a_run_recorded_as_workbench_records_agrees_case_for_case(tmp_path: Path) -> None:
+        # A run in WorkBench's results format: the email tasks done right (bodies with real line breaks, as
+        # WorkBench's runner writes them), skipped, or ended by a runner error. Before ngym replaced line
+        # breaks as WorkBench's scorer does, the multi-line emails disagreed.
+        import ast
+        import csv
+
+        from rescore_workbench_results import main
+        from workplace_assistant.replay import parse_workbench_action, render_workbench_action
+
+        (tmp_path / "email").mkdir()
+        source = WORKBENCH / "processed" / "queries_and_answers" / "email_queries_and_answers.csv"
+        with open(source, newline="") as fh, open(tmp_path / "email" / "m_all_2024-03-21_15-21-12.csv", "w") as out:
+            writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+            writer.writerow(["query", "function_calls", "full_response", "error"])
+            for i, row in enumerate(csv.DictReader(fh)):
+                calls = [render_workbench_action(c.method, c.kwargs) for c in
+                         map(parse_workbench_action, ast.literal_eval(row["answer"]))]  # fmt: skip
+                writer.writerow([row["query"], str([] if i % 3 == 0 else calls), "", "" if i % 7 else "Timeout"])
+        assert main(["--results", str(tmp_path), "--data", str(WORKBENCH)]) == 0

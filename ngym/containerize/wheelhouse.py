@@ -1,59 +1,39 @@
-"""The build context: a wheelhouse built on the host, and the files rendered from the ``ImageSpec``.
-
-``build_wheelhouse`` (runs pip on the host) makes::
+"""The wheelhouse the build context carries, built on the host: ``build_wheelhouse`` (runs pip) makes::
 
     <dir>/code/   ngym's and the plugin's wheels (built from their source trees, also for editable installs)
     <dir>/deps/   every dependency as a wheel, for the image's Python version and platform
 
 so the image installs with ``--no-index`` and the build never needs the network. Dependency versions are pinned
 to what the host's ngym interpreter has installed (the tested set), falling back to a fresh resolution only when a
-pinned version is not available. ``context_files`` and ``build_context`` are pure: the same spec and wheelhouse
-give the same directory, byte for byte.
+pinned version is not available. ``ngym.containerize.dockerfile.build_context`` copies it into the build context.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 import zipfile
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from ngym.containerize.dockerfile import render_dockerfile, render_requirements
 from ngym.containerize.errors import WheelhouseError
-from ngym.containerize.spec import DistributionSource, ImageSpec, distribution_source_dir
-
-#: Timestamps inside wheels built from source: a fixed date makes an unchanged tree give a byte-identical wheel,
-#: so Docker's layer cache can reuse the code layer too.
-SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest date a zip file can hold
-#: Not copied when a source tree is snapshotted for a wheel build.
-_IGNORED = shutil.ignore_patterns(
-    ".git",
-    ".venv",
-    "venv",
-    "__pycache__",
-    "*.pyc",
-    "build",
-    "dist",
-    "*.egg-info",
-    ".pytest_cache",
-    ".ruff_cache",
-    "wheelhouse",
-    "node_modules",
-    ".mypy_cache",
+from ngym.containerize.pip import (
+    SOURCE_DATE_EPOCH,
+    Log,
+    _may_be_the_pins,
+    _pip,
+    default_cache_dir,
+    host_python_version,
 )
-
-Log = Callable[[str], None]
+from ngym.containerize.source_wheels import build_code_wheels
+from ngym.containerize.spec import DistributionSource, distribution_source_dir
 
 
 @dataclass(frozen=True)
@@ -79,52 +59,6 @@ class Wheelhouse:
     @property
     def deps_dir(self) -> Path:
         return self.root / "deps"
-
-
-def context_files(spec: ImageSpec) -> dict[str, str]:
-    """The rendered (text) files of the build context, by relative path. Later manifests add entries here."""
-    return {"Dockerfile": render_dockerfile(spec), "requirements.txt": render_requirements(spec)}
-
-
-def build_context(
-    spec: ImageSpec, wheelhouse: Wheelhouse, dest: Path, extra_files: Mapping[str, str] | None = None
-) -> Path:
-    """Write the build context for ``spec`` into ``dest`` (emptied first) and return it.
-
-    Layout: ``Dockerfile``, ``requirements.txt``, ``wheelhouse/deps/*.whl``, ``wheelhouse/code/*.whl``,
-    ``wheelhouse/tools/pip-*.whl``, plus ``extra_files``. Only the wheels the spec names are copied, so the
-    context is exactly what the spec says.
-    """
-    missing = [w for w in spec.code_wheels if not (wheelhouse.code_dir / w).is_file()]
-    if not (wheelhouse.tools_dir / spec.installer_wheel).is_file():
-        missing.append(spec.installer_wheel or "(no installer wheel)")
-    missing += [w for w in spec.dependency_wheels if not (wheelhouse.deps_dir / w).is_file()]
-    if missing:
-        raise WheelhouseError(f"wheelhouse {wheelhouse.root} lacks {', '.join(missing)}")
-    dest = Path(dest)
-    if dest.exists():
-        if not dest.is_dir():
-            raise WheelhouseError(f"{dest} exists and is not a directory")
-        if any(dest.iterdir()) and not (dest / "Dockerfile").is_file():
-            raise WheelhouseError(f"{dest} is not empty and holds no Dockerfile: refusing to overwrite it")
-        shutil.rmtree(dest)
-    (dest / "wheelhouse" / "deps").mkdir(parents=True)
-    (dest / "wheelhouse" / "code").mkdir(parents=True)
-    (dest / "wheelhouse" / "tools").mkdir(parents=True)
-    shutil.copyfile(wheelhouse.tools_dir / spec.installer_wheel, dest / "wheelhouse" / "tools" / spec.installer_wheel)
-    for name in spec.dependency_wheels:
-        shutil.copyfile(wheelhouse.deps_dir / name, dest / "wheelhouse" / "deps" / name)
-    for name in spec.code_wheels:
-        shutil.copyfile(wheelhouse.code_dir / name, dest / "wheelhouse" / "code" / name)
-    for rel, text in {**context_files(spec), **(extra_files or {})}.items():
-        path = dest / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return dest
-
-
-def host_python_version() -> str:
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def build_wheelhouse(
@@ -153,7 +87,7 @@ def build_wheelhouse(
         d.mkdir(parents=True)
 
     code_names = {_canonical(s.distribution) for s in sources}
-    _build_code_wheels(sources, code_dir, log=log, python=python)
+    build_code_wheels(sources, code_dir, log=log, python=python)
     code_wheels = tuple(sorted(p.name for p in code_dir.glob("*.whl")))
     if len(code_wheels) != len(code_names):
         raise WheelhouseError(f"expected one wheel per distribution in {code_dir}, found {', '.join(code_wheels)}")
@@ -188,14 +122,6 @@ def build_wheelhouse(
         raise WheelhouseError(f"expected one pip wheel in {tools_dir}, found {installers or 'none'}")
     log(f"wheelhouse: {len(code_wheels)} code wheel(s), {len(deps)} dependency wheel(s), {installers[0]}")
     return Wheelhouse(dest, code_wheels, deps, installers[0], pinned)
-
-
-def default_cache_dir() -> Path:
-    """``$NGYM_CACHE_DIR/wheelhouse``, else ``$XDG_CACHE_HOME/ngym/wheelhouse``, else ``~/.cache/ngym/wheelhouse``."""
-    if os.environ.get("NGYM_CACHE_DIR"):
-        return Path(os.environ["NGYM_CACHE_DIR"]) / "wheelhouse"
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "ngym" / "wheelhouse"
 
 
 def _resolve_dependencies(
@@ -257,7 +183,10 @@ def _missing_marker_requirements(deps_dir: Path, python_version: str) -> list[st
     try:
         from packaging.requirements import InvalidRequirement, Requirement
     except ImportError:  # pip vendors it; pip is what builds the wheelhouse
-        from pip._vendor.packaging.requirements import InvalidRequirement, Requirement  # type: ignore[no-redef]
+        from pip._vendor.packaging.requirements import (  # type: ignore[assignment]
+            InvalidRequirement,
+            Requirement,
+        )
 
     present = {_canonical(w.name.split("-")[0]) for w in deps_dir.glob("*.whl")}
     environment = _marker_environment(python_version)
@@ -388,115 +317,6 @@ def _canonical(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-def _build_code_wheels(sources: Sequence[DistributionSource], out: Path, *, log: Log, python: str) -> None:
-    """One wheel per source: built from its source tree (one pip run for all), else fetched from the index."""
-    env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH, "PYTHONDONTWRITEBYTECODE": "1"}
-    fetched: set[str] = set()
-    for source in sources:
-        if source.source_dir is None:
-            log(f"wheelhouse: fetching {source.distribution}=={source.version}")
-            spec = f"{source.distribution}=={source.version}"
-            _pip(python, ["wheel", "--no-deps", "--wheel-dir", str(out), spec], env=env, what=f"fetch {spec}")
-            fetched = {p.name for p in out.glob("*.whl")}
-    local = [s for s in sources if s.source_dir is not None]
-    if not local:
-        return
-    # Build from snapshots: a build backend writes build/ and *.egg-info into the tree it builds.
-    with tempfile.TemporaryDirectory(prefix="ngym-src-") as tmp:
-        snapshots = []
-        for i, source in enumerate(local):
-            assert source.source_dir is not None
-            log(f"wheelhouse: building {source.distribution} {source.version} from {source.source_dir}")
-            snapshot = Path(tmp) / str(i) / source.source_dir.name
-            shutil.copytree(source.source_dir, snapshot, ignore=_IGNORED, symlinks=True)
-            snapshots.append(str(snapshot))
-        names = ", ".join(s.distribution for s in local)
-        args = ["wheel", "--no-deps", "--wheel-dir", str(out), *snapshots]
-        build_python = _build_env([Path(snap) for snap in snapshots], python=python, log=log)
-        if build_python is not None:
-            try:
-                for snapshot in snapshots:
-                    _build_with_backend(build_python, Path(snapshot), out, env=env)
-                return
-            except WheelhouseError:
-                log("wheelhouse: the cached build environment did not work; building in isolation")
-                for partial in out.glob("*.whl"):
-                    if partial.name not in fetched:
-                        partial.unlink()
-        _pip(python, args, env=env, what=f"build {names}")
-
-
-#: PEP 517 ``build_wheel`` called directly in the cached build environment (what pip does, minus pip's start-up).
-_BUILD_WHEEL = """
-import importlib, os, sys, tomllib
-src, out = sys.argv[1], sys.argv[2]
-with open(os.path.join(src, "pyproject.toml"), "rb") as f:
-    system = tomllib.load(f).get("build-system", {})
-for entry in reversed(system.get("backend-path", [])):
-    sys.path.insert(0, os.path.join(src, entry))
-sys.path.insert(0, src)
-os.chdir(src)
-module, _, attrs = system.get("build-backend", "setuptools.build_meta:__legacy__").partition(":")
-backend = importlib.import_module(module)
-for attr in filter(None, attrs.split(".")):
-    backend = getattr(backend, attr)
-print(backend.build_wheel(out))
-"""
-
-
-def _build_with_backend(build_python: Path, source: Path, out: Path, *, env: Mapping[str, str]) -> None:
-    if not (source / "pyproject.toml").is_file():
-        raise WheelhouseError(f"{source}: no pyproject.toml")
-    proc = subprocess.run(
-        [str(build_python), "-c", _BUILD_WHEEL, str(source), str(out)],
-        capture_output=True,
-        text=True,
-        env=dict(env),
-        check=False,
-    )
-    built = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else []
-    if not built or not (out / built[0]).is_file():
-        raise WheelhouseError(f"could not build {source.name}:\n{_pip_error(proc.stdout, proc.stderr)}")
-
-
-def build_requires(source_dir: Path) -> list[str]:
-    """``[build-system] requires`` of a source tree (PEP 518's default when there is none)."""
-    try:
-        data = tomllib.loads((source_dir / "pyproject.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        data = {}
-    return list(data.get("build-system", {}).get("requires", ["setuptools>=40.8.0", "wheel"]))
-
-
-def _build_env(source_dirs: Sequence[Path], *, python: str, log: Log) -> Path | None:
-    """A cached virtualenv holding the union of the sources' build requirements; its python, or None.
-
-    Building in it (``--no-build-isolation``) saves fetching the build backend from the index on every run,
-    which is most of a code-only rebuild's time. Any trouble returns None: pip's own isolation is the fallback.
-    """
-    requires = sorted({req for d in source_dirs for req in build_requires(d)})
-    digest = hashlib.sha256("\n".join([python, host_python_version(), *requires]).encode()).hexdigest()[:16]
-    env_dir = default_cache_dir().parent / "build-env" / digest
-    env_python = env_dir / "bin" / "python"
-    if (env_dir / "complete").is_file() and env_python.exists():
-        return env_python
-    try:
-        env_dir.parent.mkdir(parents=True, exist_ok=True)
-        with open(env_dir.parent / f"{digest}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # two builds at once: the second waits and reuses the first's env
-            if (env_dir / "complete").is_file() and env_python.exists():
-                return env_python
-            log(f"wheelhouse: preparing a cached build environment ({', '.join(requires)})")
-            if env_dir.exists():
-                shutil.rmtree(env_dir)
-            subprocess.run([python, "-m", "venv", "--without-pip", str(env_dir)], check=True, capture_output=True)
-            _pip(python, ["--python", str(env_python), "install", *requires], env=os.environ, what="install tools")
-            (env_dir / "complete").write_text("\n".join(requires) + "\n")
-    except (OSError, subprocess.CalledProcessError, WheelhouseError):
-        return None
-    return env_python
-
-
 def _fetch_dependencies(
     code_dir: Path,
     code_wheels: Sequence[str],
@@ -524,49 +344,9 @@ def _fetch_dependencies(
     _pip(python, cmd, env=env, what="resolve the dependencies", log=log)
 
 
-def _pip(python: str, args: list[str], *, env: Mapping[str, str], what: str, log: Log | None = None) -> str:
-    cmd = [python, "-m", "pip", "--disable-pip-version-check", "--no-input", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(env), check=False)
-    if log is not None:
-        for line in proc.stdout.splitlines():
-            if line.startswith(("Saved ", "Collecting ", "Building wheel", "Successfully")):
-                log(f"  {line.strip()}")
-    if proc.returncode != 0:
-        error = WheelhouseError(f"could not {what}:\n{_pip_error(proc.stdout, proc.stderr)}")
-        error.pip_output = proc.stdout + "\n" + proc.stderr  # type: ignore[attr-defined]
-        raise error
-    return proc.stdout
-
-
 def linux_platform_tags(machine: str, glibc_minor: int = 36) -> list[str]:
     """Every manylinux tag a glibc 2.``glibc_minor`` system accepts (pip's ``--platform`` does not expand them)."""
     tags = [f"manylinux_2_{minor}_{machine}" for minor in range(glibc_minor, 16, -1)]
     legacy = {"manylinux2014": 17, "manylinux2010": 12, "manylinux1": 5}
     tags += [f"{name}_{machine}" for name, minor in legacy.items() if minor <= glibc_minor]
     return [*tags, f"linux_{machine}"]
-
-
-def _may_be_the_pins(output: str) -> bool:
-    """Could pinning to the host's versions have caused this failure? (Not for a missing package or a conflict
-    between the plugin's own requirements: those fail the same way unpinned, so retrying only costs time.)"""
-    if "(constraint)" in output:
-        return True
-    listed = re.findall(r"\(from versions: ([^)]*)\)", output)
-    return any(versions.strip() != "none" for versions in listed)
-
-
-def _pip_error(stdout: str, stderr: str) -> str:
-    """What pip said went wrong: its ERROR lines, the resolver's "conflict is caused by" block, else its tail."""
-    picked = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("WARNING")]
-    out = stdout.splitlines()
-    starts = [i for i, ln in enumerate(out) if "conflict is caused by" in ln]
-    if starts:
-        block = []
-        for ln in out[starts[0] :]:
-            if ln.startswith("To fix") or (block and not ln.strip()):
-                break
-            block.append(ln)
-        picked += block
-    if not picked:
-        picked = [ln for ln in (stdout + "\n" + stderr).splitlines() if ln.strip()][-15:]
-    return "\n".join(f"  {ln.strip()}" for ln in picked[-20:])

@@ -1,0 +1,241 @@
+"""Serve an environment's tool routes over MCP (streamable HTTP at ``/mcp``), inside each rollout's session.
+
+With ``expose_tools_over_mcp: true`` in its config, every tool route of an environment (each ``POST /<tool>``
+besides the standard routes) is also an MCP tool, as NeMo Gym 0.7.0 does it:
+
+- the seed response tells the agent where and how: ``"mcp": {server_name, url_path: "/mcp", transport: "http",
+  headers: {"X-NeMo-Gym-Session-Token": <token>}}`` for a dataset-row seed, ``"resources_tools": {...}`` (the
+  same object) for NeMo Gym 0.7's typed seed;
+- the token is signed with the server's session secret and names the rollout's session and, when the
+  environment's ``mcp_allowed_tools_for_session(seed_body)`` narrows it, the tools this rollout may see and call;
+- ``tools/list`` lists the (allowed) tools with their body's JSON schema; ``tools/call`` runs the tool route
+  exactly as an HTTP call carrying the rollout's session cookie would (same validation, same session state, same
+  errors), by calling the app in process; an HTTP error becomes an MCP error result naming the status;
+- ``/verify`` maps MCP-namespaced tool names (``mcp__<server>__<tool>``, how MCP clients record them) back
+  to the bare names, so a rollout scores the same on both transports.
+
+The ``mcp`` SDK (its low-level server and ``StreamableHTTPSessionManager``, stateless, JSON responses) is
+imported only when an environment turns exposure on, so servers that do not start as fast as before.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hmac
+import inspect
+import json
+import re
+import typing
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+
+from ngym.errors import ConfigError
+from ngym.server.protocol.bodies import MCPServerMetadata
+
+if TYPE_CHECKING:
+    from ngym.server.resources import SimpleResourcesServer
+
+MCP_PATH = "/mcp"
+TOKEN_HEADER = "X-NeMo-Gym-Session-Token"  # NeMo Gym's header name: its agents read it from the seed metadata
+SEED_METADATA_KEY = "mcp"
+# Routes that are the protocol, not tools; advertising them would let a model call /verify on itself.
+RESERVED_NAMES = frozenset({"verify", "seed_session", "close_session", "aggregate_metrics", "mcp"})
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_TOKEN_PURPOSE = b"ngym.mcp-token"
+_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+_PERMISSIVE_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
+
+
+@dataclass(frozen=True)
+class MCPTool:
+    """One tool route as MCP advertises it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+def normalize_tool_name(name: str, server_name: str) -> str:
+    """``mcp__<server_name>__<tool>`` → ``<tool>``; any other name unchanged."""
+    prefix = f"mcp__{server_name}__"
+    return name[len(prefix) :] if name.startswith(prefix) else name
+
+
+def harvest_tools(app: FastAPI) -> dict[str, MCPTool]:
+    """The app's tool routes (``POST /<name>``, not a standard route) with their body schemas."""
+    tools: dict[str, MCPTool] = {}
+    for route in app.router.routes:
+        if not isinstance(route, APIRoute) or not route.methods or "POST" not in route.methods:
+            continue
+        name = route.path.lstrip("/")
+        if name in RESERVED_NAMES or not _TOOL_NAME.fullmatch(name):
+            continue
+        doc = inspect.getdoc(route.endpoint) or route.summary or name.replace("_", " ")
+        tools[name] = MCPTool(name=name, description=doc.strip().splitlines()[0], input_schema=_body_schema(route))
+    return tools
+
+
+def _body_schema(route: APIRoute) -> dict[str, Any]:
+    try:
+        hints = typing.get_type_hints(route.endpoint)
+    except Exception:  # an annotation that does not resolve: accept any object, the route still validates
+        return _PERMISSIVE_SCHEMA
+    hints.pop("return", None)
+    models = [t for t in hints.values() if isinstance(t, type) and issubclass(t, BaseModel)]
+    if not models:
+        return _EMPTY_SCHEMA
+    return models[0].model_json_schema() if len(models) == 1 else _PERMISSIVE_SCHEMA
+
+
+class MCPExposure:
+    """The ``/mcp`` endpoint of one server: its tools, its session tokens, and in-process dispatch."""
+
+    def __init__(self, server: SimpleResourcesServer, app: FastAPI) -> None:
+        try:
+            import mcp.types as mcp_types
+            from mcp.server.lowlevel import Server
+            from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+            from mcp.server.transport_security import TransportSecuritySettings
+        except ImportError as exc:  # pragma: no cover - mcp is a dependency; a broken install is still readable
+            hint = "pip install 'mcp>=1.28,<2'"
+            raise ConfigError(f"expose_tools_over_mcp needs the mcp package ({exc}): {hint}") from None
+        self.server = server
+        self.app = app
+        self.server_name = server.config.name or type(server).__name__
+        harvested = harvest_tools(app)
+        chosen = server.mcp_tools(list(harvested.values()), None)
+        self.tools = {tool.name: tool for tool in chosen or []}
+        self._types = mcp_types
+        self._http: httpx.AsyncClient | None = None
+
+        mcp_server: Any = Server(self.server_name)
+        self._mcp_server = mcp_server
+        mcp_server.list_tools()(self._list_tools)
+        mcp_server.call_tool(validate_input=False)(self._call_tool)
+        self._manager = StreamableHTTPSessionManager(
+            app=mcp_server,
+            event_store=None,
+            json_response=True,
+            stateless=True,
+            # Agents reach the server by whatever host name routes to it; DNS-rebinding protection guards
+            # browsers, which never talk to this endpoint, and would need every such host listed.
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+
+    # ---- tokens ------------------------------------------------------------------------------------
+
+    def token(self, session_id: str, allowed: list[str] | None) -> str:
+        payload = base64.urlsafe_b64encode(json.dumps({"sid": session_id, "tools": allowed}).encode()).rstrip(b"=")
+        tag: bytes = self._signer().tag(payload, _TOKEN_PURPOSE)
+        return (payload + b"." + tag).decode()
+
+    def claims(self, token: str | None) -> tuple[str, frozenset[str] | None] | None:
+        """(session id, allowed tools or None for all) of a valid token; None for a missing or forged one."""
+        if not token:
+            return None
+        payload, dot, tag = token.encode().rpartition(b".")
+        if not dot or not hmac.compare_digest(tag, self._signer().tag(payload, _TOKEN_PURPOSE)):
+            return None
+        data = json.loads(base64.urlsafe_b64decode(payload + b"=" * (-len(payload) % 4)))
+        allowed = data.get("tools")
+        return str(data["sid"]), None if allowed is None else frozenset(allowed)
+
+    def seed_metadata(self, session_id: str, seed_body: dict[str, Any]) -> dict[str, Any]:
+        """What the seed response advertises: the endpoint and this rollout's token."""
+        allowed = self.server.mcp_allowed_tools_for_session(seed_body)
+        return MCPServerMetadata(
+            server_name=self.server_name,
+            url_path=MCP_PATH,
+            transport="http",
+            headers={TOKEN_HEADER: self.token(session_id, None if allowed is None else list(allowed))},
+        ).model_dump()
+
+    def _signer(self) -> Any:
+        assert self.server._sessions is not None
+        return self.server._sessions.signer
+
+    # ---- MCP handlers ------------------------------------------------------------------------------
+
+    def _request_claims(self) -> tuple[str, frozenset[str] | None] | None:
+        request = self._mcp_server.request_context.request
+        return self.claims(request.headers.get(TOKEN_HEADER) if request is not None else None)
+
+    async def _list_tools(self) -> list[Any]:
+        claims = self._request_claims()
+        allowed = claims[1] if claims else None
+        return [
+            self._types.Tool(name=t.name, description=t.description, inputSchema=t.input_schema)
+            for t in self.tools.values()
+            if allowed is None or t.name in allowed
+        ]
+
+    async def _call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        types = self._types
+        if name not in self.tools:
+            # Models invent tool names: answer with an error result the model can read, not a protocol error.
+            text = f"Unknown tool: {name!r}. Available tools: {sorted(self.tools)}"
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], isError=True)
+        claims = self._request_claims()
+        if claims is None:
+            raise ValueError(f"missing or invalid {TOKEN_HEADER} header: use the one the seed response gave")
+        session_id, allowed = claims
+        if allowed is not None and name not in allowed:
+            raise ValueError(f"tool {name!r} is not allowed for this session")
+        assert self._http is not None, "the MCP endpoint is used before the app started"
+        signer = self._signer()
+        response = await self._http.post(
+            f"/{name}", json=arguments or {}, headers={"cookie": f"{signer.cookie_name}={signer.sign(session_id)}"}
+        )
+        if response.status_code >= 400:
+            raise ValueError(f"HTTP {response.status_code} from POST /{name}: {response.text}")
+        payload = response.json() if response.content else None
+        text = response.text if not isinstance(payload, str) else payload
+        content = [types.TextContent(type="text", text=text)]
+        # Only a JSON object can be structured content; the text stays for clients that read only text.
+        return (content, payload) if isinstance(payload, dict) else content
+
+    # ---- wiring ------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._manager.handle_request(scope, receive, send)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        # The tool call goes through the whole app (middleware, session binding, validation) in process.
+        transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://ngym-mcp.internal", timeout=None) as http:
+            self._http = http
+            async with self._manager.run():
+                yield
+        self._http = None
+
+
+def install(server: SimpleResourcesServer, app: FastAPI) -> MCPExposure:
+    """Mount ``/mcp`` on a built app and start its session manager with the app's lifespan."""
+    from starlette.routing import Mount, Route
+
+    if any(getattr(route, "path", None) == MCP_PATH for route in app.router.routes):
+        raise ConfigError(
+            f"{server.config.name}: the app already serves {MCP_PATH}; expose_tools_over_mcp would hide it"
+        )
+    exposure = MCPExposure(server, app)
+    # First, so a catch-all tool route cannot shadow it; both the exact path and sub-paths (no 307 redirect).
+    app.router.routes.insert(0, Route(MCP_PATH, exposure, include_in_schema=False))
+    app.router.routes.insert(1, Mount(MCP_PATH, app=exposure))
+    app_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app_: Any) -> AsyncIterator[Any]:
+        async with exposure.running(), app_lifespan(app_) as state:
+            yield state
+
+    app.router.lifespan_context = lifespan
+    server._mcp = exposure
+    return exposure

@@ -1,0 +1,221 @@
+"""What is this target? One answer for every command: ``resolve(target)`` → one ``Environment``.
+
+A target is what a user types after ``ngym run``, ``validate``, ``profile``, ``rollout``, ``containerize``
+or passes to ``ngym.testing.app_for``:
+
+- an installed **name** (``example_single_tool_call``): an ``ngym.resources_servers`` entry point or a server
+  a hook plugin registered (a name wins over a same-named folder in the current directory);
+- a **config file** (``configs/x.yaml``): its first ``resources_servers`` instance (``ngym run`` serves every
+  one of them: ``environments_in_configs``);
+- an environment **folder**: its ``configs/<folder name>.yaml`` (else its first config), else its ``app.py``;
+  a ``pyproject.toml`` there names the distribution;
+- a **Python file** ``app.py`` or ``app.py:Class``, or a ``package.module:Class`` target.
+
+A running server's **URL** is not an environment: commands that can drive one check ``is_url`` first.
+
+Resolving an installed name reads only the ``ngym.resources_servers`` entry points when no hook plugin is
+installed (the usual case in an image): no plugin manager, no registry. With hook plugins installed, the
+registry answers, since one of them may register servers (or the same name: a clash is an error).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ngym.config import InstanceConfig, instances_from_files, module_file, resolve_entrypoint
+from ngym.domain import Domain
+from ngym.errors import ConfigError, PluginError
+from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
+from ngym.plugins.manager import HOOK_PLUGIN_GROUP, origin_of_entry_point
+from ngym.plugins.registry import ServerEntry, get_registry
+
+if TYPE_CHECKING:
+    from ngym.server.app import ServeSpec
+    from ngym.server.resources import SimpleResourcesServer
+
+# The server runtime (FastAPI, ~0.5 s to import) is imported where a class is loaded or a spec made, not at the
+# top: naming an environment must stay cheap for callers that never serve it in this process (the Locust
+# locustfile resolves names at test start, and Locust's -t timer is already running then).
+
+_MODULE_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+@dataclass
+class Environment:
+    """One environment, however it was named: what serving, validating or packaging it needs."""
+
+    name: str
+    target: str  #: ``module:Class``, or a Python file (``/abs/app.py`` or ``/abs/app.py:Class``)
+    folder: Path | None  #: where its ``configs/`` and ``data/`` are
+    config: Path | None = None  #: the YAML its ``fields`` come from
+    fields: dict[str, Any] = field(default_factory=dict)  #: the instance's config fields (no ``entrypoint``)
+    distribution: str | None = None
+    version: str | None = None
+    registered_domain: str | None = None  #: the domain its registration declared, if any
+
+    @cached_property
+    def server_class(self) -> type[SimpleResourcesServer]:
+        """The server class (imported on first use)."""
+        from ngym.server.app import load_server_class
+
+        return load_server_class(self.target)
+
+    @cached_property
+    def domain(self) -> Domain:
+        """The domain, decided by the registration rules (imports the class; ``PluginError`` when broken)."""
+        from ngym.server.rules import validate_server_class
+
+        try:
+            domain, _config_class = validate_server_class(
+                self.server_class, name=self.name, domain=self.registered_domain, config_fields=self.fields
+            )
+        except PluginError as exc:
+            dist = self.distribution or "no distribution"
+            raise PluginError(f"environment {self.name!r} ({dist}) is broken: {exc}") from None
+        return domain
+
+    def serve_spec(self, **fields: Any) -> ServeSpec:
+        """What ``ngym run`` serves: the target with the config fields (``fields`` on top)."""
+        from ngym.server.app import ServeSpec
+
+        app_plugins = bool(installed_entry_points(HOOK_PLUGIN_GROUP))  # only hook plugins can extend apps
+        return ServeSpec(target=self.target, name=self.name, fields={**self.fields, **fields}, app_plugins=app_plugins)
+
+    def data_file(self, name: str) -> Path | None:
+        """``data/<name>`` in the environment's folder, when it exists."""
+        path = self.folder / "data" / name if self.folder is not None else None
+        return path if path is not None and path.is_file() else None
+
+
+def is_url(target: str) -> bool:
+    """Whether ``target`` is a running server's URL rather than an environment to start."""
+    return target.startswith(("http://", "https://"))
+
+
+def resolve(target: str, overrides: list[str] | None = None) -> Environment:
+    """The environment ``target`` names (see the module's docstring); dotted ``overrides`` apply to the YAML.
+
+    ``EnvironmentNotFound`` (listing what is installed) for an unknown name, ``ConfigError`` for a path that
+    is not an environment, ``PluginError`` for a name two distributions register.
+    """
+    overrides = overrides or []
+    if is_url(target):
+        raise ConfigError(f"{target} is a running server's URL; this needs an environment (name, folder or config)")
+    path = Path(target)
+    file_part, colon, _attr = target.partition(":")
+    if colon and _MODULE_TARGET.match(target) and not file_part.endswith(".py"):
+        source = module_file(file_part)
+        return Environment(target.rsplit(":", 1)[-1].rsplit(".", 1)[-1], target, source.parent if source else None)
+    looks_like_path = "/" in target or file_part.endswith((".py", ".yaml", ".yml")) or target in (".", "..")
+    if not looks_like_path and (not path.exists() or _is_installed(target)):
+        return installed(target, overrides)
+    if path.is_dir():
+        return _from_folder(path.resolve(), overrides)
+    if file_part.endswith(".py"):
+        file = Path(file_part).resolve()
+        if not file.is_file():
+            raise ConfigError(f"{target}: file not found")
+        resolved = f"{file}:{target.partition(':')[2]}" if ":" in target else str(file)
+        return Environment(file.parent.name, resolved, file.parent)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        return environments_in_configs([path], overrides)[0]
+    raise ConfigError(f"{target}: not an installed environment, an environment folder, a config file or app.py")
+
+
+def environments_in_configs(
+    paths: list[Path], overrides: list[str] | None = None, on_skip: Callable[[InstanceConfig], None] | None = None
+) -> list[Environment]:
+    """Every ``resources_servers`` instance of the merged config files (``ngym run a.yaml b.yaml``); the other
+    instances (agents, models) go to ``on_skip``."""
+    found: list[Environment] = []
+    for instance in instances_from_files(paths, overrides or []):
+        if instance.server_type != "resources_servers":
+            if on_skip is not None:
+                on_skip(instance)
+            continue
+        entrypoint = resolve_entrypoint(instance)
+        folder = Path(entrypoint).parent if entrypoint.endswith(".py") else instance.entrypoint_base()
+        fields = {k: v for k, v in instance.fields.items() if k != "entrypoint"}
+        found.append(Environment(instance.name, entrypoint, folder, instance.source, fields))
+    if not found:
+        shown = ", ".join(str(p) for p in paths)
+        raise ConfigError(f"{shown}: no resources_servers instance")
+    return found
+
+
+def installed(name: str, overrides: list[str] | None = None) -> Environment:
+    """The installed environment ``name`` (``EnvironmentNotFound`` lists the installed ones)."""
+    entry = _entry(name)
+    return Environment(
+        name=entry.name,
+        target=entry.target,
+        folder=entry.package_dir(),
+        config=entry.config_file(),
+        fields=entry.config_fields(overrides),
+        distribution=entry.distribution,
+        version=entry.version,
+        registered_domain=entry.declared_domain,
+    )
+
+
+def installed_names() -> list[str]:
+    """Every installed environment's name without a clash, sorted (no environment module is imported)."""
+    return sorted(name for name, entry in get_registry().entries.items() if entry.clash is None)
+
+
+def _entry(name: str) -> ServerEntry:
+    """The name's entry point directly when no hook plugin could register servers, else the registry's entry."""
+    if not installed_entry_points(HOOK_PLUGIN_GROUP):
+        matches = [ep for ep in installed_entry_points(ENVIRONMENT_GROUP) if ep.name == name]
+        if len(matches) == 1:
+            return ServerEntry(name, matches[0].value.strip(), origin_of_entry_point(matches[0]))
+    return get_registry().entry(name)
+
+
+def _is_installed(name: str) -> bool:
+    if not installed_entry_points(HOOK_PLUGIN_GROUP):
+        return any(ep.name == name for ep in installed_entry_points(ENVIRONMENT_GROUP))
+    return name in get_registry().entries
+
+
+def _from_folder(folder: Path, overrides: list[str]) -> Environment:
+    """An environment folder: its config (``configs/<folder>.yaml`` first), else its ``app.py``."""
+    configs = sorted((folder / "configs").glob("*.y*ml"))
+    preferred = [c for c in configs if c.stem == folder.name] or configs
+    if preferred:
+        environment = environments_in_configs([preferred[0]], overrides)[0]
+        environment.folder = folder
+    elif (folder / "app.py").is_file():
+        environment = Environment(folder.name, str(folder / "app.py"), folder)
+    else:
+        raise ConfigError(f"{folder}: no configs/*.yaml and no app.py: not an environment folder")
+    project = _project(folder)
+    if project is not None:
+        environment.distribution = project.get("name")
+        environment.version = str(project["version"]) if project.get("version") else None
+    return environment
+
+
+def _project(folder: Path) -> dict[str, Any] | None:
+    """The ``[project]`` table of the folder's ``pyproject.toml`` (None when there is none or it is unreadable)."""
+    try:
+        project = tomllib.loads((folder / "pyproject.toml").read_text()).get("project")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return project if isinstance(project, dict) else None
+
+
+__all__ = [
+    "Environment",
+    "environments_in_configs",
+    "installed",
+    "installed_names",
+    "is_url",
+    "resolve",
+]
