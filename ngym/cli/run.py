@@ -101,6 +101,11 @@ def run(
       ngym run example_single_tool_call
       ngym run resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml port=9000
       ngym run "+config_paths=[a.yaml,b.yaml]"
+
+    \b
+    HTTP limits are config fields too (defaults in docs/protocol.md, "Limits"):
+      max_request_body_bytes=33554432 request_body_timeout_seconds=60 request_header_timeout_seconds=30
+      max_request_header_bytes=65536 keep_alive_timeout_seconds=5 session_id_max_length=256
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     del refresh  # kept so scripts that pass it still work

@@ -18,6 +18,13 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from ngym.domain import Domain
+from ngym.server.request_limits import (
+    DEFAULT_BODY_TIMEOUT_SECONDS,
+    DEFAULT_HEADER_TIMEOUT_SECONDS,
+    DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
+)
 
 #: ``run_webserver``'s keyword overrides (JSON) travel to ``ngym.server.host`` in this variable, never on its command
 #: line: they may hold session_secret, and any process on the host can read every command line in /proc.
@@ -35,6 +42,28 @@ class BaseServerConfig(BaseModel):
     num_workers: int | None = Field(default=None, ge=1)
     entrypoint: str | None = None
     domain: Domain | None = None
+    # HTTP limits (docs/protocol.md, "Limits"): what one client may cost the server.
+    max_request_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES, ge=1024, description="Larger request bodies get 413, before parsing."
+    )
+    request_body_timeout_seconds: float = Field(
+        default=DEFAULT_BODY_TIMEOUT_SECONDS,
+        gt=0,
+        description="A body not complete this long after its request started: 408.",
+    )
+    request_header_timeout_seconds: float = Field(
+        default=DEFAULT_HEADER_TIMEOUT_SECONDS,
+        gt=0,
+        description="Close a connection whose request headers are not complete this long after it opened or went idle.",
+    )
+    max_request_header_bytes: int = Field(
+        default=DEFAULT_MAX_HEADER_BYTES, ge=1024, description="Request line + headers larger than this: 431."
+    )
+    keep_alive_timeout_seconds: float = Field(
+        default=DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS,
+        gt=0,
+        description="Idle keep-alive connections are closed after this.",
+    )
 
 
 class BaseServer(BaseModel):

@@ -24,6 +24,7 @@ from uvicorn.supervisors import Multiprocess
 
 from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
+from ngym.server import http_protocol
 from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class
 from ngym.server.base import CLASS_OVERRIDES_ENV
 from ngym.server.resources import SimpleResourcesServer
@@ -118,16 +119,36 @@ def serve_one(
     print(_listen_line(spec, host, port, domain.value if domain else None, workers), flush=True)
     if workers > 1:
         os.environ[SPEC_ENV] = spec.to_json()
-        config = uvicorn.Config(
-            "ngym.server.app:app_from_env", factory=True, workers=workers, log_level="warning", access_log=access_log
+        config = uvicorn_config(
+            server, "ngym.server.app:app_from_env", factory=True, workers=workers, access_log=access_log
         )
         if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.30
             Multiprocess(config, target=_graceful_server(config).run, sockets=[sock]).run()  # type: ignore[call-arg]
         else:  # newer uvicorn builds each worker's server from the config itself
             Multiprocess(config, sockets=[sock]).run()
         return
-    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on")
+    config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
     _graceful_server(config).run(sockets=[sock])
+
+
+def uvicorn_config(server: SimpleResourcesServer, app: Any, **options: Any) -> uvicorn.Config:
+    """uvicorn's config for a server, with its HTTP limits: keep-alive, header deadline and size (the body
+    limits live in the app itself, see ``ngym.server.request_limits``)."""
+    settings = server.config
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        http=http_protocol.protocol_class(),
+        timeout_keep_alive=settings.keep_alive_timeout_seconds,  # type: ignore[arg-type]  # uvicorn says int
+        h11_max_incomplete_event_size=settings.max_request_header_bytes,
+        **options,
+    )
+    http_protocol.configure(
+        config,
+        header_timeout=settings.request_header_timeout_seconds,
+        max_header_bytes=settings.max_request_header_bytes,
+    )
+    return config
 
 
 def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = False) -> int:

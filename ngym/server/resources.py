@@ -13,15 +13,18 @@ import contextlib
 import inspect
 import logging
 import os
+import re
 from collections.abc import AsyncIterator
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel, Field, SecretStr
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from ngym.domain import Domain, resolve_domain
 from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
+from ngym.server.input_errors import StrictJSONRoute, validation_error_handler
 from ngym.server.metrics import aggregate_metrics as compute_aggregate_metrics
 from ngym.server.metrics import default_key_metrics
 from ngym.server.middleware import NgymMiddleware
@@ -33,9 +36,11 @@ from ngym.server.protocol.bodies import (
     BaseVerifyRequest,
     BaseVerifyResponse,
 )
+from ngym.server.request_limits import RequestLimitsMiddleware
 from ngym.server.routes import add_standard_routes
 from ngym.server.sessions.cookies import CookieSigner, resolve_secret
 from ngym.server.sessions.factory import create_session_store
+from ngym.server.sessions.ids import DEFAULT_SESSION_ID_MAX_LENGTH, DEFAULT_SESSION_ID_PATTERN
 from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, SessionManager, current_request_session
 from ngym.server.sessions.store import SessionStore
 
@@ -73,6 +78,26 @@ class BaseResourcesServerConfig(BaseServerConfig):
         description="Also serve the tool routes over MCP (streamable HTTP at /mcp) inside each rollout's session; "
         "the seed response then carries the endpoint and the session's token.",
     )
+    session_id_max_length: int = Field(
+        default=DEFAULT_SESSION_ID_MAX_LENGTH, ge=1, le=4096, description="Longest caller-chosen session id (422)."
+    )
+    session_id_pattern: str = Field(
+        default=DEFAULT_SESSION_ID_PATTERN, description="Regular expression a caller-chosen session id must match."
+    )
+    max_closed_sessions: int = Field(
+        default=50_000,
+        ge=1,
+        description="Closed ids remembered (for the TTL) so they cannot be seeded again; oldest out first.",
+    )
+
+    @field_validator("session_id_pattern")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return pattern
 
     #: NeMo Gym 0.7.0 declares the reverify mode on the config class; ``GET /reverify_mode`` reads it when set,
     #: else the server class's ``reverify_mode``.
@@ -173,7 +198,16 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         """Build the app with the standard routes; override, call ``super()``, and add your tools."""
         name = self.config.name or type(self).__name__
         app = FastAPI(title=name, description=self.describe(), lifespan=self._lifespan)
+        app.router.route_class = StrictJSONRoute  # before any route, the environment's tools included
+        app.add_exception_handler(RequestValidationError, validation_error_handler)
         self._sessions = self._make_session_manager()
+        config = self.config
+        # Added first, so it runs inside NgymMiddleware: its 413/408 answers carry the session cookie too.
+        app.add_middleware(
+            RequestLimitsMiddleware,
+            max_body_bytes=config.max_request_body_bytes,
+            body_timeout_seconds=config.request_body_timeout_seconds,
+        )
         app.add_middleware(NgymMiddleware, sessions=self._sessions)
         add_standard_routes(app, self)
         return app

@@ -11,6 +11,7 @@ middleware answers with one 503 (``ngym.server.middleware``).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import typing
@@ -23,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from ngym.errors import JudgeError
+from ngym.server.input_errors import parse_json
 from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
@@ -33,6 +35,7 @@ from ngym.server.protocol.bodies import (
     ResourcesSeedSessionResponse,
 )
 from ngym.server.provenance import distribution_of
+from ngym.server.sessions.ids import SessionIdRule
 from ngym.server.sessions.manager import (
     RequestSession,
     SessionConflict,
@@ -105,7 +108,7 @@ async def _read_json(request: Request) -> Any:
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
+        return parse_json(raw)
     except ValueError as exc:
         raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
 
@@ -166,7 +169,7 @@ async def _typed_seed(
     server: SimpleResourcesServer, request: Request, session: RequestSession, body: ResourcesSeedSessionRequest
 ) -> Any:
     sessions = _manager(server)
-    session_id = body.resources_session_id
+    session_id = _checked_session_id(server, body.resources_session_id)
     meta = {"episode_id": body.episode_id.model_dump(), "task_id": body.task_id.model_dump()}
     if await sessions.store.closed_meta(session_id) is not None:
         raise HTTPException(409, f"resources session {session_id!r} was closed; it cannot be seeded again")
@@ -207,23 +210,46 @@ async def close_session_route(server: SimpleResourcesServer, request: Request) -
     if isinstance(data, dict) and "resources_session_id" in data:
         body = _validate(ResourcesCloseSessionRequest, data)
         assert isinstance(body, ResourcesCloseSessionRequest)
-        session_id, episode = body.resources_session_id, body.episode_id.model_dump()
+        session_id, episode = _checked_session_id(server, body.resources_session_id), body.episode_id.model_dump()
         closed = await sessions.store.closed_meta(session_id)
         if closed is not None:
-            if closed.get("episode_id") != episode:
+            if closed.get("episode") != _episode_digest(episode):
                 raise HTTPException(409, f"resources session {session_id!r} was closed for another episode")
             return {"resources_session_id": session_id}
         live = await sessions.store.load(session_id)
         if live is not None and live.meta.get("episode_id") != episode:
             raise HTTPException(409, f"resources session {session_id!r} belongs to another episode")
         # Remember the close first, so a seed racing with it cannot resurrect the session.
-        await sessions.store.mark_closed(session_id, {"episode_id": episode})
+        await sessions.store.mark_closed(session_id, {"episode": _episode_digest(episode)})
         await sessions.close(session_id)
         return {"resources_session_id": session_id}
     session = server._request_session(request)
     closed_now = await sessions.close(session.id)
     session.record = None
     return {"session_id": session.id, "closed": closed_now}
+
+
+@functools.cache
+def _session_id_rule(max_length: int, pattern: str) -> SessionIdRule:
+    return SessionIdRule(max_length, pattern)
+
+
+def _checked_session_id(server: SimpleResourcesServer, session_id: str) -> str:
+    """``session_id`` if it follows the configured rule, else a 422 naming the rule (nothing created)."""
+    problem = _session_id_rule(server.config.session_id_max_length, server.config.session_id_pattern).problem(
+        session_id
+    )
+    if problem is not None:
+        error = {"type": "session_id", "loc": ("body", "resources_session_id"), "input": session_id}
+        raise RequestValidationError([{**error, "msg": f"resources_session_id {problem}"}])
+    return session_id
+
+
+def _episode_digest(episode: dict[str, Any]) -> str:
+    """A fixed-size stand-in for an episode id, kept with a closed session id: a caller's ``rollout_id`` may be
+    of any length, and a close (no seed needed) must not pin it in memory."""
+    canonical = json.dumps(episode, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
 
 
 def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ngym.plugins.discovery import environment_entries
 
 from ngym.child_server import LOOPBACK, free_port, serve_environment, stop_process, wait_healthy
+from ngym.targets import resolve
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("nemo_driver.py")
@@ -59,14 +59,14 @@ def hle_judge_environment() -> Iterator[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def report(nemo_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    entries = environment_entries()
     plan: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         judge_url = stack.enter_context(replay_judge())
         for name in BUILT_INS:
             overrides = [f"judge_base_url={judge_url}"] if name == JUDGE_ENV else []
             url = stack.enter_context(serve_environment(name, overrides=overrides, timeout=90))
-            folder = Path(entries[name].package_dir())
+            folder = resolve(name).folder
+            assert folder is not None, name
             own_cases = folder / "tests" / "verifier_cases.jsonl"
             plan.append(
                 {

@@ -7,7 +7,9 @@ healthcheck says healthy, the server runs as a non-root user, and neither the wh
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -37,6 +39,17 @@ print(json.dumps({
 """
 
 
+def _declare_oversize_body(url: str) -> bytes:
+    """Send only the head of a POST declaring a 64 MiB body; return what the server answers before closing."""
+    where = urlsplit(url)
+    with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+        sock.sendall(b"POST /verify HTTP/1.1\r\nhost: t\r\ncontent-length: %d\r\n\r\n" % (64 << 20))
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
 @pytest.mark.parametrize("name", ["example_single_tool_call", "example_session_state_mgmt"])
 def test_environment_image_builds_runs_and_rolls_out(
     name: str, base_image: str, image_tag: str, docker_client: Any
@@ -63,6 +76,12 @@ def test_environment_image_builds_runs_and_rolls_out(
         plugin = resolve_plugin(name)
         rollout = drive_rollout(run["url"], load_example_rollout(plugin))
         assert rollout.reward == 1.0
+
+        # the image runs the same server, with the same limits: an oversize body is refused before it is read,
+        # a connection that never sends its headers is closed, a hostile session id is a 422
+        assert _declare_oversize_body(run["url"]).startswith(b"HTTP/1.1 413 ")
+        hostile = {"resources_session_id": "a;b", "episode_id": {"rollout_id": "r"}}
+        assert httpx.post(f"{run['url']}/close_session", json=hostile).status_code == 422
 
         # every process in the container runs as the non-root user
         top = container.top(ps_args="-o pid,uid,args")

@@ -123,9 +123,14 @@ class OtherItem(_Item):
 _OUTPUT_TAGS = {"message", "function_call", "function_call_output", "reasoning"}
 
 
+def _known_tag(kind: Any) -> str:
+    # ``type`` may be any JSON value in a malformed item (an object is unhashable): such items are "other",
+    # whose model then answers 422 (``type`` must be a string), as NeMo Gym does.
+    return kind if isinstance(kind, str) and kind in _OUTPUT_TAGS else "other"
+
+
 def _output_tag(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in _OUTPUT_TAGS else "other"
+    return _known_tag(value.get("type") if isinstance(value, dict) else getattr(value, "type", None))
 
 
 def _input_tag(value: Any) -> str:
@@ -137,7 +142,7 @@ def _input_tag(value: Any) -> str:
     if kind == "message":
         # An assistant message echoed back from a previous output has output_text parts and an id/status.
         return "input_message" if role != "assistant" or _looks_like_input(value) else "message"
-    return kind if kind in _OUTPUT_TAGS else "other"
+    return _known_tag(kind)
 
 
 def _looks_like_input(value: Any) -> bool:

@@ -9,8 +9,12 @@ import logging
 import os
 import secrets
 from typing import Any
+from urllib.parse import quote, unquote_to_bytes
 
 SESSION_SECRET_ENV = "NGYM_SESSION_SECRET"
+# RFC 6265 cookie-octets (no control characters, space, '"', ',', ';' or '\\'), less '%', the escape itself:
+# these stay as they are in a cookie value, anything else is percent-encoded.
+_COOKIE_SAFE = "!#$&'()*+-./:<=>?@[]^_`{|}~"
 log = logging.getLogger("ngym.sessions")
 
 
@@ -28,6 +32,10 @@ def resolve_secret(configured: str | None) -> tuple[str, bool]:
 
 class CookieSigner:
     """Signs session ids into cookie values (``<id>.<tag>``) and verifies them.
+
+    The id part is percent-encoded where a cookie value could not carry it as is (``;``, ``,``, ``"``,
+    whitespace, control or non-ASCII characters), so even a caller-chosen id never breaks the header; ids
+    of letters, digits, ``-`` and ``_`` (every id ngym or NeMo Gym makes) are unchanged.
 
     The tag is keyed BLAKE2b over the id (a MAC by design, no HMAC construction needed), 128 bits,
     base64url-encoded, with a key derived once from the secret. BLAKE2b rather than HMAC-SHA256: this runs on
@@ -64,7 +72,7 @@ class CookieSigner:
 
     def sign(self, session_id: str) -> str:
         raw = session_id.encode()
-        value = raw + b"." + self._tag(raw)
+        value = quote(raw, safe=_COOKIE_SAFE).encode() + b"." + self._tag(raw)
         self._remember(self._verified, value, session_id)
         return value.decode()
 
@@ -74,7 +82,8 @@ class CookieSigner:
         known = self._verified.get(raw)
         if known is not None:
             return known
-        session_id, dot, tag = raw.rpartition(b".")
+        encoded, dot, tag = raw.rpartition(b".")
+        session_id = unquote_to_bytes(encoded) if b"%" in encoded else encoded
         if not dot or not session_id or not hmac.compare_digest(tag, self._tag(session_id)):
             return None
         try:

@@ -17,7 +17,7 @@ def create_session_store(url: str, server: SimpleResourcesServer) -> SessionStor
     """The store for ``url`` (``memory``, or e.g. ``redis://...`` handled by an ``ngym_session_store`` hook)."""
     ttl, bound = server.config.session_ttl_seconds, server.config.max_sessions
     if url in ("memory", "memory://", ""):
-        return MemorySessionStore(ttl_seconds=ttl, max_sessions=bound)
+        return MemorySessionStore(ttl_seconds=ttl, max_sessions=bound, max_closed=server.config.max_closed_sessions)
     stores: list[SessionStore | None] = plugin_manager.get_plugin_manager().hook.ngym_session_store(
         url=url, server=server
     )

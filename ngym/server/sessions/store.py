@@ -5,6 +5,11 @@ carries the cookie; refreshes the idle TTL), ``save`` (after a request, for stor
 ``remove`` (close), ``pop_expired`` (idle-TTL sweep) and ``drain`` (shutdown). Closed ids of the typed seed
 flow are remembered (``mark_closed``) so a late retry cannot resurrect a finished rollout.
 
+Closed ids cost memory without any session behind them (a close needs no seed), so their memory is bounded:
+at most ``max_closed`` ids, each at most the session id length limit plus a fixed-size episode digest, for
+at most the session TTL. The trade-off: past ``max_closed`` closes within one TTL, the oldest are forgotten
+first, and a seed of such an id would be accepted again.
+
 ``MemorySessionStore`` keeps live Python objects in this process. Other stores (e.g. the Redis plugin) come
 from the ``ngym_session_store`` hook and must serialise state; they set ``shares_objects = False``.
 """
@@ -41,9 +46,11 @@ class SessionStore(ABC):
     #: True when several processes can use the store at once (``ngym run --workers N`` needs it).
     shared_between_processes: ClassVar[bool] = False
 
-    def __init__(self, *, ttl_seconds: float, max_sessions: int) -> None:
+    def __init__(self, *, ttl_seconds: float, max_sessions: int, max_closed: int | None = None) -> None:
         self.ttl_seconds = ttl_seconds
         self.max_sessions = max_sessions
+        #: How many closed ids are remembered at most (default: as many as live sessions may exist).
+        self.max_closed = max_closed if max_closed is not None else max_sessions
 
     @abstractmethod
     async def create(self, session_id: str, record: SessionRecord) -> None:
@@ -87,8 +94,10 @@ class SessionStore(ABC):
 class MemorySessionStore(SessionStore):
     """In-process store: an LRU-ordered dict, so expiry pops from the front in O(expired)."""
 
-    def __init__(self, *, ttl_seconds: float, max_sessions: int, clock: Any = time.monotonic) -> None:
-        super().__init__(ttl_seconds=ttl_seconds, max_sessions=max_sessions)
+    def __init__(
+        self, *, ttl_seconds: float, max_sessions: int, max_closed: int | None = None, clock: Any = time.monotonic
+    ) -> None:
+        super().__init__(ttl_seconds=ttl_seconds, max_sessions=max_sessions, max_closed=max_closed)
         self._clock = clock
         # session id -> (record, last seen); insertion order == least recently used first.
         self._live: OrderedDict[str, tuple[SessionRecord, float]] = OrderedDict()
@@ -115,7 +124,7 @@ class MemorySessionStore(SessionStore):
     async def mark_closed(self, session_id: str, meta: dict[str, Any]) -> None:
         self._closed[session_id] = (meta, self._clock())
         self._closed.move_to_end(session_id)
-        while len(self._closed) > self.max_sessions:
+        while len(self._closed) > self.max_closed:
             self._closed.popitem(last=False)
 
     async def closed_meta(self, session_id: str) -> dict[str, Any] | None:

@@ -5,6 +5,8 @@ Keys (one hash tag per environment, so all of them land in one Redis Cluster slo
     ngym:{<env>}:s:<id>         the record: {"meta": ..., "state": ...} (JSON; state as the env's pydantic model)
     ngym:{<env>}:seen           sorted set: id -> last-seen time (ms, Redis server clock); its size is the bound
     ngym:{<env>}:closed:<id>    tombstone of a closed typed-flow id (JSON meta), expires with the TTL
+    ngym:{<env>}:closed         sorted set: closed id -> when it was closed; at most max_closed ids (the
+                                oldest tombstones are deleted first), so closes without seeds are bounded
 
 Every operation is one round trip (a Lua script, or one pipeline for the sweep's claims) and every time
 comes from Redis' own clock (``TIME``), so replicas with skewed clocks agree on who is idle.
@@ -59,6 +61,26 @@ if not redis.call('ZSCORE', KEYS[2], ARGV[1]) and redis.call('ZCARD', KEYS[2]) >
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
 redis.call('ZADD', KEYS[2], now, ARGV[1])
+return 1
+"""
+)
+
+# KEYS: tombstone, closed index. ARGV: id, meta, ttl (ms), max closed, tombstone key prefix. Keeps at most
+# max closed tombstones, oldest deleted first (their keys share the index's hash tag, so one slot).
+CLOSE = (
+    _NOW_MS
+    + """
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[3]))
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+if over > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, over - 1)) do
+    redis.call('DEL', ARGV[5] .. id)
+  end
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, over - 1)
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
 """
 )
@@ -175,9 +197,10 @@ class RedisSessionStore(SessionStore):
         codec: StateCodec,
         ttl_seconds: float,
         max_sessions: int,
+        max_closed: int | None = None,
         client: aioredis.Redis | None = None,
     ) -> None:
-        super().__init__(ttl_seconds=ttl_seconds, max_sessions=max_sessions)
+        super().__init__(ttl_seconds=ttl_seconds, max_sessions=max_sessions, max_closed=max_closed)
         self.url = url
         self.env = env
         self.codec = codec
@@ -196,7 +219,8 @@ class RedisSessionStore(SessionStore):
         register = self._redis.register_script
         self._create, self._load, self._save = register(CREATE), register(LOAD), register(SAVE)
         self._remove, self._expired, self._claim = register(REMOVE), register(EXPIRED), register(CLAIM)
-        self._count = register(COUNT)
+        self._count, self._close = register(COUNT), register(CLOSE)
+        self._closed_index = self._prefix + "closed"
 
     @classmethod
     def for_server(cls, url: str, server: SimpleResourcesServer) -> RedisSessionStore:
@@ -235,6 +259,7 @@ class RedisSessionStore(SessionStore):
             codec=StateCodec(model, env),
             ttl_seconds=server.config.session_ttl_seconds,
             max_sessions=server.config.max_sessions,
+            max_closed=server.config.max_closed_sessions,
         )
 
     # ---- keys and payloads ---------------------------------------------------------------------
@@ -291,9 +316,9 @@ class RedisSessionStore(SessionStore):
 
     async def mark_closed(self, session_id: str, meta: dict[str, Any]) -> None:
         value = json.dumps(meta, separators=(",", ":"))
-        await self._call(
-            "mark a session closed", lambda: self._redis.set(self._tombstone(session_id), value, px=self.ttl_ms)
-        )
+        keys = [self._tombstone(session_id), self._closed_index]
+        args = [session_id, value, self.ttl_ms, self.max_closed, self._tombstone("")]
+        await self._call("mark a session closed", lambda: self._close(keys=keys, args=args))
 
     async def closed_meta(self, session_id: str) -> dict[str, Any] | None:
         value = await self._call("read a tombstone", lambda: self._redis.get(self._tombstone(session_id)))

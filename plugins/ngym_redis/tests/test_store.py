@@ -8,6 +8,7 @@ import random
 from typing import ClassVar
 
 import pytest
+import redis.asyncio as redis
 from ngym_redis.plugin import ngym_session_store
 from ngym_redis.store import RedisSessionStore, StateCodec, redacted
 from ngym_redis.testing import RedisServer
@@ -86,6 +87,23 @@ async def test_tombstones_expire_with_the_ttl(redis_url: str) -> None:
     assert await store.closed_meta("other") is None
     await asyncio.sleep(0.45)
     assert await store.closed_meta("typed") is None
+
+
+async def test_tombstones_are_bounded_in_count_oldest_first(redis_url: str, redis_server: RedisServer) -> None:
+    store = RedisSessionStore(
+        redis_url, env="bounded", codec=StateCodec(Board, "bounded"), ttl_seconds=60, max_sessions=10, max_closed=3
+    )
+    for i in range(10):
+        await store.mark_closed(f"id-{i}", {"episode": str(i)})
+    assert [await store.closed_meta(f"id-{i}") for i in range(10)] == [None] * 7 + [
+        {"episode": str(i)} for i in (7, 8, 9)
+    ]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert len(await client.keys("ngym:{bounded}:closed:*")) == 3
+        assert await client.zcard("ngym:{bounded}:closed") == 3
+    finally:
+        await client.aclose()
 
 
 async def test_record_keys_carry_a_redis_ttl_refreshed_on_load(redis_url: str, redis_server: RedisServer) -> None:

@@ -1,0 +1,132 @@
+"""uvicorn's HTTP protocol with a header deadline and a header size cap (uvicorn has neither for httptools).
+
+uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``, but only once a response was sent:
+a connection that opens and sends nothing, or trickles its headers, stays open for good (200 such
+connections were still open hours later). Here each connection must complete a request's headers within
+``request_header_timeout_seconds`` of opening, and again of each response; a request whose line and headers
+are still incomplete after ``max_request_header_bytes`` is answered 431 (as h11 caps an incomplete event:
+what is bounded is how much a client can make the server buffer). The body is the application's business
+(``ngym.server.request_limits``).
+
+The settings travel on the ``uvicorn.Config`` object (attributes ``ngym_header_timeout`` and
+``ngym_max_header_bytes``), because uvicorn builds one protocol per connection from its config, in worker
+processes too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ngym.server.request_limits import DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
+
+log = logging.getLogger("ngym.server")
+
+_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"connection: close\r\ncontent-length: 36\r\n\r\nrequest line and headers are too big"
+)
+
+
+class HeaderDeadline:
+    """Mixin for uvicorn's protocol classes (``HttpToolsProtocol``, ``H11Protocol``).
+
+    A timer runs while the connection waits for a request's headers: armed when the connection opens and
+    after each response; disarmed once a request starts (the protocol makes a new ``cycle``).
+    """
+
+    cycle: Any
+    config: Any
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    client: Any
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # BaseTransport, as asyncio.BaseProtocol declares it, so the mixin fits both bases; the mixin's own
+        # base is object, hence the ignore on the cooperative call into uvicorn's protocol.
+        super().connection_made(transport)  # type: ignore[misc]
+        self._ngym_timer: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        self._ngym_waiting_cycle = self.cycle
+        self._ngym_header_bytes = 0
+        seconds = getattr(self.config, "ngym_header_timeout", DEFAULT_HEADER_TIMEOUT_SECONDS)
+        self._ngym_timer = self.loop.call_later(seconds, self._header_timed_out)
+
+    def _disarm(self) -> None:
+        if self._ngym_timer is not None:
+            self._ngym_timer.cancel()
+            self._ngym_timer = None
+
+    def _waiting_for_headers(self) -> bool:
+        return self._ngym_timer is not None and self.cycle is self._ngym_waiting_cycle
+
+    def data_received(self, data: bytes) -> None:
+        if self._ngym_timer is not None:
+            self._ngym_header_bytes += len(data)
+        super().data_received(data)  # type: ignore[misc]
+        if self._ngym_timer is None:
+            return
+        if not self._waiting_for_headers():  # a request started: its headers are complete
+            self._disarm()
+        elif self._ngym_header_bytes > getattr(self.config, "ngym_max_header_bytes", DEFAULT_MAX_HEADER_BYTES):
+            self._disarm()
+            log.info("%s: request headers over %d bytes; answered 431", _peer(self.client), self._ngym_header_bytes)
+            if not self.transport.is_closing():
+                self.transport.write(_TOO_LARGE)
+                self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        self._disarm()
+        if not self.transport.is_closing() and self._idle():  # not when a pipelined request is starting
+            self._arm()
+
+    def _idle(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def _header_timed_out(self) -> None:
+        self._ngym_timer = None
+        if self.cycle is not self._ngym_waiting_cycle or not self._idle() or self.transport.is_closing():
+            return  # a request is in progress
+        log.info("%s: no complete request headers in time; connection closed", _peer(self.client))
+        self.transport.close()
+
+
+def _peer(client: Any) -> str:
+    return f"{client[0]}:{client[1]}" if client else "client"
+
+
+def configure(config: Any, *, header_timeout: float, max_header_bytes: int) -> None:
+    """Put the header limits on a ``uvicorn.Config`` (read by each connection's protocol)."""
+    config.ngym_header_timeout = header_timeout
+    config.ngym_max_header_bytes = max_header_bytes
+
+
+class GuardedH11Protocol(HeaderDeadline, H11Protocol):
+    """h11 with a header deadline and size cap (h11 also caps an incomplete event's size itself)."""
+
+
+GuardedHttpToolsProtocol: type[asyncio.Protocol] | None
+try:  # httptools_impl imports httptools, an optional uvicorn dependency (uvicorn[standard] brings it)
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class _GuardedHttpToolsProtocol(HeaderDeadline, HttpToolsProtocol):
+        """httptools with a header deadline and size cap."""
+
+    GuardedHttpToolsProtocol = _GuardedHttpToolsProtocol
+except ImportError:  # pragma: no cover
+    GuardedHttpToolsProtocol = None
+
+
+def protocol_class() -> type[asyncio.Protocol]:
+    """uvicorn's default protocol (httptools when installed, else h11) with ``HeaderDeadline``."""
+    return GuardedHttpToolsProtocol or GuardedH11Protocol

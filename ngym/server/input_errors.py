@@ -1,0 +1,137 @@
+"""Malformed input becomes a clear 4xx, never a 500: one JSON parser for every route, and bounded 422 bodies.
+
+- ``parse_json``: pydantic-core's parser (the one ``model_validate_json`` uses), which rejects what the
+  standard library lets through into the app: a lone surrogate escape (``"\\ud800"`` is valid JSON syntax but
+  not text; echoing it back crashed the response encoder) and nesting deeper than 200 levels (``json.loads``
+  raises ``RecursionError`` at ~1000, an exception nothing maps to a 4xx).
+- ``StrictJSONRoute``: the app's route class, so FastAPI parses every body (tools, verify) with it; a body
+  it rejects is FastAPI's usual 422 ``json_invalid``. (Routes an environment adds on its own ``APIRouter``
+  need ``APIRouter(route_class=StrictJSONRoute)`` to get it.)
+- ``validation_error_handler``: FastAPI's 422 with each error's ``input`` cut to a short preview, so a 50 MB
+  body that fails validation is not sent back whole (nor anything that is not valid UTF-8).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pydantic_core
+from fastapi import Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.responses import Response
+
+#: Longest string kept in a 422's ``input``; longer ones end in "…".
+PREVIEW_CHARS = 200
+#: At most this many items of each list or object, and this much nesting, in a 422's ``input``.
+PREVIEW_ITEMS = 10
+PREVIEW_DEPTH = 3
+#: At most this many errors in one 422 (a list of a million bad items fails a million times).
+MAX_ERRORS = 50
+
+_WHERE = re.compile(r"at line (\d+) column (\d+)")
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """Parse a request body; ``json.JSONDecodeError`` (a ``ValueError``) with a readable message if it is not
+    JSON, holds a lone surrogate, or nests too deep."""
+    try:
+        return pydantic_core.from_json(raw)
+    except ValueError as exc:
+        message = str(exc)
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        reason = _WHERE.sub("", message).strip()
+        if "escape" in reason:  # what pydantic-core says of a lone surrogate ("\ud800") too
+            reason += " (a \\u escape must be valid Unicode: no lone surrogates)"
+        raise json.JSONDecodeError(reason, text, _offset(text, message)) from None
+
+
+def _offset(text: str, message: str) -> int:
+    """The character offset pydantic-core's "at line L column C" points at (JSONDecodeError wants one)."""
+    where = _WHERE.search(message)
+    if where is None:
+        return 0
+    line, column = int(where.group(1)), int(where.group(2))
+    start = sum(len(before) + 1 for before in text.split("\n", line - 1)[: line - 1])
+    return min(start + max(column - 1, 0), len(text))
+
+
+class StrictJSONRequest(Request):
+    """A request whose ``json()`` is ``parse_json``."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = parse_json(await self.body())
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    """Route class of every ngym app: FastAPI reads the body through ``StrictJSONRequest``."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(StrictJSONRequest(request.scope, request.receive, request._send))
+
+        return strict
+
+
+def preview(value: Any, depth: int = 0) -> Any:
+    """A small copy of ``value`` for an error message: long strings cut, long containers shortened, deep
+    structures elided, text made valid UTF-8. Costs O(what is kept), whatever the size of ``value``."""
+    if isinstance(value, str):
+        cut = value if len(value) <= PREVIEW_CHARS else f"{value[:PREVIEW_CHARS]}… ({len(value)} characters)"
+        return cut.encode("utf-8", "replace").decode()
+    if isinstance(value, bytes):
+        return preview(value[: PREVIEW_CHARS * 4].decode("utf-8", "replace"), depth)
+    if isinstance(value, dict | list | tuple):
+        if depth >= PREVIEW_DEPTH:
+            return f"… ({type(value).__name__} of {len(value)})"
+        if isinstance(value, dict):
+            items = [(preview(k, depth + 1), preview(v, depth + 1)) for k, v in _first(value.items())]
+            shown: Any = {str(k): v for k, v in items}
+            if len(value) > PREVIEW_ITEMS:
+                shown["…"] = f"{len(value) - PREVIEW_ITEMS} more keys"
+            return shown
+        shown = [preview(v, depth + 1) for v in _first(value)]
+        if len(value) > PREVIEW_ITEMS:
+            shown.append(f"… {len(value) - PREVIEW_ITEMS} more items")
+        return shown
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return preview(repr(value), depth)
+
+
+def _first(items: Any) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if len(out) == PREVIEW_ITEMS:
+            break
+        out.append(item)
+    return out
+
+
+async def validation_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422 body (``{"detail": [errors]}``) with every ``input`` and ``ctx`` value previewed."""
+    assert isinstance(exc, RequestValidationError)
+    errors = []
+    all_errors = exc.errors()
+    for error in all_errors[:MAX_ERRORS]:
+        error = dict(error)
+        if "input" in error:
+            error["input"] = preview(error["input"])
+        if isinstance(error.get("ctx"), dict):
+            error["ctx"] = {key: preview(value) for key, value in error["ctx"].items()}
+        if "loc" in error:
+            error["loc"] = [preview(part) for part in error["loc"]]
+        errors.append(error)
+    if len(all_errors) > MAX_ERRORS:
+        more = len(all_errors) - MAX_ERRORS
+        errors.append({"type": "too_many_errors", "loc": [], "msg": f"{more} more errors not shown"})
+    return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)

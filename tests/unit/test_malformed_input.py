@@ -1,0 +1,115 @@
+"""Malformed input is a clear 4xx on every route, never a 500; a 422 never echoes a large input back."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from ngym.server.input_errors import parse_json, preview
+from ngym.testing import RolloutClient, make_response
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+JSON = {"content-type": "application/json"}
+
+
+def typed_seed(session_id: str = "s-1", task_data: str = '{"initial_count": 1}') -> bytes:
+    return (
+        b'{"resources_session_id": "%s", "episode_id": {"rollout_id": "r", "attempt": 0},'
+        b' "task_id": {"taskset": "t", "task_id": "1"}, "task_data": %s}' % (session_id.encode(), task_data.encode())
+    )
+
+
+@pytest.mark.parametrize("kind", [{"a": 1}, [1, 2], 3, None, True])
+async def test_an_output_item_whose_type_is_not_a_string_is_422(counter_http: httpx.AsyncClient, kind: object) -> None:
+    response = make_response(text="done")
+    response["output"].append({"type": kind, "id": "x"})
+    verified = await counter_http.post(
+        "/verify", json={"responses_create_params": {"input": "x"}, "expected_count": 0, "response": response}
+    )
+    assert verified.status_code == 422, verified.text
+    assert verified.json()["detail"][0]["loc"][-1] == "type"
+
+
+async def test_an_input_item_whose_type_is_not_a_string_is_422(counter_http: httpx.AsyncClient) -> None:
+    params = {"input": [{"type": {"a": 1}, "role": "user", "content": "hi"}]}
+    body = {"responses_create_params": params, "expected_count": 0, "response": make_response()}
+    assert (await counter_http.post("/verify", json=body)).status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/close_session", b'{"resources_session_id": "a", "episode_id": ' + DEEP + b"}"),
+        ("/seed_session", typed_seed(task_data='{"a": ' + DEEP.decode() + "}")),
+        ("/seed_session", typed_seed(session_id="\\ud800")),
+        ("/close_session", b'{"resources_session_id": "\\udfff", "episode_id": {"rollout_id": "r"}}'),
+    ],
+    ids=["deep-close", "deep-typed-seed", "surrogate-typed-seed", "surrogate-close"],
+)
+async def test_deep_or_non_text_json_to_seed_and_close_is_400(
+    counter_http: httpx.AsyncClient, path: str, body: bytes
+) -> None:
+    answered = await counter_http.post(path, content=body, headers=JSON)
+    assert answered.status_code == 400, answered.text
+    assert "not valid JSON" in answered.json()["detail"]
+    assert (await counter_http.get("/health")).json()["live_sessions"] == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"count": ' + DEEP + b"}", b'{"count": 1, "note": "\\ud800"}'],
+    ids=["deep", "lone-surrogate"],
+)
+async def test_deep_or_non_text_json_to_a_tool_or_verify_is_422(counter_http: httpx.AsyncClient, body: bytes) -> None:
+    rollout = RolloutClient(counter_http)
+    await rollout.call("/seed_session", {"initial_count": 0})
+    for path in ("/increment_counter", "/verify"):
+        answered = await counter_http.post(path, content=body, headers={**JSON, "cookie": rollout.cookie or ""})
+        assert answered.status_code == 422, answered.text
+        assert answered.json()["detail"][0]["type"] == "json_invalid"
+
+
+async def test_a_lone_surrogate_a_tool_would_echo_is_a_4xx_not_a_500(weather_http: httpx.AsyncClient) -> None:
+    answered = await weather_http.post("/get_weather", content=b'{"city": "\\ud800"}', headers=JSON)
+    assert answered.status_code == 422
+    ok = await weather_http.post("/get_weather", content=b'{"city": "\\ud83d\\ude00"}', headers=JSON)  # a valid pair
+    assert ok.status_code == 200 and ok.json()["city"] == "\U0001f600"
+
+
+async def test_a_large_invalid_body_is_not_echoed_in_the_422(counter_http: httpx.AsyncClient) -> None:
+    big = {"responses_create_params": {"input": "x"}, "response": {"pad": ["y" * 1000] * 5000}}
+    answered = await counter_http.post("/verify", json=big)
+    assert answered.status_code == 422
+    assert len(answered.content) < 20_000, len(answered.content)
+    inputs = json.dumps([e.get("input") for e in answered.json()["detail"]])
+    assert "y" * 201 not in inputs and "characters)" in inputs
+
+
+async def test_many_errors_are_capped(counter_http: httpx.AsyncClient) -> None:
+    response = make_response()
+    response["output"] = [{"type": "function_call"}] * 1000  # each misses name, arguments, call_id
+    answered = await counter_http.post(
+        "/verify", json={"responses_create_params": {"input": "x"}, "expected_count": 0, "response": response}
+    )
+    detail = answered.json()["detail"]
+    assert answered.status_code == 422 and len(detail) == 51 and detail[-1]["type"] == "too_many_errors"
+
+
+def test_parse_json_errors_point_at_the_problem() -> None:
+    with pytest.raises(json.JSONDecodeError) as caught:
+        parse_json(b'{"a": 1,\n "b": nope}')
+    assert caught.value.lineno == 2 and caught.value.colno > 1
+    assert parse_json(b'{"big": 123456789012345678901234567890, "f": 1.5}') == {
+        "big": 123456789012345678901234567890,
+        "f": 1.5,
+    }
+
+
+def test_preview_is_small_whatever_the_input() -> None:
+    huge = {"k": ["v" * 10_000] * 10_000, **{f"x{i}": i for i in range(100)}}
+    shown = json.dumps(preview(huge))
+    assert len(shown) < 5000
+    assert preview("a\ud800b") == "a?b"
+    assert preview([[[[[1]]]]]) == [[["… (list of 1)"]]]
