@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi import FastAPI, Request
 
+from ngym.examples import read_jsonl
 from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.targets import resolve
 from ngym.testing import app_for
@@ -26,6 +28,10 @@ def _weather_data() -> Path:
     return folder / "data"
 
 
+def _recorded_rewards() -> list[float]:
+    return [float(row["reward"]) for row in read_jsonl(_weather_data() / "example_rollouts.jsonl")]
+
+
 def _rollout(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "ngym.cli", "rollout", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
@@ -37,7 +43,11 @@ def test_replay_model_with_a_url_target_replays_the_recordings_beside_data(tmp_p
                         "--output", str(tmp_path / "o.jsonl"), "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["done"] == 5 and summary["failed"] == [] and summary["mean_reward"] == 1.0
+    recorded = _recorded_rewards()  # the weather examples hold a 0.0 (no get_weather call) beside the 1.0s
+    assert summary["done"] == len(recorded) and summary["failed"] == []
+    assert summary["mean_reward"] == pytest.approx(sum(recorded) / len(recorded))
+    written = sorted(read_jsonl(tmp_path / "o.jsonl"), key=lambda line: line["_ng_task_index"])
+    assert [line["reward"] for line in written] == recorded
 
 
 def test_replay_data_names_the_recordings_and_no_recording_is_one_clear_error(tmp_path: Path) -> None:
@@ -52,7 +62,7 @@ def test_replay_data_names_the_recordings_and_no_recording_is_one_clear_error(tm
     assert len(lines) == 1 and "the replay model has no recording for any row of --data" in lines[0]
     assert "--replay-data" in lines[0]
     assert given.returncode == 0, given.stderr
-    assert json.loads(given.stdout)["done"] == 5
+    assert json.loads(given.stdout)["done"] == len(_recorded_rewards())
 
 
 def _slow_model() -> FastAPI:
