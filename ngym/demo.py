@@ -72,7 +72,8 @@ def _status(recorded: list[float | None], mismatches: list[int], returncode: int
         return f"FAILED (exit {returncode})"
     zeros = sum(1 for want in recorded if want == 0.0)
     if zeros:
-        return f"ok, as recorded ({zeros} recorded wrong answer{'s' if zeros > 1 else ''} score 0.0)"
+        answers = "wrong answers score" if zeros > 1 else "wrong answer scores"
+        return f"ok, as recorded ({zeros} recorded {answers} 0.0)"
     return "ok, as recorded"
 
 

@@ -118,6 +118,7 @@ def test_demo_explains_a_recorded_zero_where_it_is_printed() -> None:
     from ngym.demo import _status
 
     assert _status([1.0, 0.0, 0.0], [], 0) == "ok, as recorded (2 recorded wrong answers score 0.0)"
+    assert _status([1.0, 0.0], [], 0) == "ok, as recorded (1 recorded wrong answer scores 0.0)"
     assert _status([1.0], [], 0) == "ok, as recorded"
     assert _status([1.0, 0.0], [1], 0).startswith("MISMATCH at rows [1]")
 
