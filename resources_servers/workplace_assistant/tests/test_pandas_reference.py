@@ -294,6 +294,13 @@ def _pandas2_python() -> Path | None:
     return python
 
 
+def _script_env() -> dict[str, str]:
+    """The environment for this folder's scripts under another interpreter: the repo (ngym, for ngym.errors) and
+    resources_servers/ on its path."""
+    root = Path(__file__).resolve().parents[3]
+    return {**os.environ, "PYTHONPATH": f"{root / 'resources_servers'}{os.pathsep}{root}"}
+
+
 if pytest is not None:
 
     @pytest.mark.skipif(not (WORKBENCH / "processed").is_dir(), reason="needs WorkBench's data")
@@ -308,8 +315,7 @@ if pytest is not None:
         python = _pandas2_python()
         if python is None:
             pytest.skip(f"no pandas-2.1.4 venv at {PANDAS2_VENV}: CI=true makes it (or run the test once with CI=true)")
-        root = Path(__file__).resolve().parents[3]  # the repo: ngym (for ngym.errors) and resources_servers/
-        env = {**os.environ, "PYTHONPATH": f"{root / 'resources_servers'}{os.pathsep}{root}", "FUZZ_N": "1000"}
+        env = {**_script_env(), "FUZZ_N": "1000"}
         done = subprocess.run(
             [str(python), __file__], capture_output=True, text=True, env=env, timeout=1200, check=False
         )
@@ -354,7 +360,7 @@ if pytest is not None:
 
 if pytest is not None:
 
-    @pytest.mark.skipif(not _pandas2() or not (WORKBENCH / "processed").is_dir(), reason="needs pandas 2.x + data")
+    @pytest.mark.skipif(not (WORKBENCH / "processed").is_dir(), reason="needs WorkBench's data")
     def test_rescoring_a_run_recorded_as_workbench_records_agrees_case_for_case(tmp_path: Path) -> None:
         # A run in WorkBench's results format: the email tasks done right (bodies with real line breaks, as
         # WorkBench's runner writes them), skipped, or ended by a runner error. Before ngym replaced line
@@ -362,7 +368,6 @@ if pytest is not None:
         import ast
         import csv
 
-        from rescore_workbench_results import main
         from workplace_assistant.replay import parse_workbench_action, render_workbench_action
 
         (tmp_path / "email").mkdir()
@@ -374,4 +379,20 @@ if pytest is not None:
                 calls = [render_workbench_action(c.method, c.kwargs) for c in
                          map(parse_workbench_action, ast.literal_eval(row["answer"]))]  # fmt: skip
                 writer.writerow([row["query"], str([] if i % 3 == 0 else calls), "", "" if i % 7 else "Timeout"])
-        assert main(["--results", str(tmp_path), "--data", str(WORKBENCH)]) == 0
+        # The script as a user runs it; its reference scorer needs WorkBench's pandas 2: this interpreter when it
+        # has it, else the pandas-2.1.4 venv, as in the differential test (the shared interpreter has pandas 3).
+        python = Path(sys.executable) if _pandas2() else _pandas2_python()
+        if python is None:
+            pytest.skip(f"no pandas-2.1.4 venv at {PANDAS2_VENV}: CI=true makes it (or run the test once with CI=true)")
+        env = _script_env()
+        script = Path(__file__).with_name("rescore_workbench_results.py")
+        done = subprocess.run(
+            [str(python), str(script), "--results", str(tmp_path), "--data", str(WORKBENCH)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=1200,
+            check=False,
+        )
+        assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+        assert "0 disagreements" in done.stdout, done.stdout[-2000:]
