@@ -158,8 +158,8 @@ class MCPExposure:
         ).model_dump()
 
     def _signer(self) -> Any:
-        assert self.server._sessions is not None
-        return self.server._sessions.signer
+        assert self.server._ngym_sessions is not None
+        return self.server._ngym_sessions.signer
 
     # ---- MCP handlers ------------------------------------------------------------------------------
 

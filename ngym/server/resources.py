@@ -200,7 +200,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         app = FastAPI(title=name, description=self.describe(), lifespan=self._lifespan)
         app.router.route_class = StrictJSONRoute  # before any route, the environment's tools included
         app.add_exception_handler(RequestValidationError, validation_error_handler)
-        self._sessions = self._make_session_manager()
+        self._ngym_sessions = self._make_session_manager()
         config = self.config
         # Added first, so it runs inside NgymMiddleware: its 413/408 answers carry the session cookie too.
         app.add_middleware(
@@ -208,7 +208,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             max_body_bytes=config.max_request_body_bytes,
             body_timeout_seconds=config.request_body_timeout_seconds,
         )
-        app.add_middleware(NgymMiddleware, sessions=self._sessions)
+        app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
         add_standard_routes(app, self)
         return app
 
@@ -256,7 +256,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     # ---- internals ---------------------------------------------------------------------------------
 
-    _sessions: SessionManager | None = None  # set by setup_webserver (a plain class attribute, not a field)
+    # Set by setup_webserver. Not `_sessions`: environments ported from NeMo Gym keep their own dicts under that name.
+    _ngym_sessions: SessionManager | None = None
     _mcp: MCPExposure | None = None  # set by ngym.server.mcp_exposure.install when expose_tools_over_mcp is on
 
     def _make_session_manager(self) -> SessionManager:
@@ -282,12 +283,12 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         await self.on_startup()
-        assert self._sessions is not None
-        self._sessions.start_sweeper()
+        assert self._ngym_sessions is not None
+        self._ngym_sessions.start_sweeper()
         try:
             yield
         finally:
-            await self._sessions.shutdown()
+            await self._ngym_sessions.shutdown()
             await self.on_shutdown()
 
     def _request_session(self, request: Request | None) -> RequestSession:

@@ -132,7 +132,7 @@ def _validate_json(model: type[BaseModel], raw: bytes) -> BaseModel:
 
 
 def _manager(server: SimpleResourcesServer) -> SessionManager:
-    sessions = server._sessions
+    sessions = server._ngym_sessions
     assert sessions is not None, "setup_webserver() makes the session manager"
     return sessions
 

@@ -1,0 +1,449 @@
+"""NeMo Gym's OpenAI types: Responses and Chat Completions objects with the OpenAI SDK's attribute access.
+
+Environments written for NeMo Gym read ``body.response.output[i].content[0].text``,
+``response.incomplete_details.reason``, ``item.summary[0].text`` and ``response.tools[0].name``: the objects must be
+the OpenAI SDK's pydantic models, not dicts. Every item model here subclasses the SDK's own class, so
+``isinstance(item, openai.types.responses.ResponseOutputMessage)`` holds too; the SDK's models keep unknown fields.
+
+``NeMoGymResponseCreateParamsNonStreaming`` is strict (an unknown key is a validation error), as NeMo Gym's is.
+Items are told apart by :func:`_item_tag`: by ``type``, and for messages by role and content (a user or system
+message may appear inside a response's ``output``, as local agents put the prompt there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import typing
+from typing import Annotated, Any, Literal, TypeAlias
+
+from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageToolCall
+from openai.types.chat.chat_completion import Choice
+from openai.types.responses import (
+    EasyInputMessage,
+    Response,
+    ResponseFunctionToolCall,
+    ResponseFunctionToolCallOutputItem,
+    ResponseInputItem,
+    ResponseOutputItem,
+    ResponseOutputMessage,
+    ResponseOutputRefusal,
+    ResponseOutputText,
+    ResponseReasoningItem,
+)
+from openai.types.responses.response_create_params import ToolChoice, ToolParam
+from openai.types.responses.response_input_content_param import ResponseInputContentParam
+from openai.types.responses.response_input_item import FunctionCallOutput, Message
+from openai.types.responses.response_reasoning_item import Summary
+from openai.types.responses.response_usage import ResponseUsage
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+
+from nemo_gym.server_utils import get_response_json, raise_for_status, request
+from ngym.server.protocol.responses import ResponseCreateParams
+
+__all__ = [
+    "RATE_LIMIT_ERROR_CODES",
+    "RETRY_ERROR_CODES",
+    "NeMoGymAsyncOpenAI",
+    "NeMoGymChatCompletion",
+    "NeMoGymChatCompletionCreateParamsNonStreaming",
+    "NeMoGymChatCompletionMessage",
+    "NeMoGymChatCompletionMessageToolCall",
+    "NeMoGymChoice",
+    "NeMoGymEasyInputMessage",
+    "NeMoGymFunctionCallOutput",
+    "NeMoGymMessage",
+    "NeMoGymResponse",
+    "NeMoGymResponseCreateParamsNonStreaming",
+    "NeMoGymResponseFunctionCallOutput",
+    "NeMoGymResponseFunctionToolCall",
+    "NeMoGymResponseInputItem",
+    "NeMoGymResponseOutputItem",
+    "NeMoGymResponseOutputMessage",
+    "NeMoGymResponseOutputRefusal",
+    "NeMoGymResponseOutputText",
+    "NeMoGymResponseReasoningItem",
+    "NeMoGymResponseUsage",
+    "NeMoGymSummary",
+    "get_response_json",
+    "raise_for_status",
+]
+
+# HTTP statuses a caller retries (rate limits, overloaded gateways, transient routing and server errors).
+RATE_LIMIT_ERROR_CODES = [429, 502, 503, 504, 520]
+RETRY_ERROR_CODES = [*RATE_LIMIT_ERROR_CODES, 404, 408, 500]
+
+_STATUSES = frozenset({"in_progress", "completed", "incomplete"})
+_OUTPUT_PARTS = frozenset({"output_text", "refusal"})
+TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+class TokenIDLogProbMixin(BaseModel):
+    """Token ids and log-probs a training-time model server attaches to what it generated."""
+
+    prompt_token_ids: list[int]
+    generation_token_ids: list[int]
+    generation_log_probs: list[float]
+    #: Mixture-of-experts routing a model server may report with the tokens (kept as sent).
+    routed_experts: Any = None
+
+
+# ---- items ------------------------------------------------------------------------------------------
+
+
+class NeMoGymSummary(Summary):
+    pass
+
+
+class NeMoGymResponseOutputText(ResponseOutputText):
+    type: Literal["output_text"] = "output_text"
+    annotations: list[Any] = Field(default_factory=list)
+
+
+class NeMoGymResponseOutputRefusal(ResponseOutputRefusal):
+    type: Literal["refusal"] = "refusal"
+
+
+NeMoGymContent: TypeAlias = Annotated[
+    NeMoGymResponseOutputText | NeMoGymResponseOutputRefusal, Field(discriminator="type")
+]
+
+
+class NeMoGymResponseOutputMessage(ResponseOutputMessage):
+    """An assistant message the model wrote (``output_text`` / ``refusal`` parts)."""
+
+    content: list[NeMoGymContent]
+    role: Literal["assistant"] = "assistant"
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+    type: Literal["message"] = "message"
+
+
+class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall):
+    type: Literal["function_call"] = "function_call"
+
+
+class NeMoGymResponseReasoningItem(ResponseReasoningItem):
+    summary: list[NeMoGymSummary]
+    type: Literal["reasoning"] = "reasoning"
+
+
+# Input content parts stay the SDK's TypedDicts (plain dicts), as NeMo Gym has them: ``part["type"]``.
+NeMoGymResponseInputContentList: TypeAlias = list[ResponseInputContentParam]
+
+
+class NeMoGymEasyInputMessage(EasyInputMessage):
+    """A message as written in a prompt: ``content`` a string or input parts; any role."""
+
+    content: str | NeMoGymResponseInputContentList  # type: ignore[assignment]
+    type: Literal["message"] = "message"  # type: ignore[assignment]
+
+
+class NeMoGymMessage(Message):
+    """An input message with a list of parts and a status (user, system or developer)."""
+
+    content: NeMoGymResponseInputContentList  # type: ignore[assignment]
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"  # type: ignore[assignment]
+    type: Literal["message"] = "message"  # type: ignore[assignment]
+
+
+class NeMoGymFunctionCallOutput(FunctionCallOutput):
+    """A tool result as an agent feeds it back (no id or status needed)."""
+
+    type: Literal["function_call_output"] = "function_call_output"
+
+
+class NeMoGymResponseFunctionCallOutput(ResponseFunctionToolCallOutputItem):
+    """A tool result as a provider reports it in a response (with id and status)."""
+
+
+class NeMoGymEasyInputMessageForTraining(NeMoGymEasyInputMessage, TokenIDLogProbMixin):
+    pass
+
+
+class NeMoGymMessageForTraining(NeMoGymMessage, TokenIDLogProbMixin):
+    pass
+
+
+class NeMoGymResponseOutputMessageForTraining(NeMoGymResponseOutputMessage, TokenIDLogProbMixin):
+    pass
+
+
+class NeMoGymResponseFunctionToolCallForTraining(NeMoGymResponseFunctionToolCall, TokenIDLogProbMixin):
+    pass
+
+
+class NeMoGymResponseReasoningItemForTraining(NeMoGymResponseReasoningItem, TokenIDLogProbMixin):
+    pass
+
+
+class NeMoGymOtherItem(BaseModel):
+    """An item of a type neither NeMo Gym nor the SDK installed here knows: kept as sent."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str | None = None
+
+
+_TRAINING = {
+    "easy_message": NeMoGymEasyInputMessageForTraining,
+    "input_message": NeMoGymMessageForTraining,
+    "output_message": NeMoGymResponseOutputMessageForTraining,
+    "function_call": NeMoGymResponseFunctionToolCallForTraining,
+    "reasoning": NeMoGymResponseReasoningItemForTraining,
+}
+_OWN = {
+    "easy_message": NeMoGymEasyInputMessage,
+    "input_message": NeMoGymMessage,
+    "output_message": NeMoGymResponseOutputMessage,
+    "function_call": NeMoGymResponseFunctionToolCall,
+    "function_call_output_input": NeMoGymFunctionCallOutput,
+    "reasoning": NeMoGymResponseReasoningItem,
+}
+
+_TAG_OF_CLASS: dict[type, str] = {cls: tag for tag, cls in _OWN.items()}
+_TAG_OF_CLASS.update({cls: f"{tag}:training" for tag, cls in _TRAINING.items()})
+_TAG_OF_CLASS[NeMoGymResponseFunctionCallOutput] = "sdk:function_call_output"
+_TAG_OF_CLASS[NeMoGymOtherItem] = "other"
+
+
+def _sdk_models_by_type(union: Any) -> dict[str, type[BaseModel]]:
+    """``type`` literal → SDK model class, for every member of an SDK item union (MCP calls, web search, ...)."""
+    found: dict[str, type[BaseModel]] = {}
+    for member in typing.get_args(typing.get_args(union)[0] if typing.get_origin(union) is Annotated else union):
+        cls = typing.get_args(member)[0] if typing.get_origin(member) is Annotated else member
+        field = getattr(cls, "model_fields", {}).get("type")
+        if field is None:
+            continue
+        for literal in typing.get_args(field.annotation):
+            if isinstance(literal, str):
+                found.setdefault(literal, cls)
+    return found
+
+
+_SDK_OUTPUT = {k: v for k, v in _sdk_models_by_type(ResponseOutputItem).items() if k not in {"message", "reasoning"}}
+_SDK_INPUT = {k: v for k, v in _sdk_models_by_type(ResponseInputItem).items() if k not in {"message", "reasoning"}}
+
+
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+def _first_part_type(content: Any) -> Any:
+    if not isinstance(content, list) or not content:
+        return None
+    first = content[0]
+    return _field(first, "type") or ("refusal" if _field(first, "refusal") is not None else None)
+
+
+def _message_tag(value: Any) -> str:
+    content, role = _field(value, "content"), _field(value, "role")
+    if role in ("user", "system", "developer"):
+        return "input_message" if isinstance(content, list) and _field(value, "status") in _STATUSES else "easy_message"
+    if isinstance(content, list) and (
+        _first_part_type(content) in _OUTPUT_PARTS or (not content and isinstance(_field(value, "id"), str))
+    ):
+        return "output_message"
+    return "easy_message"
+
+
+def _item_tag(value: Any, *, output: bool) -> str:
+    """Which model an item validates as: one of ``_OWN``'s tags, ``sdk:<type>`` or ``other``."""
+    if isinstance(value, BaseModel):  # serialising, or an item built in code: its own class decides
+        own = _TAG_OF_CLASS.get(type(value))
+        if own is not None:
+            return own
+    kind = _field(value, "type")
+    if kind is None and isinstance(value, dict):  # NeMo Gym infers typeless input items from their keys
+        if "role" in value and "content" in value:
+            kind = "message"
+        elif "arguments" in value and "name" in value and "call_id" in value:
+            kind = "function_call"
+        elif "call_id" in value and "output" in value:
+            kind = "function_call_output"
+        elif isinstance(value.get("summary"), list):
+            kind = "reasoning"
+    if kind == "message":
+        tag = _message_tag(value)
+    elif kind == "function_call_output":
+        full = isinstance(_field(value, "id"), str) and _field(value, "status") in _STATUSES
+        tag = "sdk:function_call_output" if output and full else "function_call_output_input"
+    elif kind in ("function_call", "reasoning"):
+        tag = kind
+    elif isinstance(kind, str) and kind in (_SDK_OUTPUT if output else _SDK_INPUT):
+        return f"sdk:{kind}"
+    else:
+        return "other"
+    if tag in _TRAINING and all(_field(value, name) is not None for name in TOKEN_FIELDS):
+        return tag + ":training"
+    return tag
+
+
+def _union(output: bool) -> Any:
+    members: list[Any] = [Annotated[cls, Tag(tag)] for tag, cls in _OWN.items()]
+    members += [Annotated[cls, Tag(f"{tag}:training")] for tag, cls in _TRAINING.items()]
+    sdk = dict(_SDK_OUTPUT if output else _SDK_INPUT)
+    if output:
+        sdk["function_call_output"] = NeMoGymResponseFunctionCallOutput
+    members += [Annotated[cls, Tag(f"sdk:{kind}")] for kind, cls in sdk.items()]
+    members.append(Annotated[NeMoGymOtherItem, Tag("other")])
+    return Annotated[typing.Union[tuple(members)], Discriminator(lambda v: _item_tag(v, output=output))]  # noqa: UP007
+
+
+def _require_type(value: Any) -> Any:
+    if isinstance(value, dict) and "type" not in value:
+        raise ValueError("Responses API output items must include a type discriminator")
+    return value
+
+
+NeMoGymResponseInputItem: TypeAlias = _union(output=False)  # type: ignore[valid-type]
+NeMoGymResponseOutputItem: TypeAlias = Annotated[_union(output=True), BeforeValidator(_require_type)]  # type: ignore[valid-type]
+NeMoGymResponseInput: TypeAlias = list[NeMoGymResponseInputItem]  # type: ignore[valid-type]
+
+
+# ---- request parameters -----------------------------------------------------------------------------
+
+
+class NeMoGymResponseCreateParamsNonStreaming(ResponseCreateParams):
+    """``responses_create_params``: ngym's strict request fields (an unknown key is an error), with the OpenAI
+    SDK's input items and tool types, as NeMo Gym declares them."""
+
+    input: str | NeMoGymResponseInput  # type: ignore[assignment]
+    tool_choice: ToolChoice = "auto"  # type: ignore[assignment]
+    tools: list[ToolParam] = Field(default_factory=list)  # type: ignore[assignment]
+
+
+# ---- responses --------------------------------------------------------------------------------------
+
+
+class NeMoGymResponseInputTokensDetails(BaseModel):
+    """Not the SDK's class: its required fields change between SDK releases, and servers report fewer."""
+
+    model_config = ConfigDict(extra="allow")
+
+    cached_tokens: int | None = None
+
+
+class NeMoGymResponseOutputTokensDetails(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    reasoning_tokens: int | None = None
+
+
+class NeMoGymResponseUsage(ResponseUsage):
+    input_tokens_details: NeMoGymResponseInputTokensDetails
+    output_tokens_details: NeMoGymResponseOutputTokensDetails
+
+
+class NeMoGymResponse(Response):
+    """The finished response (the OpenAI SDK's ``Response``); ``output`` is the whole trajectory."""
+
+    output: list[NeMoGymResponseOutputItem]  # type: ignore[assignment]
+    usage: NeMoGymResponseUsage | None = None
+
+    def function_calls(self) -> list[NeMoGymResponseFunctionToolCall]:
+        """The tool calls of the trajectory, in order (the method ngym's own ``Response`` has, which ngym's verify
+        route uses, e.g. to strip MCP namespaces from tool names)."""
+        return [item for item in self.output if isinstance(item, NeMoGymResponseFunctionToolCall)]
+
+
+# ---- chat completions -------------------------------------------------------------------------------
+
+
+class NeMoGymChatCompletionMessageToolCall(ChatCompletionMessageToolCall):
+    pass
+
+
+class NeMoGymChatCompletionMessage(ChatCompletionMessage):
+    pass
+
+
+class NeMoGymChoice(Choice):
+    message: NeMoGymChatCompletionMessage
+
+
+class NeMoGymChatCompletion(ChatCompletion):
+    choices: list[NeMoGymChoice]  # type: ignore[assignment]
+
+
+class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
+    """A ``/v1/chat/completions`` request body (non-streaming); unknown keys are refused, as in NeMo Gym."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[dict[str, Any]]
+    model: str | None = None
+    audio: dict[str, Any] | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, int] | None = None
+    logprobs: bool | None = None
+    max_completion_tokens: int | None = None
+    max_tokens: int | None = None
+    metadata: dict[str, str] | None = None
+    modalities: list[Literal["text", "audio"]] | None = None
+    n: int | None = None
+    parallel_tool_calls: bool = True
+    prediction: dict[str, Any] | None = None
+    presence_penalty: float | None = None
+    prompt_cache_key: str | None = None
+    reasoning_effort: str | None = None
+    response_format: dict[str, Any] | None = None
+    seed: int | None = None
+    safety_identifier: str | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    stop: str | list[str] | None = None
+    store: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    temperature: float | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    top_logprobs: int | None = None
+    top_p: float | None = None
+    user: str | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+    web_search_options: dict[str, Any] | None = None
+    stream: Literal[False] | None = None
+    # Provider extensions OpenAI-SDK clients send at the top level (vLLM template variables, reasoning options).
+    chat_template_kwargs: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
+
+
+# ---- a minimal OpenAI-compatible client -------------------------------------------------------------
+
+
+class NeMoGymAsyncOpenAI(BaseModel):
+    """POSTs to an OpenAI-compatible endpoint (``base_url`` ending in ``/v1``) through the shared HTTP session.
+
+    Retryable statuses (:data:`RETRY_ERROR_CODES`) are retried up to ``max_http_attempts`` times; the last answer
+    is checked with ``raise_for_status``. Each ``create_*`` returns the decoded JSON body.
+    """
+
+    base_url: str
+    api_key: str = ""
+    default_headers: dict[str, str] = Field(default_factory=dict)
+    max_http_attempts: int = 3
+
+    async def _post(self, path: str, method: str = "POST", **body: Any) -> Any:
+        headers = {**self.default_headers, "Authorization": f"Bearer {self.api_key}"}
+        url = f"{self.base_url.rstrip('/')}/{path}"
+        for attempt in range(1, self.max_http_attempts + 1):
+            response = await request(method, url, headers=headers, json=body or None)
+            if response.status not in RETRY_ERROR_CODES or attempt == self.max_http_attempts:
+                break
+            await asyncio.sleep(0.5 * attempt)
+        await raise_for_status(response)
+        return await get_response_json(response)
+
+    async def create_models(self) -> Any:
+        return await self._post("models", method="GET")
+
+    async def create_chat_completion(self, **kwargs: Any) -> Any:
+        return await self._post("chat/completions", **kwargs)
+
+    async def create_completion(self, **kwargs: Any) -> Any:
+        return await self._post("completions", **kwargs)
+
+    async def create_response(self, **kwargs: Any) -> Any:
+        return await self._post("responses", **kwargs)
+
+    async def create_tokenize(self, **kwargs: Any) -> Any:
+        return await self._post("tokenize", **kwargs)

@@ -1,0 +1,1 @@
+"""NeMo Gym's test helpers that environments' own tests import."""

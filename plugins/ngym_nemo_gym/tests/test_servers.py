@@ -1,0 +1,60 @@
+"""Server names → URLs: explicit URLs first, then the run's configs in NeMo Gym's shape."""
+
+from __future__ import annotations
+
+import pytest
+from ngym_nemo_gym.servers import (
+    ServerNotConfigured,
+    ServerTarget,
+    instance_fields,
+    resolve_server,
+    set_global_config,
+    set_server_urls,
+)
+
+pytestmark = pytest.mark.usefixtures("clean_server_env")
+
+JUDGE = {"openai_base_url": "https://api.example/v1/", "openai_api_key": "sk-x"}
+CONFIG = {
+    "judge_model": {"responses_api_models": {"openai_model": JUDGE}},
+    "user_sim": {"responses_api_models": {"vllm_model": {"host": "10.0.0.2", "port": 9000}}},
+    "policy_base_url": "https://ignored",
+}  # fmt: skip
+
+
+def test_config_instances_resolve_to_base_urls_and_host_ports() -> None:
+    set_global_config(CONFIG)
+    judge = resolve_server("judge_model")
+    assert judge == ServerTarget("judge_model", "https://api.example/v1", "sk-x")
+    assert judge.url_for("/v1/chat/completions") == "https://api.example/v1/chat/completions"
+    assert judge.headers() == {"Authorization": "Bearer sk-x"}
+    user_sim = resolve_server("user_sim")
+    assert user_sim.url_for("/v1/responses") == "http://10.0.0.2:9000/v1/responses"
+    assert user_sim.headers() == {}
+
+
+def test_an_explicit_url_wins_over_the_config() -> None:
+    set_global_config(CONFIG)
+    set_server_urls({"user_sim": "http://127.0.0.1:8123"})
+    set_server_urls({"judge_model": "http://127.0.0.1:8124/v1"})  # later calls add, not replace
+    assert resolve_server("user_sim").base_url == "http://127.0.0.1:8123"
+    assert resolve_server("judge_model").url_for("v1/responses") == "http://127.0.0.1:8124/v1/responses"
+
+
+def test_an_unknown_name_says_how_to_give_it_a_url() -> None:
+    set_global_config(CONFIG)
+    with pytest.raises(ServerNotConfigured, match=r"--model-url policy_base_url=URL"):
+        resolve_server("policy_base_url")  # a scalar, not an instance
+    with pytest.raises(ServerNotConfigured, match="no URL for server 'nobody'"):
+        resolve_server("nobody")
+
+
+def test_a_url_must_be_http() -> None:
+    with pytest.raises(ValueError, match="must start with http"):
+        set_server_urls({"judge_model": "judge:8000"})
+
+
+def test_instance_fields_reads_three_levels() -> None:
+    assert instance_fields(CONFIG, "user_sim") == {"host": "10.0.0.2", "port": 9000}
+    assert instance_fields(CONFIG, "missing") is None
+    assert instance_fields({"x": {}}, "x") is None
