@@ -6,36 +6,55 @@ PIP    := $(PY) -m pip
 NGYM   := $(VENV)/bin/ngym
 # Every environment and plugin is its own pip package: install them all, editable.
 PACKAGES := $(sort $(dir $(wildcard resources_servers/*/pyproject.toml plugins/*/pyproject.toml)))
+# `make install` reinstalls only when a pyproject.toml changed (or a package was added): the stamp is newer than all.
+STAMP    := $(VENV)/.ngym-installed
+LOG      := $(VENV)/install.log
+PYPROJECTS := pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
+# $(call quietly,CMD): pip's own output (dozens of lines, one setuptools warning per editable package) goes to
+# $(LOG), a progress line (pip's latest) every $(PROGRESS_SECONDS) s, the log's tail on failure. `make install V=1` shows it all.
+PROGRESS_SECONDS ?= 15
+quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1; do t=$$((t + $(PROGRESS_SECONDS))); \
+	echo "make:   … $${t}s: $$(grep -v '^WARNING' $(LOG) | tail -n 1 | cut -c1-80)"; done ) & \
+	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
+	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
 .PHONY: install demo test test-fast conformance fuzz lint typecheck format bench clean docker-base nemo-envs nemo-ci
 
 $(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
+	@$(PYTHON) -m venv $(VENV)
+	@: > $(LOG)
+	@$(call quietly,$(PIP) install --quiet --progress-bar off --upgrade pip)
 
-install: $(PY)
-	$(PIP) install --quiet -e '.[dev]' $(foreach p,$(PACKAGES),-e ./$(p))
-	@$(NGYM) --version
+$(STAMP): $(PYPROJECTS) | $(PY)
+	@echo "make: installing ngym + $(words $(PACKAGES)) packages into $(VENV), editable (a minute or a few; log: $(LOG))"
+	@: > $(LOG)
+	@$(call quietly,$(PIP) install --progress-bar off -e '.[dev]' $(foreach p,$(PACKAGES),-e ./$(p)))
+	@touch $@
+
+install: $(STAMP)
+	@echo "make: $$($(NGYM) --version) installed in $(VENV) (reinstalls when a pyproject.toml changes)"
 
 demo: install
-	$(PY) -m ngym.demo
+	@$(PY) -m ngym.demo
 
+# -rs: every skipped test is listed with its reason (CI=true runs them all; see README "Tests").
 test: install
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -m "not fuzz" --ignore=tests/conformance
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance
 
 # NeMo Gym 0.7.0's own client, checkers and fixtures against every built-in environment (served as processes).
 # NeMo Gym lives in its own cached Python 3.13 venv (tools/nemo_venv.sh; NGYM_NEMO_VENV to put it elsewhere).
 conformance: install
 	bash tools/nemo_venv.sh
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q tests/conformance tests/unit/test_reward_profile.py
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/conformance tests/unit/test_reward_profile.py
 
 # Schemathesis against every built-in server (real processes): no unexpected 5xx. A few minutes on 2 cores;
 # NGYM_FUZZ_EXAMPLES / NGYM_FUZZ_STEPS / NGYM_FUZZ_SEED change the budget and the seed.
 fuzz: install
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -m fuzz tests/fuzz
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m fuzz tests/fuzz
 
 test-fast: install
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -rs tests/unit
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -60,10 +60,21 @@ def demo_one(name: str, examples: Path, config: Path | None, workdir: Path) -> t
     shown = " ".join("--" if r is None else f"{r:.1f}" for r in rewards)
     known = [r for r in rewards if r is not None]
     mean = sum(known) / len(known) if known else 0.0
-    status = "ok" if not mismatches and run.returncode == 0 else f"MISMATCH at rows {mismatches}"
-    if run.returncode != 0 and not mismatches:
-        status = f"FAILED (exit {run.returncode})"
-    return status == "ok", f"{name:28s} rewards: {shown:40s} mean {mean:.2f}   {status}"
+    ok = not mismatches and run.returncode == 0
+    return ok, f"{name:28s} rewards: {shown:40s} mean {mean:.2f}   {_status(recorded, mismatches, run.returncode)}"
+
+
+def _status(recorded: list[float | None], mismatches: list[int], returncode: int) -> str:
+    """The verdict, explained where it is read: a 0.0 that matches its recording is a wrong answer on purpose."""
+    if mismatches:
+        return f"MISMATCH at rows {mismatches} (reward differs from the recorded one)"
+    if returncode != 0:
+        return f"FAILED (exit {returncode})"
+    zeros = sum(1 for want in recorded if want == 0.0)
+    if zeros:
+        answers = "wrong answers score" if zeros > 1 else "wrong answer scores"
+        return f"ok, as recorded ({zeros} recorded {answers} 0.0)"
+    return "ok, as recorded"
 
 
 def main() -> int:

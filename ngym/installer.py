@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 
 def pip_install_args(packages: Sequence[str], *, editable: bool = False, upgrade: bool = False) -> list[str]:
@@ -29,3 +30,52 @@ def pip_uninstall_args(packages: Sequence[str], *, yes: bool = False) -> list[st
 def run_pip(args: Sequence[str]) -> int:
     """Run ``python -m pip ARGS`` with this interpreter, streaming its output; its exit code."""
     return subprocess.call([sys.executable, "-m", "pip", *args])
+
+
+#: pip's lines that say what it is doing now (shown as progress; the rest of its output is kept for errors).
+_STEP_PREFIXES = (
+    "Collecting ",
+    "Obtaining ",
+    "Processing ",
+    "Building ",
+    "Installing ",
+    "Downloading ",
+    "Uninstalling ",
+)
+
+
+@dataclass
+class PipRun:
+    """A finished pip run whose output was captured."""
+
+    returncode: int
+    lines: list[str] = field(default_factory=list)
+
+    def installed(self) -> list[str]:
+        """``name-version`` of each package pip installed (its "Successfully installed" line)."""
+        for line in self.lines:
+            if line.startswith("Successfully installed "):
+                return line.removeprefix("Successfully installed ").split()
+        return []
+
+    def problems(self, tail: int = 15) -> list[str]:
+        """What went wrong: pip's ERROR lines (with what follows them), else the tail of its output."""
+        for i, line in enumerate(self.lines):
+            if line.startswith("ERROR:"):
+                return self.lines[i : i + tail]
+        return self.lines[-tail:]
+
+
+def run_pip_captured(args: Sequence[str], on_step: Callable[[str], None] = lambda step: None) -> PipRun:
+    """Run ``python -m pip ARGS``, capturing its output; each step line (Collecting…, Building…) goes to ``on_step``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pip", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    lines = []
+    for raw in proc.stdout:
+        line = raw.rstrip()
+        lines.append(line)
+        if line.startswith(_STEP_PREFIXES):
+            on_step(line)
+    return PipRun(proc.wait(), lines)

@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ngym.errors import ConfigError, PluginError
 from ngym.examples import dataset_row, read_example_rollouts, read_jsonl
 from ngym.server.app import create_app
+from ngym.server.protocol import FAILURE_CLASS_KEY, FAILURE_JUDGE_ERROR_KEY
 from ngym.server.rules import validate_server_class
 from ngym.targets import resolve
 from ngym.testing import RolloutClient, run_recorded_rollout, serve_in_process
+
+#: ``progress(stage)`` is told what validation is doing now (the CLI shows it while a slow verifier works).
+Progress = Callable[[str], None]
 
 SOUNDNESS_PROBES = ("empty response", "refusal only", "malformed output items", "echo of the prompt")
 
@@ -44,6 +49,7 @@ class ValidationReport:
     domain: str | None = None
     distribution: str | None = None
     checks: list[Check] = field(default_factory=list)
+    routes: list[str] = field(default_factory=list)  #: every POST route (the text summarises them)
 
     @property
     def ok(self) -> bool:
@@ -61,9 +67,16 @@ class ValidationReport:
         head += f", domain {self.domain}" if self.domain else ""
         head += f", {self.distribution})" if self.distribution else ")"
         lines = [head]
+        seen: set[str] = set()
         for check in self.checks:
             lines.append(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
-            lines.extend(f"        warning: {w}" for w in check.warnings)
+            for warning in check.warnings:
+                if warning in seen:
+                    continue  # said once, under the first check, naming the others that share it
+                seen.add(warning)
+                others = [c.name for c in self.checks if c is not check and warning in c.warnings]
+                others = [o.removeprefix(f"{check.name.split(':')[0]}: ") for o in others]
+                lines.append(f"        warning: {warning}" + (f" (same for: {', '.join(others)})" if others else ""))
         lines.append("valid" if self.ok else "INVALID: fix the FAIL lines above")
         return "\n".join(lines)
 
@@ -119,10 +132,36 @@ def _response_template(rollouts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def _replay(report: ValidationReport, http: Any, rollouts: list[dict[str, Any]]) -> None:
+def _unscored(verified: dict[str, Any]) -> str | None:
+    """Why ``/verify`` could not score at all (its judge or another service failed), else None."""
+    failure = verified.get(FAILURE_CLASS_KEY)
+    if not failure:
+        return None
+    return f"{failure}: {verified.get(FAILURE_JUDGE_ERROR_KEY) or 'no detail'}"
+
+
+#: the routes every resources server has; the rest are its tools.
+_PROTOCOL_ROUTES = {"/seed_session", "/verify", "/close_session", "/aggregate_metrics"}
+
+
+def summarise_routes(routes: list[str], shown: int = 3) -> str:
+    """``N POST routes: K tools (/a, /b, …) + the protocol's``: a long tool list stays short (--json has all)."""
+    tools = [r for r in routes if r not in _PROTOCOL_ROUTES]
+    protocol = [r for r in routes if r in _PROTOCOL_ROUTES]
+    if len(routes) <= shown + len(protocol):
+        return f"{len(routes)} POST routes: {', '.join(routes)}"
+    named = ", ".join(tools[:shown])
+    return f"{len(routes)} POST routes: {len(tools)} tools ({named}, …; --json lists all) + {', '.join(protocol)}"
+
+
+async def _replay(
+    report: ValidationReport, http: Any, rollouts: list[dict[str, Any]], progress: Progress
+) -> str | None:
+    """Replay the recorded rollouts; the reason verify could not score (then the rest is not tried), else None."""
     problems: list[str] = []
     rewards: list[float] = []
     for index, rollout in enumerate(rollouts):
+        progress(f"replaying example rollout {index + 1}/{len(rollouts)}")
         if not isinstance(rollout.get("response"), dict):
             problems.append(f"row {index}: no recorded 'response'")
             continue
@@ -131,6 +170,12 @@ async def _replay(report: ValidationReport, http: Any, rollouts: list[dict[str, 
         except AssertionError as exc:
             problems.append(f"row {index}: {exc}")
             continue
+        unscored = _unscored(verified)
+        if unscored is not None:
+            # Not a wrong reward but no reward: every other row would wait for the same dead service.
+            detail = f"row {index}: /verify could not score it ({unscored}); other rows not tried: is it running?"
+            report.add("examples", False, detail)
+            return unscored
         reward = verified.get("reward")
         if not isinstance(reward, int | float) or not 0.0 <= reward <= 1.0:
             problems.append(f"row {index}: reward {reward!r} is not a number in [0, 1]")
@@ -141,16 +186,23 @@ async def _replay(report: ValidationReport, http: Any, rollouts: list[dict[str, 
             problems.append(f"row {index}: reward {reward} != recorded {expected}")
     detail = f"{len(rollouts)} rollouts replayed, rewards {rewards}" if not problems else "; ".join(problems)
     report.add("examples", not problems, detail)
+    return None
 
 
 async def _soundness(
-    report: ValidationReport, http: Any, rows: list[dict[str, Any]], template: dict[str, Any], exempt: bool
+    report: ValidationReport,
+    http: Any,
+    rows: list[dict[str, Any]],
+    template: dict[str, Any],
+    exempt: bool,
+    progress: Progress,
 ) -> None:
     for probe in SOUNDNESS_PROBES:
         crashes: list[str] = []
         full: list[int] = []
         statuses: set[int] = set()
         for index, row in enumerate(rows):
+            progress(f"soundness probe {probe!r}, row {index + 1}/{len(rows)}")
             client = RolloutClient(http)
             seeded = await client.post("/seed_session", row)
             if seeded.status_code >= 400:
@@ -183,7 +235,7 @@ async def _soundness(
         report.add(f"soundness: {probe}", ok, detail, warnings)
 
 
-async def validate_async(target: str) -> ValidationReport:
+async def validate_async(target: str, progress: Progress = lambda stage: None) -> ValidationReport:
     """Validate an environment: an installed name, or one on disk (folder, config YAML, app.py): ``ngym.targets``."""
     subject = resolve(target)
     report = ValidationReport(target=target, name=subject.name, distribution=subject.distribution)
@@ -216,15 +268,19 @@ async def validate_async(target: str) -> ValidationReport:
 
     try:
         async with serve_in_process(app) as http:
-            routes = sorted(getattr(r, "path", "") for r in app.routes if "POST" in getattr(r, "methods", ()))
-            report.add("app", True, f"started; POST routes: {', '.join(routes)}")
+            report.routes = sorted(getattr(r, "path", "") for r in app.routes if "POST" in getattr(r, "methods", ()))
+            report.add("app", True, f"started; {summarise_routes(report.routes)}")
+            unscored = None
             if rollouts:
-                await _replay(report, http, rollouts)
+                unscored = await _replay(report, http, rollouts, progress)
             else:
                 missing = rollouts_path or "data/example_rollouts.jsonl"
                 report.add("examples", False, f"no rollouts to replay: add {missing}")
-            if rows:
-                await _soundness(report, http, rows, _response_template(rollouts), cls.always_full_reward)
+            if unscored is not None:
+                report.add("soundness", False, "not tried: /verify cannot score while that service does not answer")
+            elif rows:
+                probes = (report, http, rows, _response_template(rollouts), cls.always_full_reward, progress)
+                await _soundness(*probes)
             else:
                 report.add("soundness", False, "no example rows (data/example.jsonl) to probe the verifier with")
     except Exception as exc:  # the app failed to start or stop
@@ -232,6 +288,6 @@ async def validate_async(target: str) -> ValidationReport:
     return report
 
 
-def validate(target: str) -> ValidationReport:
+def validate(target: str, progress: Progress = lambda stage: None) -> ValidationReport:
     """Synchronous ``validate_async`` (for the CLI)."""
-    return asyncio.run(validate_async(target))
+    return asyncio.run(validate_async(target, progress))

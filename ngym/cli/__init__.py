@@ -28,20 +28,19 @@ COMMANDS: dict[str, str] = {
 }
 
 #: What ``ngym --help`` shows for each command, so that listing them imports none (tests/unit/test_meta.py
-#: keeps it equal to each command's own first line). A command missing here is imported to ask it.
+#: keeps it equal to each command's own short help). A command missing here is imported to ask it.
 SHORT_HELP: dict[str, str] = {
-    "run": "Serve environments: config files (NeMo Gym YAML), installed environment names, folders or app.py.",
-    "rollout": "Roll out every row of --data (× --repeats) through TARGET, an installed environment (started "
-    "with `ngym run` on a free port and stopped after) or the URL of a running one.",
-    "replay-model": "An OpenAI-Responses-compatible model (POST /v1/responses) that replays recorded rollouts.",
-    "containerize": "Build a Docker image of the environment NAME (an installed name or a plugin source directory).",
-    "profile": "Load-test an environment with Locust: simulated users performing whole rollouts.",
-    "list": "List installed environments: name, domain, distribution, version, status, description.",
-    "validate": "Validate an environment: an installed NAME, or a PATH (its folder, configs/NAME.yaml or app.py).",
-    "init": "Create NAME/: a pip-installable environment (one tool, seed_session, verify, data, tests).",
-    "install": "Install plugins (PyPI names, folders, wheels) or NeMo Gym environments where ngym will find them.",
-    "uninstall": "Uninstall plugins from ngym's environment (works even when a plugin is broken).",
-    "test": "Run the own tests of an environment (installed NAME or FOLDER) with pytest, from inside its folder.",
+    "run": "Serve environments (names or config files).",
+    "rollout": "Roll out a dataset through an environment and a model.",
+    "replay-model": "Serve the offline replay model (OpenAI Responses API).",
+    "containerize": "Build a Docker image of an environment.",
+    "profile": "Load-test an environment with Locust.",
+    "list": "List installed environments.",
+    "validate": "Check an environment: config, routes, example rewards.",
+    "init": "Scaffold a new environment package.",
+    "install": "Install environment packages where ngym finds them.",
+    "uninstall": "Uninstall environment packages.",
+    "test": "Run an environment's own tests (pytest).",
 }
 
 
@@ -60,11 +59,12 @@ class LazyGroup(click.Group):
         return found if found is not None else plugin_commands().get(name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """click's command list, with ngym's own commands described from ``SHORT_HELP`` (nothing imported)."""
-        names = self.list_commands(ctx)
-        limit = formatter.width - 6 - max((len(name) for name in names), default=0)
+        """click's command list, with ngym's own commands described from ``SHORT_HELP`` (nothing imported).
+
+        A description is never cut short with "…": a long one wraps under its column instead."""
+        limit = 1000
         rows = []
-        for name in names:
+        for name in self.list_commands(ctx):
             if name in SHORT_HELP:
                 rows.append((name, click.Command(name, help=SHORT_HELP[name]).get_short_help_str(limit)))
                 continue

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import click
 
+from ngym.cli.progress import Ticker
 from ngym.containerize.pipeline import ContainerizeOptions
 from ngym.containerize.pipeline import containerize as run_containerize
 from ngym.containerize.spec import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
 
 
-@click.command()
+@click.command(short_help="Build a Docker image of an environment.")
 @click.argument("target", metavar="NAME")
 @click.option("--tag", "-t", default=None, help="Image tag (default: ngym-NAME:VERSION).")
 @click.option(
@@ -35,6 +36,7 @@ from ngym.containerize.spec import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
 @click.option("--no-cache", is_flag=True, help="Build without Docker's layer cache.")
 @click.option("--python-version", default=None, help="The image's Python (major.minor); default: detected.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (progress on stderr).")
+@click.option("-v", "--verbose", is_flag=True, help="Show pip's and docker build's own output too.")
 @click.option("--compose", is_flag=True, help="Also write a Compose project: N replicas, Redis, a load balancer.")
 @click.option("--k8s", is_flag=True, help="Also write Kubernetes manifests: Deployment, Service, HPA, Redis.")
 @click.option("--replicas", type=click.IntRange(min=1), default=3, show_default=True, help="With --compose/--k8s.")
@@ -55,6 +57,7 @@ def containerize(
     no_cache: bool,
     python_version: str | None,
     as_json: bool,
+    verbose: bool,
     compose: bool,
     k8s: bool,
     replicas: int,
@@ -85,8 +88,14 @@ def containerize(
     if run_ and no_build:
         raise click.UsageError("--run needs a build: drop --no-build")
 
+    now = ["starting"]
+    ticker = Ticker(f"containerize {target}", lambda: now[0])
+
     def log(line: str) -> None:
-        click.echo(line, err=True)
+        detail = line.startswith("  ")  # pip's and docker's own lines: the status line shows them, -v prints them
+        now[0] = _status(line.strip()) if detail else _status(line)
+        if verbose or not detail:
+            ticker.echo(line)
 
     options = ContainerizeOptions(
         target=target,
@@ -103,7 +112,8 @@ def containerize(
         replicas=replicas,
         manifests_dir=deploy_dir,
     )
-    result = run_containerize(options, log=log)
+    with ticker:
+        result = run_containerize(options, log=log)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return
@@ -126,3 +136,7 @@ def containerize(
     else:
         flags = "".join(f"{arg} " for arg in result.docker_run_args)
         click.echo(f"run it: docker run --rm -p 8000:8000 {flags}-e NGYM_SESSION_SECRET=... {result.tag}")
+
+
+def _status(line: str, width: int = 70) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
 
+from ngym.cli.invocation import ngym_command
 from ngym.scaffold import scaffold
 
 
-@click.command()
+@click.command(short_help="Scaffold a new environment package.")
 @click.argument("name")
 @click.option("--domain", default="agent", show_default=True, help="The Domain it trains (math, coding, agent, ...).")
 @click.option(
@@ -30,4 +32,6 @@ def init(name: str, domain: str, parent: Path, description: str | None) -> None:
     """
     path = scaffold(name, domain=domain, parent=parent, description=description)
     click.echo(f"created {path}/ (domain {domain})")
-    click.echo(f"next: ngym install -e {path} && ngym validate {name} && ngym run {name}")
+    ngym = ngym_command()
+    where = shlex.quote(str(path) if path.is_absolute() or str(path).startswith(".") else f"./{path}")
+    click.echo(f"next: {ngym} install -e {where} && {ngym} validate {name} && {ngym} run {name}")

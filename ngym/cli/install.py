@@ -7,17 +7,18 @@ import sys
 import click
 
 from ngym import installer
+from ngym.cli.progress import Ticker
 from ngym.nemo.folder import distribution_name
 from ngym.nemo.install import install_nemo_environment, is_nemo_source
 
 
-@click.command()
+@click.command(short_help="Install environment packages where ngym finds them.")
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-e", "--editable", is_flag=True, help="Install each PACKAGE (a local folder) in editable mode.")
 @click.option("-U", "--upgrade", is_flag=True, help="Upgrade the packages to their newest versions.")
 @click.option("--as", "as_name", metavar="NAME", help="NeMo Gym environments: register it under NAME instead.")
 @click.option("--replace", is_flag=True, help="NeMo Gym environments: uninstall whatever holds the name first.")
-@click.option("-v", "--verbose", is_flag=True, help="NeMo Gym environments: show pip's output.")
+@click.option("-v", "--verbose", is_flag=True, help="Show pip's own output.")
 def install(
     packages: tuple[str, ...], editable: bool, upgrade: bool, as_name: str | None, replace: bool, verbose: bool
 ) -> None:
@@ -37,9 +38,31 @@ def install(
         return
     if as_name or replace:
         raise click.UsageError("--as and --replace apply to NeMo Gym environments (nemo-gym:NAME or a folder)")
-    code = installer.run_pip(installer.pip_install_args(packages, editable=editable, upgrade=upgrade))
-    if code:
-        sys.exit(code)
+    args = installer.pip_install_args(packages, editable=editable, upgrade=upgrade)
+    if verbose:
+        code = installer.run_pip(args)
+        if code:
+            sys.exit(code)
+        return
+    _install_quietly(args, " ".join(packages))
+
+
+def _install_quietly(args: list[str], what: str) -> None:
+    """pip with its output kept back: a progress line while it runs, then what was installed (or pip's error)."""
+    step = ["starting pip"]
+    with Ticker(f"installing {what}", lambda: step[0]):
+        result = installer.run_pip_captured(args, on_step=lambda line: step.__setitem__(0, line))
+    if result.returncode:
+        click.echo(f"ngym: error: pip could not install {what} (exit {result.returncode}):", err=True)
+        for line in result.problems():
+            click.echo(f"  {line}", err=True)
+        click.echo("  (ngym install -v shows pip's full output)", err=True)
+        sys.exit(result.returncode)
+    installed = result.installed()
+    if installed:
+        click.echo(f"installed {', '.join(installed)}")
+    else:
+        click.echo(f"{what}: already installed (nothing to do; -U upgrades)")
 
 
 def _install_nemo(sources: list[str], others: list[str], *, as_name: str | None, replace: bool, verbose: bool) -> None:
@@ -51,7 +74,7 @@ def _install_nemo(sources: list[str], others: list[str], *, as_name: str | None,
         install_nemo_environment(source, as_name=as_name, replace=replace, verbose=verbose, echo=click.echo)
 
 
-@click.command()
+@click.command(short_help="Uninstall environment packages.")
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def uninstall(packages: tuple[str, ...], yes: bool) -> None:

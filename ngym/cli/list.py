@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 
 import click
 
@@ -12,7 +14,7 @@ from ngym.plugins.manager import get_plugin_manager
 from ngym.plugins.registry import get_registry
 
 
-@click.command(name="list")
+@click.command(name="list", short_help="List installed environments.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: a JSON list of rows.")
 @click.option("--hooks", is_flag=True, help="List hook plugins and the hooks they implement instead.")
 @click.option("--refresh", is_flag=True, help="Ignore the inspection cache: import and check every environment.")
@@ -41,20 +43,37 @@ def list_command(as_json: bool, hooks: bool, refresh: bool, available: str | Non
     check_strict(rows)
 
 
-def _render(rows: list[ServerInfo]) -> str:
+def _render(rows: list[ServerInfo], width: int | None = None) -> str:
+    """A table that fits ``width`` columns (default: the terminal's).
+
+    Descriptions wrap under their column (two lines at most); on a narrow terminal the DISTRIBUTION and VERSION
+    columns go (``--json`` has everything)."""
     if not rows:
         return "no environments installed (ngym init NAME scaffolds one; ngym install PKG installs one)"
+    width = width or shutil.get_terminal_size((100, 24)).columns
     header = ("NAME", "DOMAIN", "DISTRIBUTION", "VERSION", "STATUS", "DESCRIPTION")
     table = [
         (r.name, r.domain or "?", r.distribution or "-", r.version or "-", r.status, r.description or "") for r in rows
     ]
-    widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(5)]
+    columns = [0, 1, 2, 3, 4]
+    widths = {i: max(len(str(row[i])) for row in [header, *table]) for i in columns}
+    if sum(widths[i] + 2 for i in columns) + _MIN_DESCRIPTION > width:
+        columns = [0, 1, 4]  # the distribution and version are in --json
+    left = sum(widths[i] + 2 for i in columns)
+    room = max(width - left, _MIN_DESCRIPTION)
     lines = []
     for row, info in zip([header, *table], [None, *rows], strict=True):
-        lines.append("  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths, strict=True)) + "  " + row[5])
+        cells = "  ".join(str(row[i]).ljust(widths[i]) for i in columns)
+        wrapped = textwrap.wrap(row[5], room, max_lines=2, placeholder=" …") or [""]
+        lines.append(f"{cells}  {wrapped[0]}")
+        lines.extend(" " * left + more for more in wrapped[1:])
         if info is not None and info.reason:
-            lines.append(f"  ↳ {info.reason}")
+            lines.append(f"  ↳ {info.reason}")  # not wrapped: the reason is read (and grepped) whole
     return "\n".join(line.rstrip() for line in lines)
+
+
+#: below this many columns for the description, the table drops columns rather than wrap word by word.
+_MIN_DESCRIPTION = 30
 
 
 def render_hooks(as_json: bool) -> str:

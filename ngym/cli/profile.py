@@ -12,7 +12,7 @@ def _progress(line: str) -> None:
     click.echo(line, err=True)
 
 
-@click.command()
+@click.command(short_help="Load-test an environment with Locust.")
 @click.argument("target")
 @click.option(
     "--users",

@@ -12,7 +12,7 @@ from ngym.rollout.replay_model import create_replay_app, example_rollouts_of, re
 from ngym.rollout.scripted_judge import ScriptedJudge
 
 
-@click.command("replay-model")
+@click.command("replay-model", short_help="Serve the offline replay model (OpenAI Responses API).")
 @click.option(
     "--data",
     "data",

@@ -10,10 +10,11 @@ from pathlib import Path
 import click
 from click._termui_impl import ProgressBar
 
+from ngym.cli.progress import Ticker
 from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
 
 
-@click.command()
+@click.command(short_help="Roll out a dataset through an environment and a model.")
 @click.argument("target")
 @click.option(
     "--data",
@@ -61,6 +62,14 @@ from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
     help="Field override for the environment ngym starts (as `ngym run NAME KEY=VALUE`); "
     "{model_url} expands to the model's base URL.",
 )
+@click.option(
+    "--replay-data",
+    "replay_data",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="With --model replay: recorded rollouts to replay (default: the environment's example rollouts, "
+    "else example_rollouts.jsonl beside --data).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of progress and text.")
 def rollout(
     target: str,
@@ -76,6 +85,7 @@ def rollout(
     timeout: float,
     max_retries: int,
     overrides: tuple[str, ...],
+    replay_data: tuple[Path, ...],
     as_json: bool,
 ) -> None:
     """Roll out every row of --data (× --repeats) through TARGET, an installed environment (started with
@@ -88,7 +98,6 @@ def rollout(
       ngym rollout http://127.0.0.1:9000 --data rows.jsonl --model-url https://api.openai.com/v1 \\
           --model gpt-4.1 --api-key-env OPENAI_API_KEY --repeats 4 --resume
     """
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Retries are worth seeing: the openai client logs each one ("Retrying request in ...") at INFO.
     logging.getLogger("openai._base_client").setLevel(logging.INFO)
@@ -106,15 +115,23 @@ def rollout(
         timeout=timeout,
         max_retries=max_retries,
         env_overrides=list(overrides),
+        replay_data=list(replay_data),
     )
     rewards: list[float] = []
     failures = 0
+    total = [0]
     # Shown once the servers are up: an error before that is one line, with no bar drawn.
     bar: ProgressBar[RolloutEvent] | None = None
+    ticker: Ticker | None = None  # without a terminal: a plain progress line every few seconds instead of a bar
 
     def on_start(pending: int) -> None:
-        nonlocal bar
+        nonlocal bar, ticker
         if as_json:
+            return
+        total[0] = pending
+        if not sys.stderr.isatty():
+            ticker = Ticker("rollouts", lambda: _done_text(len(rewards) + failures, total[0], rewards, failures))
+            ticker.__enter__()
             return
         bar = click.progressbar(
             length=pending,
@@ -139,6 +156,8 @@ def rollout(
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+        if ticker is not None:
+            ticker.__exit__(None, None, None)
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2))
     else:
@@ -153,6 +172,11 @@ def rollout(
         click.echo(json.dumps(summary.aggregate_metrics.get("agent_metrics", summary.aggregate_metrics), indent=2))
     if summary.failed:
         raise SystemExit(1)
+
+
+def _done_text(done: int, total: int, rewards: list[float], failures: int) -> str:
+    mean = _mean_text(rewards, failures)
+    return f"{done}/{total} done" + (f", {mean}" if mean else "")
 
 
 def _mean_text(rewards: list[float], failures: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import click
 
@@ -11,7 +12,8 @@ from ngym.errors import ConfigError
 from ngym.nemo.model_urls import export_global_config, export_model_instances, export_model_urls
 from ngym.server.app import ServeSpec
 from ngym.server.host import serve_many, serve_one
-from ngym.targets import environments_in_configs, resolve
+from ngym.suggest import did_you_mean
+from ngym.targets import Environment, environments_in_configs, resolve
 
 
 def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) -> list[ServeSpec]:
@@ -32,6 +34,8 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
         export_global_config(config_paths)  # servers' calls by name resolve against these configs (NeMo Gym's way)
         environments += environments_in_configs(config_paths, tree_overrides, on_skip=_say_skipped)
     environments += [resolve(str(p), tree_overrides) for p in paths if p not in config_paths]
+    for environment in environments:
+        check_override_keys(environment, field_overrides)
     specs = [environment.serve_spec(**field_overrides) for environment in environments]
     if not specs:
         raise ConfigError("nothing to serve: give a config file (configs/x.yaml) or an installed environment name")
@@ -45,6 +49,23 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
     if len(specs) > 1:
         _spread_default_ports(specs)
     return specs
+
+
+def check_override_keys(environment: Environment, overrides: dict[str, Any]) -> None:
+    """A plain ``key=value`` override must name a field of the server's config class or a key its YAML has:
+    a typo would otherwise be kept as an unused extra field (the config allows extras) and change nothing."""
+    if not overrides:
+        return
+    config_class = environment.server_class.config_class()
+    valid = set(config_class.model_fields) | {f.alias for f in config_class.model_fields.values() if f.alias}
+    valid |= set(environment.fields)
+    unknown = sorted(set(overrides) - valid)
+    if unknown:
+        key = unknown[0]
+        raise ConfigError(
+            f"{environment.name}: unknown config key {key!r}{did_you_mean(key, valid)} "
+            f"(valid keys for {config_class.__name__}: {', '.join(sorted(valid))})"
+        )
 
 
 def _say_skipped(instance: InstanceConfig) -> None:
@@ -63,7 +84,9 @@ def _spread_default_ports(specs: list[ServeSpec]) -> None:
             used.add(next_port)
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(
+    short_help="Serve environments (names or config files).", context_settings={"ignore_unknown_options": True}
+)
 @click.argument("targets", nargs=-1, required=True)
 @click.option("--host", default=None, help="Interface to listen on (default from config, else 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default from config, else 8000; 0 picks a free one).")
@@ -111,4 +134,4 @@ def run(
         raise SystemExit(serve_many(specs, workers=workers, access_log=access_log))
 
 
-__all__ = ["run", "build_specs"]
+__all__ = ["run", "build_specs", "check_override_keys"]

@@ -9,7 +9,10 @@ import click
 from ngym.nemo.envtest import run_tests
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(
+    short_help="Run an environment's own tests (pytest).",
+    context_settings={"ignore_unknown_options": True},
+)
 @click.argument("target")
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def test(target: str, pytest_args: tuple[str, ...]) -> None:

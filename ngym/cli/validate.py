@@ -10,12 +10,13 @@ from typing import TypeVar
 
 import click
 
+from ngym.cli.progress import Ticker
 from ngym.validation import validate as run_validation
 
 T = TypeVar("T")
 
 
-@click.command()
+@click.command(short_help="Check an environment: config, routes, example rewards.")
 @click.argument("target")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 def validate(target: str, as_json: bool) -> None:
@@ -23,19 +24,21 @@ def validate(target: str, as_json: bool) -> None:
 
     Exit code 1 when any check fails.
     """
-    report = _quietly(run_validation, target)
+    stage = ["loading"]
+    with Ticker(f"validating {target}", lambda: stage[0]):
+        report = _quietly(lambda: run_validation(target, progress=lambda text: stage.__setitem__(0, text)))
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.render())
     if not report.ok:
         sys.exit(1)
 
 
-def _quietly(call: Callable[[str], T], target: str) -> T:
-    """``call(target)`` with ngym's warnings silenced: handler 500s are expected in the soundness pass. The
+def _quietly(call: Callable[[], T]) -> T:
+    """``call()`` with ngym's warnings silenced: handler 500s are expected in the soundness pass. The
     level is restored after, so a process that validates (a test run, a notebook) keeps its own logging."""
     logger = logging.getLogger("ngym")
     previous = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        return call(target)
+        return call()
     finally:
         logger.setLevel(previous)

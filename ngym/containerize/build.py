@@ -203,8 +203,13 @@ def _consume(
             if not line.strip():
                 continue
             tail.append(line)
-            log(line)
             match = _STEP_RE.match(line)
+            # Docker's own lines (steps, pip inside the build, layer ids) are detail: indented, which the CLI shows
+            # only with -v (a failure's message carries the log's tail either way). A RUN step, where the time
+            # goes, is also progress: one short line.
+            log(f"  {line}")
+            if match and match.group(3).startswith("RUN"):
+                log(f"step {match.group(1)}/{match.group(2)}: {_short(match.group(3))}")
             if match:
                 steps.append(BuildStep(int(match.group(1)), match.group(3)))
             elif "Using cache" in line and steps:
@@ -219,8 +224,14 @@ def _consume(
     elif "status" in chunk:  # pulling a base image
         line = f"{chunk['status']} {chunk.get('progress', '')}".strip()
         if "progress" not in chunk:
-            log(line)
+            log(f"  {line}")
     return image_id, error
+
+
+def _short(instruction: str, width: int = 90) -> str:
+    """A Dockerfile instruction on one short line (a RUN can be a screenful)."""
+    flat = " ".join(instruction.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def _failure_message(error: str, steps: list[BuildStep], tail: deque[str]) -> str:

@@ -1,6 +1,7 @@
 """``containerize(options)``: resolve the plugin → wheelhouse → build context → docker build → (``--run``).
 
 The one function the CLI calls; tests and scripts call it too. Progress goes to ``log``; the result is data.
+Lines indented by two spaces are detail (pip's and docker's own output): the CLI shows them with ``-v`` only.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
             notes.append("dependency versions resolved afresh (the host's versions were not all available)")
         spec = image_spec(plugin, wheelhouse, options.base_image, ngym.version)
         context_dir = build_context(spec, wheelhouse, Path(options.output or Path(tmp) / "context"))
-        log(f"build context: {context_dir}")
+        log(f"build context: {context_dir}" if options.output else f"  build context: {context_dir} (temporary)")
         result = ContainerizeResult(
             name=plugin.name,
             distribution=plugin.distribution,

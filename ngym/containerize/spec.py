@@ -22,6 +22,7 @@ from ngym.containerize.errors import PluginSourceError
 from ngym.domain import resolve_domain
 from ngym.errors import EnvironmentNotFound, PluginError
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP
+from ngym.suggest import did_you_mean
 from ngym.targets import Environment, installed, installed_names
 
 #: The default base image: the official Python slim image users expect. Offline: ``--base-image ngym-base:bookworm``.
@@ -207,9 +208,10 @@ def resolve_plugin(name_or_path: str) -> PluginSource:
                 "environment has that name"
             ) from None
         known = installed_names()
-        hint = f"; installed: {', '.join(known)}" if known else "; no environment is installed"
+        hint = did_you_mean(name_or_path, known)
+        hint += f" (installed: {', '.join(known)})" if known else "; no environment is installed"
         raise PluginSourceError(
-            f"no environment named {name_or_path!r}{hint} (or pass a plugin source directory)"
+            f"no environment named {name_or_path!r}{hint}; or pass a plugin source directory"
         ) from None
     if env.distribution is None:
         raise PluginSourceError(f"environment {name_or_path!r}: cannot tell which distribution provides it")

@@ -38,6 +38,7 @@ from ngym.plugins.manager import (
     origin_of_entry_point,
     strict_mode,
 )
+from ngym.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
@@ -262,7 +263,8 @@ class Registry:
     def entry(self, name: str) -> ServerEntry:
         if name not in self.entries:
             known = ", ".join(sorted(self.entries)) or "none installed"
-            raise EnvironmentNotFound(f"no environment named {name!r} is installed (installed: {known})")
+            hint = did_you_mean(name, self.entries)
+            raise EnvironmentNotFound(f"no environment named {name!r} is installed{hint} (installed: {known})")
         entry = self.entries[name]
         if entry.clash is not None:
             raise PluginError(entry.clash)

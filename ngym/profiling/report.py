@@ -145,7 +145,8 @@ def check(result: ProfileResult) -> None:
 
 
 def _ms(value: float) -> str:
-    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+    """Milliseconds with one decimal everywhere, so a column never mixes ``9.0`` and ``11``."""
+    return f"{value:.1f}"
 
 
 def render_summary(result: ProfileResult) -> str:
@@ -186,7 +187,8 @@ def render_summary(result: ProfileResult) -> str:
             "the server (use fewer users, or run Locust on another machine with loadtests/locustfile.py)"
         )
     for kind, path in result.reports.items():
-        lines.append(f"  {kind:<5} {path}")
+        note = {"rollouts": "  (rollouts/s, latency, rewards, failure classes)", "html": "  (Locust, per request)"}
+        lines.append(f"  {kind:<8} {path}{note.get(kind, '')}")
     return "\n".join(lines)
 
 

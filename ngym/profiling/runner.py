@@ -27,6 +27,7 @@ from locust.env import Environment
 from locust.html import get_html_report
 
 from ngym.profiling.report import EndpointStats, ErrorCount, ProfileResult, percentile
+from ngym.profiling.rollout_report import write_rollout_report
 from ngym.profiling.scenario import Scenario
 from ngym.profiling.user import RolloutTracker, rollout_user_class
 
@@ -143,7 +144,7 @@ def run_load(
     stats = runner.stats
     endpoints = sorted((_endpoint(e, duration) for e in stats.entries.values()), key=_rollout_order)
     durations = tracker.durations_ms
-    return ProfileResult(
+    result = ProfileResult(
         target=host,
         environment=environment_name,
         users=users,
@@ -165,3 +166,7 @@ def run_load(
         load_generator_cpu_percent=100 * cpu_s / duration,
         reports=reports,
     )
+    if report_dir is not None:
+        page = write_rollout_report(result, tracker, report_dir, report_prefix)
+        result.reports = {"rollouts": str(page), **reports}
+    return result

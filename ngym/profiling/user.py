@@ -36,6 +36,11 @@ class RolloutTracker:
     judge_failures: int = 0
     durations_ms: list[float] = field(default_factory=list)
     failure_reasons: Counter[str] = field(default_factory=Counter)
+    #: ``_ng_failure_class`` values of verify answers (reward 0.0 because a judge or service failed)
+    verify_failure_classes: Counter[str] = field(default_factory=Counter)
+    #: when each rollout ended, in seconds since the start (the report's rollouts/s over time)
+    finished_at_s: list[float] = field(default_factory=list)
+    failed_at_s: list[float] = field(default_factory=list)
     started_at: float = field(default_factory=time.monotonic)
     stopped_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -44,12 +49,14 @@ class RolloutTracker:
         with self._lock:
             self.finished += 1
             self.durations_ms.append(duration_ms)
+            self.finished_at_s.append(time.monotonic() - self.started_at)
             if not isinstance(verified, dict) or "reward" not in verified:
                 return
             reward = float(verified["reward"])
             self.rewards.append(reward)
             if verified.get(FAILURE_CLASS_KEY):
                 self.judge_failures += 1
+                self.verify_failure_classes[str(verified[FAILURE_CLASS_KEY])] += 1
             expected = row.get("reward") if "response" in row else None
             if expected is not None and float(expected) != reward:
                 self.reward_mismatches += 1
@@ -58,6 +65,7 @@ class RolloutTracker:
         with self._lock:
             self.failed += 1
             self.failure_reasons[reason] += 1
+            self.failed_at_s.append(time.monotonic() - self.started_at)
 
     def stop(self) -> None:
         self.stopped_at = time.monotonic()

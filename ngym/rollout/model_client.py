@@ -87,7 +87,10 @@ class ModelClient:
         try:
             raw = await self._client.responses.with_raw_response.create(input=input_items, **kwargs)
         except openai.APIStatusError as exc:
-            raise ModelError(f"model server answered HTTP {exc.status_code} after retries: {_short(exc)}") from exc
+            # the client retries 408/409/429/5xx only: a 400 is the server's final word, said as such
+            retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
+            after = " after retries" if retried else ""
+            raise ModelError(f"model server answered HTTP {exc.status_code}{after}: {_short(exc)}") from exc
         except openai.APITimeoutError as exc:
             raise ModelError(f"model server timed out after {self.max_retries} retries ({self.base_url})") from exc
         except openai.APIConnectionError as exc:

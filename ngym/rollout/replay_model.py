@@ -178,6 +178,11 @@ class ReplayIndex:
         return None
 
 
+def input_items(row: dict[str, Any]) -> list[Any]:
+    """A dataset row's input items, as the replay model matches them."""
+    return _as_items((row.get("responses_create_params") or {}).get("input"))
+
+
 def read_rows(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return [row for path in paths for row in read_jsonl(Path(path))]
 
@@ -214,7 +219,11 @@ def create_replay_app(rows: Iterable[dict[str, Any]] = (), judge: ScriptedJudge 
         else:
             found = index.match(items)
             if found is None:
-                return _error(400, "no recorded row matches this input (the replay model only knows its data)")
+                return _error(
+                    400,
+                    "the replay model has no recording for this input: it replays only the rows it was given "
+                    "(recorded responses or ground-truth calls; ngym rollout --replay-data FILE adds some)",
+                )
             plan, trajectory = found
             seen = sum(1 for i in trajectory if isinstance(i, dict) and i.get("type") == "function_call_output")
             output = plan.next_turn(seen)

@@ -29,7 +29,7 @@ from ngym.examples import read_jsonl
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_rollout
 from ngym.rollout.errors import RolloutError
 from ngym.rollout.model_client import ModelClient
-from ngym.rollout.replay_model import create_replay_app, example_rollouts_of
+from ngym.rollout.replay_model import ReplayIndex, create_replay_app, example_rollouts_of, input_items
 from ngym.rollout.replay_model import read_rows as read_replay_rows
 from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
@@ -58,6 +58,9 @@ class RolloutOptions:
     timeout: float = 120.0
     max_retries: int = 4
     env_overrides: list[str] = field(default_factory=list)  # key=value for ``ngym run``; {model_url} expands
+    #: recorded rollouts the replay model replays (default: the environment's, else example_rollouts.jsonl
+    #: beside --data)
+    replay_data: list[Path] = field(default_factory=list)
 
 
 @dataclass
@@ -167,13 +170,40 @@ def _model_server(options: RolloutOptions, rows: list[dict[str, Any]]) -> Iterat
         yield options.model_url
         return
 
-    replay_rows = list(rows)
+    recordings = replay_recordings(options)
+    replay_rows = [*rows, *read_replay_rows(recordings)]
+    check_replayable(rows, replay_rows, recordings)
+    with serve_app_in_thread(create_replay_app(replay_rows)) as url:
+        yield f"{url}/v1"
+
+
+def replay_recordings(options: RolloutOptions) -> list[Path]:
+    """The recorded rollouts ``--model replay`` replays: ``--replay-data``, else the installed environment's
+    ``data/example_rollouts.jsonl``, else an ``example_rollouts.jsonl`` beside ``--data`` (a URL target)."""
+    if options.replay_data:
+        missing = [str(p) for p in options.replay_data if not Path(p).is_file()]
+        if missing:
+            raise ConfigError(f"--replay-data: no such file: {', '.join(missing)}")
+        return [Path(p) for p in options.replay_data]
     if not is_url(options.target):
         examples = example_rollouts_of(options.target)
         if examples is not None:
-            replay_rows += read_replay_rows([examples])
-    with serve_app_in_thread(create_replay_app(replay_rows)) as url:
-        yield f"{url}/v1"
+            return [examples]
+    sibling = Path(options.data).parent / "example_rollouts.jsonl"
+    return [sibling] if sibling.is_file() and sibling.resolve() != Path(options.data).resolve() else []
+
+
+def check_replayable(rows: list[dict[str, Any]], replay_rows: list[dict[str, Any]], recordings: list[Path]) -> None:
+    """Fail before any rollout when the replay model has nothing to say to any row of --data."""
+    index = ReplayIndex()
+    index.add_rows(replay_rows)
+    if not rows or any(index.match(input_items(row)) is not None for row in rows):
+        return
+    looked = ", ".join(str(p) for p in recordings) or "no example_rollouts.jsonl beside --data"
+    raise ConfigError(
+        f"the replay model has no recording for any row of --data (it replays recorded responses or ground-truth "
+        f"calls; looked in: {looked}); pass --replay-data FILE (recorded rollouts) or use --model-url"
+    )
 
 
 def run_rollouts(
@@ -189,6 +219,8 @@ def run_rollouts(
     if options.repeats < 1 or options.concurrency < 1:
         raise ConfigError("--repeats and --concurrency must be at least 1")
     rows = read_rows(options.data)
+    if is_url(options.target):  # nothing there: say so before anything else is started or checked
+        _check_reachable(options.target.rstrip("/"))
     with ExitStack() as stack:
         model_url = stack.enter_context(_model_server(options, rows))
         env_url = stack.enter_context(_environment(options, model_url))

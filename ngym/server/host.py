@@ -47,9 +47,11 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _listen_line(spec: ServeSpec, host: str, port: int, domain: str | None, workers: int) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    """Where the server really listens (in a container, the published port may differ: not guessed here)."""
     extra = f", {workers} workers" if workers > 1 else ""
-    return f"ngym: serving {spec.name} ({domain or '?'}{extra}) at http://{shown}:{port}  (docs: /docs)"
+    bound = f"[{host}]" if ":" in host else (host or "0.0.0.0")
+    every = " (all interfaces)" if host in ("0.0.0.0", "", "::") else ""
+    return f"ngym: serving {spec.name} ({domain or '?'}{extra}) at http://{bound}:{port}{every}  (docs: /docs)"
 
 
 def check_workers(server: SimpleResourcesServer, workers: int) -> None:

@@ -28,6 +28,9 @@ log = logging.getLogger("ngym.server")
 
 ROLLOUT_PREFIX = "/ng-rollout/"
 _STATELESS_METHODS = {"GET", "HEAD", "OPTIONS"}
+#: probes and docs: served without a session, so a health check every few seconds sets no cookie (a load balancer
+#: or curl would otherwise be handed a session id it never uses).
+_SESSIONLESS_PATHS = frozenset({"/", "/health", "/healthz", "/livez", "/readyz", "/docs", "/redoc", "/openapi.json"})
 
 
 def strip_rollout_prefix(scope: Scope) -> None:
@@ -85,6 +88,13 @@ class NgymMiddleware:
             await self.app(scope, receive, _short_startup_failure(send) if scope["type"] == "lifespan" else send)
             return
         strip_rollout_prefix(scope)
+        if scope["method"] in _STATELESS_METHODS and scope["path"] in _SESSIONLESS_PATHS:
+            try:
+                await self.app(scope, receive, send)
+            except SessionStoreError as exc:  # /health counts live sessions: a dead store is "not ready", 503
+                log.warning("%s %s: %s", scope["method"], scope["path"], exc)
+                await _send_unavailable(send, f"session store unavailable: {exc}", [])
+            return
         sessions = self.sessions
         store_shares_objects = sessions.store.shares_objects
         try:

@@ -14,7 +14,11 @@ from ngym import hookimpl
 from workplace_assistant.task_domains import DOMAINS
 
 
-@click.command("workplace-import", help="Convert WorkBench queries_and_answers CSVs into NeMo Gym JSONL rows.")
+@click.command(
+    "workplace-import",
+    short_help="Convert WorkBench CSVs into JSONL rows.",
+    help="Convert WorkBench queries_and_answers CSVs into NeMo Gym JSONL rows.",
+)
 @click.option("--data-dir", default=None, help="WorkBench data dir (default: $NGYM_WORKBENCH_DIR or the sample).")
 @click.option("--output", "-o", default=None, help="Output JSONL file (default: stdout).")
 @click.option("--domain", multiple=True, type=click.Choice(DOMAINS), help="Only these domains.")

@@ -59,7 +59,8 @@ def _steps_from_log(lines: list[str]) -> list[Any]:
 
     steps: list[BuildStep] = []
     for line in lines:
-        _consume({"stream": line + "\n"}, steps, deque(maxlen=1), lambda _: None, None, None)
+        if line.startswith("  "):  # docker's own lines are logged as (indented) detail
+            _consume({"stream": line[2:] + "\n"}, steps, deque(maxlen=1), lambda _: None, None, None)
     return steps
 
 
@@ -96,7 +97,7 @@ def test_failed_docker_build_names_the_step_and_tags_nothing(
     assert message.startswith("docker build failed at step 3 (RUN")
     assert "non-zero code: 3" in message
     assert "no such dependency: frobnicate" in message  # the tail of the build log
-    assert any(line.startswith("Step 2/4") for line in lines)  # progress was streamed
+    assert any(line.startswith("step 2/4: RUN") for line in lines)  # progress was streamed
     assert not image_exists(docker_client, image_tag)
 
 

@@ -64,6 +64,11 @@ def test_profile_weather_writes_csv_and_html_with_no_failures(tmp_path: Path) ->
     assert "<html" in html and "echarts" in html  # Locust's report: its chart library and
     assert "Total Requests per Second" in html  # the throughput chart, drawn from the run's history
     assert html.count('"current_rps"') >= 3  # one chart point per second of the run
+    # ngym's rollout section, at the top of Locust's page and on its own page
+    assert html.index('<section id="rollouts">') < html.rindex('<div id="root">')
+    rollouts = (report / "profile_rollouts.html").read_text()
+    assert rollouts.count("<svg") == 3 and "Failure classes" in rollouts and 'href="profile.html"' in rollouts
+    assert result["reports"]["rollouts"] == str(report / "profile_rollouts.html")
 
 
 def test_failing_verify_exits_non_zero_naming_the_failure(tmp_path: Path) -> None:
@@ -74,6 +79,8 @@ def test_failing_verify_exits_non_zero_naming_the_failure(tmp_path: Path) -> Non
     assert "POST /verify: HTTP 500" in error_line and "flaky verify: injected failure" in error_line
     assert "most common errors" in done.stdout  # the summary still printed, and the reports written
     assert (tmp_path / "profile.html").is_file()
+    assert "failed: POST /verify → HTTP 500" in (tmp_path / "profile_rollouts.html").read_text()
+    assert f"rollouts {tmp_path / 'profile_rollouts.html'}" in done.stdout  # linked from the summary
 
 
 def test_a_looser_fail_ratio_passes_the_same_environment() -> None:

@@ -107,7 +107,10 @@ def test_build_stream_parsing_tracks_steps_cache_and_id() -> None:
         image_id, error = _consume(chunk, steps, tail, seen.append, image_id, error)
     assert [(s.number, s.cached) for s in steps] == [(1, False), (2, True), (3, False)]
     assert image_id == "sha256:abc" and error is None
-    assert len(tail) == 5 and seen[0] == "Step 1/3 : FROM base AS deps"
+    assert len(tail) == 5 and tail[0].startswith("Step 2/3")
+    # progress: the RUN step (where the time goes); the other steps and docker's own lines are indented detail
+    assert [line for line in seen if not line.startswith("  ")] == ['step 2/3: RUN ["pip", "install"]']
+    assert "  Step 1/3 : FROM base AS deps" in seen and "   ---> Using cache" in seen
 
 
 def test_build_failure_message_names_the_step_and_shows_the_tail() -> None:

@@ -364,8 +364,13 @@ def test_ngym_uninstall_works_with_a_broken_plugin_installed(site: Path, tmp_pat
 
 
 def test_ngym_install_passes_editable_and_upgrade_to_pip(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ngym.installer import PipRun
+
     calls: list[list[str]] = []
     monkeypatch.setattr("ngym.installer.run_pip", lambda args: calls.append(list(args)) or 0)
+    monkeypatch.setattr(  # without -v, pip's output is captured (ngym install prints a summary)
+        "ngym.installer.run_pip_captured", lambda args, on_step: calls.append(list(args)) or PipRun(0, [])
+    )
     assert run_cli("install", "-e", "-U", "./a", "./b").exit_code == 0
     assert run_cli("uninstall", "-y", "pkg").exit_code == 0
     assert calls == [["install", "--upgrade", "-e", "./a", "-e", "./b"], ["uninstall", "--yes", "pkg"]]

@@ -81,7 +81,7 @@ async def test_request_matched_by_input_prefix_ignoring_ids_and_part_shapes() ->
 
 async def test_unknown_input_is_a_400_in_openai_error_shape() -> None:
     response = await _post(create_replay_app([RECORDED]), "/v1/responses", {"model": "m", "input": "hello?"})
-    assert response.status_code == 400 and "no recorded row" in response.json()["error"]["message"]
+    assert response.status_code == 400 and "no recording for this input" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(

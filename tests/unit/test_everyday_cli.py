@@ -1,0 +1,187 @@
+"""Everyday CLI output (issue 16): quiet set-up, runnable next steps, help and tables that fit, visible progress."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ngym.cli import cli
+from ngym.cli.invocation import ngym_command
+from ngym.cli.progress import Ticker
+from ngym.listing import ServerInfo
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_help_lists_every_command_without_cutting_descriptions_short() -> None:
+    out = CliRunner().invoke(cli, ["--help"], terminal_width=80).output
+    commands = out.split("Commands:")[1]
+    assert "…" not in commands and "..." not in commands
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert "validate" in commands and "rollout" in commands
+
+
+def _row(name: str, description: str) -> ServerInfo:
+    return ServerInfo(
+        name=name,
+        domain="agent",
+        distribution=f"ngym-{name}",
+        version="0.1.0",
+        status="ok",
+        description=description,
+        reason=None,
+        target=name,
+    )
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 200])
+def test_list_table_fits_the_terminal(width: int) -> None:
+    from ngym.cli.list import _render
+
+    rows = [_row("example_session_state_mgmt", "Counter: a per-rollout counter with increment/get tools; " * 3)]
+    text = _render(rows, width=width)
+    assert all(len(line) <= max(width, 28 + 7 + 8 + 30 + 2 * 3) for line in text.splitlines()), text
+    assert text.splitlines()[1].startswith("example_session_state_mgmt")
+    assert len(text.splitlines()) <= 3  # header + two description lines at most
+    assert ("DISTRIBUTION" in text) == (width >= 200)
+
+
+def test_init_next_steps_name_the_executable_in_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("ngym", "ng_init_resources_server"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    # venv not active: the printed command is the path typed, which works again as shown
+    assert ngym_command(".venv/bin/ngym", path="/usr/bin") == ".venv/bin/ngym"
+    assert ngym_command(str(bin_dir / "ng_init_resources_server"), path="/usr/bin") == ".venv/bin/ngym"
+    # venv active (its bin first on PATH): plain `ngym`
+    assert ngym_command("ngym", path=str(bin_dir)) == "ngym"
+    assert ngym_command(str(bin_dir / "ngym"), path=str(bin_dir)) == "ngym"
+    assert ngym_command("/x/__main__.py").endswith(" -m ngym.cli")
+
+
+def test_init_prints_a_next_line_that_runs(tmp_path: Path) -> None:
+    """Run the real console script by path, PATH without the venv: the printed ngym command exists as typed."""
+    script = Path(sys.executable).parent / "ngym"
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [str(script), "init", "my_env", "--dir", str(tmp_path)], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    next_line = out.splitlines()[-1]
+    first = next_line.removeprefix("next: ").split()[0]
+    assert first != "ngym" and shutil.which(first, path=env["PATH"]) or Path(first).is_file(), next_line
+    assert subprocess.run([first, "--version"], capture_output=True, env=env).returncode == 0
+
+
+def test_ngym_install_is_quiet_and_says_what_happened() -> None:
+    done = CliRunner().invoke(cli, ["install", "click"])  # already installed: real pip, no index needed
+    assert done.exit_code == 0
+    assert done.output.strip().splitlines() == ["click: already installed (nothing to do; -U upgrades)"]
+
+
+def test_ngym_install_failure_is_short_and_names_pip_error(tmp_path: Path) -> None:
+    failed = CliRunner().invoke(cli, ["install", str(tmp_path / "no_such_dir")])
+    assert failed.exit_code != 0
+    lines = failed.output.strip().splitlines()
+    assert lines[0].startswith("ngym: error: pip could not install") and len(lines) < 20
+    assert any("ERROR" in line for line in lines) and "-v" in lines[-1]
+
+
+def test_ticker_prints_plain_progress_lines_without_a_terminal() -> None:
+    stream = io.StringIO()
+    with Ticker("installing x", lambda: "Collecting numpy", every=0.05, stream=stream, tty=False):
+        time.sleep(0.3)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 2 and all("installing x: Collecting numpy (" in line for line in lines)
+
+
+def test_ticker_redraws_one_line_on_a_terminal_and_clears_it() -> None:
+    stream = io.StringIO()
+    with Ticker("building", lambda: "step 3/9", stream=stream, tty=True):
+        time.sleep(0.35)
+    text = stream.getvalue()
+    assert "\n" not in text and text.count("\r\033[K") >= 3 and text.endswith("\r\033[K")
+
+
+def test_demo_explains_a_recorded_zero_where_it_is_printed() -> None:
+    from ngym.demo import _status
+
+    assert _status([1.0, 0.0, 0.0], [], 0) == "ok, as recorded (2 recorded wrong answers score 0.0)"
+    assert _status([1.0, 0.0], [], 0) == "ok, as recorded (1 recorded wrong answer scores 0.0)"
+    assert _status([1.0], [], 0) == "ok, as recorded"
+    assert _status([1.0, 0.0], [1], 0).startswith("MISMATCH at rows [1]")
+
+
+def _fake_venv_python(folder: Path, calls: Path) -> None:
+    """A stand-in venv python: records its arguments, prints like pip, fails when FAIL_PIP is set."""
+    python = folder / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\necho "pip noise"\nsleep "${{PIP_SECONDS:-0}}"\n'
+        'if [ -n "$FAIL_PIP" ]; then echo "ERROR: no such package"; exit 3; fi\n'
+    )
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    ngym = python.parent / "ngym"
+    ngym.write_text("#!/bin/sh\necho 'ngym, version 0'\n")
+    ngym.chmod(0o755)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_install_reinstalls_only_when_a_pyproject_changed(tmp_path: Path) -> None:
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "pyproject.toml").write_text("")
+    pkg = tmp_path / "resources_servers" / "a"
+    pkg.mkdir(parents=True)
+    (pkg / "pyproject.toml").write_text("")
+    calls = tmp_path / "calls.log"
+    _fake_venv_python(tmp_path, calls)
+
+    def make_install(**env: str) -> str:
+        return subprocess.run(
+            ["make", "install", "PROGRESS_SECONDS=1"], cwd=tmp_path, capture_output=True, text=True, check=True,
+            env={**os.environ, **env},
+        ).stdout  # fmt: skip
+
+    first = make_install()
+    assert "pip noise" not in first and "installing ngym + 1 packages" in first  # pip's output went to the log
+    assert "pip noise" in (tmp_path / ".venv" / "install.log").read_text()
+    installs = calls.read_text().count("-e .[dev]")
+    make_install()
+    assert calls.read_text().count("-e .[dev]") == installs  # nothing changed: no reinstall
+    future = time.time() + 5
+    os.utime(pkg / "pyproject.toml", (future, future))
+    slow = make_install(PIP_SECONDS="2.5")  # a slow pip: progress lines, pip's latest line in them
+    assert calls.read_text().count("-e .[dev]") == installs + 1
+    assert "make:   … 1s: pip noise" in slow  # elapsed time and pip's latest line
+    os.utime(pkg / "pyproject.toml", (future + 5, future + 5))
+    failed = subprocess.run(["make", "install"], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "FAIL_PIP": "1"})  # fmt: skip
+    assert failed.returncode != 0 and "ERROR: no such package" in failed.stdout
+    assert "pip failed (exit 3)" in failed.stdout
+
+
+def test_under_ci_a_skipped_test_fails_the_run(tmp_path: Path) -> None:
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_one.py").write_text(
+        "import pytest\n\ndef test_runs():\n    pass\n\ndef test_skips():\n    pytest.skip('needs a thing')\n"
+    )
+
+    def pytest_run(ci: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "CI": ci}
+        command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path)]
+        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+    local, ci = pytest_run(""), pytest_run("true")
+    assert local.returncode == 0 and "SKIPPED [1]" in local.stdout and "needs a thing" in local.stdout
+    assert ci.returncode == 1 and "CI=true: 1 test(s) skipped" in ci.stdout
