@@ -57,6 +57,18 @@ CI_ENVIRONMENTS: dict[str, str] = {
 #: replayed rewards differ run to run under NeMo Gym itself, so CI checks their tests, not their rewards.
 NONDETERMINISTIC = {"blackjack"}
 
+#: Rows whose reward depends on the machine's load, by environment and row index: math_with_judge's row 1
+#: ((2±√3)^2016 terms) runs math-verify close to the environment's own 10 s ``library_verifier_timeout_seconds``;
+#: on a loaded machine it times out (0.0) under NeMo Gym and ngym alike, else it scores NeMo's recorded 1.0.
+#: CI checks every other row of such an environment.
+LOAD_DEPENDENT_ROWS: dict[str, set[int]] = {"math_with_judge": {1}}
+
+
+def _comparable(name: str, rewards: list) -> list:
+    """The rewards CI compares: load-dependent rows left out."""
+    skip = LOAD_DEPENDENT_ROWS.get(name, set())
+    return [reward for index, reward in enumerate(rewards) if index not in skip]
+
 
 def check(results_dir: Path, expected: dict) -> list[str]:
     """One line per failing environment: its tests under ngym, or a replayed reward that differs from NeMo's."""
@@ -70,7 +82,7 @@ def check(results_dir: Path, expected: dict) -> list[str]:
             continue
         want = (expected.get(name) or {}).get("rewards")
         got = (ngym.get("replay") or {}).get("rewards")
-        if want is not None and got != want:
+        if want is not None and (got is None or _comparable(name, got) != _comparable(name, want)):
             reason = (ngym.get("replay") or {}).get("reason") or ""
             problems.append(f"{name}: replayed rewards {got} != NeMo Gym's {want} {reason}".rstrip())
     return problems
