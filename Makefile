@@ -46,7 +46,7 @@ test: install
 # NeMo Gym lives in its own cached Python 3.13 venv (tools/nemo_venv.sh; NGYM_NEMO_VENV to put it elsewhere).
 conformance: install
 	bash tools/nemo_venv.sh
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/conformance tests/unit/test_reward_profile.py
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/conformance tests/unit/test_reward_profile.py tests/unit/test_repeat_metrics.py
 
 # Schemathesis against every built-in server (real processes): no unexpected 5xx. A few minutes on 2 cores;
 # NGYM_FUZZ_EXAMPLES / NGYM_FUZZ_STEPS / NGYM_FUZZ_SEED change the budget and the seed.
@@ -80,6 +80,7 @@ docker-base:
 # Resumable (results cached per environment in ~/.cache/ngym/nemo-envs); ARGS="--only a,b --side ngym --limit 20".
 nemo-envs: install
 	$(PY) tools/nemo_envs.py $(ARGS)
-# 25 of them in CI: install → own tests → serve → replay, rewards compared with NeMo Gym's (tools/nemo_ci_expected.json).
+# 25 of them in CI: install → own tests → serve → replay, rewards compared with NeMo Gym's (tools/nemo_ci_expected.json);
+# then 2 (seed/verify and Gymnasium-style) through ngym containerize --run and ngym profile (tools/nemo_ci_deploy.py).
 nemo-ci: install
 	$(PY) tools/nemo_ci.py

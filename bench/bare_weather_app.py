@@ -2,7 +2,8 @@
 
 Same body models as ngym's weather example (so both validate the same OpenAI Responses types), no
 sessions, no middleware: what an environment costs when written straight on FastAPI. Its seed reads the
-dataset row like every resources server does (NeMo Gym's weather server parses it as BaseSeedSessionRequest).
+dataset row like every resources server does (NeMo Gym's weather server parses it as BaseSeedSessionRequest),
+and its verify scores as the weather example does (1.0 only with a get_weather call, NeMo Gym 0.7.0's rule).
 """
 
 from fastapi import FastAPI
@@ -34,4 +35,5 @@ async def get_weather(body: GetWeatherRequest) -> GetWeatherResponse:
 
 @app.post("/verify")
 async def verify(body: BaseVerifyRequest) -> BaseVerifyResponse:
-    return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+    called = any(call.name == "get_weather" for call in body.response.function_calls())
+    return BaseVerifyResponse(**body.model_dump(), reward=1.0 if called else 0.0)

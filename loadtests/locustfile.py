@@ -26,6 +26,7 @@ from locust import events
 from ngym.profiling.scenario import load_rows, resolve_scenario
 from ngym.profiling.target import fetch_health, resolve_target
 from ngym.profiling.user import RolloutTracker, RolloutUser
+from ngym.rollout.gymnasium import server_post_routes
 
 
 class WholeRollout(RolloutUser):
@@ -50,7 +51,8 @@ def _configure(host: str | None) -> None:
             "(or start the server first, so its /health names it)"
         )
     WholeRollout.rows = load_rows(path)
-    WholeRollout.scenario = resolve_scenario(name)
+    # the protocol the server speaks (seed/verify, or a Gymnasium-style server's reset/step), from its routes
+    WholeRollout.scenario = resolve_scenario(name, server_post_routes(host) if host else None)
     print(f"ngym: {len(WholeRollout.rows)} rows from {path}; scenario {type(WholeRollout.scenario).__name__}")
 
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ngym.config_tree import CONFIG_PATHS_KEY as _CONFIG_PATHS_KEY
+from ngym.config_tree import SERVER_TYPES as SERVER_TYPES
+from ngym.config_tree import load_tree
+from ngym.config_tree import load_yaml_files as load_yaml_files
 from ngym.errors import ConfigError
-
-#: NeMo Gym 0.7's server types (``environment_servers`` wrap agents); ngym serves the resources servers.
-SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
-_CONFIG_PATHS_KEY = "config_paths"
 
 
 @dataclass
@@ -58,26 +58,6 @@ def split_overrides(args: list[str]) -> tuple[list[Path], list[str]]:
     return paths, overrides
 
 
-def load_yaml_files(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
-    import yaml  # here, not at the top: a warm `ngym list` reads no YAML and should not pay ~20 ms for PyYAML
-
-    loaded = []
-    for path in paths:
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of instance names")
-        loaded.append((path.resolve(), data))
-    return loaded
-
-
 def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply dotted ``a.b.c=value`` overrides (values parsed as YAML scalars/lists, like Hydra)."""
     if not overrides:
@@ -93,41 +73,50 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
         raise ConfigError(f"bad override {overrides}: {exc}") from None
 
 
-def instances_from_files(paths: list[Path], overrides: list[str]) -> list[InstanceConfig]:
-    """Every resources-server instance of the merged config files, overrides applied."""
-    files = load_yaml_files(paths)
-    merged: dict[str, Any] = {}
-    origin: dict[str, Path] = {}
-    for path, data in files:
-        for instance, body in data.items():
-            if instance == _CONFIG_PATHS_KEY and isinstance(body, list):
-                continue  # NeMo Gym includes (paths inside its own repository): not instances
-            merged[instance] = body
-            origin[instance] = path
-    merged = apply_overrides(merged, overrides)
+def instances_from_files(paths: list[Path], overrides: list[str], *, resolve: bool = True) -> list[InstanceConfig]:
+    """Every server instance of the merged config files (NeMo Gym's tree: ``ngym.config_tree``), overrides
+    applied; a ``resources_servers`` instance's fields have every ``${...}`` resolved (ngym serves those).
+
+    As in NeMo Gym, a top-level key is a server instance only when its value is a mapping with a server-type
+    key; any other (``judge_base_url: null``, ``responses_create_params: {...}``) is a value the tree's
+    interpolations may use. A model or agent instance NeMo Gym would not start (no single implementation) is
+    skipped, as NeMo Gym skips it; a malformed resources-server instance is an error, since it is what ngym
+    would serve. ``resolve=False`` leaves every ``${...}`` as written (to look at a config's shape)."""
+    from omegaconf import DictConfig
+
+    config = load_tree(paths, overrides)
     instances = []
-    for name, body in merged.items():
-        if not isinstance(body, dict):
-            continue  # a top-level value, not an instance: NeMo Gym configs define variables (`judge_base_url: null`)
+    for name, body in config.top_level():
+        if not isinstance(body, DictConfig):
+            continue
         server_types = [key for key in body if key in SERVER_TYPES]
-        if len(server_types) != 1:
-            raise ConfigError(
-                f"{origin.get(name, '?')}: instance {name!r} must have exactly one of {', '.join(SERVER_TYPES)}"
-            )
+        if not server_types:
+            continue  # a value, not an instance
+        source = config.origin.get(name)
+        where = f"{source or '?'}: {name}"
+        if len(server_types) > 1:
+            raise ConfigError(f"{where}: an instance has one server type, this one has {', '.join(server_types)}")
         server_type = server_types[0]
-        implementations = body[server_type]
-        if not isinstance(implementations, dict) or len(implementations) != 1:
-            raise ConfigError(
-                f"{origin.get(name, '?')}: {name}.{server_type} must map one implementation to its fields"
-            )
-        implementation, fields = next(iter(implementations.items()))
-        fields = dict(fields or {})
-        source = origin.get(name)
+        implementations = body._get_node(server_type)
+        implementation: Any = ""
+        node: Any = None
+        valid = False
+        if isinstance(implementations, DictConfig) and len(implementations) == 1:
+            implementation, node = next(iter(implementations.items_ex(resolve=False)))
+            valid = isinstance(node, DictConfig) or node is None
+        if not valid:
+            if server_type != "resources_servers":
+                continue  # NeMo Gym's "almost-server": not started
+            raise ConfigError(f"{where}.{server_type} must map one implementation to its fields")
+        if resolve and server_type == "resources_servers" and node is not None:
+            fields = config.resolved(node, where)
+        else:
+            fields = config.plain_of(node) if node is not None else {}
         instances.append(
             InstanceConfig(
                 name=name,
-                implementation=implementation,
-                fields=fields,
+                implementation=str(implementation),
+                fields=dict(fields or {}),
                 config_dir=source.parent if source else None,
                 source=source,
                 server_type=server_type,
@@ -158,11 +147,13 @@ def default_instance_name(cls: type) -> str:
 _MODULE_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
-def environment_config_fields(config_file: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+def environment_config_fields(
+    config_file: Path, overrides: list[str] | None = None, *, resolve: bool = True
+) -> dict[str, Any]:
     """The fields of the first resources-server instance in an environment's ``configs/<name>.yaml`` (empty
     when it has none), after dotted ``overrides`` of the YAML tree; ``entrypoint`` is left out (the
-    environment's entry point names the class)."""
-    instances = instances_from_files([config_file], overrides or [])
+    environment's entry point names the class). ``resolve=False`` keeps ``${...}`` as written (for the domain)."""
+    instances = instances_from_files([config_file], overrides or [], resolve=resolve)
     instances = [i for i in instances if i.server_type == "resources_servers"]
     return {k: v for k, v in instances[0].fields.items() if k != "entrypoint"} if instances else {}
 
@@ -170,7 +161,8 @@ def environment_config_fields(config_file: Path, overrides: list[str] | None = N
 def defines_resources_server(config_file: Path) -> bool:
     """True when the YAML file has a ``resources_servers`` instance (False when it is unreadable)."""
     try:
-        return any(i.server_type == "resources_servers" for i in instances_from_files([config_file], []))
+        instances = instances_from_files([config_file], [], resolve=False)
+        return any(i.server_type == "resources_servers" for i in instances)
     except ConfigError:
         return False
 

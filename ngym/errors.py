@@ -70,7 +70,7 @@ def run_guarded(fn: Callable[[], Any]) -> Any:
     except NgymError as exc:
         if debug_enabled():
             raise
-        print(f"ngym: error: {exc}", file=sys.stderr)
+        print(f"ngym: error: {str(exc) or type(exc).__name__}", file=sys.stderr)  # never an empty line
         sys.exit(exc.exit_code)
     except Exception as exc:  # an unexpected failure: still one line, the traceback on request
         if debug_enabled():

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ngym.errors import ConfigError
+from ngym.server.protocol import TASK_INDEX_KEY
 
 EXAMPLE_ROWS = "example.jsonl"
 EXAMPLE_ROLLOUTS = "example_rollouts.jsonl"
@@ -54,8 +55,10 @@ def read_example_rollouts(path: Path) -> list[dict[str, Any]]:
     ngym's own lines are the dataset row plus ``response`` and ``reward``. NeMo Gym's are verify *responses*:
     they carry outputs (judge evaluations, parsed answers) and may lack row fields, and its ``gym eval
     reverify`` instead sends each recorded ``response`` on its dataset row. So a line whose prompt matches a
-    row of ``example.jsonl`` beside it (else the row at the same position, when the counts agree) becomes
-    that row plus the line's ``response`` and ``reward``. Nulls in ``responses_create_params`` are dropped:
+    row of ``example.jsonl`` beside it (messages compared without the ``"type": "message"`` NeMo's recordings
+    add; else the row its ``_ng_task_index`` names — NeMo records rollouts in completion order, not row order;
+    else the row at the same position, when the counts agree) becomes that row plus the line's ``response``
+    and ``reward``. Nulls in ``responses_create_params`` are dropped:
     NeMo dumps rows with them and its strict request model rejects ``parallel_tool_calls: null``.
     """
     path = Path(path)
@@ -63,15 +66,14 @@ def read_example_rollouts(path: Path) -> list[dict[str, Any]]:
     rows_path = path.with_name(EXAMPLE_ROWS)
     rows = read_jsonl(rows_path) if path.name != EXAMPLE_ROWS and rows_path.is_file() else []
 
-    def prompt(row: dict[str, Any]) -> str:
-        return json.dumps((row.get("responses_create_params") or {}).get("input"), sort_keys=True)
-
     by_prompt: dict[str, dict[str, Any]] = {}
     for row in rows:
-        by_prompt.setdefault(prompt(row), row)
+        by_prompt.setdefault(_prompt_key(row), row)
     completed = []
     for index, line in enumerate(lines):
-        source = by_prompt.get(prompt(line)) or (rows[index] if len(rows) == len(lines) else None)
+        task = line.get(TASK_INDEX_KEY)
+        by_task = rows[task] if isinstance(task, int) and 0 <= task < len(rows) else None
+        source = by_prompt.get(_prompt_key(line)) or by_task or (rows[index] if len(rows) == len(lines) else None)
         if source is not None and "response" in line:
             line = {**source, **{k: line[k] for k in RECORDED_KEYS if k in line}}
         params = line.get("responses_create_params")
@@ -79,6 +81,20 @@ def read_example_rollouts(path: Path) -> list[dict[str, Any]]:
             line = {**line, "responses_create_params": {k: v for k, v in params.items() if v is not None}}
         completed.append(line)
     return completed
+
+
+def _prompt_key(row: dict[str, Any]) -> str:
+    """A row's input messages, comparable between a dataset row and NeMo's recording of it (which dumps every
+    message with ``"type": "message"``, a key dataset rows usually leave out)."""
+    given = (row.get("responses_create_params") or {}).get("input")
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else given
+    if not isinstance(items, list):
+        return json.dumps(items, sort_keys=True)
+    canonical = [
+        {k: v for k, v in item.items() if not (k == "type" and v == "message")} if isinstance(item, dict) else item
+        for item in items
+    ]
+    return json.dumps(canonical, sort_keys=True)
 
 
 def dataset_row(line: dict[str, Any]) -> dict[str, Any]:

@@ -152,7 +152,7 @@ def inspect_entry(registry: Registry, entry: ServerEntry, cache: InspectionCache
 def _config_domain(entry: ServerEntry) -> str | None:
     """The domain a broken environment's config declares (so a broken row still says what it is)."""
     try:
-        domain = entry.config_fields().get("domain")
+        domain = entry.config_fields(resolve=False).get("domain")
     except Exception:  # the config itself may be what is broken; the row already carries the error
         return None
     return str(domain) if domain is not None else None

@@ -58,6 +58,9 @@ class Environment:
     distribution: str | None = None
     version: str | None = None
     registered_domain: str | None = None  #: the domain its registration declared, if any
+    #: why its config's fields cannot be resolved (a ``${...}`` nothing sets): serving it fails with this, while
+    #: what needs no fields (its folder, its own tests, its image) still works, as under NeMo Gym
+    config_error: str | None = None
 
     @cached_property
     def server_class(self) -> type[SimpleResourcesServer]:
@@ -84,6 +87,8 @@ class Environment:
         """What ``ngym run`` serves: the target with the config fields (``fields`` on top)."""
         from ngym.server.app import ServeSpec
 
+        if self.config_error is not None:
+            raise ConfigError(self.config_error)
         app_plugins = bool(installed_entry_points(HOOK_PLUGIN_GROUP))  # only hook plugins can extend apps
         return ServeSpec(target=self.target, name=self.name, fields={**self.fields, **fields}, app_plugins=app_plugins)
 
@@ -152,15 +157,20 @@ def environments_in_configs(
 def installed(name: str, overrides: list[str] | None = None) -> Environment:
     """The installed environment ``name`` (``EnvironmentNotFound`` lists the installed ones)."""
     entry = _entry(name)
+    try:
+        fields, config_error = entry.config_fields(overrides), None
+    except ConfigError as exc:
+        fields, config_error = entry.config_fields(overrides, resolve=False), str(exc)
     return Environment(
         name=entry.name,
         target=entry.target,
         folder=entry.package_dir(),
         config=entry.config_file(),
-        fields=entry.config_fields(overrides),
+        fields=fields,
         distribution=entry.distribution,
         version=entry.version,
         registered_domain=entry.declared_domain,
+        config_error=config_error,
     )
 
 

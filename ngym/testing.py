@@ -22,7 +22,7 @@ import httpx
 from fastapi import FastAPI
 
 from ngym.examples import dataset_row, read_example_rollouts, read_jsonl, recorded_tool_calls
-from ngym.server.app import ServeSpec, create_app
+from ngym.server.app import ServeSpec, create_app, in_working_directory
 from ngym.server.resources import SimpleResourcesServer
 from ngym.targets import resolve
 
@@ -124,14 +124,15 @@ async def replay_examples(name: str, **fields: Any) -> list[ExampleResult]:
     assert environment.folder is not None, f"cannot locate the package of {name}"
     rollouts = read_example_rollouts(environment.folder / "data" / "example_rollouts.jsonl")
     results = []
-    async with serve_in_process(create_app(environment.serve_spec(**fields))) as http:
-        for index, rollout in enumerate(rollouts):
-            verified = await run_recorded_rollout(RolloutClient(http), rollout)
-            expected = rollout.get("reward")
-            results.append(ExampleResult(index, verified["reward"], expected, verified))
-            assert 0.0 <= verified["reward"] <= 1.0, f"example {index}: reward {verified['reward']} outside [0, 1]"
-            if expected is not None:
-                assert verified["reward"] == expected, f"example {index}: reward {verified['reward']} != {expected}"
+    with in_working_directory(environment.target):
+        async with serve_in_process(create_app(environment.serve_spec(**fields))) as http:
+            for index, rollout in enumerate(rollouts):
+                verified = await run_recorded_rollout(RolloutClient(http), rollout)
+                expected = rollout.get("reward")
+                results.append(ExampleResult(index, verified["reward"], expected, verified))
+                assert 0.0 <= verified["reward"] <= 1.0, f"example {index}: reward {verified['reward']} outside [0, 1]"
+                if expected is not None:
+                    assert verified["reward"] == expected, f"example {index}: reward {verified['reward']} != {expected}"
     return results
 
 

@@ -9,6 +9,11 @@
    server (no 5xx), and none may score 1.0 on every row (a "do nothing" task can legitimately score 1.0
    for an empty response, so one row alone is a warning, not a failure). A server whose reward never
    depends on the response sets ``always_full_reward = True`` and skips the "not 1.0" half.
+
+A Gymnasium-style server (``/reset`` + ``/step``, no ``/seed_session``: NeMo Gym's ``GymnasiumServer``) is checked
+the way NeMo Gym's ``gymnasium_agent`` drives it (``ngym.rollout.gymnasium``): each example is replayed turn by
+turn through ``/reset`` and ``/step`` and its summed reward (any scale: games score -1, 10, …) must equal the
+recorded one; each soundness probe is one ``/step`` after a ``/reset``, and may not crash the server.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from typing import Any
 
 from ngym.errors import ConfigError, PluginError
 from ngym.examples import dataset_row, read_example_rollouts, read_jsonl
-from ngym.server.app import create_app
+from ngym.rollout.gymnasium import RESET, STEP, ModelRequest, Recording, drive_async, episode, is_gymnasium_style
+from ngym.server.app import create_app, in_working_directory
 from ngym.server.protocol import FAILURE_CLASS_KEY, FAILURE_JUDGE_ERROR_KEY
+from ngym.server.resources import SimpleResourcesServer
 from ngym.server.rules import validate_server_class
-from ngym.targets import resolve
+from ngym.targets import Environment, resolve
 from ngym.testing import RolloutClient, run_recorded_rollout, serve_in_process
 
 #: ``progress(stage)`` is told what validation is doing now (the CLI shows it while a slow verifier works).
@@ -154,8 +161,20 @@ def summarise_routes(routes: list[str], shown: int = 3) -> str:
     return f"{len(routes)} POST routes: {len(tools)} tools ({named}, …; --json lists all) + {', '.join(protocol)}"
 
 
+async def _replay_episode(http: Any, rollout: dict[str, Any]) -> dict[str, Any]:
+    """A Gymnasium-style server: the recorded rollout's turns through /reset and /step; the episode's result."""
+    client = RolloutClient(http)
+    recording = Recording(rollout["response"], {**rollout["response"], "output": []})
+
+    async def turn(request: ModelRequest) -> dict[str, Any] | None:
+        return recording(request)
+
+    result = await drive_async(episode(dataset_row(rollout)), client.call, turn)
+    return {"reward": result.reward, "terminated": result.terminated, "truncated": result.truncated}
+
+
 async def _replay(
-    report: ValidationReport, http: Any, rollouts: list[dict[str, Any]], progress: Progress
+    report: ValidationReport, http: Any, rollouts: list[dict[str, Any]], progress: Progress, gymnasium: bool = False
 ) -> str | None:
     """Replay the recorded rollouts; the reason verify could not score (then the rest is not tried), else None."""
     problems: list[str] = []
@@ -166,7 +185,10 @@ async def _replay(
             problems.append(f"row {index}: no recorded 'response'")
             continue
         try:
-            verified = await run_recorded_rollout(RolloutClient(http), rollout)
+            if gymnasium:
+                verified = await _replay_episode(http, rollout)
+            else:
+                verified = await run_recorded_rollout(RolloutClient(http), rollout)
         except AssertionError as exc:
             problems.append(f"row {index}: {exc}")
             continue
@@ -177,8 +199,8 @@ async def _replay(
             report.add("examples", False, detail)
             return unscored
         reward = verified.get("reward")
-        if not isinstance(reward, int | float) or not 0.0 <= reward <= 1.0:
-            problems.append(f"row {index}: reward {reward!r} is not a number in [0, 1]")
+        if not isinstance(reward, int | float) or (not gymnasium and not 0.0 <= reward <= 1.0):
+            problems.append(f"row {index}: reward {reward!r} is not a number" + ("" if gymnasium else " in [0, 1]"))
             continue
         rewards.append(float(reward))
         expected = rollout.get("reward")
@@ -196,7 +218,12 @@ async def _soundness(
     template: dict[str, Any],
     exempt: bool,
     progress: Progress,
+    gymnasium: bool = False,
 ) -> None:
+    # A Gymnasium-style server: reset, then the probe as the model's one turn. One step of an episode scores
+    # on the environment's own scale and is rarely its end, so only crashes (and non-numbers) are failures.
+    seed_route, verify_route = (RESET, STEP) if gymnasium else ("/seed_session", "/verify")
+    exempt = exempt or gymnasium
     for probe in SOUNDNESS_PROBES:
         crashes: list[str] = []
         full: list[int] = []
@@ -204,19 +231,20 @@ async def _soundness(
         for index, row in enumerate(rows):
             progress(f"soundness probe {probe!r}, row {index + 1}/{len(rows)}")
             client = RolloutClient(http)
-            seeded = await client.post("/seed_session", row)
+            seeded = await client.post(seed_route, row)
             if seeded.status_code >= 400:
-                crashes.append(f"row {index}: /seed_session → {seeded.status_code}: {seeded.text[:200]}")
+                crashes.append(f"row {index}: {seed_route} → {seeded.status_code}: {seeded.text[:200]}")
                 continue
             response = {**template, "output": probe_outputs(row)[probe]}
-            answer = await client.post("/verify", {**row, "response": response})
+            answer = await client.post(verify_route, {**row, "response": response})
             statuses.add(answer.status_code)
             if answer.status_code >= 500:
-                crashes.append(f"row {index}: /verify → {answer.status_code}: {answer.text[:200]}")
+                crashes.append(f"row {index}: {verify_route} → {answer.status_code}: {answer.text[:200]}")
             elif answer.status_code == 200:
                 reward = answer.json().get("reward")
-                if not isinstance(reward, int | float) or not 0.0 <= reward <= 1.0:
-                    crashes.append(f"row {index}: reward {reward!r} is not a number in [0, 1]")
+                if not isinstance(reward, int | float) or (not gymnasium and not 0.0 <= reward <= 1.0):
+                    bounds = "" if gymnasium else " in [0, 1]"
+                    crashes.append(f"row {index}: reward {reward!r} is not a number{bounds}")
                 elif reward == 1.0:
                     full.append(index)
         warnings: list[str] = []
@@ -239,6 +267,9 @@ async def validate_async(target: str, progress: Progress = lambda stage: None) -
     """Validate an environment: an installed name, or one on disk (folder, config YAML, app.py): ``ngym.targets``."""
     subject = resolve(target)
     report = ValidationReport(target=target, name=subject.name, distribution=subject.distribution)
+    if subject.config_error is not None:
+        report.add("registration", False, subject.config_error)
+        return report
     try:
         cls = subject.server_class
         report.server_class = f"{cls.__module__}:{cls.__qualname__}"
@@ -250,7 +281,15 @@ async def validate_async(target: str, progress: Progress = lambda stage: None) -
         report.add("registration", False, str(exc))
         return report
     report.add("registration", True, f"domain {domain.value}, config {_config.__name__}, verify implemented")
+    # served from where it would be served (a NeMo Gym environment's own folder: its configs name files there)
+    with in_working_directory(subject.target):
+        return await _check_app(report, subject, cls, progress)
 
+
+async def _check_app(
+    report: ValidationReport, subject: Environment, cls: type[SimpleResourcesServer], progress: Progress
+) -> ValidationReport:
+    """Build and start the app, replay its examples and probe its verifier, into ``report``."""
     try:
         app = create_app(subject.serve_spec(), cls=cls)
     except Exception as exc:
@@ -269,10 +308,12 @@ async def validate_async(target: str, progress: Progress = lambda stage: None) -
     try:
         async with serve_in_process(app) as http:
             report.routes = sorted(getattr(r, "path", "") for r in app.routes if "POST" in getattr(r, "methods", ()))
-            report.add("app", True, f"started; {summarise_routes(report.routes)}")
+            gymnasium = is_gymnasium_style(report.routes)
+            protocol = " (Gymnasium-style: /reset + /step)" if gymnasium else ""
+            report.add("app", True, f"started; {summarise_routes(report.routes)}{protocol}")
             unscored = None
             if rollouts:
-                unscored = await _replay(report, http, rollouts, progress)
+                unscored = await _replay(report, http, rollouts, progress, gymnasium)
             else:
                 missing = rollouts_path or "data/example_rollouts.jsonl"
                 report.add("examples", False, f"no rollouts to replay: add {missing}")
@@ -280,7 +321,7 @@ async def validate_async(target: str, progress: Progress = lambda stage: None) -
                 report.add("soundness", False, "not tried: /verify cannot score while that service does not answer")
             elif rows:
                 probes = (report, http, rows, _response_template(rollouts), cls.always_full_reward, progress)
-                await _soundness(*probes)
+                await _soundness(*probes, gymnasium=gymnasium)
             else:
                 report.add("soundness", False, "no example rows (data/example.jsonl) to probe the verifier with")
     except Exception as exc:  # the app failed to start or stop

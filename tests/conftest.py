@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -71,3 +73,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if skipped and session.exitstatus == 0:
         reporter.write_line(f"CI=true: {len(skipped)} test(s) skipped; each must run in CI (see -rs above)", red=True)
         session.exitstatus = 1
+
+
+@pytest.fixture(scope="session")
+def run_in_nemo(nemo_python: Path) -> Callable[..., Any]:
+    """``run(script, payload, timeout=300)``: run a Python script in NeMo Gym's venv with ``payload`` as JSON on
+    its stdin, and return its last stdout line parsed as JSON (for tests that compare ngym with NeMo itself)."""
+
+    def run(script: str, payload: Any, timeout: float = 300) -> Any:
+        done = subprocess.run(
+            [str(nemo_python), "-c", script], input=json.dumps(payload), capture_output=True, text=True, timeout=timeout
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    return run

@@ -3,12 +3,17 @@
 over HTTP, the rewards compared with what NeMo Gym 0.7.0 itself scores for the same payloads
 (``tools/nemo_ci_expected.json``, written by ``--write-expected`` from a ``make nemo-envs`` run).
 
+Then the deploy stage (``tools/nemo_ci_deploy.py``): two of them (mcqa, seed/verify; example_multi_turn_gymnasium,
+Gymnasium-style) through ``ngym containerize --run`` (a real image on the local Docker engine) and ``ngym profile``.
+
 The 25 cover the kinds of environment NeMo Gym has (the reason for each is beside it). Judge environments are
 replayed against a scripted judge over HTTP, on both sides. Work folder: ``~/.cache/ngym/nemo-ci`` (virtualenvs
 cached there; ``NGYM_NEMO_ENVS_DIR`` moves it).
 
     python tools/nemo_ci.py [--jobs 2]           # exit 1 naming every environment that failed
+    python tools/nemo_ci.py --stage deploy       # only the deploy stage (--stage envs: only the 25)
     python tools/nemo_ci.py --write-expected     # refresh the expected rewards from the measurement's results
+                                                 # (NGYM_NEMO_ENVS_DIR names another measurement folder)
 """
 
 from __future__ import annotations
@@ -89,9 +94,10 @@ def check(results_dir: Path, expected: dict) -> list[str]:
 
 
 def write_expected() -> None:
+    measurement = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or MEASUREMENT)
     expected = {}
     for name in CI_ENVIRONMENTS:
-        result = json.loads((MEASUREMENT / "results" / f"{name}.json").read_text())
+        result = json.loads((measurement / "results" / f"{name}.json").read_text())
         rewards = ((result.get("nemo") or {}).get("replay") or {}).get("rewards")
         if name in NONDETERMINISTIC:
             continue
@@ -105,20 +111,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--write-expected", action="store_true")
+    parser.add_argument("--stage", choices=("all", "envs", "deploy"), default="all")
     args = parser.parse_args()
     if args.write_expected:
         write_expected()
         return 0
     os.environ.setdefault("NGYM_NEMO_ENVS_DIR", str(Path.home() / ".cache" / "ngym" / "nemo-ci"))
     sys.path.insert(0, str(REPO))
-    from tools import nemo_envs
+    from tools import nemo_ci_deploy, nemo_envs
 
-    only = ",".join(CI_ENVIRONMENTS)
-    nemo_envs.main(["--only", only, "--side", "ngym", "--force", "--no-table", "--jobs", str(args.jobs)])
-    problems = check(nemo_envs.WORK / "results", json.loads(EXPECTED.read_text()))
+    expected = json.loads(EXPECTED.read_text())
+    problems: list[str] = []
+    if args.stage in ("all", "envs"):
+        only = ",".join(CI_ENVIRONMENTS)
+        nemo_envs.main(["--only", only, "--side", "ngym", "--force", "--no-table", "--jobs", str(args.jobs)])
+        env_problems = check(nemo_envs.WORK / "results", expected)
+        problems += env_problems
+        print(f"nemo-ci: {len(CI_ENVIRONMENTS) - len(env_problems)}/{len(CI_ENVIRONMENTS)} environments pass")
+    if args.stage in ("all", "deploy"):
+        tree = nemo_envs.extract_tree()
+        deploy_problems = nemo_ci_deploy.run_deploy_stage(nemo_envs.WORK, nemo_envs.PY313, tree)
+        problems += deploy_problems
+        cases = len(nemo_ci_deploy.DEPLOY_ENVIRONMENTS)
+        failing = {line.split(":", 1)[0] for line in deploy_problems}
+        print(f"nemo-ci deploy: {cases - len(failing)}/{cases} environments containerized and profiled")
     for line in problems:
         print(f"FAIL {line}")
-    print(f"nemo-ci: {len(CI_ENVIRONMENTS) - len(problems)}/{len(CI_ENVIRONMENTS)} environments pass")
     return 1 if problems else 0
 
 

@@ -57,10 +57,22 @@ PY313 = os.environ.get("NGYM_PY313") or str(Path.home() / ".pyenv" / "versions" 
 TABLE = REPO / "docs" / "nemo-gym-environments.md"
 TEST_TIMEOUT = int(os.environ.get("NGYM_NEMO_TEST_TIMEOUT", "600"))
 INSTALL_TIMEOUT = int(os.environ.get("NGYM_NEMO_INSTALL_TIMEOUT", "900"))
+#: One replayed row's wait for ``/verify``: longer than the slowest wait an environment's verify does by design on
+#: this machine (competitive_coding_challenges waits 240 s for its code sandbox before it gives up).
+ROW_TIMEOUT = int(os.environ.get("NGYM_NEMO_ROW_TIMEOUT", "300"))
+#: ``ngym run``'s start-up, up to listening: an environment may load data or wait for a service first
+#: (competitive_coding_challenges waits up to 240 s for its code sandbox, then refuses to start).
+SERVE_TIMEOUT = int(os.environ.get("NGYM_NEMO_SERVE_TIMEOUT", "300"))
+#: A row failing after this long stops the replay (the next rows would wait as long for the same reason).
+SLOW_FAILURE = 60
+#: All rows of one environment's replay together.
+REPLAY_BUDGET = int(os.environ.get("NGYM_NEMO_REPLAY_BUDGET", "900"))
 TEST_TOOLS = [*DEV_REQUIREMENTS, "httpx>=0.27"]
 #: Requirements that mean a GPU machine learning stack (CUDA wheels of several GB): not installed here.
 GPU_STACK = {"torch", "torchvision", "torchaudio", "vllm", "flashinfer-python", "unbabel-comet", "tensorflow", "jax"}
-PIP_NOISE = re.compile(r"^WARNING: Location ")
+#: Lines that are never the reason: pip's index warnings, uvicorn's closing line after a failed start-up (the
+#: reason, ``ngym: error: ...``, is the line before it).
+NOISE = re.compile(r"^(WARNING: Location |ERROR:\s+Application startup failed)")
 
 
 # ---------------------------------------------------------------------------------------------- virtualenvs
@@ -184,7 +196,7 @@ def run(args: list[str], log: Path, timeout: int, **kwargs: Any) -> subprocess.C
 
 
 def last_error(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not PIP_NOISE.match(ln)]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not NOISE.match(ln)]
     for line in reversed(lines):
         if line.startswith(("ERROR", "E   ")) or ("Error" in line.split(":")[0] and not line.startswith("note")):
             return line[:300]
@@ -270,8 +282,24 @@ REASONS: list[tuple[str, re.Pattern[str]]] = [
             re.I,
         ),
     ),
+    # a ${...} its config leaves to the user (NeMo Gym refuses to start it alike): cvdp's ${cvdp_sim_image}
+    (
+        "needs a config value",
+        re.compile(r"which no config sets|is unset \('\?\?\?'\)|Interpolation key '[^']+' not found"),
+    ),
+    (
+        "needs credentials",
+        re.compile(
+            r"\b\w*(api_key|api_token|access_token|secret|_cx)\w*:?\s+Field required"
+            r"|API key (is )?(required|missing|not set)|(OPENAI|ANTHROPIC|TAVILY|GOOGLE|HF|SERPER|EXA)_API_KEY"
+            r"|Missing credentials|AuthenticationError",
+            re.I,
+        ),
+    ),
     ("compat gap", re.compile(r"No module named 'nemo_gym|nemo_gym\.\w+.*(AttributeError|ImportError)", re.I)),
     ("missing package", re.compile(r"ModuleNotFoundError|No matching distribution|ImportError", re.I)),
+    # a cache its own prepare step fills from an upstream source (deepswe's data/cache/tasks): not shipped
+    ("needs prepared data", re.compile(r"(FileNotFoundError|does not exist).*/data/(cache|runtime)/", re.I)),
     ("file outside the wheel", re.compile(r"FileNotFoundError", re.I)),
 ]
 
@@ -300,6 +328,24 @@ def failure_summary(log: Path) -> str:
     text = log.read_text(errors="replace") if log.is_file() else ""
     first = next((ln.strip() for ln in text.splitlines() if ln.startswith("E   ")), None)
     return (first or last_error(text))[:200]
+
+
+#: The replay reason of an environment whose entrypoint defines no server (NeMo Gym's own config says so:
+#: gymnasium's is "Base class for Gymnasium-style servers. Not a standalone server.").
+NOT_A_SERVER = "not a server: a base class other environments build on (its entrypoint defines no server to run)"
+
+
+def replay_failure(what: str, log: Path, side: str, exit_code: int | None = None) -> str:
+    """``<what> (<category>): <error line>``: the category from the error line when it says, else from the whole
+    log (a download's retries print the host several lines before the last error); never an empty message."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    line = last_error(text)
+    if not line:
+        line = f"exited with code {exit_code} and printed nothing" if exit_code is not None else "no output"
+    category = classify(line, side)
+    if category == "test failure":
+        category = classify(text, side)
+    return f"{what} ({category}): {line}" if category != "test failure" else f"{what}: {line}"
 
 
 # --------------------------------------------------------------------------------------------- environments
@@ -363,6 +409,17 @@ class Env:
 
         walk(fields)
         return refs
+
+    def policy_values(self) -> list[str]:
+        """The ``policy_*`` values its config's ``${...}`` read though it sets none (``${policy_base_url}``)."""
+        if self.env.config is None:
+            return []
+        import yaml
+
+        text = self.env.config.read_text()
+        defined = set(yaml.safe_load(text) or {})
+        keys = ("policy_base_url", "policy_api_key", "policy_model_name")
+        return [k for k in keys if k not in defined and re.search(r"\$\{(oc\.select:)?" + k + r"[},.]", text)]
 
     def judge_text(self) -> str:
         """What the scripted judge answers: the environment's own "equal"/positive label when it has one."""
@@ -437,8 +494,20 @@ def measure_nemo(item: Env, base: Path) -> dict[str, Any]:
     result["status"] = "pass" if code == 0 else ("no tests" if code == 5 else "fail")
     if code not in (0, 5):
         result["reason"] = failure_reason(log, "nemo")
-    result["replay"] = replay_nemo(item, python, folder, run_root, logs)
+    result["replay"] = replay_twice(item, python, folder, run_root, logs)
     return result
+
+
+def replay_twice(item: Env, python: Path, folder: Path, run_root: Path, logs: Path) -> dict[str, Any]:
+    """NeMo's replay, then again in a new process: ``rewards_again`` holds the second run's rewards. Where the two
+    differ, NeMo Gym itself is nondeterministic on those rows (an unseeded random deal, say), and ngym's rewards
+    cannot be compared with one NeMo run (``tools/nemo_envs_table.replay_agreement``)."""
+    first = replay_nemo(item, python, folder, run_root, logs)
+    if not first.get("rewards"):
+        return first
+    shutil.copy(logs / "nemo.replay.log", logs / "nemo.replay.first.log")
+    second = replay_nemo(item, python, folder, run_root, logs)
+    return {**first, "rewards_again": second.get("rewards") or None}
 
 
 def nemo_run_root(item: Env) -> tuple[Path, Path]:
@@ -461,7 +530,7 @@ def nemo_run_root(item: Env) -> tuple[Path, Path]:
 def replay_nemo(item: Env, python: Path, folder: Path, run_root: Path, logs: Path) -> dict[str, Any]:
     rows = item.payloads()
     if not rows or item.env.target is None:
-        return {"rewards": [], "reason": "no example rollouts" if not rows else "no server class"}
+        return {"rewards": [], "reason": "no example rollouts" if not rows else NOT_A_SERVER}
     rows_file = logs / "rows.jsonl"
     rows_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     out = logs / "nemo.replay.json"
@@ -476,14 +545,13 @@ def replay_nemo(item: Env, python: Path, folder: Path, run_root: Path, logs: Pat
         str(out),
     ]
     env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
-    with judge_for(item, logs / "nemo.judge.log") as urls:
-        code = run([*args, json.dumps(urls)], logs / "nemo.replay.log", 300, cwd=folder, env=env).returncode
+    with judge_for(item, logs / "nemo.judge.log") as (urls, values):
+        config = [str(folder / item.env.config.relative_to(item.env.folder))] if item.env.config else []
+        extra = [*config, json.dumps(values)] if config else []
+        code = run([*args, json.dumps(urls), *extra], logs / "nemo.replay.log", 300, cwd=folder, env=env).returncode
     if code or not out.is_file():
-        return {
-            "rewards": [],
-            "reason": f"replay failed: {last_error((logs / 'nemo.replay.log').read_text(errors='replace'))}",
-        }
-    return json.loads(out.read_text())
+        return {"rewards": [], "reason": replay_failure("replay failed", logs / "nemo.replay.log", "nemo")}
+    return {**json.loads(out.read_text()), "rows": rows_hash(rows)}
 
 
 # -------------------------------------------------------------------------------------------- ngym side
@@ -528,13 +596,17 @@ def measure_ngym(item: Env, base: Path) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def judge_for(item: Env, log: Path):
-    """A scripted judge for every model server the environment names (``{name: url}``; empty when none)."""
+    """A scripted judge for every model server the environment names, and as the policy model its config's
+    ``${policy_*}`` read (NeMo Gym users give those in env.yaml): ``({name: url}, ["policy_base_url=...", ...])``,
+    both empty when it needs none."""
     refs = sorted(set(item.model_refs()))
-    if not refs:
-        yield {}
+    policy = item.policy_values()
+    if not refs and not policy:
+        yield {}, []
         return
     with scripted_judge(item.judge_text(), log) as url:
-        yield {ref: url for ref in refs}
+        given = {"policy_base_url": f"{url}/v1", "policy_api_key": "scripted", "policy_model_name": "scripted"}
+        yield {ref: url for ref in refs}, [f"{key}={given[key]}" for key in policy]
 
 
 def replay_ngym(item: Env, python: Path, env: dict[str, str], logs: Path) -> dict[str, Any]:
@@ -542,10 +614,11 @@ def replay_ngym(item: Env, python: Path, env: dict[str, str], logs: Path) -> dic
     every recorded row over HTTP."""
     rows = item.payloads()
     if not rows or item.env.target is None:
-        return {"rewards": [], "reason": "no example rollouts" if not rows else "no server class"}
-    with judge_for(item, logs / "ngym.judge.log") as urls:
+        return {"rewards": [], "reason": "no example rollouts" if not rows else NOT_A_SERVER}
+    with judge_for(item, logs / "ngym.judge.log") as (urls, values):
         model_urls = [arg for name, url in urls.items() for arg in ("--model-url", f"{name}={url}")]
-        return _serve_and_replay(item, python, env, logs, rows, model_urls)
+        outcome = _serve_and_replay(item, python, env, logs, rows, [*model_urls, *values])
+        return {**outcome, "rows": rows_hash(rows), **({"scripted_policy": True} if values else {})}
 
 
 def _serve_and_replay(
@@ -566,25 +639,19 @@ def _serve_and_replay(
         )
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + SERVE_TIMEOUT
         while True:
             if server.poll() is not None:
-                return {"rewards": [], "reason": f"serve failed: {last_error(log_path.read_text(errors='replace'))}"}
+                return {"rewards": [], "reason": replay_failure("serve failed", log_path, "ngym", server.returncode)}
             try:  # any answer means it listens (a Gymnasium-style server has no route at /)
                 if httpx.get(base_url + "/", timeout=2).status_code < 500:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                return {"rewards": [], "reason": "serve failed: not up after 120s"}
+                return {"rewards": [], "reason": f"serve failed: not up after {SERVE_TIMEOUT}s"}
             time.sleep(0.5)
-        results = []
-        for row in rows:
-            with httpx.Client(base_url=base_url, timeout=120) as client:  # its own cookie jar: one session
-                results.append(replay_row(client, row))
-        rewards = [reward for reward, _ in results]
-        errors = [error for _, error in results]
-        return {"rewards": rewards, "errors": errors}
+        return replay_rows(base_url, rows)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, 15)
@@ -595,9 +662,78 @@ def _serve_and_replay(
             server.wait()
 
 
+def rows_hash(rows: list[dict[str, Any]]) -> str:
+    """What a replay sent (its ``/verify`` bodies), hashed: the table compares rewards only of the same rows."""
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def replay_again(item: Env, side: str, base: Path) -> dict[str, Any] | None:
+    """The side's replay alone, in the virtualenv its last measurement left (None when there is none)."""
+    logs = WORK / "logs" / item.name
+    logs.mkdir(parents=True, exist_ok=True)
+    if side == "nemo":
+        python = base / "bin" / "python"
+        if item.extra_requirements():  # its requirements, installed when no measurement left them
+            python = WORK / "venvs" / f"nemo-{item.name}" / "bin" / "python"
+            if not python.exists():
+                python = make_overlay(WORK / "venvs" / f"nemo-{item.name}", [base, NEMO_VENV])
+                if not pip_install(python, item.extra_requirements(), logs / "nemo.install.log")[0]:
+                    return None
+        run_root, folder = nemo_run_root(item)
+        return replay_twice(item, python, folder, run_root, logs)
+    venv = WORK / "venvs" / f"ngym-{item.name}"
+    if not (venv / "bin" / "python").exists():
+        return None
+    return replay_ngym(item, venv / "bin" / "python", {**os.environ, "NGYM_CACHE_DIR": str(venv / "ngym-cache")}, logs)
+
+
+def replay_rows(base_url: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Replay ``rows`` against a served environment, each in its own session (cookie jar).
+
+    A row that times out (``ROW_TIMEOUT``) or fails on the wire scores None with the reason. After a row that
+    failed slowly (a timeout, or an error after ``SLOW_FAILURE`` seconds: a batch that never fills, a code sandbox
+    that never comes up) the other rows are not sent, since they would wait the same way; nor are rows past the
+    ``REPLAY_BUDGET``. Either way the environment's test results stand."""
+    import httpx
+
+    results: list[tuple[float | None, str | None]] = []
+    deadline = time.monotonic() + REPLAY_BUDGET
+    stop = ""
+    for row in rows:
+        if not stop and time.monotonic() > deadline:
+            stop = f"not replayed: the replay's {REPLAY_BUDGET}s budget is spent"
+        if stop:
+            results.append((None, stop))
+            continue
+        start = time.monotonic()
+        try:
+            with httpx.Client(base_url=base_url, timeout=ROW_TIMEOUT) as client:  # its own cookie jar: one session
+                results.append(replay_row(client, row))
+        except httpx.TimeoutException:
+            results.append((None, f"timed out after {ROW_TIMEOUT}s"))
+        except httpx.HTTPError as exc:
+            results.append((None, f"{type(exc).__name__}: {exc}"[:300]))
+        seconds = time.monotonic() - start
+        reward, error = results[-1]
+        if reward is None and (seconds > SLOW_FAILURE or (error or "").startswith("timed out")):
+            stop = f"not replayed: an earlier row failed after {seconds:.0f}s"
+    rewards = [reward for reward, _ in results]
+    errors = [error for _, error in results]
+    answered = [r is not None or (e or "").startswith("HTTP ") for r, e in results]
+    if not any(answered):  # no row answered at all: say why, as a failed NeMo replay does
+        return {"rewards": [], "errors": errors, "reason": f"replay failed: {errors[0]}"}
+    return {"rewards": rewards, "errors": errors}
+
+
 # ----------------------------------------------------------------------------------------------- driver
 def measure(
-    item: Env, sides: list[str], keys: dict[str, str], force: bool, bases: dict[str, Path], stale: bool = False
+    item: Env,
+    sides: list[str],
+    keys: dict[str, str],
+    force: bool,
+    bases: dict[str, Path],
+    stale: bool = False,
+    replay_only: bool = False,
 ) -> str:
     path = WORK / "results" / f"{item.name}.json"
     with locked(WORK / "locks" / f"{item.name}.lock") as mine:
@@ -615,6 +751,22 @@ def measure(
         done = []
         for side in sides:
             previous = result.get(side) or {}
+            if replay_only:
+                if previous.get("status") in (None, "skipped", "install failed", "error"):
+                    continue  # not installable: nothing to replay in
+                try:
+                    replay = replay_again(item, side, bases[side])
+                except Exception as exc:
+                    replay = {"rewards": [], "reason": f"harness error: {exc!r}"[:300]}
+                if replay is None or _STOPPING:
+                    continue
+                stamp = {
+                    "replay_commit": git_commit(),
+                    "replay_when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+                result[side] = {**previous, "replay": replay, **stamp}
+                done.append(f"{side} replayed")
+                continue
             if previous and not force and (previous.get("key") == keys[side] or not stale):
                 continue
             measure_side = measure_nemo if side == "nemo" else measure_ngym
@@ -675,6 +827,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stale", action="store_true", help="re-measure results taken with other sources (default: keep them)"
     )
+    parser.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="re-run only the replays, in the virtualenvs the last measurement left (its test results kept)",
+    )
     parser.add_argument("--table-only", action="store_true", help="only rewrite the table from the results")
     parser.add_argument("--no-table", action="store_true", help="measure only; leave docs/ alone (CI)")
     parser.add_argument("--reclassify", action="store_true", help="recompute failure reasons from the kept logs")
@@ -710,7 +867,9 @@ def main(argv: list[str] | None = None) -> int:
             bases["ngym"] = base_venv("ngym-base", build_ngym_base, f"ngym editable from {REPO}, deps {declared}")
         print(f"measuring {len(envs)} environment(s), {args.jobs} at a time, work folder {WORK}", flush=True)
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            pending = {pool.submit(measure, e, sides, keys, args.force, bases, args.stale) for e in envs}
+            pending = {
+                pool.submit(measure, e, sides, keys, args.force, bases, args.stale, args.replay_only) for e in envs
+            }
             while pending:  # wake every second: a SIGTERM handler only runs when this thread runs Python
                 done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
                 for future in done:

@@ -22,8 +22,27 @@ def _tests(side: dict[str, Any] | None) -> str:
     return status
 
 
+def _same(a: float | None, b: float | None) -> bool:
+    """One row's rewards agree; a row both sides reject (a 4xx: the recorded row does not fit 0.7.0's own request
+    model) agrees too."""
+    return (a is None and b is None) or (None not in (a, b) and abs(a - b) < 1e-6)  # type: ignore[operator]
+
+
+def nondeterministic_rows(result: dict[str, Any]) -> list[int] | None:
+    """The rows whose reward differs between NeMo Gym's own two replays (each in a new process), or None when
+    NeMo's side was replayed once only (measured before it replayed twice)."""
+    nemo = (result.get("nemo") or {}).get("replay") or {}
+    first, again = nemo.get("rewards") or [], nemo.get("rewards_again")
+    if not first or again is None:
+        return None
+    return [i for i, (a, b) in enumerate(zip(first, again, strict=False)) if not _same(a, b)]
+
+
 def replay_agreement(result: dict[str, Any]) -> tuple[str, bool | None]:
-    """(text, all rows agree?) comparing ngym's replayed rewards with NeMo Gym's (re-verified, else recorded)."""
+    """(text, all rows agree?) comparing ngym's replayed rewards with NeMo Gym's (re-verified, else recorded).
+
+    An environment NeMo Gym itself scores differently from one replay to the next (unseeded randomness) cannot
+    agree row by row with any one run: it is reported as nondeterministic (None), not as agreeing or not."""
     if not result.get("has_rollouts"):
         return "no example rollouts", None
     ngym = (result.get("ngym") or {}).get("replay") or {}
@@ -32,15 +51,24 @@ def replay_agreement(result: dict[str, Any]) -> tuple[str, bool | None]:
     if not ours:
         return f"ngym: {ngym.get('reason') or 'not replayed'}", None
     theirs, against = nemo.get("rewards") or [], "NeMo"
+    if theirs and nemo.get("rows") != ngym.get("rows"):  # the two sides replayed different rows
+        return "NeMo's replay is of other rows (older pairing): re-run `--replay-only --side nemo`", None
     if not theirs:  # NeMo's side did not replay: the rewards its run recorded
         theirs, against = result.get("recorded") or [], "recorded"
     pairs = [(a, b) for a, b in zip(ours, theirs, strict=False)]
-    # a row both sides reject (a 4xx: the recorded row does not fit 0.7.0's own request model) agrees too
-    agree = sum(1 for a, b in pairs if (a is None and b is None) or (None not in (a, b) and abs(a - b) < 1e-6))
+    agree = sum(1 for a, b in pairs if _same(a, b))
     rejected = sum(1 for a, b in pairs if a is None and b is None)
     text = f"{agree}/{len(pairs)} vs {against}" + (f" ({rejected} rejected by both)" if rejected else "")
-    if result.get("model_refs"):
+    if result.get("model_refs") or ngym.get("scripted_policy"):
         text += " (scripted judge)"
+    varying = nondeterministic_rows(result) if against == "NeMo" else None
+    if varying:
+        own = len(pairs) - len(varying)
+        return (
+            f"{text}; **nondeterministic under NeMo Gym itself**: its own two replays agree on {own}/{len(pairs)} "
+            "rows (unseeded randomness), so no row-by-row comparison holds",
+            None,
+        )
     return text, agree == len(pairs) and bool(pairs)
 
 
@@ -96,6 +124,7 @@ def write_table(results_dir: Path, table: Path) -> None:
     replayed = [(r, *replay_agreement(r)) for r in results]
     agreeing = [r for r, _, ok in replayed if ok]
     replayable = [r for r, _, ok in replayed if ok is not None]
+    random_envs = [r["name"] for r in results if nondeterministic_rows(r) and (r.get("ngym") or {}).get("replay")]
     lines = [
         "# NeMo Gym 0.7.0's environments under ngym",
         "",
@@ -115,7 +144,15 @@ def write_table(results_dir: Path, table: Path) -> None:
         "(`tools/nemo_replay_inprocess.py`), else the reward recorded in `example_rollouts.jsonl`. An environment "
         "whose verify calls a judge model gets a scripted judge (an OpenAI-compatible server answering the "
         "environment's own \"equal\" label, `tools/nemo_scripted_judge.py`) on both sides: NeMo Gym's own "
-        "`ServerClient` and `ngym run --model-url`; such rewards are compared with NeMo's, not the recorded ones.",
+        "`ServerClient` and `ngym run --model-url`; such rewards are compared with NeMo's, not the recorded ones. "
+        "NeMo Gym replays each environment twice, in two processes: "
+        + (
+            f"{len(random_envs)} score differently from one NeMo replay to the next (unseeded randomness in the "
+            f"environment itself: {', '.join(f'`{n}`' for n in random_envs)}); they are marked nondeterministic "
+            "and counted neither way."
+            if random_envs
+            else "none scored differently from one NeMo replay to the next."
+        ),
         "- an environment not listed was not reached in the time this run had; re-running resumes.",
         f"- ngym side measured at commit(s): {_commits(ngym_run)}.",
         "",
@@ -123,9 +160,13 @@ def write_table(results_dir: Path, table: Path) -> None:
         *_reason_lines(results),
         "Reasons: *needs GPU* (a CUDA stack in its requirements), *needs internet* (requirements or tests fetch "
         "from outside the package registries), *missing system tool* (docker, java, ...), *missing package*, "
-        "*compat gap* (ngym's `nemo_gym` lacks something), *file outside the wheel* (a test reads a file of NeMo "
-        "Gym's repository that its wheel does not ship), *test failure* (anything else). The first error line is "
-        "quoted.",
+        "*needs credentials* (an API key the config requires), *needs a config value* (a `${...}` the config leaves "
+        "to the user, e.g. an image name: NeMo Gym refuses to start it alike), "
+        "*compat gap* (ngym's `nemo_gym` lacks something), "
+        "*needs prepared data* (a data cache the environment's own prepare step fills from an upstream source), "
+        "*file outside the wheel* (a test reads a file of NeMo Gym's repository that its wheel does not ship), "
+        "*test failure* (anything else). The first error line is quoted. In the replay column, *not a server* marks "
+        "a base class other environments build on.",
         "",
         "| environment | domain | tests under NeMo Gym | tests under ngym | replay agreement | reason |",
         "|---|---|---|---|---|---|",

@@ -6,7 +6,11 @@ config class from the YAML fields, NeMo's own ``ServerClient`` whose global conf
 server at the URL given, or a stand-in that fails every call when none is), then drives its real FastAPI
 app through ``/seed_session`` and ``/verify`` for each row, one session (cookie jar) per row.
 
-    python nemo_replay_inprocess.py MODULE:CLASS INSTANCE_NAME FIELDS_JSON PAYLOADS_JSONL OUT_JSON [MODEL_URLS_JSON]
+    python nemo_replay_inprocess.py MODULE:CLASS INSTANCE_NAME FIELDS_JSON PAYLOADS_JSONL OUT_JSON \
+        [MODEL_URLS_JSON [CONFIG [OVERRIDES_JSON]]]
+
+With CONFIG (the environment's YAML), the fields are read from it as NeMo Gym reads them, ``${...}`` resolved;
+FIELDS_JSON is then unused.
 """
 
 from __future__ import annotations
@@ -20,20 +24,23 @@ from unittest.mock import MagicMock
 
 def verify_payloads(inputs: list[dict], rollouts: list[dict]) -> list[dict]:
     """The ``/verify`` bodies NeMo Gym's ``gym eval reverify`` would send: each rollout's ``response`` on the
-    dataset row it was collected from (``data/example.jsonl``, matched by the prompt's input, else by position).
+    dataset row it was collected from (``data/example.jsonl``), else by position when no row's prompt matches.
     A rollout row alone is a verify *response* (reward, judge evaluations, ...): sending it back would feed
     outputs in as inputs. Nulls in ``responses_create_params`` are dropped (NeMo dumps rows ``exclude_none``;
-    its strict model rejects ``parallel_tool_calls: null``)."""
+    its strict model rejects ``parallel_tool_calls: null``).
 
-    def key(row: dict) -> str:
-        return json.dumps((row.get("responses_create_params") or {}).get("input"), sort_keys=True)
+    The prompt is compared as NeMo's request model normalises it (a rollout's input messages carry
+    ``"type": "message"`` and explicit nulls a dataset row leaves out); among rows with the same prompt, the one
+    whose every field the rollout repeats (NeMo keeps the row's fields in the rollout) is taken."""
 
-    by_input: dict[str, dict] = {}
+    candidates: dict[str, list[dict]] = {}
     for row in inputs:
-        by_input.setdefault(key(row), row)
+        candidates.setdefault(prompt_key(row), []).append(row)
     payloads = []
     for index, rollout in enumerate(rollouts):
-        source = by_input.get(key(rollout))
+        same_prompt = candidates.get(prompt_key(rollout), [])
+        repeated = [row for row in same_prompt if _repeats(rollout, row)]
+        source = (repeated or same_prompt or [None])[0]
         if source is None and len(inputs) == len(rollouts):
             source = inputs[index]
         if source is None:  # no dataset row: the rollout without what verify added to it
@@ -46,17 +53,81 @@ def verify_payloads(inputs: list[dict], rollouts: list[dict]) -> list[dict]:
     return payloads
 
 
+def prompt_key(row: dict) -> str:
+    """A row's prompt (``responses_create_params.input``) without nulls and ``"type": "message"`` markers."""
+
+    def clean(value):
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if v is not None and not (k == "type" and v == "message")}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    return json.dumps(clean((row.get("responses_create_params") or {}).get("input")), sort_keys=True)
+
+
+def _repeats(rollout: dict, row: dict) -> bool:
+    return all(rollout.get(k) == v for k, v in row.items() if k != "responses_create_params")
+
+
 def replay_row(client, row: dict) -> tuple[float | None, str | None]:
     """Seed and verify one payload (``verify_payloads``) through ``client`` (FastAPI's TestClient or an
     httpx.Client: the same calls); (reward, failure). A Gymnasium-style server (no ``/verify``: NeMo's
-    ``GymnasiumServer``) is replayed as ``/reset`` then the recorded response as one ``/step``."""
-    body = row
-    seed = {k: v for k, v in body.items() if k != "response"}
+    ``GymnasiumServer``) is replayed as an episode (``replay_episode``)."""
+    seed = {k: v for k, v in row.items() if k != "response"}
     client.post("/seed_session", json=seed)
-    response = client.post("/verify", json=body)
+    response = client.post("/verify", json=row)
     if response.status_code == 404:
-        client.post("/reset", json=seed)
-        response = client.post("/step", json=body)
+        return replay_episode(client, row)
+    return _reward_of(response)
+
+
+def replay_episode(client, row: dict) -> tuple[float | None, str | None]:
+    """Replay a recorded Gymnasium-style episode as NeMo Gym's ``gymnasium_agent`` ran it: ``/reset``, then one
+    ``/step`` per model turn of the recorded output (``model_turns``) until the environment says terminated or
+    truncated; the reward is the sum of the steps' rewards, as the agent's."""
+    seed = {k: v for k, v in row.items() if k != "response"}
+    reset = client.post("/reset", json=seed)
+    if reset.status_code != 200:
+        return None, f"HTTP {reset.status_code} on /reset: {reset.text[:300]}"
+    info = (reset.json() or {}).get("info") or {}
+    recorded = row.get("response") or {}
+    total = 0.0
+    for number, turn in enumerate(model_turns(recorded.get("output") or [])):
+        body = {**seed, "response": {**recorded, "output": turn}}
+        if info.get("supports_step_idempotency") is True:
+            body["_ng_step_request_id"] = f"replay-{number}"
+        reward, error = _reward_of(step := client.post("/step", json=body))
+        if reward is None:
+            return None, error
+        total += reward
+        data = step.json()
+        if data.get("terminated") or data.get("truncated"):
+            break
+    return total, None
+
+
+def _from_environment(item: dict) -> bool:
+    """Whether the environment, not the model, put ``item`` into an episode's transcript: the agent appends
+    each step's tool outputs and observation after the model's turn."""
+    return item.get("type") == "function_call_output" or (
+        item.get("type", "message") == "message" and item.get("role") in ("user", "system", "developer")
+    )
+
+
+def model_turns(output: list[dict]) -> list[list[dict]]:
+    """The model's turns of a recorded episode: the runs of model items between the environment's items."""
+    turns: list[list[dict]] = [[]]
+    for item in output:
+        if _from_environment(item):
+            if turns[-1]:
+                turns.append([])
+        else:
+            turns[-1].append(item)
+    return [turn for turn in turns if turn]
+
+
+def _reward_of(response) -> tuple[float | None, str | None]:
     try:
         data = response.json()
     except ValueError:
@@ -82,14 +153,38 @@ def server_client(model_urls: dict[str, str]):
     return ServerClient(head_server_config=head, global_config_dict=OmegaConf.create(tree))
 
 
-def main(target: str, instance: str, fields_json: str, rows_path: str, out_path: str, urls_json: str = "{}") -> None:
+def resolved_fields(config_path: str, instance: str, overrides: list[str] | None = None) -> dict:
+    """The instance's fields as NeMo Gym's ``load_config_from_global_config`` gives them to the server: the
+    config loaded with OmegaConf, ``overrides`` (``++policy_base_url=...``) merged on top, and the instance's node
+    resolved against the whole tree (``${judge_base_url}``, ``${oc.env:VAR,default}``)."""
+    from omegaconf import OmegaConf
+
+    tree = OmegaConf.merge(OmegaConf.load(config_path), OmegaConf.from_dotlist(overrides or []))
+    servers = tree[instance]["resources_servers"]
+    node = servers[next(iter(servers))]
+    return OmegaConf.to_container(node, resolve=True)
+
+
+def main(
+    target: str,
+    instance: str,
+    fields_json: str,
+    rows_path: str,
+    out_path: str,
+    urls_json: str = "{}",
+    config_path: str = "",
+    overrides_json: str = "[]",
+) -> None:
     from fastapi.testclient import TestClient
     from nemo_gym.server_utils import ServerClient
 
     module_name, _, class_name = target.partition(":")
     server_class = getattr(importlib.import_module(module_name), class_name)
     config_class = server_class.model_fields["config"].annotation
-    fields = {"host": "127.0.0.1", "port": 0, "entrypoint": "app.py", "name": instance, **json.loads(fields_json)}
+    given = (
+        resolved_fields(config_path, instance, json.loads(overrides_json)) if config_path else json.loads(fields_json)
+    )
+    fields = {"host": "127.0.0.1", "port": 0, "entrypoint": "app.py", "name": instance, **given}
     config = config_class.model_validate(fields)
     model_urls = json.loads(urls_json)
     servers = server_client(model_urls) if model_urls else MagicMock(spec=ServerClient)
@@ -109,6 +204,6 @@ def main(target: str, instance: str, fields_json: str, rows_path: str, out_path:
 
 
 if __name__ == "__main__":
-    arguments = sys.argv[1:7]
+    arguments = sys.argv[1:9]
     del sys.argv[1:]  # NeMo Gym's global config parses the command line as Hydra overrides
     main(*arguments)

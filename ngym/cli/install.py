@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
+from importlib import metadata
 
 import click
 
 from ngym import installer
 from ngym.cli.progress import Ticker
-from ngym.nemo.folder import distribution_name
 from ngym.nemo.install import install_nemo_environment, is_nemo_source
+from ngym.nemo.uninstall import nemo_distribution, uninstall_packages
+from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
 
 
 @click.command(short_help="Install environment packages where ngym finds them.")
@@ -80,9 +82,30 @@ def _install_nemo(sources: list[str], others: list[str], *, as_name: str | None,
 def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     """Uninstall plugins from ngym's environment (works even when a plugin is broken).
 
-    A NeMo Gym environment installed by ngym is the distribution ngym-nemo-<name> (nemo-gym:<name> works too).
+    PACKAGES are distribution names or environment names (as `ngym list` shows them); a NeMo Gym environment
+    installed by ngym is the distribution ngym-nemo-<name> (nemo-gym:<name> works too). One that another
+    installed environment imports keeps its code; siblings installed as code only go when nothing imports them
+    any more.
     """
-    names = [distribution_name(p.partition(":")[2]) if p.startswith("nemo-gym:") else p for p in packages]
-    code = installer.run_pip(installer.pip_uninstall_args(names, yes=yes))
+    names = [distribution_to_uninstall(p) for p in packages]
+    code = uninstall_packages(list(dict.fromkeys(names)), yes=yes, echo=click.echo)  # re-reads what is installed
     if code:
         sys.exit(code)
+
+
+def distribution_to_uninstall(package: str) -> str:
+    """The installed distribution ``package`` names: itself, the one providing that environment, or an error
+    (pip would only warn "not installed" and exit 0, which reads as success)."""
+    package = nemo_distribution(package)
+    try:
+        return metadata.distribution(package).metadata["Name"]
+    except metadata.PackageNotFoundError:
+        pass
+    providers = [ep.dist.name for ep in installed_entry_points(ENVIRONMENT_GROUP) if ep.name == package and ep.dist]
+    if providers:
+        return providers[0]
+    environments = sorted(ep.name for ep in installed_entry_points(ENVIRONMENT_GROUP))
+    raise click.UsageError(
+        f"{package!r} is neither an installed distribution nor an installed environment"
+        f" (environments: {', '.join(environments) or 'none'})"
+    )

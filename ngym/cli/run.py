@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import re
+import sys
+from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any
 
 import click
 
 from ngym.config import InstanceConfig, apply_overrides, split_overrides
+from ngym.config_tree import load_tree
 from ngym.errors import ConfigError
 from ngym.nemo.model_urls import export_global_config, export_model_instances, export_model_urls
 from ngym.server.app import ServeSpec
@@ -20,23 +27,41 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
     """Serve specs for config files and/or environments (names, folders, app.py), ``key=value`` overrides applied.
 
     A dotted override (``inst.resources_servers.impl.port=9000``) addresses the YAML tree; a plain one
-    (``port=9000``, ``data_dir=/data``) sets that field on every instance.
+    (``port=9000``, ``data_dir=/data``) sets that field on every instance, and a plain one naming a top-level
+    value of the configs, or one their ``${...}`` refer to (NeMo Gym's ``++judge_base_url=...``), sets that
+    value, which their ``${...}`` read.
     """
     words = [t for t in targets if "=" not in t or t.lstrip("+").startswith("config_paths=")]
     overrides = [t for t in targets if t not in words]
     paths, dotted = split_overrides([*words, *overrides])
-    field_overrides = apply_overrides({}, [o for o in dotted if "." not in o.partition("=")[0]])
+    plain = [o for o in dotted if "." not in o.partition("=")[0]]
+    field_overrides = apply_overrides({}, plain)
     tree_overrides = [o for o in dotted if "." in o.partition("=")[0]]
 
     config_paths = [p for p in paths if p.suffix in (".yaml", ".yml") or p.is_file() and p.suffix != ".py"]
-    environments = []
-    if config_paths:
-        export_global_config(config_paths)  # servers' calls by name resolve against these configs (NeMo Gym's way)
-        environments += environments_in_configs(config_paths, tree_overrides, on_skip=_say_skipped)
-    environments += [resolve(str(p), tree_overrides) for p in paths if p not in config_paths]
+    try:
+        environments, unresolved = _environments(paths, config_paths, tree_overrides), None
+    except ConfigError as exc:  # perhaps a ${value} a plain override below gives
+        environments, unresolved = [], exc
+    # servers' calls by name resolve against the configs served (NeMo Gym's global config): the files given,
+    # and an installed environment's own configs/<name>.yaml
+    served = [*config_paths, *(e.config for e in environments if e.config is not None)]
+    top_level = tree_values(load_tree(served).plain(), [o.partition("=")[0] for o in plain]) if served else set()
+    values = [o for o in plain if o.partition("=")[0] in top_level]
+    if values:
+        tree_overrides += values
+        environments = _environments(paths, config_paths, tree_overrides)
+    elif unresolved is not None:
+        raise unresolved
+    export_global_config(served, overrides=tree_overrides)
     for environment in environments:
-        check_override_keys(environment, field_overrides)
-    specs = [environment.serve_spec(**field_overrides) for environment in environments]
+        check_override_keys(environment, {k: v for k, v in field_overrides.items() if k not in top_level})
+    specs = [
+        environment.serve_spec(
+            **{k: v for k, v in field_overrides.items() if k not in top_level or k in override_keys(environment)}
+        )
+        for environment in environments
+    ]
     if not specs:
         raise ConfigError("nothing to serve: give a config file (configs/x.yaml) or an installed environment name")
     if len(specs) > 1 and port is not None:
@@ -51,21 +76,60 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
     return specs
 
 
+def tree_values(tree: dict[str, Any], keys: list[str]) -> set[str]:
+    """The top-level values of a config tree, with those of ``keys`` its ``${...}`` refer to though no file sets
+    them (``${policy_base_url}``: NeMo Gym users give it with ``++policy_base_url=...`` or in env.yaml)."""
+    text = json.dumps(tree, default=str)
+    referenced = {k for k in keys if re.search(r"\$\{(oc\.select:)?" + re.escape(k) + r"[},.]", text)}
+    return set(tree) | referenced
+
+
+def _environments(paths: list[Path], config_paths: list[Path], tree_overrides: list[str]) -> list[Environment]:
+    environments = []
+    if config_paths:
+        environments += environments_in_configs(config_paths, tree_overrides, on_skip=_say_skipped)
+    return environments + [resolve(str(p), tree_overrides) for p in paths if p not in config_paths]
+
+
+def override_keys(environment: Environment) -> set[str]:
+    """The keys a plain ``key=value`` override may set on the environment: its config class's fields (and
+    aliases) and the keys its YAML has."""
+    config_class = environment.server_class.config_class()
+    valid = set(config_class.model_fields) | {f.alias for f in config_class.model_fields.values() if f.alias}
+    return valid | set(environment.fields)
+
+
 def check_override_keys(environment: Environment, overrides: dict[str, Any]) -> None:
     """A plain ``key=value`` override must name a field of the server's config class or a key its YAML has:
     a typo would otherwise be kept as an unused extra field (the config allows extras) and change nothing."""
     if not overrides:
         return
-    config_class = environment.server_class.config_class()
-    valid = set(config_class.model_fields) | {f.alias for f in config_class.model_fields.values() if f.alias}
-    valid |= set(environment.fields)
+    valid = override_keys(environment)
     unknown = sorted(set(overrides) - valid)
     if unknown:
         key = unknown[0]
+        config_class = environment.server_class.config_class()
         raise ConfigError(
             f"{environment.name}: unknown config key {key!r}{did_you_mean(key, valid)} "
             f"(valid keys for {config_class.__name__}: {', '.join(sorted(valid))})"
         )
+
+
+def put_tools_on_path(environ: MutableMapping[str, str] | None = None) -> None:
+    """Put this interpreter's ``bin`` folder (and uv's, when the ``uv`` package is installed) first on ``PATH``,
+    as an activated virtualenv has it: NeMo Gym starts every server inside its activated venv, with uv at hand
+    (it builds the venvs with uv), and environments call ``python``, ``pip`` and ``uv`` by name (bigcodebench
+    builds its evaluation venv with ``uv``)."""
+    environ = os.environ if environ is None else environ
+    folders = [str(Path(sys.executable).parent)]
+    try:
+        from uv import find_uv_bin  # ngym-nemo-gym depends on uv
+
+        folders.append(str(Path(find_uv_bin()).parent))
+    except (ImportError, FileNotFoundError):
+        pass
+    current = [p for p in environ.get("PATH", "").split(os.pathsep) if p]
+    environ["PATH"] = os.pathsep.join([*dict.fromkeys(folders), *(p for p in current if p not in folders)])
 
 
 def _say_skipped(instance: InstanceConfig) -> None:
@@ -92,7 +156,7 @@ def _spread_default_ports(specs: list[ServeSpec]) -> None:
 @click.option("--port", type=int, default=None, help="Port (default from config, else 8000; 0 picks a free one).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="uvicorn worker processes.")
 @click.option("--access-log/--no-access-log", default=False, help="Log every request.")
-@click.option("--refresh", is_flag=True, hidden=True, help="No effect (there is no serve snapshot any more).")
+@click.option("--refresh", is_flag=True, hidden=True, help="Deprecated: has no effect.")
 @click.option(
     "--model-url",
     "model_urls",
@@ -124,7 +188,9 @@ def run(
       max_request_header_bytes=65536 keep_alive_timeout_seconds=5 session_id_max_length=256
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    del refresh  # kept so scripts that pass it still work
+    if refresh:  # accepted so old scripts still run, but said out loud: it no longer does anything
+        click.echo("ngym run: --refresh is deprecated and has no effect (environments are always read fresh)", err=True)
+    put_tools_on_path()
     urls = export_model_urls(model_urls)  # before any server starts: worker processes inherit it
     specs = build_specs(targets, host, port)  # exports the YAML configs it was given
     export_model_instances(urls)

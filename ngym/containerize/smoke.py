@@ -3,6 +3,10 @@
 The rollout is the plugin's first recorded example (``data/example_rollouts.jsonl``: the dataset row plus the
 recorded ``response`` and expected ``reward``): ``/seed_session`` with the row, one ``POST /<tool>`` per recorded
 ``function_call`` (its JSON ``arguments`` as the body), then ``/verify`` with the row and the recorded response.
+A Gymnasium-style server (``/reset`` + ``/step`` in its OpenAPI, no ``/seed_session``: NeMo Gym's
+``GymnasiumServer``) is driven as NeMo Gym's ``gymnasium_agent`` drives it instead: ``/reset`` with the row, one
+``/step`` per recorded model turn until the episode ends, ``/close`` when advertised; the reward is the sum of
+the steps' rewards (``ngym.rollout.gymnasium``).
 The session cookie is copied by hand from each response to the next request, as NeMo Gym agents do.
 """
 
@@ -22,6 +26,7 @@ import httpx
 from ngym.containerize.errors import ContainerRunError
 from ngym.containerize.spec import CONTAINER_PORT, PluginSource, RunOptions
 from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_example_rollouts, recorded_tool_calls
+from ngym.rollout.gymnasium import Recording, describe_routes, drive, episode, is_gymnasium_style, server_post_routes
 from ngym.targets import installed
 
 # The docker SDK is optional (``ngym[docker]``): imported where the engine is used (see ngym.containerize.build).
@@ -52,6 +57,10 @@ class RolloutResult:
     expected_reward: float | None
     calls: list[str] = field(default_factory=list)
     verify_response: dict[str, Any] = field(default_factory=dict)
+    #: ``seed_session`` (seed → tools → verify) or ``gymnasium`` (reset → step… → close)
+    protocol: str = "seed_session"
+    #: every request of the rollout, in order (``seed_session → get_weather → verify``; ``reset → step ×2``)
+    path: str = ""
 
 
 @dataclass
@@ -98,11 +107,13 @@ def load_example_rollout(plugin: PluginSource, index: int = 0) -> ExampleRollout
 
 
 def drive_rollout(base_url: str, example: ExampleRollout, *, timeout: float = 30.0) -> RolloutResult:
-    """seed_session → recorded tool calls → verify against ``base_url``, copying the session cookie by hand."""
+    """seed_session → recorded tool calls → verify against ``base_url`` (or, for a Gymnasium-style server,
+    reset → recorded turns → close), copying the session cookie by hand."""
     cookies: dict[str, str] = {}
     calls: list[str] = []
 
     def post(client: httpx.Client, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        route = route.lstrip("/")
         headers = {"cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())} if cookies else {}
         response = client.post(f"{base_url}/{route}", json=body, headers=headers)
         for header in response.headers.get_list("set-cookie"):
@@ -114,7 +125,19 @@ def drive_rollout(base_url: str, example: ExampleRollout, *, timeout: float = 30
         answer: dict[str, Any] = response.json()
         return answer
 
+    routes = server_post_routes(base_url, timeout)
     with httpx.Client(timeout=timeout) as client:
+        if routes is not None and is_gymnasium_style(routes):
+            replay = Recording(example.response, {**example.response, "output": []})
+            result = drive(episode(example.row), lambda path, body: post(client, path, body), replay)
+            return RolloutResult(
+                result.reward,
+                example.expected_reward,
+                [route for route in result.routes if route not in ("reset", "close")],
+                result.as_verify_response(example.row),
+                protocol="gymnasium",
+                path=describe_routes(result.routes),
+            )
         post(client, "seed_session", example.row)
         for name, arguments in example.tool_calls():
             post(client, name, arguments)
@@ -122,7 +145,8 @@ def drive_rollout(base_url: str, example: ExampleRollout, *, timeout: float = 30
         verify = post(client, "verify", {**example.row, "response": example.response})
     if "reward" not in verify:
         raise ContainerRunError(f"/verify answered without a reward: {json.dumps(verify)[:300]}")
-    return RolloutResult(float(verify["reward"]), example.expected_reward, calls, verify)
+    path = " → ".join(["seed_session", *calls, "verify"])
+    return RolloutResult(float(verify["reward"]), example.expected_reward, calls, verify, path=path)
 
 
 def start_container(
@@ -211,8 +235,7 @@ def run_image(
         log(f"container {container.name} ({container.short_id}) at {url}")
         health = wait_healthy(container, health_timeout, log)
         rollout = drive_rollout(url, example)
-        path = " → ".join(["seed_session", *rollout.calls, "verify"])
-        log(f"rollout: {path}: reward {rollout.reward}")
+        log(f"rollout: {rollout.path}: reward {rollout.reward}")
     except BaseException:
         if not keep:
             remove_container(container)

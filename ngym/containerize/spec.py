@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from ngym.config import environment_config_fields
 from ngym.containerize.errors import PluginSourceError
 from ngym.domain import resolve_domain
@@ -246,7 +248,6 @@ def local_dependencies(distribution: str, exclude: set[str]) -> list[Distributio
     """The requirements of ``distribution`` (transitively) installed from a local tree: no index has them, so
     they go into the code layer too (an installed NeMo Gym environment needs ``ngym-nemo-gym`` and the sibling
     environments it imports). Requirements behind extras or markers that do not apply are skipped."""
-    from packaging.requirements import InvalidRequirement, Requirement
 
     def key(name: str) -> str:
         return name.lower().replace("_", "-").replace(".", "-")
@@ -327,7 +328,7 @@ def _from_source_dir(path: Path) -> PluginSource:
         name=name,
         distribution=project["name"],
         version=str(version),
-        domain=_config_domain(config, environment_config_fields(config) if config.is_file() else {}),
+        domain=_config_domain(config, environment_config_fields(config, resolve=False) if config.is_file() else {}),
         source_dir=path,
         source_url=source_url,
         description=project.get("description", ""),

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from ngym.containerize.errors import WheelhouseError
 from ngym.containerize.pip import (
     SOURCE_DATE_EPOCH,
@@ -180,14 +182,6 @@ def _marker_environment(python_version: str) -> dict[str, str]:
 
 def _missing_marker_requirements(deps_dir: Path, python_version: str) -> list[str]:
     """Requirements of the wheels in ``deps_dir`` that apply to ``_marker_environment`` but have no wheel."""
-    try:
-        from packaging.requirements import InvalidRequirement, Requirement
-    except ImportError:  # pip vendors it; pip is what builds the wheelhouse
-        from pip._vendor.packaging.requirements import (  # type: ignore[assignment]
-            InvalidRequirement,
-            Requirement,
-        )
-
     present = {_canonical(w.name.split("-")[0]) for w in deps_dir.glob("*.whl")}
     environment = _marker_environment(python_version)
     missing: dict[str, str] = {}

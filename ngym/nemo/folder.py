@@ -19,6 +19,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from ngym.errors import NgymError
+from ngym.nemo.runtime_deps import not_declared, runtime_requirements
 from ngym.nemo.wheel import companion_closure, resources_server_fields
 
 #: The module the generated entry point names. NeMo Gym runs an entrypoint as a script with its folder on
@@ -29,6 +30,9 @@ ENTRY_SHIM = "_ngym_entry"
 COMPAT_DISTRIBUTION = "ngym-nemo-gym"
 #: ``nemo-gym[dev]`` is how NeMo environments ask for their test tools; these are the ones tests use.
 DEV_REQUIREMENTS = ("pytest>=8", "pytest-asyncio>=0.23", "requests-mock>=1.11", "defusedxml>=0.7.1")
+#: ``nemo-gym[sandbox]`` brings NeMo's remote sandbox SDKs; here the sandboxes ngym runs are Docker's (the
+#: ``docker`` provider and ``AsyncSandboxCompose`` drive the engine through the Docker SDK).
+SANDBOX_REQUIREMENTS = (f"{COMPAT_DISTRIBUTION}[docker]",)
 _SIBLING = re.compile(r"resources_servers[./]([A-Za-z_][A-Za-z0-9_]*)")
 _SELF_REFERENCE = re.compile(r"^\s*(-e\s+)?nemo[-_]gym\b", re.IGNORECASE)
 
@@ -54,6 +58,8 @@ class NemoEnvironment:
     pip_lines: list[str] = field(default_factory=list)  # requirement lines that are not PEP 508 (pip options)
     siblings: list[str] = field(default_factory=list)  # other environments it imports
     companions: list[str] = field(default_factory=list)  # "benchmarks/<x>" folders it reads from NeMo's root
+    #: the NeMo-runtime libraries its code imports, declared or not (all a sibling installed as code only gets)
+    runtime_requirements: list[str] = field(default_factory=list)
 
     @property
     def target(self) -> str | None:
@@ -98,6 +104,10 @@ def read_environment(folder: Path, known_siblings: set[str] | None = None) -> Ne
     entry_module = entry_path.stem if entry_path.suffix == ".py" and entry_path.is_file() else None
     server_class = _server_class(entry_path) if entry_module else None
     requirements, pip_lines = _requirements(folder)
+    companions = _companions(folder)
+    companion_folders = [folder.parent.parent / ref for ref in companions]
+    runtime = runtime_requirements([folder, *companion_folders])
+    requirements += not_declared(runtime, [*requirements, *pip_lines])
     return NemoEnvironment(
         folder=folder,
         name=name,
@@ -109,7 +119,8 @@ def read_environment(folder: Path, known_siblings: set[str] | None = None) -> Ne
         requirements=requirements,
         pip_lines=pip_lines,
         siblings=_siblings(folder, known_siblings),
-        companions=_companions(folder),
+        companions=companions,
+        runtime_requirements=runtime,
     )
 
 
@@ -176,6 +187,8 @@ def _requirements(folder: Path) -> tuple[list[str], list[str]]:
             extras = _extras(line)
             if "dev" in extras:
                 requirements.extend(DEV_REQUIREMENTS)
+            if "sandbox" in extras:
+                requirements.extend(SANDBOX_REQUIREMENTS)
             continue
         try:
             requirements.append(str(Requirement(line)))
@@ -203,8 +216,39 @@ def _siblings(folder: Path, known: set[str] | None) -> list[str]:
     for path in folder.rglob("*.py"):
         if "__pycache__" in path.parts or ".venv" in path.parts:
             continue
-        found.update(_SIBLING.findall(path.read_text(encoding="utf-8", errors="replace")))
+        found.update(_code_references(path.read_text(encoding="utf-8", errors="replace")))
     found.discard(folder.name)
     if known is not None:
         found &= known
     return sorted(found)
+
+
+def _code_references(source: str) -> set[str]:
+    """The environments a module's code names: ``resources_servers.<x>`` imports, and ``resources_servers/<x>``
+    or ``resources_servers.<x>`` in string literals (paths read at run time, dynamic imports).
+
+    Comments and docstrings are prose: "see resources_servers/finance_agent_v2/tests/..." must not make the
+    other environment (and its requirements, a git URL there) part of the install. A file that does not parse
+    is read as text."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set(_SIBLING.findall(source))
+    prose = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            names = [node.value]
+        else:
+            continue
+        for name in names:
+            found.update(_SIBLING.findall(name))
+    return found

@@ -1,8 +1,8 @@
 """``ngym install nemo-gym:<name>`` / ``ngym install <NeMo Gym environment folder>``.
 
-The environment (and every sibling environment it imports that is not installed yet) is packaged by
-``ngym.nemo.package`` into ``<prefix>/share/ngym/nemo-gym/<name>`` and installed from there with pip into
-ngym's own interpreter, in one pip call so that pip resolves all their requirements together. A name already
+The environment (and every sibling environment it imports that is not installed yet, as code only: see
+``ngym.nemo.package``) is packaged by ``ngym.nemo.package`` into ``<prefix>/share/ngym/nemo-gym/<name>`` and
+installed from there with pip into ngym's own interpreter, in one pip call. A name already
 registered by another distribution is never overwritten silently: the user picks ``--as NAME`` or ``--replace``.
 """
 
@@ -46,7 +46,7 @@ class PipFailed(NgymError):
 class InstallResult:
     name: str  # the ngym name it is registered under
     environment: NemoEnvironment
-    installed: list[str]  # distributions pip installed (the environment and new siblings)
+    installed: list[str]  # distributions pip installed (the environment, then new siblings as code only)
 
 
 def is_nemo_source(text: str) -> bool:
@@ -98,17 +98,17 @@ def install_nemo_environment(
         name = as_name or env.name
         _check_clash(name, env, replace=replace, verbose=verbose, echo=echo)
 
-        envs = [env, *sibling_source.missing_closure(env)]
-        projects = [_fresh_project(e, ngym_name=name if e is env else None, version=version) for e in envs]
-        extra = [line for e in envs for line in e.pip_lines]
+        siblings = sibling_source.missing_closure(env)
+        projects = [fresh_project(env, ngym_name=name, version=version)]
+        projects += [fresh_project(s, version=version, code_only=True) for s in siblings]
         compat = _compat_source()
-        shown = env.name + (f" (+ {', '.join(e.name for e in envs[1:])})" if envs[1:] else "")
-        echo(f"ngym: installing {shown} with its requirements")
-        _pip(["install", *map(str, projects), *extra, *compat], verbose=verbose)
+        shown = f" (+ the code of {', '.join(s.name for s in siblings)})" if siblings else ""
+        echo(f"ngym: installing {env.name} with its requirements{shown}")
+        run_pip(["install", *map(str, projects), *env.pip_lines, *compat], verbose=verbose)
     reset_registry()
     domain = env.domain or "?"
     echo(f"ngym: installed {name} ({domain}) from {env.distribution}; try: ngym test {name} / ngym run {name}")
-    return InstallResult(name, env, [e.distribution for e in envs])
+    return InstallResult(name, env, [env.distribution, *(s.distribution for s in siblings)])
 
 
 def projects_dir() -> Path:
@@ -120,12 +120,13 @@ def projects_dir() -> Path:
     return Path(sys.prefix) / "share" / "ngym" / "nemo-gym"
 
 
-def _fresh_project(env: NemoEnvironment, *, ngym_name: str | None, version: str) -> Path:
+def fresh_project(env: NemoEnvironment, *, version: str, ngym_name: str | None = None, code_only: bool = False) -> Path:
+    """The generated project of ``env`` in ``projects_dir()``, written afresh."""
     import shutil
 
     dest = projects_dir() / env.name
     shutil.rmtree(dest, ignore_errors=True)
-    return build_project(env, dest, ngym_name=ngym_name, version=version)
+    return build_project(env, dest, ngym_name=ngym_name, version=version, code_only=code_only)
 
 
 class _SiblingSource:
@@ -157,13 +158,13 @@ class _SiblingSource:
         return nemo_wheel.extract_environment(name, self.scratch, self.wheel_path)
 
     def missing_closure(self, env: NemoEnvironment) -> list[NemoEnvironment]:
-        """Siblings (transitively) whose distribution is not installed yet."""
+        """Siblings (transitively) whose distribution is not installed yet (in full or as code only)."""
         names = self.names()
         found: dict[str, NemoEnvironment] = {}
         pending = list(env.siblings)
         while pending:
             sibling = pending.pop()
-            if sibling in found or sibling == env.name or _installed(_dist(sibling)):
+            if sibling in found or sibling == env.name or is_installed(_dist(sibling)):
                 continue
             found[sibling] = read_environment(self.folder(sibling), names)
             pending.extend(found[sibling].siblings)
@@ -174,7 +175,8 @@ def _dist(name: str) -> str:
     return distribution_name(name)
 
 
-def _installed(distribution: str) -> bool:
+def is_installed(distribution: str) -> bool:
+    """True when ``distribution`` is installed in this interpreter."""
     try:
         metadata.distribution(distribution)
     except metadata.PackageNotFoundError:
@@ -199,13 +201,13 @@ def _check_clash(name: str, env: NemoEnvironment, *, replace: bool, verbose: boo
             f"{name!r} is registered by {owner}, which has no distribution to uninstall; use --as NAME"
         )
     echo(f"ngym: uninstalling {other.distribution} (it registered {name!r})")
-    _pip(["uninstall", "--yes", other.distribution], verbose=verbose)
+    run_pip(["uninstall", "--yes", other.distribution], verbose=verbose)
 
 
 def _compat_source() -> list[str]:
     """The compat distribution from ngym's own source tree when it is not installed (a development checkout);
     otherwise pip takes it from the index by name (it is a dependency of every generated package)."""
-    if _installed(COMPAT_DISTRIBUTION):
+    if is_installed(COMPAT_DISTRIBUTION):
         return []
     import ngym
 
@@ -213,7 +215,7 @@ def _compat_source() -> list[str]:
     return [str(local)] if (local / "pyproject.toml").is_file() else []
 
 
-def _pip(args: list[str], *, verbose: bool) -> None:
+def run_pip(args: list[str], *, verbose: bool) -> None:
     """pip in ngym's interpreter: its output streamed with ``verbose``, else kept and shown only on failure."""
     command = [sys.executable, "-m", "pip", *args]
     if verbose:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ngym.config import load_yaml_files
+from ngym.config_tree import load_tree
 from ngym.errors import ConfigError
 
 MODEL_URLS_ENV = "NGYM_SERVER_URLS"
@@ -64,26 +64,51 @@ def export_model_urls(values: Iterable[str], environ: MutableMapping[str, str] |
 
 
 def export_model_instances(mapping: dict[str, str], environ: MutableMapping[str, str] | None = None) -> None:
-    """Name each ``--model-url`` server in ``NGYM_NEMO_GLOBAL_CONFIG`` too, in NeMo Gym's shape
-    (``NAME: {responses_api_models: {openai_model: {host, port, openai_base_url}}}``), unless the configs
-    already define it: environments look their judge up there (``get_first_server_config_dict``) before calling."""
+    """Place each ``--model-url`` server in ``NGYM_NEMO_GLOBAL_CONFIG`` too: environments look their judge up
+    there (``get_first_server_config_dict``, then ``host``/``port``) before calling. A name the configs define
+    keeps its fields with ``host``, ``port`` and any base-URL field pointed at the URL (NeMo Gym fills in the
+    host and port of every instance it starts; here the user said where it listens); an undefined name becomes
+    ``NAME: {responses_api_models: {openai_model: {host, port, openai_base_url}}}``."""
     environ = os.environ if environ is None else environ
     tree = json.loads(environ.get(GLOBAL_CONFIG_ENV) or "{}")
     for name, url in mapping.items():
-        if name in tree:
-            continue
         parsed = urlparse(url)
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        fields = {"host": parsed.hostname, "port": port, "openai_base_url": url}
-        tree[name] = {"responses_api_models": {"openai_model": fields}}
+        fields = _instance_fields(tree.get(name))
+        if fields is None:
+            tree[name] = {
+                "responses_api_models": {
+                    "openai_model": {"host": parsed.hostname, "port": port, "openai_base_url": url}
+                }
+            }
+            continue
+        fields.update(host=parsed.hostname, port=port)
+        fields.update({key: url for key in _BASE_URL_FIELDS if key in fields})
     if tree:
         environ[GLOBAL_CONFIG_ENV] = json.dumps(tree, default=str)
 
 
-def export_global_config(config_files: Iterable[Path], environ: MutableMapping[str, str] | None = None) -> None:
-    """Put the merged YAML trees of ``config_files`` in ``NGYM_NEMO_GLOBAL_CONFIG`` (nothing when none given)."""
-    merged: dict[str, Any] = {}
-    for _, tree in load_yaml_files(list(config_files)):
-        merged.update(tree)
-    if merged:
-        (os.environ if environ is None else environ)[GLOBAL_CONFIG_ENV] = json.dumps(merged, default=str)
+_BASE_URL_FIELDS = ("openai_base_url", "base_url", "url")
+
+
+def _instance_fields(node: Any) -> dict[str, Any] | None:
+    """The (mutable) fields mapping of an instance ``{type: {implementation: fields}}``, None when not one."""
+    for _ in range(2):
+        if not isinstance(node, dict) or len(node) != 1:
+            return None
+        node = next(iter(node.values()))
+    return node if isinstance(node, dict) else None
+
+
+def export_global_config(
+    config_files: Iterable[Path], environ: MutableMapping[str, str] | None = None, *, overrides: list[str] | None = None
+) -> None:
+    """Put the merged tree of ``config_files`` (NeMo Gym's: includes, ``overrides``, inheritance; ``${...}`` kept
+    as written, each server resolves what it reads, as NeMo Gym's do) in ``NGYM_NEMO_GLOBAL_CONFIG``; nothing
+    when no file is given."""
+    files = list(dict.fromkeys(config_files))
+    if not files:
+        return
+    tree = load_tree(files, overrides).plain()
+    if tree:
+        (os.environ if environ is None else environ)[GLOBAL_CONFIG_ENV] = json.dumps(tree, default=str)

@@ -135,19 +135,31 @@ def resources_server_fields(text: bytes | str) -> dict[str, Any] | None:
 
 
 #: An environment's files name the companion folders they read or import from NeMo Gym's root this way:
-#: ``benchmarks/<x>`` (judge configs, prompts, reference data; ``benchmarks.<x>`` when imported) and
-#: ``responses_api_agents.<x>`` (an agent's module a simulator-style environment imports).
-COMPANION_REFERENCE = re.compile(r"\b(benchmarks(?=[./])|responses_api_agents(?=\.))[./]([A-Za-z_][A-Za-z0-9_]*)")
+#: ``benchmarks/<x>`` (judge configs, prompts, reference data; ``benchmarks.<x>`` when imported),
+#: ``responses_api_agents.<x>`` (an agent's module a simulator-style environment imports),
+#: ``responses_api_models.<x>`` (a model server's config class its tests build) and
+#: ``environment_servers.<x>`` / ``environments.<x>`` (an episode server or preparation module its tests import);
+#: or a path joined from NeMo's root with pathlib (``root / "responses_api_agents" / "swe_agents"``: swe_rebench's
+#: Maven mirror).
+COMPANION_REFERENCE = re.compile(
+    r"\b(benchmarks(?=[./])|responses_api_agents(?=\.)|responses_api_models(?=[./])|environment_servers(?=\.)"
+    r"|environments(?=\.))[./]([A-Za-z_][A-Za-z0-9_]*)"
+    r"|\b(benchmarks|responses_api_agents|responses_api_models|environment_servers|environments)"
+    r"[\"']\s*/\s*[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']"
+)
 
 
 def referenced_companions(folder: Path) -> set[str]:
-    """Companion folders the environment's code or configs mention, as ``"benchmarks/<x>"`` and
-    ``"responses_api_agents/<x>"``."""
+    """Companion folders the environment's code or configs mention, as ``"benchmarks/<x>"``,
+    ``"responses_api_agents/<x>"``, ``"responses_api_models/<x>"``, ``"environment_servers/<x>"`` or
+    ``"environments/<x>"``."""
     found: set[str] = set()
     for path in folder.rglob("*"):
         if path.suffix in (".py", ".yaml", ".yml") and "__pycache__" not in path.parts:
             text = path.read_text(errors="replace")
-            found.update(f"{top}/{name}" for top, name in COMPANION_REFERENCE.findall(text))
+            for match in COMPANION_REFERENCE.finditer(text):
+                top, name = match.group(1, 2) if match.group(1) else match.group(3, 4)
+                found.add(f"{top}/{name}")
     return found
 
 

@@ -107,13 +107,14 @@ class ServerEntry:
                 return candidate
         return next((p for p in sorted((folder / "configs").glob("*.yaml")) if defines_resources_server(p)), None)
 
-    def config_fields(self, overrides: list[str] | None = None) -> dict[str, Any]:
+    def config_fields(self, overrides: list[str] | None = None, *, resolve: bool = True) -> dict[str, Any]:
         """The fields of the first resources-server instance in ``configs/<name>.yaml`` (empty when none),
-        after dotted ``overrides`` of the YAML tree (``inst.resources_servers.impl.port=9000``)."""
+        after dotted ``overrides`` of the YAML tree (``inst.resources_servers.impl.port=9000``); ``resolve=False``
+        keeps ``${...}`` as written."""
         config = self.config_file()
         if config is None:
             return {}
-        return environment_config_fields(config, overrides)
+        return environment_config_fields(config, overrides, resolve=resolve)
 
 
 class RegistrationError(PluginError):

@@ -71,6 +71,7 @@ def profile(
     from ngym.profiling.scenario import load_rows, resolve_scenario
     from ngym.profiling.sweep import run_sweep, user_steps, write_json, write_plot
     from ngym.profiling.target import resolve_target, resolve_url_target
+    from ngym.rollout.gymnasium import server_post_routes
 
     options.validate()
     say = progress or (lambda _line: None)
@@ -83,12 +84,13 @@ def profile(
         log = options.report_dir / "server.log" if options.report_dir is not None else None
         server = serve_environment(options.target, workers=options.workers, timeout=options.startup_timeout_s, log=log)
     rows = load_rows(data)  # bad data is an error before any server starts
-    scenario = resolve_scenario(name)
     if not is_url(options.target):
         say(f"ngym profile: starting {options.target} ({options.workers} worker(s)) on 127.0.0.1")
-    say(f"ngym profile: {len(rows)} rows from {data}; scenario {type(scenario).__name__}")
 
     with server as url:
+        # The scenario follows the protocol the server speaks (seed/verify, or Gymnasium's reset/step).
+        scenario = resolve_scenario(name, server_post_routes(url))
+        say(f"ngym profile: {len(rows)} rows from {data}; scenario {type(scenario).__name__}")
 
         def run_once(users: int, report_dir: Path | None, prefix: str) -> ProfileResult:
             spawn_rate = options.spawn_rate or float(users)

@@ -52,11 +52,11 @@ def _endpoint(entry: Any, duration_s: float) -> EndpointStats:
     )
 
 
-_ROUTE_ORDER = {"/seed_session": 0, "/verify": 2, "/close_session": 3}
+_ROUTE_ORDER = {"/seed_session": 0, "/reset": 0, "/verify": 2, "/close_session": 3, "/close": 3}
 
 
 def _rollout_order(entry: EndpointStats) -> tuple[int, str]:
-    """Endpoints in a rollout's order: seed, the tools (by name), verify, close."""
+    """Endpoints in a rollout's order: seed (or reset), the tools (by name; or step), verify, close."""
     return _ROUTE_ORDER.get(entry.name, 1), entry.name
 
 

@@ -4,7 +4,10 @@ A **scenario** performs one rollout for one row through a ``RolloutSession``. Th
 ``RecordedRolloutScenario``, replays the row's recorded rollout exactly as a NeMo Gym agent would send it:
 ``/seed_session`` with the row, each recorded ``function_call`` (in order, with its arguments), ``/verify``
 with the recorded response, then ``/close_session``. A row without a recorded response is seed → verify
-(with an empty response) → close. A plugin supplies its own scenario with the ``ngym_profile_scenario`` hook.
+(with an empty response) → close. A Gymnasium-style server (``/reset`` + ``/step``, no ``/seed_session``: NeMo
+Gym's ``GymnasiumServer``) gets ``GymnasiumScenario``: the recorded trajectory replayed turn by turn through
+``/reset`` and ``/step``, as NeMo Gym's ``gymnasium_agent`` sends it (``ngym.rollout.gymnasium``). A plugin
+supplies its own scenario with the ``ngym_profile_scenario`` hook.
 
 This module does not import Locust (which monkey-patches the process with gevent on import); the Locust
 user class that runs a scenario lives in ``ngym.profiling.user``.
@@ -13,6 +16,7 @@ user class that runs a scenario lives in ``ngym.profiling.user``.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -26,6 +30,7 @@ from ngym.examples import (
     recorded_tool_calls,
 )
 from ngym.plugins.manager import get_plugin_manager
+from ngym.rollout.gymnasium import Recording, drive, episode, is_gymnasium_style
 
 #: The response sent to /verify for a row that has no recorded rollout: a valid Responses object, no output.
 EMPTY_RESPONSE: dict[str, Any] = {
@@ -88,6 +93,16 @@ class RecordedRolloutScenario:
         return verified
 
 
+class GymnasiumScenario:
+    """A Gymnasium-style server: /reset with the row, /step with each recorded model turn until the episode
+    ends, /close when the server advertises it. The rollout's reward is the sum of the steps' rewards."""
+
+    def run(self, session: RolloutSession, row: dict[str, Any]) -> dict[str, Any] | None:
+        data = dataset_row(row)
+        result = drive(episode(data), session.post, Recording(row.get("response"), EMPTY_RESPONSE))
+        return {"reward": result.reward, "terminated": result.terminated, "truncated": result.truncated}
+
+
 def load_rows(path: Path) -> list[dict[str, Any]]:
     """Read a JSONL file of dataset rows or example rollouts (row + ``response`` + ``reward``)."""
     rows = read_example_rollouts(path)
@@ -106,8 +121,10 @@ def data_file_in(folder: Path) -> Path | None:
     return example_file(folder, EXAMPLE_ROLLOUTS) or example_file(folder, EXAMPLE_ROWS)
 
 
-def resolve_scenario(name: str | None) -> Scenario:
-    """The scenario a plugin supplies for environment ``name`` (hook ``ngym_profile_scenario``), else the default."""
+def resolve_scenario(name: str | None, post_routes: Iterable[str] | None = None) -> Scenario:
+    """The scenario a plugin supplies for environment ``name`` (hook ``ngym_profile_scenario``), else the one
+    its protocol needs: ``GymnasiumScenario`` when the server's ``post_routes`` are ``/reset`` + ``/step``
+    without ``/seed_session``, else ``RecordedRolloutScenario``."""
     if name:
         supplied = get_plugin_manager().hook.ngym_profile_scenario(name=name)
         if isinstance(supplied, type):  # a scenario class: one instance serves every user
@@ -116,4 +133,6 @@ def resolve_scenario(name: str | None) -> Scenario:
             if not isinstance(supplied, Scenario):
                 raise ConfigError(f"the ngym_profile_scenario of {name!r} returned {supplied!r}: it has no run()")
             return supplied
+    if post_routes is not None and is_gymnasium_style(post_routes):
+        return GymnasiumScenario()
     return RecordedRolloutScenario()

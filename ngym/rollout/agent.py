@@ -22,6 +22,7 @@ import httpx
 
 from ngym.examples import dataset_row
 from ngym.rollout.errors import RolloutError
+from ngym.rollout.gymnasium import ModelRequest, drive_async, episode
 from ngym.rollout.model_client import ModelClient
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
@@ -193,3 +194,34 @@ async def run_rollout(
     info.seconds = time.monotonic() - started
     # The row as given (not the server's normalised echo), then what verify added (reward, metrics).
     return {**verified, **row, "response": trajectory, **indices, ROLLOUT_INFO_KEY: info.as_dict()}
+
+
+async def run_episode(
+    env: EnvSession,
+    model: ModelClient,
+    row: dict[str, Any],
+    *,
+    task_index: int,
+    rollout_index: int,
+    max_steps: int | None = None,
+) -> dict[str, Any]:
+    """One episode of a Gymnasium-style environment (``/reset`` → model → ``/step`` …), as NeMo Gym's
+    ``gymnasium_agent`` runs it (``ngym.rollout.gymnasium``); the result line has the same shape as
+    ``run_rollout``'s, its ``reward`` the sum of the steps' rewards, plus ``terminated``/``truncated``."""
+    started = time.monotonic()
+    info = RolloutInfo()
+    row = dataset_row(row)
+    indices = {TASK_INDEX_KEY: task_index, ROLLOUT_INDEX_KEY: rollout_index}
+    if "input" not in (row.get("responses_create_params") or {}):
+        raise RolloutError(f"row {task_index} has no responses_create_params.input")
+
+    async def model_turn(request: ModelRequest) -> dict[str, Any]:
+        reply = await model.create(request.params, request.input)
+        info.model_calls += 1
+        info.model_retries += reply.retries
+        return reply.response
+
+    result = await drive_async(episode({**row, **indices}, max_steps=max_steps), env.call, model_turn)
+    info.stop_reason = "terminated" if result.terminated else "truncated"
+    info.seconds = time.monotonic() - started
+    return {**result.as_verify_response(row), **indices, ROLLOUT_INFO_KEY: info.as_dict()}

@@ -2,10 +2,11 @@
 
 ``POST /v1/responses`` is matched to its dataset row by the row's input messages (role + text of each
 item: the request's input starts with them; the rest is the agent's trajectory so far). The reply is the
-row's next recorded model turn, chosen by how many tool outputs the input already holds:
+row's next recorded model turn, chosen by how many environment items (tool outputs; a Gymnasium-style
+environment's observations, as user messages) the input already holds:
 
 - a row with a recorded ``response`` (``data/example_rollouts.jsonl``) replays its output turn by turn —
-  each run of ``function_call``s (with any reasoning/message items before them), then the final message;
+  each run of model items between the environment's items, then the final message;
 - a row with only ``ground_truth`` calls (``[{"name", "arguments"}]``) asks for them one at a time, then
   says "Done.".
 
@@ -29,6 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ngym.examples import read_jsonl
+from ngym.rollout.gymnasium import is_env_item
 from ngym.rollout.scripted_judge import ScriptedJudge
 from ngym.targets import resolve
 
@@ -62,8 +64,13 @@ def _canonical(item: Any) -> Any:
     return [str(kind)]
 
 
+def index_key_items(items: Iterable[Any]) -> list[Any]:
+    """Input items as the replay model compares them (role and text; ids and content-part shapes ignored)."""
+    return [_canonical(i) for i in items]
+
+
 def input_key(items: Iterable[Any]) -> str:
-    blob = json.dumps([_canonical(i) for i in items], sort_keys=True, ensure_ascii=False)
+    blob = json.dumps(index_key_items(items), sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -74,7 +81,8 @@ class ReplayPlan:
     turns: list[list[dict[str, Any]]]
     source: str
     row_index: int
-    tool_outputs_before: list[int] = field(default_factory=list)  # tool outputs preceding each turn
+    #: environment items (tool outputs; observations, as user messages) preceding each turn
+    tool_outputs_before: list[int] = field(default_factory=list)
 
     def next_turn(self, tool_outputs_seen: int) -> list[dict[str, Any]]:
         for turn, before in zip(self.turns, self.tool_outputs_before, strict=True):
@@ -107,7 +115,7 @@ def plan_for(row: dict[str, Any], row_index: int) -> ReplayPlan | None:
         for item in response["output"]:
             if not isinstance(item, dict):
                 continue
-            if item.get("type") == "function_call_output":
+            if is_env_item(item):  # a tool's output, or an observation (a Gymnasium-style environment's user message)
                 if current:
                     turns.append(current)
                     current = []
@@ -178,6 +186,16 @@ class ReplayIndex:
         return None
 
 
+def environment_items_seen(trajectory: list[Any]) -> int:
+    """How many environment items (tool outputs, observations) the agent's trajectory holds after the model's
+    first turn: that many were recorded before the turn to give next. (A Gymnasium environment's opening
+    observation comes before any model item; the recording keeps it in the input, not in the output.)"""
+    first = next((n for n, item in enumerate(trajectory) if isinstance(item, dict) and not is_env_item(item)), None)
+    if first is None:
+        return 0
+    return sum(1 for item in trajectory[first:] if is_env_item(item))
+
+
 def input_items(row: dict[str, Any]) -> list[Any]:
     """A dataset row's input items, as the replay model matches them."""
     return _as_items((row.get("responses_create_params") or {}).get("input"))
@@ -222,11 +240,12 @@ def create_replay_app(rows: Iterable[dict[str, Any]] = (), judge: ScriptedJudge 
                 return _error(
                     400,
                     "the replay model has no recording for this input: it replays only the rows it was given "
-                    "(recorded responses or ground-truth calls; ngym rollout --replay-data FILE adds some)",
+                    "(recorded responses or ground-truth calls; ngym rollout --replay-data FILE adds some); for a "
+                    "Gymnasium-style environment the input includes reset's observation, which must be the recorded "
+                    "one (an environment that deals at random cannot be replayed)",
                 )
             plan, trajectory = found
-            seen = sum(1 for i in trajectory if isinstance(i, dict) and i.get("type") == "function_call_output")
-            output = plan.next_turn(seen)
+            output = plan.next_turn(environment_items_seen(trajectory))
         return {
             "id": f"resp_{uuid.uuid4().hex}",
             "object": "response",

@@ -26,10 +26,17 @@ import httpx
 from ngym.child_server import serve_environment
 from ngym.errors import ConfigError
 from ngym.examples import read_jsonl
-from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_rollout
+from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_episode, run_rollout
 from ngym.rollout.errors import RolloutError
+from ngym.rollout.gymnasium import is_gymnasium_style, server_post_routes
 from ngym.rollout.model_client import ModelClient
-from ngym.rollout.replay_model import ReplayIndex, create_replay_app, example_rollouts_of, input_items
+from ngym.rollout.replay_model import (
+    ReplayIndex,
+    create_replay_app,
+    example_rollouts_of,
+    index_key_items,
+    input_items,
+)
 from ngym.rollout.replay_model import read_rows as read_replay_rows
 from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
@@ -199,6 +206,13 @@ def check_replayable(rows: list[dict[str, Any]], replay_rows: list[dict[str, Any
     index.add_rows(replay_rows)
     if not rows or any(index.match(input_items(row)) is not None for row in rows):
         return
+    # A Gymnasium-style environment's recording starts with the row's input followed by reset's observation,
+    # which the agent only sees once it runs: such a row may still be answered (when reset observes the same).
+    recorded = [index_key_items(input_items(row)) for row in replay_rows if isinstance(row.get("response"), dict)]
+    for row in rows:
+        given = index_key_items(input_items(row))
+        if any(len(items) > len(given) and items[: len(given)] == given for items in recorded):
+            return
     looked = ", ".join(str(p) for p in recordings) or "no example_rollouts.jsonl beside --data"
     raise ConfigError(
         f"the replay model has no recording for any row of --data (it replays recorded responses or ground-truth "
@@ -244,6 +258,9 @@ async def _run(
     )
     if not any((row.get("responses_create_params") or {}).get("model") for row in rows):
         await model.resolve_model()
+    # seed → tools → verify, or a Gymnasium-style server's reset → step… (told apart by its routes)
+    routes = await asyncio.to_thread(server_post_routes, env_url, options.timeout)
+    one_rollout = run_episode if routes is not None and is_gymnasium_style(routes) else run_rollout
 
     existing = read_results(options.output) if options.resume else []
     done_keys = {(r.get(TASK_INDEX_KEY), r.get(ROLLOUT_INDEX_KEY)) for r in existing}
@@ -265,7 +282,7 @@ async def _run(
             async def one(task_index: int, rollout_index: int) -> None:
                 async with semaphore:
                     try:
-                        result = await run_rollout(
+                        result = await one_rollout(
                             EnvSession(http, env_url),
                             model,
                             rows[task_index],

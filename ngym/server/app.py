@@ -10,6 +10,8 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from fastapi import FastAPI
 
 from ngym.errors import ConfigError, PluginError
 from ngym.plugins import manager as plugin_manager
+from ngym.server.middleware import raise_server_exceptions
 from ngym.server.resources import SimpleResourcesServer
 from ngym.server.rules import validate_server_class
 
@@ -62,8 +65,13 @@ def load_server_class(target: str) -> type[SimpleResourcesServer]:
         if not path.is_file():
             raise ConfigError(f"entrypoint file not found: {path}")
         module_name, root = _module_name_for_file(path)
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
+        # NeMo Gym runs app.py as a script from a checkout it is installed from (editable): the file's folder
+        # and the folder holding resources_servers/ are importable (`from utils import ...`,
+        # `from resources_servers.<name>.app import ...`)
+        repository = [path.parent.parent.parent] if path.parent.parent.name == "resources_servers" else []
+        for folder in reversed([root, path.parent, *repository]):
+            if str(folder) not in sys.path:
+                sys.path.insert(0, str(folder))
     else:
         module_name, _, class_name = target.partition(":")
     try:
@@ -105,6 +113,9 @@ def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> Fas
     ``app_plugins=False`` skips the plugins (for callers that know none implements the hook).
     """
     app = server.setup_webserver()
+    # A served app answers an exception as HTTP 500 with repr(exc), whatever its bare app does (NeMo Gym's
+    # run_webserver adds its exception middleware at this point too).
+    raise_server_exceptions(app, False)
     if app_plugins:
         plugin_manager.get_plugin_manager().hook.ngym_extend_app(app=app, server=server)
     put_tool_routes_first(app)
@@ -133,6 +144,42 @@ def put_tool_routes_first(app: FastAPI) -> None:
         return 1 if path in standard or "{" in path else 0
 
     app.router.routes.sort(key=rank)  # stable: keeps each group's own order
+
+
+#: A target module may name the directory its server runs in (the serving process changes into it first).
+#: ``ngym install``'s shim for a NeMo Gym environment sets it to the environment's folder: NeMo Gym starts each
+#: server from inside its folder, and their configs name files relative to it (``prompt_templates/x.txt``).
+WORKING_DIRECTORY_ATTRIBUTE = "NGYM_WORKING_DIRECTORY"
+
+
+def working_directory(target: str) -> str | None:
+    """The directory the target's module (a ``module:Class`` target; imported here if need be) asks its server
+    to run in, if any. A module that fails to import has none: loading the class reports that failure."""
+    module_name = target.partition(":")[0]
+    if module_name.endswith(".py") or "/" in module_name:
+        return None
+    try:
+        module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    except Exception:
+        return None
+    directory = getattr(module, WORKING_DIRECTORY_ATTRIBUTE, None)
+    return str(directory) if directory else None
+
+
+@contextmanager
+def in_working_directory(target: str) -> Iterator[None]:
+    """Run the block inside the target's working directory (``working_directory``), then return to where this
+    process was: for in-process serving (``ngym validate``, ``ngym.testing``), which must not move its caller."""
+    directory = working_directory(target)
+    if directory is None:
+        yield
+        return
+    previous = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 def create_app(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None) -> FastAPI:

@@ -25,7 +25,7 @@ from uvicorn.supervisors import Multiprocess
 from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
 from ngym.server import http_protocol
-from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class
+from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.base import CLASS_OVERRIDES_ENV
 from ngym.server.resources import SimpleResourcesServer
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
@@ -133,16 +133,9 @@ def serve_one(
     _graceful_server(config).run(sockets=[sock])
 
 
-#: A target module may name the directory its server runs in (the serving process changes into it first).
-#: ``ngym install``'s shim for a NeMo Gym environment sets it to the environment's folder: NeMo Gym starts each
-#: server from inside its folder, and their configs name files relative to it (``prompt_templates/x.txt``).
-WORKING_DIRECTORY_ATTRIBUTE = "NGYM_WORKING_DIRECTORY"
-
-
 def enter_working_directory(target: str) -> None:
     """Change into the directory the target's module asks for, if any (this serving process only)."""
-    module = sys.modules.get(target.partition(":")[0])
-    directory = getattr(module, WORKING_DIRECTORY_ATTRIBUTE, None)
+    directory = working_directory(target)
     if directory:
         os.chdir(directory)
 

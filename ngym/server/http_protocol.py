@@ -11,6 +11,9 @@ what is bounded is how much a client can make the server buffer). The body is th
 The settings travel on the ``uvicorn.Config`` object (attributes ``ngym_header_timeout`` and
 ``ngym_max_header_bytes``), because uvicorn builds one protocol per connection from its config, in worker
 processes too.
+
+The protocol also puts in the scope the size of a request body that arrived whole with its headers, before the
+app runs (``ngym.server.request_limits.BODY_BYTES_KEY``): the body limits have nothing left to do for it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ngym.server.request_limits import DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
+from ngym.server.request_limits import BODY_BYTES_KEY, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
 
 log = logging.getLogger("ngym.server")
 
@@ -34,8 +37,13 @@ _TOO_LARGE = (
 class HeaderDeadline:
     """Mixin for uvicorn's protocol classes (``HttpToolsProtocol``, ``H11Protocol``).
 
-    A timer runs while the connection waits for a request's headers: armed when the connection opens and
-    after each response; disarmed once a request starts (the protocol makes a new ``cycle``).
+    The connection waits for a request's headers from when it opens and after each response (armed), until a
+    request starts (the protocol makes a new ``cycle``, whose response is not complete: disarmed). Arming sets a
+    deadline; one timer per connection checks it. The timer is made when the connection opens and moved on only
+    when it fires before the deadline, so a busy keep-alive connection (a request every few milliseconds) makes
+    no timer per request. Arming and disarming run on every request, so they are written out inline rather than
+    as helper calls, and hold no reference to a finished request (its objects are freed as soon as uvicorn
+    lets go of them).
     """
 
     cycle: Any
@@ -49,32 +57,34 @@ class HeaderDeadline:
         # base is object, hence the ignore on the cooperative call into uvicorn's protocol.
         super().connection_made(transport)  # type: ignore[misc]
         self._ngym_timer: asyncio.TimerHandle | None = None
+        self._ngym_seconds = getattr(self.config, "ngym_header_timeout", DEFAULT_HEADER_TIMEOUT_SECONDS)
+        self._ngym_max_bytes = getattr(self.config, "ngym_max_header_bytes", DEFAULT_MAX_HEADER_BYTES)
         self._arm()
 
     def _arm(self) -> None:
-        self._ngym_waiting_cycle = self.cycle
         self._ngym_header_bytes = 0
-        seconds = getattr(self.config, "ngym_header_timeout", DEFAULT_HEADER_TIMEOUT_SECONDS)
-        self._ngym_timer = self.loop.call_later(seconds, self._header_timed_out)
-
-    def _disarm(self) -> None:
-        if self._ngym_timer is not None:
-            self._ngym_timer.cancel()
-            self._ngym_timer = None
-
-    def _waiting_for_headers(self) -> bool:
-        return self._ngym_timer is not None and self.cycle is self._ngym_waiting_cycle
+        self._ngym_deadline = self.loop.time() + self._ngym_seconds
+        self._ngym_armed = True
+        if self._ngym_timer is None:
+            self._ngym_timer = self.loop.call_at(self._ngym_deadline, self._header_timed_out)
 
     def data_received(self, data: bytes) -> None:
-        if self._ngym_timer is not None:
-            self._ngym_header_bytes += len(data)
-        super().data_received(data)  # type: ignore[misc]
-        if self._ngym_timer is None:
+        if not self._ngym_armed:  # a request's body, or a pipelined request behind one in progress
+            super().data_received(data)  # type: ignore[misc]
             return
-        if not self._waiting_for_headers():  # a request started: its headers are complete
-            self._disarm()
-        elif self._ngym_header_bytes > getattr(self.config, "ngym_max_header_bytes", DEFAULT_MAX_HEADER_BYTES):
-            self._disarm()
+        self._ngym_header_bytes += len(data)
+        super().data_received(data)  # type: ignore[misc]
+        if not self._ngym_armed:
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:  # a request started: its headers are complete
+            self._ngym_armed = False  # the timer stays: it finds nothing to do, or the next deadline to wait for
+            if not cycle.more_body:
+                # Its whole body came with its headers, and its app has not run yet (it starts after this call),
+                # so all of the body is still in the cycle: nothing is left for the body limits to bound.
+                cycle.scope[BODY_BYTES_KEY] = len(cycle.body)
+        elif self._ngym_header_bytes > self._ngym_max_bytes:
+            self._ngym_armed = False
             log.info("%s: request headers over %d bytes; answered 431", _peer(self.client), self._ngym_header_bytes)
             if not self.transport.is_closing():
                 self.transport.write(_TOO_LARGE)
@@ -82,20 +92,35 @@ class HeaderDeadline:
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
-        self._disarm()
-        if not self.transport.is_closing() and self._idle():  # not when a pipelined request is starting
-            self._arm()
+        cycle = self.cycle
+        # Armed again unless closing or a pipelined request is starting (its headers are in).
+        if (cycle is None or cycle.response_complete) and not self.transport.is_closing():
+            self._ngym_header_bytes = 0
+            self._ngym_deadline = self.loop.time() + self._ngym_seconds
+            self._ngym_armed = True
+            if self._ngym_timer is None:
+                self._ngym_timer = self.loop.call_at(self._ngym_deadline, self._header_timed_out)
+        else:
+            self._ngym_armed = False
 
     def _idle(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._ngym_armed = False
+        if self._ngym_timer is not None:
+            self._ngym_timer.cancel()
+            self._ngym_timer = None
         super().connection_lost(exc)  # type: ignore[misc]
 
     def _header_timed_out(self) -> None:
         self._ngym_timer = None
-        if self.cycle is not self._ngym_waiting_cycle or not self._idle() or self.transport.is_closing():
+        if not self._ngym_armed:
+            return  # a request is in progress: the next response arms again (and makes the timer)
+        if self.loop.time() < self._ngym_deadline:  # armed again since this timer was set: wait for that deadline
+            self._ngym_timer = self.loop.call_at(self._ngym_deadline, self._header_timed_out)
+            return
+        if not self._idle() or self.transport.is_closing():
             return  # a request is in progress
         log.info("%s: no complete request headers in time; connection closed", _peer(self.client))
         self.transport.close()

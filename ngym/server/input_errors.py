@@ -1,9 +1,10 @@
 """Malformed input becomes a clear 4xx, never a 500: one JSON parser for every route, and bounded 422 bodies.
 
-- ``parse_json``: pydantic-core's parser (the one ``model_validate_json`` uses), which rejects what the
-  standard library lets through into the app: a lone surrogate escape (``"\\ud800"`` is valid JSON syntax but
-  not text; echoing it back crashed the response encoder) and nesting deeper than 200 levels (``json.loads``
-  raises ``RecursionError`` at ~1000, an exception nothing maps to a 4xx).
+- ``parse_json``: pydantic-core's parser (the one ``model_validate_json`` uses), which rejects nesting deeper
+  than 200 levels (``json.loads`` raises ``RecursionError`` at ~1000, an exception nothing maps to a 4xx). A lone
+  surrogate escape (``"\\ud800"``: valid JSON syntax, not text) becomes U+FFFD, as a lenient UTF-16 decoder
+  would: the body is model output relayed by the client, NeMo Gym accepts it, and a rollout must not be lost
+  to one broken character (nor may the echo of it crash the response encoder, which it did when let through).
 - ``StrictJSONRoute``: the app's route class, so FastAPI parses every body (tools, verify) with it; a body
   it rejects is FastAPI's usual 422 ``json_invalid``. (Routes an environment adds on its own ``APIRouter``
   need ``APIRouter(route_class=StrictJSONRoute)`` to get it.)
@@ -37,17 +38,31 @@ MAX_ERRORS = 50
 _WHERE = re.compile(r"at line (\d+) column (\d+)")
 
 
+#: An escaped backslash (skipped), a valid surrogate pair (kept), or a lone surrogate escape (replaced).
+_SURROGATE_ESCAPE = re.compile(
+    rb"(\\\\)|(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+)
+
+
+def _replace_lone_surrogates(raw: bytes) -> bytes:
+    return _SURROGATE_ESCAPE.sub(lambda m: m.group(1) or m.group(2) or rb"\ufffd", raw)
+
+
 def parse_json(raw: bytes | str) -> Any:
-    """Parse a request body; ``json.JSONDecodeError`` (a ``ValueError``) with a readable message if it is not
-    JSON, holds a lone surrogate, or nests too deep."""
+    """Parse a request body (lone surrogate escapes read as U+FFFD); ``json.JSONDecodeError`` (a ``ValueError``)
+    with a readable message if it is not JSON or nests too deep."""
     try:
         return pydantic_core.from_json(raw)
     except ValueError as exc:
         message = str(exc)
+        if "surrogate" in message or "hex escape" in message:
+            # the rare path: only a body pydantic-core refused is scanned for lone surrogates
+            data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+            repaired = _replace_lone_surrogates(data)
+            if repaired != data:
+                return parse_json(repaired)
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         reason = _WHERE.sub("", message).strip()
-        if "escape" in reason:  # what pydantic-core says of a lone surrogate ("\ud800") too
-            reason += " (a \\u escape must be valid Unicode: no lone surrogates)"
         raise json.JSONDecodeError(reason, text, _offset(text, message)) from None
 
 
@@ -77,7 +92,10 @@ class StrictJSONRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def strict(request: Request) -> Response:
-            return await handler(StrictJSONRequest(request.scope, request.receive, request._send))
+            # The request FastAPI made, re-classed rather than copied: no second Request per call, and what
+            # FastAPI's own exception handling holds is this same object.
+            request.__class__ = StrictJSONRequest
+            return await handler(request)
 
         return strict
 

@@ -1,11 +1,14 @@
 """``/aggregate_metrics``: summary statistics of verify responses, per task and overall (NeMo Gym's keys).
 
-Every numeric or boolean top-level field of a verify response (``reward``, ``accuracy``, ...) gets
+Every numeric or boolean top-level field of a verify response (``reward``, ``accuracy``, ...; not the ``_``-prefixed
+bookkeeping keys such as ``_ng_task_index``, as in NeMo Gym) gets
 ``mean/<field>``, ``max/<field>``, ``min/<field>``, ``median/<field>`` and ``std/<field>`` (sample standard
 deviation; 0 for a single value). Tasks are grouped by ``_ng_task_index``; ``pass@k/<field>`` is added for
 binary fields (the unbiased estimator over each task's rollouts), as NeMo Gym's pass@k does. Masked samples
 (``mask_sample``) are left out and counted in ``coverage/*``; an environment adds its own metrics and picks its
-key metrics with the ``compute_metrics`` / ``get_key_metrics`` hooks (NeMo Gym's names).
+key metrics with the ``compute_metrics`` / ``get_key_metrics`` hooks (NeMo Gym's names). With several repeats
+(``_ng_rollout_index``), ``repeat_level_metrics`` and the across-repeat summaries come from
+``ngym.server.repeat_metrics`` (with the ``compute_repeat_metrics`` hook).
 """
 
 from __future__ import annotations
@@ -17,15 +20,24 @@ from collections.abc import Callable
 from typing import Any
 
 from ngym.server.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, AggregateMetrics
-
-_INDEX_KEYS = {TASK_INDEX_KEY, ROLLOUT_INDEX_KEY}
+from ngym.server.repeat_metrics import (
+    ACROSS_REPEATS_MARKER,
+    ComputeRepeatMetrics,
+    across_repeats,
+    add_custom_repeat_metrics,
+    repeat_level_metrics,
+)
 
 
 def numeric_fields(verify_response: dict[str, Any]) -> dict[str, float]:
-    """The top-level numbers and booleans of one verify response (booleans as 0/1), minus index keys."""
+    """The top-level numbers and booleans of one verify response (booleans as 0/1), minus private keys.
+
+    A key starting with ``_`` is bookkeeping, not a measurement (``_ng_task_index``, ``_ng_group_attempt``,
+    ``_ng_attempt_index``, ...): NeMo Gym 0.7.0 leaves those out of its metrics too.
+    """
     fields: dict[str, float] = {}
     for key, value in verify_response.items():
-        if key in _INDEX_KEYS:
+        if key.startswith("_"):
             continue
         if isinstance(value, bool) or isinstance(value, int | float) and math.isfinite(value):
             fields[key] = float(value)
@@ -74,8 +86,12 @@ GetKeyMetrics = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def default_key_metrics(agent_metrics: dict[str, Any], key_fields: tuple[str, ...] = ("reward",)) -> dict[str, Any]:
-    """Every statistic of the key fields (``mean/reward``, ``pass@4/reward``, ...)."""
-    return {name: value for name, value in agent_metrics.items() if name.split("/")[-1] in key_fields}
+    """Every statistic of the key fields (``mean/reward``, ``pass@4/reward``, ...), not their across-repeat spread."""
+    return {
+        name: value
+        for name, value in agent_metrics.items()
+        if name.split("/")[-1] in key_fields and ACROSS_REPEATS_MARKER not in name
+    }
 
 
 def group_by_task(verify_responses: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -106,13 +122,17 @@ def aggregate_metrics(
     key_fields: tuple[str, ...] = ("reward",),
     compute_metrics_fn: ComputeMetrics | None = None,
     get_key_metrics_fn: GetKeyMetrics | None = None,
+    compute_repeat_metrics_fn: ComputeRepeatMetrics | None = None,
 ) -> AggregateMetrics:
-    """Group-level (per task), agent-level (overall) and key metrics of a batch of verify responses.
+    """Group-level (per task), agent-level (overall), key and repeat-level metrics of a batch of verify responses.
 
     A masked sample (``mask_sample: true``: its reward measures a failed judge or environment, not the policy)
     is left out of every quality metric and counted in ``coverage/*`` instead, as NeMo Gym 0.7.0 does.
     ``compute_metrics_fn`` gets the scored responses grouped by task and its dict is merged into the agent
     metrics; ``get_key_metrics_fn`` picks the key metrics from them (default: the statistics of ``key_fields``).
+    With more than one repeat, ``repeat_level_metrics`` has a row per repeat, the agent metrics the spread across
+    repeats, and ``compute_repeat_metrics_fn`` (run per repeat, grouped by task) adds its own numbers to both,
+    in that order and with those rules as NeMo Gym 0.7.0's ``compute_aggregate_metrics``.
     """
     scored = [r for r in verify_responses if not r.get(MASK_SAMPLE_KEY)]
     covered = coverage(verify_responses, scored)
@@ -137,8 +157,11 @@ def aggregate_metrics(
             agent[f"{name}/{field}"] = value
     agent["num_rollouts"] = len(all_rows)
     agent["num_tasks"] = len(by_task)
+    repeat_rows = repeat_level_metrics(scored)
+    agent.update(across_repeats(repeat_rows))
     agent.update(covered)
 
+    custom: dict[str, Any] = {}
     if compute_metrics_fn is not None and scored:
         custom = dict(compute_metrics_fn(group_by_task(scored)))
         per_task_metrics = custom.pop("per_task_metrics", None) or []
@@ -148,7 +171,13 @@ def aggregate_metrics(
             if extra:
                 group.update({k: v for k, v in extra.items() if k != TASK_INDEX_KEY})
         agent.update(custom)
+    agent["num_repeats"] = len({r.get(ROLLOUT_INDEX_KEY, 0) for r in verify_responses})
 
     key = get_key_metrics_fn(agent) if get_key_metrics_fn is not None else default_key_metrics(agent, key_fields)
     key = {**key, **covered}
-    return AggregateMetrics(group_level_metrics=group_level, agent_metrics=agent, key_metrics=key)
+    # After the key metrics, as NeMo Gym does: the hook's across-repeat numbers are not headline numbers.
+    if compute_repeat_metrics_fn is not None:
+        add_custom_repeat_metrics(scored, repeat_rows, agent, custom, compute_repeat_metrics_fn, group_by_task)
+    return AggregateMetrics(
+        group_level_metrics=group_level, agent_metrics=agent, key_metrics=key, repeat_level_metrics=repeat_rows
+    )

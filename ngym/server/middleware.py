@@ -4,7 +4,8 @@ In order, for each HTTP request: strip a ``/ng-rollout/<rollout id>/`` tracing p
 its session (signed cookie → id, and the record for requests that may touch state); run the app; write
 the session back and set its cookie on the response (NeMo Gym agents copy ``Set-Cookie`` from every
 response onto the next request); turn any exception that escaped the app into HTTP 500 whose body is
-the JSON string of ``repr(exc)``, logged with its traceback, so the server keeps serving; and close the
+the JSON string of ``repr(exc)``, logged with its traceback, so the server keeps serving (unless the app asks
+for its exceptions to propagate: ``raise_server_exceptions``); and close the
 session afterwards when the route asked for it (``/verify``). A session store that fails (``SessionStoreError``,
 e.g. Redis down) or is full is HTTP 503 with a JSON ``detail`` and ``Retry-After``, never a bare 500.
 
@@ -57,6 +58,26 @@ async def _send_unavailable(send: Send, detail: str, extra_headers: list[tuple[b
     await send({"type": "http.response.body", "body": body})
 
 
+#: ``app.state`` attribute: when true, an exception escaping the app propagates instead of becoming HTTP 500.
+RAISE_SERVER_EXCEPTIONS = "ngym_raise_server_exceptions"
+
+
+def raise_server_exceptions(app: Any, on: bool) -> None:
+    """Let exceptions escape ``app`` (``on``) or answer them as HTTP 500 with ``repr(exc)`` (ngym's default).
+
+    NeMo Gym's bare app (``setup_webserver()``) has no exception middleware: NeMo adds it only when it serves
+    (``run_webserver``), so an environment's own tests expect an error to reach them through Starlette's
+    ``TestClient`` or httpx's ``ASGITransport``. The compat layer turns this on for such apps; every app ngym
+    serves (``ngym.server.app.build_app``) turns it off again.
+    """
+    setattr(app.state, RAISE_SERVER_EXCEPTIONS, on)
+
+
+def _raises(scope: Scope) -> bool:
+    state = getattr(scope.get("app"), "state", None)  # Starlette puts the app in the scope before its middleware
+    return bool(getattr(state, RAISE_SERVER_EXCEPTIONS, False))
+
+
 def _cookie_header(scope: Scope) -> bytes | None:
     for key, value in scope["headers"]:
         if key == b"cookie":
@@ -87,8 +108,10 @@ class NgymMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, _short_startup_failure(send) if scope["type"] == "lifespan" else send)
             return
-        strip_rollout_prefix(scope)
-        if scope["method"] in _STATELESS_METHODS and scope["path"] in _SESSIONLESS_PATHS:
+        if scope["path"].startswith(ROLLOUT_PREFIX):
+            strip_rollout_prefix(scope)
+        stateless = scope["method"] in _STATELESS_METHODS
+        if stateless and scope["path"] in _SESSIONLESS_PATHS:
             try:
                 await self.app(scope, receive, send)
             except SessionStoreError as exc:  # /health counts live sessions: a dead store is "not ready", 503
@@ -98,7 +121,7 @@ class NgymMiddleware:
         sessions = self.sessions
         store_shares_objects = sessions.store.shares_objects
         try:
-            session = await sessions.bind(_cookie_header(scope), load=scope["method"] not in _STATELESS_METHODS)
+            session = await sessions.bind(_cookie_header(scope), load=not stateless)
         except SessionStoreError as exc:
             log.warning("%s %s: %s", scope["method"], scope["path"], exc)
             await _send_unavailable(send, f"session store unavailable: {exc}", [])
@@ -113,17 +136,21 @@ class NgymMiddleware:
         async def send_with_session(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
-                # Ported code may switch sessions by assigning request.session["session_id"].
+                # Ported code may switch sessions by assigning request.session["session_id"], or end one by
+                # popping it (NeMo Gym's swebench_pro does on close): then the rollout's state is freed after
+                # the response, as after /verify.
                 if compat.get(SESSION_ID_KEY) != session.id:
-                    session.id = str(compat[SESSION_ID_KEY])
+                    if SESSION_ID_KEY in compat:
+                        session.id = str(compat[SESSION_ID_KEY])
+                    elif session.record is not None:
+                        session.close_requested = True
                 # Saved before the response starts, so the caller's next request (maybe to another
                 # worker or replica) sees this one's changes. A store failure here is still a clean 503.
                 if not store_shares_objects:
                     await sessions.persist(session)
                 started = True
-                headers = list(message.get("headers", ()))
-                headers.append((b"set-cookie", sessions.signer.set_cookie_header(session.id)))
-                message = {**message, "headers": headers}
+                cookie = (b"set-cookie", sessions.signer.set_cookie_header(session.id))
+                message = {**message, "headers": [*message.get("headers", ()), cookie]}
             await send(message)
 
         try:
@@ -141,6 +168,8 @@ class NgymMiddleware:
             cookie = [] if session.is_new else [(b"set-cookie", sessions.signer.set_cookie_header(session.id))]
             await _send_unavailable(send, detail, cookie)
         except Exception as exc:
+            if _raises(scope):
+                raise
             log.exception("%s %s failed", scope["method"], scope["path"])
             if started:
                 raise

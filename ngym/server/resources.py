@@ -214,9 +214,13 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """Mean/max/min/median/std of every numeric field of the verify responses, per task and overall,
-        plus what ``compute_metrics`` adds; ``key_metrics`` is what ``get_key_metrics`` picks."""
+        plus what ``compute_metrics`` adds; ``key_metrics`` is what ``get_key_metrics`` picks; with several
+        repeats, ``repeat_level_metrics`` (one row per repeat, with what ``compute_repeat_metrics`` adds)."""
         return compute_aggregate_metrics(
-            body.verify_responses, compute_metrics_fn=self.compute_metrics, get_key_metrics_fn=self.get_key_metrics
+            body.verify_responses,
+            compute_metrics_fn=self.compute_metrics,
+            get_key_metrics_fn=self.get_key_metrics,
+            compute_repeat_metrics_fn=self.compute_repeat_metrics,
         )
 
     def compute_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
@@ -225,6 +229,18 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         ``tasks[i]`` holds the verify responses of task ``i`` (by ``_ng_task_index``), masked samples left out.
         Override it for pass@k / majority@k / per-subset numbers (see ``ngym.reward_profile``). A
         ``"per_task_metrics"`` list of dicts with ``_ng_task_index`` is merged into ``group_level_metrics``.
+        """
+        return {}
+
+    def compute_repeat_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """Metrics of one repeat of the run (NeMo Gym's hook, same signature), when tasks were rolled out several
+        times (``_ng_rollout_index`` 0, 1, ...).
+
+        Called once per repeat with that repeat's verify responses grouped by task (masked samples left out).
+        The numbers it returns go into that repeat's row of ``repeat_level_metrics`` (replacing a generic metric
+        of the same name) and are summarised across repeats in ``agent_metrics`` (``mean_across_repeats/<name>``,
+        ``std_across_repeats/<name>``, ``ci_low_95_across_repeats/<name>``, ...). A metric is dropped unless it is
+        a finite number in every repeat. Typically ``compute_metrics``'s point estimates, run on one repeat.
         """
         return {}
 
@@ -283,12 +299,17 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         await self.on_startup()
+        # FastAPI runs ``@app.on_event("startup")`` handlers only with its default lifespan, which this one
+        # replaces: run them here, so an app's own handlers (NeMo Gym's competitive_coding_challenges loads its
+        # evaluator in one, and refuses to start without its sandbox) run as they would on a plain FastAPI app.
+        await _run_event_handlers(getattr(app.router, "on_startup", ()))
         assert self._ngym_sessions is not None
         self._ngym_sessions.start_sweeper()
         try:
             yield
         finally:
             await self._ngym_sessions.shutdown()
+            await _run_event_handlers(getattr(app.router, "on_shutdown", ()))
             await self.on_shutdown()
 
     def _request_session(self, request: Request | None) -> RequestSession:
@@ -296,3 +317,11 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         if session is None:
             raise RuntimeError("no ngym session bound: is NgymMiddleware installed (call super().setup_webserver())?")
         return session
+
+
+async def _run_event_handlers(handlers: Any) -> None:
+    """Call FastAPI event handlers (``app.on_event(...)``) in order, awaiting the async ones."""
+    for handler in list(handlers):
+        result = handler()
+        if inspect.isawaitable(result):
+            await result

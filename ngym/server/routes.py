@@ -35,6 +35,7 @@ from ngym.server.protocol.bodies import (
     ResourcesSeedSessionResponse,
 )
 from ngym.server.provenance import distribution_of
+from ngym.server.request_only_route import RequestOnlyRoute
 from ngym.server.sessions.ids import SessionIdRule
 from ngym.server.sessions.manager import (
     RequestSession,
@@ -46,6 +47,7 @@ from ngym.server.sessions.manager import (
 from ngym.server.sessions.store import SessionRecord
 
 if TYPE_CHECKING:
+    from ngym.server.mcp_exposure import MCPExposure
     from ngym.server.resources import SimpleResourcesServer
 
 log = logging.getLogger("ngym.server")
@@ -59,21 +61,46 @@ _FAILURE_REASON_MAX = 2000
 def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     """Mount the standard routes of ``server`` on ``app`` (its tools are added by the author afterwards)."""
     seed_model = seed_body_model(type(server))
+    # Read once here: ``server._ngym_sessions`` is a pydantic private attribute, a ~3 us lookup per read.
+    sessions = _manager(server)
 
     async def seed_session(request: Request) -> Any:
-        return await seed_session_route(server, request)
+        return await seed_session_route(server, request, sessions)
 
     async def close_session(request: Request) -> Any:
-        return await close_session_route(server, request)
+        return await close_session_route(server, request, sessions)
 
-    app.post(
+    # Both take only the request (they read their own bodies): RequestOnlyRoute calls them without FastAPI's
+    # per-request parameter machinery.
+    app.router.add_api_route(
         "/seed_session",
+        seed_session,
+        methods=["POST"],
         openapi_extra={"requestBody": {"content": {"application/json": {"schema": seed_model.model_json_schema()}}}},
         summary="Start a rollout's session (dataset row, or NeMo Gym 0.7's typed body)",
-    )(seed_session)
+        route_class_override=RequestOnlyRoute,
+    )
     app.post("/verify", summary="Score a finished rollout")(verify_endpoint(server))
-    app.post("/close_session", summary="Free a rollout's session")(close_session)
+    app.router.add_api_route(
+        "/close_session",
+        close_session,
+        methods=["POST"],
+        summary="Free a rollout's session",
+        route_class_override=RequestOnlyRoute,
+    )
     app.post("/aggregate_metrics", summary="Statistics of verify responses")(server.aggregate_metrics)
+
+    async def reverify_mode() -> str:
+        return server.resolved_reverify_mode()
+
+    add_health_routes(app, server)
+    app.get("/reverify_mode")(reverify_mode)
+
+
+def add_health_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
+    """Liveness (``/``, ``/healthz``, ``/livez``, ``/readyz``) and readiness (``/health``) on ``app``: what
+    ``ngym run``, ``ngym profile`` and the image's HEALTHCHECK wait for. A hand-built app (NeMo Gym's
+    Gymnasium-style servers) gets them through ``setup_session_middleware``."""
 
     async def liveness() -> dict[str, str]:
         return {"status": "ok"}
@@ -81,13 +108,9 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     async def health() -> dict[str, Any]:
         return await health_report(server)
 
-    async def reverify_mode() -> str:
-        return server.resolved_reverify_mode()
-
     for path in ("/", "/healthz", "/livez", "/readyz"):
         app.get(path, include_in_schema=path == "/")(liveness)
     app.get("/health", summary="Readiness: name, domain, version, live sessions")(health)
-    app.get("/reverify_mode")(reverify_mode)
 
 
 @functools.cache
@@ -137,28 +160,36 @@ def _manager(server: SimpleResourcesServer) -> SessionManager:
     return sessions
 
 
-async def seed_session_route(server: SimpleResourcesServer, request: Request) -> Any:
+def _mcp(server: SimpleResourcesServer) -> MCPExposure | None:
+    """The server's MCP exposure, if on. The config flag first: ``server._mcp`` is a pydantic private attribute,
+    whose every read costs ~3 us (a failed lookup, then ``BaseModel.__getattr__``), and this runs per request."""
+    return server._mcp if server.config.expose_tools_over_mcp else None
+
+
+async def seed_session_route(server: SimpleResourcesServer, request: Request, sessions: SessionManager) -> Any:
     raw = await request.body()
     session = server._request_session(request)
-    sessions = _manager(server)
     if b'"resources_session_id"' in raw:  # maybe NeMo Gym 0.7's typed body: look at its keys
         data = await _read_json(request)
         if isinstance(data, dict) and data.keys() == _TYPED_SEED_KEYS:
             typed = _validate(ResourcesSeedSessionRequest, data)
             assert isinstance(typed, ResourcesSeedSessionRequest)
-            return await _typed_seed(server, request, session, typed)
+            return await _typed_seed(server, request, session, typed, sessions)
     body = _validate_json(seed_body_model(type(server)), raw.strip())
     if session.record is not None:  # a new seed on a live cookie restarts that rollout
         await sessions.close(session.id)
     await sessions.ensure_capacity()  # SessionLimitReached: the middleware answers 503
-    session.id, session.record, session.is_new = new_session_id(), SessionRecord(), True
-    request.scope["session"]["session_id"] = session.id
+    if not session.is_new:  # a cookie's id is never reused; a request without one already got a fresh id
+        session.id, session.is_new = new_session_id(), True
+        request.scope["session"]["session_id"] = session.id
+    session.record = SessionRecord()
     result = await server.seed_session(request, body)  # type: ignore[arg-type]  # the author's row model
     await sessions.admit(session.id, session.record)  # refused (503): the seed's state is freed
-    if server._mcp is not None:
+    mcp = _mcp(server)
+    if mcp is not None:
         answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
         row = json.loads(raw) if raw.strip() else {}
-        answer.setdefault(MCP_SEED_KEY, server._mcp.seed_metadata(session.id, row if isinstance(row, dict) else {}))
+        answer.setdefault(MCP_SEED_KEY, mcp.seed_metadata(session.id, row if isinstance(row, dict) else {}))
         return answer
     if isinstance(result, BaseModel):
         return Response(result.model_dump_json(), media_type="application/json")
@@ -166,9 +197,13 @@ async def seed_session_route(server: SimpleResourcesServer, request: Request) ->
 
 
 async def _typed_seed(
-    server: SimpleResourcesServer, request: Request, session: RequestSession, body: ResourcesSeedSessionRequest
+    server: SimpleResourcesServer,
+    request: Request,
+    session: RequestSession,
+    body: ResourcesSeedSessionRequest,
+    sessions: SessionManager,
 ) -> Any:
-    sessions = _manager(server)
+    mcp = _mcp(server)
     session_id = _checked_session_id(server, body.resources_session_id)
     meta = {"episode_id": body.episode_id.model_dump(), "task_id": body.task_id.model_dump()}
     if await sessions.store.closed_meta(session_id) is not None:
@@ -181,8 +216,8 @@ async def _typed_seed(
                     raise HTTPException(409, f"resources session {session_id!r} is seeded for another episode")
                 session.id, session.record = session_id, existing
                 request.scope["session"]["session_id"] = session_id
-                if server._mcp is not None:
-                    tools = server._mcp.seed_metadata(session_id, body.task_data)
+                if mcp is not None:
+                    tools = mcp.seed_metadata(session_id, body.task_data)
                     return {"resources_session_id": session_id, "resources_tools": tools}
                 return {"resources_session_id": session_id}
             await sessions.ensure_capacity()  # SessionLimitReached: the middleware answers 503
@@ -199,14 +234,13 @@ async def _typed_seed(
         result.model_dump(mode="json", exclude_none=True) if isinstance(result, ResourcesSeedSessionResponse) else {}
     )
     answer["resources_session_id"] = session_id
-    if server._mcp is not None and "resources_tools" not in answer:
-        answer["resources_tools"] = server._mcp.seed_metadata(session_id, body.task_data)
+    if mcp is not None and "resources_tools" not in answer:
+        answer["resources_tools"] = mcp.seed_metadata(session_id, body.task_data)
     return answer
 
 
-async def close_session_route(server: SimpleResourcesServer, request: Request) -> Any:
+async def close_session_route(server: SimpleResourcesServer, request: Request, sessions: SessionManager) -> Any:
     data = await _read_json(request)
-    sessions = _manager(server)
     if isinstance(data, dict) and "resources_session_id" in data:
         body = _validate(ResourcesCloseSessionRequest, data)
         assert isinstance(body, ResourcesCloseSessionRequest)
@@ -266,8 +300,9 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
     async def endpoint(*args: Any, **kwargs: Any) -> Any:
         result: Any
         emitted: dict[str, str] = {}
-        if server._mcp is not None:
-            kwargs, emitted = _bare_tool_names(kwargs, server._mcp.server_name)
+        mcp = _mcp(server)
+        if mcp is not None:
+            kwargs, emitted = _bare_tool_names(kwargs, mcp.server_name)
         try:
             result = await verify(*args, **kwargs)
             if emitted and isinstance(result, BaseVerifyRequest):

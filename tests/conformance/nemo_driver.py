@@ -248,9 +248,12 @@ async def run_rollout(env: dict[str, Any], index: int, line: dict[str, Any], flo
 
 
 async def aggregate(env: dict[str, Any], lines: list[dict[str, Any]]) -> str:
+    """The recorded rollouts as two repeats of the run: NeMo Gym's own AggregateMetrics model reads the answer,
+    with a repeat-level row per repeat and the spread across them (both repeats alike, so no spread)."""
     client = server_client(env["name"], env["url"], observability=False)
     responses = [
-        {**{k: v for k, v in line.items() if k != "response"}, "_ng_task_index": i, "_ng_rollout_index": 0}
+        {**{k: v for k, v in line.items() if k != "response"}, "_ng_task_index": i, "_ng_rollout_index": repeat}
+        for repeat in (0, 1)
         for i, line in enumerate(lines)
     ]
     answer = await client.post(
@@ -260,7 +263,12 @@ async def aggregate(env: dict[str, Any], lines: list[dict[str, Any]]) -> str:
     metrics = AggregateMetrics.model_validate(await get_response_json(answer))
     mean = sum(line["reward"] for line in lines) / len(lines)
     assert abs(metrics.agent_metrics["mean/reward"] - mean) < 1e-9, metrics.agent_metrics
-    return f"mean/reward {metrics.agent_metrics['mean/reward']:.3f}"
+    rows = metrics.repeat_level_metrics
+    assert [row["_ng_rollout_index"] for row in rows] == [0, 1], rows
+    assert all(row["sample_count"] == len(lines) and abs(row["mean/reward"] - mean) < 1e-9 for row in rows), rows
+    assert abs(metrics.agent_metrics["mean_across_repeats/mean/reward"] - mean) < 1e-9, metrics.agent_metrics
+    assert metrics.agent_metrics["std_across_repeats/mean/reward"] == 0.0, metrics.agent_metrics
+    return f"mean/reward {metrics.agent_metrics['mean/reward']:.3f} over 2 repeats"
 
 
 async def check_environment(env: dict[str, Any]) -> list[dict[str, Any]]:

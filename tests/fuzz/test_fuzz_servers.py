@@ -164,8 +164,8 @@ def machine_for(url: str, rows: list[dict[str, Any]]) -> type[RuleBasedStateMach
                 self.cookie = set_cookie.split(";", 1)[0]
             return httpx.Response(status, text=text)
 
-        @initialize(index=st.integers(0, len(rows) - 1), typed=st.booleans())
-        def seed(self, index: int, typed: bool) -> None:
+        @initialize(index=st.integers(0, len(rows) - 1), typed=st.booleans(), data=st.data())
+        def seed(self, index: int, typed: bool, data: st.DataObject) -> None:
             self.row = rows[index]
             if typed:
                 self.typed_id = f"resources-session-{uuid.uuid4().hex}"
@@ -179,6 +179,10 @@ def machine_for(url: str, rows: list[dict[str, Any]]) -> type[RuleBasedStateMach
             else:
                 seeded = self.send("/seed_session", self.row)
             assert seeded.status_code == 200, seeded.text
+            if tools:  # one schema-valid call in the fresh session, whatever the derandomised draws do after it
+                operation = data.draw(st.sampled_from(tools))
+                case = data.draw(operation.as_strategy(generation_mode=GenerationMode.POSITIVE))
+                self.tool_statuses.append(self.send(operation.path, case=case).status_code)
 
         @rule(data=st.data())
         def call_tool(self, data: st.DataObject) -> None:

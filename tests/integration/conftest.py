@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,27 @@ from ngym.child_server import EnvironmentStartError, wait_healthy
 
 VENV_BIN = Path(sys.executable).parent
 FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+def child_venv(work: Path) -> tuple[Path, dict[str, str]]:
+    """A throwaway virtualenv in ``work/venv`` that sees .venv's packages (ngym, pytest, ...) through a ``.pth``
+    file, so what a test installs lands there, never in the shared .venv; (its python, the environment to run
+    it with)."""
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    parent_site = sysconfig.get_paths()["purelib"]  # .venv's: ngym (editable), pytest, fastapi, ...
+    Path(purelib, "ngym_parent_venv.pth").write_text(f"import site; site.addsitedir({parent_site!r})\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env |= {"NGYM_CACHE_DIR": str(work / "cache"), "PATH": f"{venv / 'bin'}:{env.get('PATH', '')}"}
+    env.pop("NGYM_STRICT_PLUGINS", None)
+    return python, env
 
 
 @dataclass

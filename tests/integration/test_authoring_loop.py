@@ -9,36 +9,21 @@ through a ``.pth`` file, so nothing is installed into (or left in) the shared .v
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import httpx
 import pytest
 
 from ngym.child_server import free_port, stop_process, wait_healthy
+from tests.integration.conftest import child_venv
 
 
 @pytest.fixture(scope="module")
 def author(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
     """(work dir holding my_tool/, the venv's python, env) after init + pip install -e."""
     work = tmp_path_factory.mktemp("authoring")
-    venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    parent_site = sysconfig.get_paths()["purelib"]  # .venv's: ngym (editable), pytest, fastapi, ...
-    Path(purelib, "ngym_parent_venv.pth").write_text(f"import site; site.addsitedir({parent_site!r})\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env |= {"NGYM_CACHE_DIR": str(work / "cache"), "PATH": f"{venv / 'bin'}:{env.get('PATH', '')}"}
-    env.pop("NGYM_STRICT_PLUGINS", None)
+    python, env = child_venv(work)
 
     init = subprocess.run(
         [str(python), "-m", "ngym.cli", "init", "my_tool", "--domain", "agent"],

@@ -37,3 +37,17 @@ def test_caches_stay_bounded() -> None:
         signer.set_cookie_header(f"id{i}")
     assert len(signer._verified) <= 100 and len(signer._headers) <= 100
     assert signer.unsign(values[0]) == "id0"  # evicted, so verified again: still valid
+
+
+def test_a_lone_cookie_reads_as_it_does_among_others() -> None:
+    signer = CookieSigner("s3cret", "sid")
+    value = signer.sign("abc123").encode()
+    for lone, among in (
+        (b"sid=" + value, b"a=1; sid=" + value + b"; b=2"),
+        (b'  sid="' + value + b'"  ', b'a=1;  sid="' + value + b'"'),
+        (b"other=" + value, b"a=1; other=" + value),
+        (b"sid=" + value[:-1], b"a=1; sid=" + value[:-1]),
+    ):
+        assert signer.session_id_from_header(lone) == signer.session_id_from_header(among)
+    assert signer.session_id_from_header(b"sid=" + value) == "abc123"
+    assert signer.session_id_from_header(b"other=" + value) is None

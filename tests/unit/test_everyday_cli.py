@@ -185,3 +185,9 @@ def test_under_ci_a_skipped_test_fails_the_run(tmp_path: Path) -> None:
     local, ci = pytest_run(""), pytest_run("true")
     assert local.returncode == 0 and "SKIPPED [1]" in local.stdout and "needs a thing" in local.stdout
     assert ci.returncode == 1 and "CI=true: 1 test(s) skipped" in ci.stdout
+
+
+def test_run_refresh_says_it_is_deprecated_and_still_reports_a_bad_target() -> None:
+    result = CliRunner().invoke(cli, ["run", "--refresh", "no_such_environment_here"])
+    assert "--refresh is deprecated and has no effect" in result.output
+    assert result.exit_code != 0 and "no_such_environment_here" in f"{result.output}{result.exception}"

@@ -38,4 +38,18 @@ async def test_route(weather_http) -> None:  # type: ignore[no-untyped-def]
     body = {"verify_responses": [{"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0}]}
     result = (await weather_http.post("/aggregate_metrics", json=body)).json()
     assert result["agent_metrics"]["mean/reward"] == 1.0
-    assert set(result) == {"group_level_metrics", "agent_metrics", "key_metrics"}
+    assert set(result) == {"group_level_metrics", "agent_metrics", "key_metrics", "repeat_level_metrics"}
+    assert result["repeat_level_metrics"] == [] and result["agent_metrics"]["num_repeats"] == 1
+
+
+def test_private_bookkeeping_fields_are_not_measured() -> None:
+    """``_``-prefixed fields (a collector's ``_ng_group_attempt``, ``_ng_attempt_index``) are not metrics, as in
+    NeMo Gym 0.7.0, whose metric input skips them."""
+    responses = [
+        {"_ng_task_index": 0, "_ng_rollout_index": i, "_ng_group_attempt": 2, "_private": 1.5, "reward": 1.0}
+        for i in range(2)
+    ]
+    metrics = aggregate_metrics(responses)
+    assert not [name for name in metrics.agent_metrics if "/_" in name]
+    assert not [name for name in metrics.group_level_metrics[0] if "/_" in name]
+    assert metrics.agent_metrics["mean/reward"] == 1.0

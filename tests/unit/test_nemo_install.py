@@ -98,6 +98,25 @@ def test_self_reference_by_path_only_is_dropped_too(tmp_path: Path) -> None:
     assert env.requirements == [COMPAT_DISTRIBUTION, "scipy"] and env.pip_lines == []
 
 
+def test_libraries_nemo_gym_brings_are_added_when_imported_but_not_declared(tmp_path: Path) -> None:
+    """Under NeMo Gym an environment gets Ray and numpy from nemo-gym's own install; ngym adds what it imports."""
+    folder = make_env(tmp_path, requirements="-e nemo-gym @ ../../\nnumpy==2.2.6\n")
+    (folder / "runner.py").write_text("import ray\nimport numpy as np\nfrom PIL import Image\n")
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test_app.py").write_text("from tqdm import tqdm\nfrom .docker import x\nimport docker\n")
+    (folder / "tests" / "docker.py").write_text("x = 1\n")  # its own module named docker: not the library
+    env = read_environment(folder)
+    # scipy because numpy is imported: NeMo Gym's install brings them together
+    assert env.requirements == [
+        COMPAT_DISTRIBUTION,
+        "numpy==2.2.6",
+        "ray>=2.58",
+        "scipy>=1.14.1",
+        "tqdm>=4.66",
+        "pillow>=10",
+    ]
+
+
 def test_a_folder_without_main_block_is_a_library_without_entry_point(tmp_path: Path) -> None:
     env = read_environment(make_env(tmp_path, app="class Base:\n    pass\n"))
     assert env.server_class is None and env.target is None
@@ -111,6 +130,27 @@ def test_siblings_are_the_known_environments_it_imports(tmp_path: Path) -> None:
     assert env.siblings == ["base_env"]
     pyproject = tomllib.loads(render_pyproject(env))
     assert distribution_name("base_env") in pyproject["project"]["dependencies"]
+
+
+def test_siblings_named_only_in_comments_or_docstrings_are_not_installed(tmp_path: Path) -> None:
+    """NeMo's sec_local_index mentions ``resources_servers/finance_agent_v2/tests/...`` in docstrings only: taking it
+    for a sibling made installing finance_sec_search clone finance_agent_v2's git requirement (no internet)."""
+    for name in ("prose_only", "data_reader", "dynamic", "base_env"):
+        make_env(tmp_path, name)
+    app = (
+        '"""Compare with resources_servers/prose_only/app.py."""\n'
+        "# see resources_servers.prose_only too\n"
+        "import importlib\n"
+        "from resources_servers.base_env import base\n"
+        "ROWS = 'resources_servers/data_reader/data/example.jsonl'\n"
+        "\n"
+        "def load():\n"
+        '    """Like resources_servers.prose_only does."""\n'
+        "    return importlib.import_module('resources_servers.dynamic.app')\n" + APP
+    )
+    known = {"prose_only", "data_reader", "dynamic", "base_env", "child"}
+    env = read_environment(make_env(tmp_path, "child", app=app), known)
+    assert env.siblings == ["base_env", "data_reader", "dynamic"]
 
 
 def test_not_an_environment_is_a_clear_error(tmp_path: Path) -> None:
@@ -296,6 +336,28 @@ def test_example_rollouts_are_completed_the_way_nemo_reverifies_them(tmp_path: P
     assert alone["responses_create_params"] == prompt and alone["judge_evaluations"] == ["an output of verify"]
 
 
+def test_recorded_rollouts_in_another_order_pair_with_their_own_rows(tmp_path: Path) -> None:
+    """NeMo records rollouts in completion order, each message with ``"type": "message"``; dataset rows leave the
+    type out. Pairing by position would verify a recording against another row's answer (a silent wrong reward)."""
+    from ngym.examples import read_example_rollouts
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": q}]}, "expected": a} for q, a in
+            (("2+2?", "4"), ("3+3?", "6"))]  # fmt: skip
+    recorded = {"input": [{"role": "user", "content": "3+3?", "type": "message"}]}
+    lines = [
+        {"responses_create_params": recorded, "response": {"output": []}, "reward": 1.0},
+        # no prompt in common with any row (a materialised prompt): its _ng_task_index names the row
+        {"responses_create_params": {"input": "x"}, "_ng_task_index": 0, "response": {"output": []}, "reward": 0.0},
+    ]
+    (data / "example.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (data / "example_rollouts.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first, second = read_example_rollouts(data / "example_rollouts.jsonl")
+    assert first["expected"] == "6" and first["reward"] == 1.0
+    assert second["expected"] == "4" and second["reward"] == 0.0
+
+
 def test_nemo_configs_with_includes_variables_and_environment_servers_load(tmp_path: Path) -> None:
     """NeMo Gym 0.7 configs: `config_paths` includes, top-level variables and `environment_servers` instances
     are not errors; the resources server's fields are read."""
@@ -322,3 +384,75 @@ def test_a_failed_pip_says_why_in_one_line() -> None:
         "ERROR: No matching distribution found for z"
     )
     assert pip_failure_line("note: generic\n", 2) == "exit code 2"
+
+
+def test_companions_are_found_in_every_form_environments_name_them(tmp_path: Path) -> None:
+    folder = tmp_path / "resources_servers" / "env"
+    folder.mkdir(parents=True)
+    (folder / "app.py").write_text(
+        "from benchmarks.dotted.prompts import P\n"
+        'CONFIG = "benchmarks/slashed/config.yaml"\n'
+        "from responses_api_agents.agent_mod.app import Agent\n"
+        'MIRROR = Path(__file__).resolve().parents[2] / "responses_api_agents" / "joined" / "maven_mirror"\n'
+        'NOT_A_COMPANION = "see responses_api_agents/readme_only for docs"\n'
+    )
+    assert nemo_wheel.referenced_companions(folder) == {
+        "benchmarks/dotted",
+        "benchmarks/slashed",
+        "responses_api_agents/agent_mod",
+        "responses_api_agents/joined",
+    }
+
+
+def test_runtime_libraries_of_code_templates_and_their_companions_are_added(tmp_path: Path) -> None:
+    """nvarc runs a template of model-written Python with its own interpreter: numpy is imported only inside
+    that string, and the model's code may import scipy, which NeMo Gym's install always brings with numpy.
+    Without them such a row scores 0.0 under ngym and 1.0 under NeMo Gym."""
+    from ngym.nemo.runtime_deps import undeclared_runtime_requirements
+
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / "app.py").write_text('TEMPLATE = """\nimport sys\ndef f():\n    import numpy as np\n"""\nimport json\n')
+    assert undeclared_runtime_requirements([env], []) == ["scipy>=1.14.1", "numpy>=1.26"]
+    assert undeclared_runtime_requirements([env], ["numpy==2.1", "scipy"]) == []
+    (env / "app.py").write_text('HELP = "one line: import numpy"\nimport json\n')  # not a code template
+    assert undeclared_runtime_requirements([env], []) == []
+
+
+def test_libraries_imported_by_name_are_added_too(tmp_path: Path) -> None:
+    """vibench's template tests ``pytest.importorskip("jinja2")``: without jinja2 they were skipped under ngym
+    (silently less tested) while they run under NeMo Gym, whose install brings jinja2."""
+    from ngym.nemo.runtime_deps import undeclared_runtime_requirements
+
+    env = tmp_path / "env"
+    (env / "tests").mkdir(parents=True)
+    (env / "tests" / "test_t.py").write_text('import pytest\njinja2 = pytest.importorskip("jinja2")\n')
+    (env / "app.py").write_text('import importlib\nrq = importlib.import_module("requests.adapters")\n')
+    assert undeclared_runtime_requirements([env], []) == ["jinja2>=3.1", "requests>=2.31"]
+    (env / "app.py").write_text("import importlib\nname = 'requests'\nrq = importlib.import_module(name)\n")
+    assert undeclared_runtime_requirements([env], []) == ["jinja2>=3.1"]  # a computed name is not guessed
+
+
+def test_a_sibling_is_built_as_code_only_without_its_requirements_or_entry_point(tmp_path: Path) -> None:
+    """toolsandbox imports aviary: aviary's requirements (a git URL) must not come with its code."""
+    folder = make_env(
+        tmp_path,
+        "aviary_like",
+        requirements="-e nemo-gym[dev] @ ../../\nhypo @ git+https://example.invalid/hypo.git\n",
+        app="import numpy\nfrom resources_servers.other.x import y\n" + APP,
+    )
+    env = read_environment(folder, {"other"})
+    code = tomllib.loads(render_pyproject(env, code_only=True))["project"]
+    # what NeMo Gym's own install brings stays: numpy (and scipy, which comes with it there)
+    assert code["dependencies"] == [COMPAT_DISTRIBUTION, "scipy>=1.14.1", "numpy>=1.26", "ngym-nemo-other"]
+    assert code["keywords"] == ["ngym-nemo-code-only"] and "entry-points" not in code
+    full = tomllib.loads(render_pyproject(env))["project"]
+    assert "hypo @ git+https://example.invalid/hypo.git" in full["dependencies"] and "keywords" not in full
+    project = build_project(env, tmp_path / "build", code_only=True)
+    assert not (project / "resources_servers" / "aviary_like" / "_ngym_entry.py").exists()
+
+
+def test_the_sandbox_extra_brings_the_docker_sdk_the_sandboxes_run_on(tmp_path: Path) -> None:
+    """terminal_bench_4 asks for nemo-gym[dev,sandbox]: its Compose sandboxes need the Docker SDK here."""
+    env = read_environment(make_env(tmp_path, requirements="-e nemo-gym[dev,sandbox] @ ../../\n"))
+    assert f"{COMPAT_DISTRIBUTION}[docker]" in env.requirements and "pytest>=8" in env.requirements

@@ -77,3 +77,27 @@ async def test_dict_keyed_by_request_session_id_isolates_rollouts() -> None:
 
         rewards = await asyncio.gather(*(rollout(i) for i in range(1, 51)))
         assert rewards == [1.0] * 50
+
+
+class PoppingServer(PortedCounterServer):
+    """Ends its session as swebench_pro's close does: ``request.session.pop("session_id")``."""
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/finish")(self.finish)
+        return app
+
+    async def finish(self, request: Request) -> dict:
+        self.session_id_to_counter.pop(request.session.pop(SESSION_ID_KEY), None)
+        return {"finished": True}
+
+
+async def test_popping_the_session_id_ends_the_session_not_the_request() -> None:
+    async with serve_in_process(app_for_class(PoppingServer, domain="agent")) as http:
+        client = RolloutClient(http)
+        row = {"responses_create_params": {"input": "x"}, "initial_count": 1, "expected_count": 1}
+        await client.call("/seed_session", row)
+        assert (await http.get("/health")).json()["live_sessions"] == 1
+        finished = await http.post("/finish", headers={"cookie": client.cookie or ""})
+        assert finished.status_code == 200, finished.text  # was a 500: KeyError in the session middleware
+        assert (await http.get("/health")).json()["live_sessions"] == 0

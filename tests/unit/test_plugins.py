@@ -351,8 +351,10 @@ def test_ngym_uninstall_works_with_a_broken_plugin_installed(site: Path, tmp_pat
             text=True,
             timeout=120,
         )
-        assert done.returncode == 0, done.stderr
-        assert "not installed" in (done.stdout + done.stderr)
+        # pip alone would warn and exit 0; ngym says so and fails, without loading the broken plugins
+        assert done.returncode == 2, done.stderr
+        assert "'ngym-not-installed-anywhere' is neither an installed distribution" in done.stderr
+        assert "importerror_env" in done.stderr and "Traceback" not in done.stderr
     listed = subprocess.run(  # the same site is broken for the commands that do load plugins
         [sys.executable, "-m", "ngym.cli", "list"],
         env={**env, STRICT_ENV: "1"},
@@ -372,8 +374,18 @@ def test_ngym_install_passes_editable_and_upgrade_to_pip(monkeypatch: pytest.Mon
         "ngym.installer.run_pip_captured", lambda args, on_step: calls.append(list(args)) or PipRun(0, [])
     )
     assert run_cli("install", "-e", "-U", "./a", "./b").exit_code == 0
-    assert run_cli("uninstall", "-y", "pkg").exit_code == 0
-    assert calls == [["install", "--upgrade", "-e", "./a", "-e", "./b"], ["uninstall", "--yes", "pkg"]]
+    assert run_cli("uninstall", "-y", "click").exit_code == 0  # pip itself is not run: nothing is removed
+    assert calls == [["install", "--upgrade", "-e", "./a", "-e", "./b"], ["uninstall", "--yes", "click"]]
+
+
+def test_ngym_uninstall_takes_an_environment_name_for_its_distribution(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_dist(site, "named_env")
+    calls: list[list[str]] = []
+    monkeypatch.setattr("ngym.installer.run_pip", lambda args: calls.append(list(args)) or 0)
+    assert run_cli("uninstall", "-y", "named_env", "dist-named-env").exit_code == 0
+    assert calls == [["uninstall", "--yes", "dist-named-env"]]  # named twice, removed once
 
 
 def test_ngym_list_hooks_json_shows_hooks_per_plugin() -> None:

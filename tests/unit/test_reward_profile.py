@@ -3,10 +3,8 @@ subprocess, as NeMo's own function inside the NeMo Gym venv; the results must be
 
 from __future__ import annotations
 
-import json
 import random
-import subprocess
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -111,13 +109,9 @@ def _cases() -> list[dict[str, Any]]:
     return cases
 
 
-def test_same_numbers_as_nemo_gym(nemo_python: Path) -> None:
+def test_same_numbers_as_nemo_gym(run_in_nemo: Callable[..., Any]) -> None:
     cases = _cases()
-    run = subprocess.run(
-        [str(nemo_python), "-c", NEMO_SIDE], input=json.dumps(cases), capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    nemo = json.loads(run.stdout.strip().splitlines()[-1])
+    nemo = run_in_nemo(NEMO_SIDE, cases, timeout=300)
     ours = _ngym_side(cases)
     assert len(nemo) == len(ours) == len(cases)
     for case, theirs, mine in zip(cases, nemo, ours, strict=True):

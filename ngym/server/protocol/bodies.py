@@ -164,3 +164,5 @@ class AggregateMetrics(BaseModel):
     group_level_metrics: list[dict[str, Any]] = Field(default_factory=list)
     agent_metrics: dict[str, Any] = Field(default_factory=dict)
     key_metrics: dict[str, Any] = Field(default_factory=dict)
+    #: One row of statistics per repeat (``_ng_rollout_index``), when there is more than one (NeMo Gym 0.7.0's).
+    repeat_level_metrics: list[dict[str, Any]] = Field(default_factory=list)

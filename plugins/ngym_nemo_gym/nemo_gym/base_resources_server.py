@@ -9,7 +9,9 @@ class, so NeMo Gym code runs as written:
 - the config class carries ``REVERIFY_MODE`` (served at ``GET /reverify_mode``) and ``expose_tools_over_mcp``;
 - ``server_client`` is a field (a ``ServerClient`` resolving names through ngym's run config by default);
 - request bodies carry the OpenAI SDK's response types (``NeMoGymResponse``), not ngym's lighter models;
-- ``setup_session_middleware(app)`` gives a hand-built app (Gymnasium-style ``/reset`` + ``/step``) sessions.
+- ``setup_session_middleware(app)`` gives a hand-built app (Gymnasium-style ``/reset`` + ``/step``) sessions;
+- the bare app (``setup_webserver()``) lets an exception propagate, as NeMo Gym's does (its tests expect it through
+  ``TestClient``); the app ngym serves answers it as HTTP 500 with ``repr(e)``, as NeMo's ``run_webserver`` does.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin
+from nemo_gym.sandbox.access import SandboxAccess
 from nemo_gym.server_utils import SimpleServer, close_client_session
 from ngym import (
     BaseSeedSessionRequest,
@@ -37,10 +40,12 @@ from ngym import (
     ResourcesCloseSessionResponse,
     ResourcesSeedSessionRequest,
 )
+from ngym.server.middleware import raise_server_exceptions
 
 # ngym's own body helpers (400 on bad JSON, 422 with field errors), so both answer alike.
 from ngym.server.routes import _read_json as read_json_body
 from ngym.server.routes import _validate as validated
+from ngym.server.sessions import current_request_session
 
 __all__ = [
     "AggregateMetrics",
@@ -71,7 +76,8 @@ BaseResourcesServerConfig = ngym.BaseResourcesServerConfig
 
 class ResourcesSeedSessionResponse(ngym.ResourcesSeedSessionResponse):
     resources_tools: dict[str, Any] | None = None
-    sandbox_access: dict[str, Any] | None = None
+    #: NeMo's typed model (environments build it: swebench_pro's seed), serialised to the same JSON object
+    sandbox_access: SandboxAccess | None = None  # type: ignore[assignment]
 
 
 class BaseRunRequest(ngym.BaseRunRequest):
@@ -161,6 +167,7 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
     def setup_webserver(self) -> FastAPI:
         """ngym's app; a server that handles NeMo Gym 0.7's typed seed or close itself gets those bodies."""
         app = super().setup_webserver()
+        raise_server_exceptions(app, True)  # NeMo's bare app: errors reach a test's TestClient (see server_utils)
         if self._handles_typed_seed():
             _replace_route(app, "/seed_session", self._typed_seed_or)
         if type(self).close_resources_session is not SimpleResourcesServer.close_resources_session:
@@ -187,7 +194,28 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
 
         return seed_session
 
+    def _close_takes_typed_body_only(self) -> bool:
+        close = inspect.unwrap(type(self).close_resources_session)
+        try:
+            annotation = typing.get_type_hints(close).get("body")
+        except Exception:  # an annotation that does not resolve: treat it as the typed close
+            return True
+        return ResourcesCloseSessionRequest in (typing.get_args(annotation) or (annotation,))
+
     def _typed_close_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        if not self._close_takes_typed_body_only():
+            # An override taking any body (swebench_pro's `body: dict | None`) gets every /close_session, as NeMo
+            # Gym routes them all to it; ngym's own state of the cookie's session is freed after it answered.
+            async def close_any(request: Request) -> Any:
+                data = await read_json_body(request)
+                result = await _call(self.close_resources_session, request, data or None)
+                session = current_request_session.get()
+                if session is not None and session.record is not None:
+                    session.close_requested = True
+                return result
+
+            return close_any
+
         async def close_session(request: Request) -> Any:
             data = await read_json_body(request)  # cached by Starlette: the original endpoint reads it again
             if isinstance(data, dict) and "resources_session_id" in data:

@@ -10,7 +10,14 @@ import ngym
 from ngym import Domain
 from ngym.server.protocol.bodies import AggregateMetrics, AggregateMetricsRequest
 
+#: The path prefix that carries a rollout's id to the servers it calls (``/ng-rollout/<id>/...``), and the segment
+#: after it that marks a call whose token ids are captured for training.
+ROLLOUT_PATH_PREFIX = "ng-rollout"
+TOKEN_CAPTURE_PATH_SEGMENT = "training-token-capture"
+
 __all__ = [
+    "ROLLOUT_PATH_PREFIX",
+    "TOKEN_CAPTURE_PATH_SEGMENT",
     "AgentServerRef",
     "AggregateMetrics",
     "AggregateMetricsRequest",

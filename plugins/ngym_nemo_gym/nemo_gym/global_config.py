@@ -6,6 +6,8 @@ OmegaConf ``DictConfig``, as environments index it with attributes and ``.get``.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,8 +25,14 @@ ROLLOUT_ID_KEY_NAME = "_ng_rollout_id"
 RESPONSES_CREATE_PARAMS_KEY_NAME = "responses_create_params"
 RESPONSE_KEY_NAME = "response"
 AGENT_REF_KEY_NAME = "agent_ref"
+ENVIRONMENT_SERVER_STAMP_KEY_NAME = "_ng_environment_server"
+TASK_SOURCE_KEY_NAME = "task_source"
+SKILLS_REF_KEY_NAME = "skills_ref"
 HEAD_SERVER_KEY_NAME = "head_server"
 CACHE_DIR_KEY_NAME = "cache_dir"
+OBSERVABILITY_ENABLED_KEY_NAME = "observability_enabled"
+TOKEN_ID_CAPTURE_BLOCK = "token_id_capture"
+HF_TOKEN_KEY_NAME = "hf_token"  # noqa: S105 - a key name, not a secret
 RESULTS_DIR_KEY_NAME = "results_dir"
 NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME = "NEMO_GYM_CONFIG_DICT"
 NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME = "NEMO_GYM_CONFIG_PATH"
@@ -41,6 +49,20 @@ def get_global_config_dict(*args: Any, **kwargs: Any) -> DictConfig:
 def maybe_get_global_config_dict() -> DictConfig | None:
     config = global_config()
     return OmegaConf.create(config) if config else None
+
+
+def rollout_run_key(row: Any) -> str | None:
+    """What ran a rollout, for grouping: the environment server stamped on it, else its agent's name."""
+    server = row.get(ENVIRONMENT_SERVER_STAMP_KEY_NAME)
+    if server is not None:
+        return str(server)
+    return (row.get(AGENT_REF_KEY_NAME) or {}).get("name")
+
+
+def get_hf_token() -> str | None:
+    """The Hugging Face token the run's config gives (``hf_token``), else ``None``."""
+    token = global_config().get(HF_TOKEN_KEY_NAME)
+    return str(token) if token else None
 
 
 def get_first_server_config_dict(global_config_dict: Any, top_level_path: str) -> Any:
@@ -133,3 +155,18 @@ class GlobalConfigDictParser:
                         if isinstance(parent, DictConfig) and last in parent and last != key:
                             parent.pop(last)
                     node[key] = OmegaConf.merge(source, value) if source is not None else value
+
+
+def label_runs(agent_by_key: Mapping[str, str | None]) -> dict[str, str]:
+    """A unique label per run key (an environment server): its agent's name when no other key runs that agent,
+    else the key itself; a label that would still repeat (a server named like another run's agent) is the key."""
+    keys_of_agent = Counter(agent for agent in agent_by_key.values() if agent is not None)
+    labels = {
+        key: agent if agent is not None and keys_of_agent[agent] == 1 else key for key, agent in agent_by_key.items()
+    }
+    while True:
+        used = Counter(labels.values())
+        clashing = [key for key, label in labels.items() if used[label] > 1 and label != key]
+        if not clashing:
+            return labels
+        labels.update({key: key for key in clashing})

@@ -37,10 +37,12 @@ from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import ResponseUsage
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
-from nemo_gym.server_utils import get_response_json, raise_for_status, request
+from nemo_gym.server_utils import MAX_NUM_TRIES, get_response_json, raise_for_status, request
 from ngym.server.protocol.responses import ResponseCreateParams
 
 __all__ = [
+    "MAX_NUM_TRIES",
+    "accumulate_response_usage",
     "RATE_LIMIT_ERROR_CODES",
     "RETRY_ERROR_CODES",
     "NeMoGymAsyncOpenAI",
@@ -331,6 +333,35 @@ class NeMoGymResponseOutputTokensDetails(BaseModel):
 class NeMoGymResponseUsage(ResponseUsage):
     input_tokens_details: NeMoGymResponseInputTokensDetails
     output_tokens_details: NeMoGymResponseOutputTokensDetails
+
+
+def _add_counts(left: int | None, right: int | None) -> int | None:
+    # An unknown count stays unknown: adding a known one to it would report a measurement nobody made.
+    return None if left is None or right is None else left + right
+
+
+def accumulate_response_usage(
+    total: NeMoGymResponseUsage | None, additional: NeMoGymResponseUsage | None
+) -> NeMoGymResponseUsage | None:
+    """``total`` plus ``additional`` (token counts and their cached/reasoning details), as a new object;
+    either side may be ``None`` (nothing to add, or nothing counted yet)."""
+    if additional is None:
+        return total
+    if total is None:
+        return additional.model_copy(deep=True)
+    result = total.model_copy(deep=True)
+    result.input_tokens += additional.input_tokens
+    result.output_tokens += additional.output_tokens
+    result.total_tokens += additional.total_tokens
+    if result.input_tokens_details is not None and additional.input_tokens_details is not None:
+        result.input_tokens_details.cached_tokens = _add_counts(
+            result.input_tokens_details.cached_tokens, additional.input_tokens_details.cached_tokens
+        )
+    if result.output_tokens_details is not None and additional.output_tokens_details is not None:
+        result.output_tokens_details.reasoning_tokens = _add_counts(
+            result.output_tokens_details.reasoning_tokens, additional.output_tokens_details.reasoning_tokens
+        )
+    return result
 
 
 class NeMoGymResponse(Response):

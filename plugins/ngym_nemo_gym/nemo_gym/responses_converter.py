@@ -190,3 +190,36 @@ def _tool_output(item: dict[str, Any]) -> Any:
     if any(part.get("type") != "input_text" for part in output):
         raise NotImplementedError(f"tool output of call {item['call_id']!r} holds parts a chat tool message cannot")
     return [{"type": "text", "text": part["text"]} for part in output]
+
+
+#: Item types only a model produces: the first one (or the first assistant message) in a list of items starts
+#: what the model generated; what precedes it is input (user, system and developer messages, tool results).
+MODEL_OUTPUT_ITEM_TYPES = frozenset(
+    {
+        "code_interpreter_call",
+        "computer_call",
+        "custom_tool_call",
+        "file_search_call",
+        "function_call",
+        "image_generation_call",
+        "local_shell_call",
+        "mcp_approval_request",
+        "mcp_call",
+        "mcp_list_tools",
+        "reasoning",
+        "web_search_call",
+        "apply_patch_call",
+        "shell_call",
+        "tool_search_call",
+    }
+)
+
+
+def split_responses_input_output_items(items: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Split ``items`` where the model's own output begins: at the first assistant message or model-only item
+    (``MODEL_OUTPUT_ITEM_TYPES``). Items are objects with ``type``/``role`` attributes (NeMo's item types)."""
+    for index, item in enumerate(items):
+        kind = getattr(item, "type", None)
+        if (kind == "message" and getattr(item, "role", None) == "assistant") or kind in MODEL_OUTPUT_ITEM_TYPES:
+            return items[:index], items[index:]
+    return list(items), []

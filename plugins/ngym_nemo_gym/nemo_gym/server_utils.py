@@ -21,16 +21,33 @@ import aiohttp
 import orjson
 from aiohttp import ClientResponse, ClientResponseError
 from fastapi import FastAPI
-from ngym_nemo_gym.servers import ServerNotConfigured, ServerTarget, instance_fields, resolve_server
-from pydantic import BaseModel, ConfigDict, Field
+from ngym_nemo_gym.servers import (
+    ServerNotConfigured,
+    ServerTarget,
+    global_config,
+    instance_fields,
+    resolve_server,
+)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 import ngym
-from nemo_gym.global_config import get_first_server_config_dict
+from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT
+from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
+from nemo_gym.server_middleware import ClientDisconnectCancellationMiddleware, add_exception_middleware
 from ngym.errors import JudgeError
-from ngym.server.middleware import NgymMiddleware
+from ngym.server.middleware import NgymMiddleware, raise_server_exceptions
+from ngym.server.routes import add_health_routes
 
 __all__ = [
     "MAX_NUM_TRIES",
+    "GlobalAIOHTTPAsyncClientConfig",
+    "get_global_aiohttp_client",
+    "get_global_config_dict",
+    "global_aiohttp_client_exit",
+    "is_global_aiohttp_client_setup",
+    "set_global_aiohttp_client",
+    "ROLLOUT_PATH_PREFIX",
+    "apply_rollout_prefix",
     "SESSION_ID_KEY",
     "BaseServer",
     "ClientResponse",
@@ -50,7 +67,6 @@ __all__ = [
 
 SESSION_ID_KEY = "session_id"
 MAX_NUM_TRIES = 3
-ROLLOUT_PATH_PREFIX = "ng-rollout"
 ServerStatus = Literal["success", "connection_error", "timeout", "unknown_error"]
 
 
@@ -75,7 +91,71 @@ _client_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.C
 )
 
 
+#: NeMo Gym's process-wide client, when code sets one up itself (``set_global_aiohttp_client``); otherwise each
+#: event loop gets its own session above.
+_GLOBAL_AIOHTTP_CLIENT: aiohttp.ClientSession | None = None
+
+
+class GlobalAIOHTTPAsyncClientConfig(BaseModel):
+    """Connection limits of the process-wide client (NeMo's global-config keys; 0 means unlimited)."""
+
+    model_config = ConfigDict(extra="ignore")  # validated from the whole global config, as NeMo does
+
+    global_aiohttp_connector_limit: int = Field(default=100 * 1024, ge=0)
+    global_aiohttp_connector_limit_per_host: int = Field(default=1024, ge=0)
+    global_aiohttp_client_request_debug: bool = False
+
+
+def set_global_aiohttp_client(cfg: GlobalAIOHTTPAsyncClientConfig) -> aiohttp.ClientSession:
+    """Make the process-wide client every ``request`` uses from now on (one only: exit the old one first)."""
+    global _GLOBAL_AIOHTTP_CLIENT
+    if _GLOBAL_AIOHTTP_CLIENT is not None:
+        raise AssertionError(  # NeMo asserts here: code and tests that expect it catch AssertionError
+            "There is already a global aiohttp client; call global_aiohttp_client_exit() before making another"
+        )
+    connector = aiohttp.TCPConnector(
+        limit=cfg.global_aiohttp_connector_limit, limit_per_host=cfg.global_aiohttp_connector_limit_per_host
+    )
+    # No cookie jar: a shared client must not carry one rollout's session cookie into another's calls.
+    _GLOBAL_AIOHTTP_CLIENT = aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(), cookie_jar=aiohttp.DummyCookieJar()
+    )
+    return _GLOBAL_AIOHTTP_CLIENT
+
+
+def is_global_aiohttp_client_setup() -> bool:
+    return _GLOBAL_AIOHTTP_CLIENT is not None
+
+
+def get_global_aiohttp_client() -> aiohttp.ClientSession:
+    """The process-wide client, made with the run's config on first use."""
+    if _GLOBAL_AIOHTTP_CLIENT is not None:
+        return _GLOBAL_AIOHTTP_CLIENT
+    return set_global_aiohttp_client(GlobalAIOHTTPAsyncClientConfig.model_validate(dict(global_config())))
+
+
+def global_aiohttp_client_exit() -> None:
+    """Close and forget the process-wide client (``request`` falls back to per-loop sessions); callable from
+    synchronous code, as in NeMo Gym (inside a running loop the close is scheduled on it)."""
+    global _GLOBAL_AIOHTTP_CLIENT
+    client, _GLOBAL_AIOHTTP_CLIENT = _GLOBAL_AIOHTTP_CLIENT, None
+    if client is None or client.closed:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(client.close())
+    else:
+        _closing.add(task := loop.create_task(client.close()))
+        task.add_done_callback(_closing.discard)
+
+
+_closing: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
+
+
 def _client_session() -> aiohttp.ClientSession:
+    if _GLOBAL_AIOHTTP_CLIENT is not None and not _GLOBAL_AIOHTTP_CLIENT.closed:
+        return _GLOBAL_AIOHTTP_CLIENT
     loop = asyncio.get_running_loop()
     session = _client_sessions.get(loop)
     if session is None or session.closed:
@@ -120,7 +200,9 @@ async def raise_for_status(response: ClientResponse, content: bytes | None = Non
     if response.ok:
         return
     if content is None:
-        content = await response.read()
+        # NeMo reads the body from the stream (``response.content``), which test doubles fill; a real response
+        # that ``request`` already read has its body cached instead.
+        content = await response.content.read() or await response.read()
     try:
         response.raise_for_status()
     except ClientResponseError as exc:
@@ -134,7 +216,16 @@ async def get_response_json(response: ClientResponse) -> Any:
 
 
 def get_server_url(server_name: str) -> str:
-    return resolve_server(server_name).base_url
+    """Where server ``server_name`` listens: as ngym resolves names (``--model-url``, the run's configs), else
+    NeMo's way, the ``host``/``port`` of that instance in ``get_global_config_dict()`` (which code and tests may
+    replace on this module)."""
+    try:
+        return resolve_server(server_name).base_url
+    except ServerNotConfigured:
+        fields = instance_fields(get_global_config_dict() or {}, server_name)
+        if fields and fields.get("host") and fields.get("port"):
+            return f"http://{fields['host']}:{fields['port']}"
+        raise
 
 
 def rollout_path_prefix(rollout_id: str | None, *, token_capture: bool = False) -> str:
@@ -142,7 +233,14 @@ def rollout_path_prefix(rollout_id: str | None, *, token_capture: bool = False) 
     if not rollout_id:
         return ""
     prefix = f"/{ROLLOUT_PATH_PREFIX}/{rollout_id}"
-    return f"{prefix}/training-token-capture" if token_capture else prefix
+    return f"{prefix}/{TOKEN_CAPTURE_PATH_SEGMENT}" if token_capture else prefix
+
+
+def apply_rollout_prefix(base_url: str, rollout_id: str | None, *, token_capture: bool = False) -> str:
+    """``base_url`` with the rollout's ``/ng-rollout/<id>`` prefix appended (unchanged without an id)."""
+    if not rollout_id:
+        return base_url
+    return base_url.rstrip("/") + rollout_path_prefix(rollout_id, token_capture=token_capture)
 
 
 def is_nemo_gym_fastapi_entrypoint(file: str) -> bool:
@@ -160,13 +258,24 @@ class ServerClient(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     head_server_config: Any = None
-    global_config_dict: Any = Field(default=None)
+    #: the run's global config, as NeMo Gym gives every server's client: environments read their judge's
+    #: instance from it (``get_first_server_config_dict(server_client.global_config_dict, name)``)
+    global_config_dict: Any = Field(default_factory=get_global_config_dict)
 
     @classmethod
     def load_from_global_config(cls, head_server_config: Any = None) -> ServerClient:
         return cls(head_server_config=head_server_config)
 
+    #: Base URLs by server name, consulted first (NeMo caches resolved names here; tests put servers in it).
+    _server_base_urls: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def _resolve_base_url(self, server_name: str) -> str:
+        return self._target(server_name).base_url
+
     def _target(self, server_name: str) -> ServerTarget:
+        cached = self._server_base_urls.get(server_name)
+        if cached is not None:
+            return ServerTarget(server_name, cached)
         try:
             return resolve_server(server_name)
         except ServerNotConfigured as exc:
@@ -174,6 +283,14 @@ class ServerClient(BaseModel):
             if fields and fields.get("host") and fields.get("port"):
                 return ServerTarget(server_name, f"http://{fields['host']}:{fields['port']}")
             raise ServerCallError(str(exc)) from None
+
+    def _build_server_base_url(self, server_config_dict: Any) -> str:
+        """``http://host:port`` of an instance's fields (NeMo Gym's name; environments call it), given as an
+        OmegaConf node (attribute access, as NeMo passes it) or a plain dict."""
+        fields = server_config_dict if isinstance(server_config_dict, dict) else None
+        host = fields["host"] if fields is not None else server_config_dict.host
+        port = fields["port"] if fields is not None else server_config_dict.port
+        return f"http://{host}:{port}"
 
     async def request(self, server_name: str, url_path: str, method: str, **kwargs: Any) -> ClientResponse:
         target = self._target(server_name)
@@ -227,6 +344,14 @@ class SimpleServer(BaseServer, ngym.SimpleServer):
     def get_session_middleware_key(self) -> str:
         return f"{type(self).__name__}___{self.config.name}"
 
+    def setup_exception_middleware(self, app: FastAPI) -> None:
+        """Exceptions escaping routes become 500 answers with what happened (NeMo Gym adds this when serving)."""
+        add_exception_middleware(app, self.get_session_middleware_key())
+
+    def setup_cancellation_middleware(self, app: FastAPI) -> None:
+        """Cancel a handler whose client disconnected (NeMo Gym adds this when serving)."""
+        app.add_middleware(ClientDisconnectCancellationMiddleware)
+
     def setup_session_middleware(self, app: FastAPI) -> None:
         """Per-rollout sessions for a hand-built app: ngym's signed-cookie middleware, store and sweeper.
 
@@ -239,6 +364,12 @@ class SimpleServer(BaseServer, ngym.SimpleServer):
         if getattr(app.state, "ngym_session_middleware_installed", False):
             return
         app.state.ngym_session_middleware_installed = True
+        if not any(getattr(route, "path", None) == "/health" for route in app.router.routes):
+            # a hand-built app has none: ngym run, profile and the image's HEALTHCHECK wait on /health
+            add_health_routes(app, self)  # type: ignore[arg-type]  # a resources server: checked above
         self._ngym_sessions = make_manager()
         app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
+        # NeMo's setup_webserver adds no exception middleware (run_webserver does, after it): an error raised by
+        # the hand-built app's routes reaches the caller of the bare app (a test's TestClient); served, it is a 500.
+        raise_server_exceptions(app, True)
         app.router.lifespan_context = self._lifespan  # starts the idle-session sweeper and the startup hooks

@@ -100,7 +100,36 @@ def resolve_server(name: str) -> ServerTarget:
 
 
 def instance_fields(config: Mapping[str, Any], name: str) -> dict[str, Any] | None:
-    """The fields of instance ``name`` in a NeMo Gym-shaped config: ``name → type → implementation → fields``."""
+    """The fields of instance ``name`` in a NeMo Gym-shaped config (a mapping or an OmegaConf ``DictConfig``):
+    ``name → type → implementation → fields``, each ``${...}`` resolved against the whole config as NeMo Gym
+    resolves a server's (``${judge_base_url}``, ``${oc.env:VAR,default}``); a field whose reference cannot be
+    resolved is left out."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(config, DictConfig):
+        raw = _raw_fields(config, name)
+        if raw is None or "${" not in json.dumps(raw, default=str):
+            return raw  # nothing to resolve (the usual case): no OmegaConf tree built per call
+        config = OmegaConf.create(dict(config))
+    node: Any = config
+    for depth in range(3):
+        key = name if depth == 0 else next(iter(node.keys()), None)
+        node = node._get_node(key) if key is not None and key in node else None
+        if not isinstance(node, DictConfig):
+            return None
+    resolved: dict[str, Any] = {}
+    for key in node:
+        try:
+            value = node[key]
+            is_container = isinstance(value, DictConfig | ListConfig)
+            resolved[str(key)] = OmegaConf.to_container(value, resolve=True) if is_container else value
+        except OmegaConfBaseException:
+            continue
+    return resolved
+
+
+def _raw_fields(config: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     node: Any = config.get(name)
     for _ in range(2):
         if not isinstance(node, Mapping) or len(node) == 0:

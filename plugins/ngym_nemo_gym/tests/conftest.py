@@ -75,9 +75,10 @@ def nemo_environment(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str]
 @pytest.fixture
 def import_nemo_app(nemo_environment: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Any]:
     """``import_nemo_app(name)`` → NeMo Gym environment ``name``'s ``app`` module, imported as
-    ``resources_servers.<name>.app`` from the wheel's copy (sys.path and modules restored afterwards)."""
+    ``resources_servers.<name>.app`` from the wheel's copy (sys.path and modules restored afterwards);
+    ``import_nemo_app(name, "environment")`` another of its modules."""
 
-    def load(name: str) -> Any:
+    def load(name: str, submodule: str = "app") -> Any:
         folder = nemo_environment(name)
         # ngym's own repository has a resources_servers/ folder whose regular packages (same names as some of
         # NeMo's) would win over NeMo's namespace portions: take every other resources_servers/ off the path.
@@ -86,7 +87,7 @@ def import_nemo_app(nemo_environment: Callable[[str], Path], monkeypatch: pytest
         monkeypatch.syspath_prepend(str(folder.parent.parent))
         for module in [m for m in sys.modules if m == "resources_servers" or m.startswith("resources_servers.")]:
             monkeypatch.delitem(sys.modules, module)
-        return importlib.import_module(f"resources_servers.{name}.app")
+        return importlib.import_module(f"resources_servers.{name}.{submodule}")
 
     return load
 
@@ -102,3 +103,21 @@ def clean_server_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.delenv(SERVER_URLS_ENV, raising=False)
     monkeypatch.delenv(GLOBAL_CONFIG_ENV, raising=False)
+
+
+#: The image Docker tests run: built locally by docker/ci-setup.sh (nothing can be pulled here).
+BASE_IMAGE = "ngym-base:bookworm"
+
+
+@pytest.fixture
+def docker_base_image() -> str:
+    """``BASE_IMAGE`` when the Docker engine answers and has it; else a skip (a failure under ``CI=true``)."""
+    try:
+        import docker
+
+        docker.from_env().images.get(BASE_IMAGE)
+    except Exception:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the Docker engine or {BASE_IMAGE} is missing (run docker/ci-setup.sh)")
+        pytest.skip(f"the Docker engine or {BASE_IMAGE} is missing")
+    return BASE_IMAGE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi import FastAPI, Request
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -139,6 +140,17 @@ async def test_gymnasium_style_app_keeps_its_session_across_requests() -> None:
     assert list(game.session_state.values()) == [2]
 
 
+async def test_gymnasium_style_app_answers_the_health_checks_ngym_waits_on() -> None:
+    """ngym run, ngym profile and the image's HEALTHCHECK poll /health: a hand-built app gets it too."""
+    app = Game(config=BaseResourcesServerConfig(name="g", domain="games")).setup_webserver()
+    async with serve_in_process(app) as client:
+        health = await client.get("/health")
+        live = await client.get("/healthz")
+    assert health.status_code == 200, health.text
+    assert health.json()["domain"] == "games"
+    assert live.json() == {"status": "ok"}
+
+
 def test_ngyms_session_state_method_stays_for_servers_without_the_field() -> None:
     server = BodyOnlySeed(config=BaseResourcesServerConfig(name="b"))
     assert callable(server.session_state)
@@ -148,3 +160,62 @@ def test_default_key_metrics_are_nemo_gyms_mean_entries() -> None:
     server = BodyOnlySeed(config=BaseResourcesServerConfig(name="b"))
     metrics = {"mean/reward": 0.5, "std/reward": 0.1, "pass@2/reward": 1.0, "mean/accuracy": 0.4}
     assert server.get_key_metrics(metrics) == {"mean/reward": 0.5, "mean/accuracy": 0.4}
+
+
+class Failing(SimpleResourcesServer):
+    """A tool that raises, as NeMo Gym environments' tools do on a bad state (openair_congestion's exhausted pool)."""
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/explode")(self.explode)
+        return app
+
+    async def explode(self) -> dict[str, Any]:
+        raise RuntimeError("pool exhausted")
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        raise NotImplementedError
+
+
+class FailingGame(GameBase):
+    async def step(self, request: Request) -> dict[str, Any]:
+        raise RuntimeError("no such move")
+
+
+async def test_the_bare_app_lets_an_exception_reach_the_caller_as_nemo_gyms_does() -> None:
+    """NeMo Gym's ``setup_webserver()`` adds no exception middleware (``run_webserver`` does): its environments'
+    tests expect the error through ``httpx.ASGITransport`` / ``TestClient``."""
+    for app, path in (
+        (Failing(config=BaseResourcesServerConfig(name="f", domain="other")).setup_webserver(), "/explode"),
+        (FailingGame(config=BaseResourcesServerConfig(name="g", domain="games")).setup_webserver(), "/step"),
+    ):
+        async with serve_in_process(app) as client:
+            with pytest.raises(RuntimeError, match="pool exhausted|no such move"):
+                await client.post(path)
+
+
+async def test_the_served_app_answers_an_exception_as_500_with_its_repr() -> None:
+    async with serve_in_process(app_for_class(Failing, domain="other")) as client:
+        answer = await client.post("/explode")
+        assert answer.status_code == 500
+        assert answer.json() == "RuntimeError('pool exhausted')"
+        assert "set-cookie" in answer.headers  # the session still travels with the error
+        assert (await client.get("/health")).status_code == 200  # and the server keeps serving
+
+
+class ClosesAnyBody(Counter):
+    """swebench_pro's shape: ``close_resources_session(request, body: dict | None)`` handles every close."""
+
+    async def close_resources_session(self, request: Request, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        dropped = self._sessions.pop(request.session.get(SESSION_ID_KEY, ""), None)
+        return {"closed": True, "dropped": dropped, "body": body}
+
+
+async def test_a_close_override_taking_any_body_gets_the_plain_close_too() -> None:
+    async with serve_in_process(app_for_class(ClosesAnyBody, domain="games")) as client:
+        seeded = await client.post("/seed_session", json={**ROW, "start": 3})
+        assert (await client.get("/health")).json()["live_sessions"] == 1
+        closed = await client.post("/close_session", json={}, headers=_cookie(seeded))
+        assert closed.status_code == 200, closed.text
+        assert closed.json() == {"closed": True, "dropped": 3, "body": None}  # NeMo routes it to the override
+        assert (await client.get("/health")).json()["live_sessions"] == 0  # and ngym freed its own state

@@ -125,3 +125,18 @@ def test_training_token_fields_survive_a_round_trip() -> None:
     assert dumped["prompt_token_ids"] == [1, 2] and dumped["generation_log_probs"] == [-0.5]
     assert dumped["routed_experts"] == [[0, 1]]
     assert NeMoGymResponse.model_validate(response.model_dump(mode="json")) == response
+
+
+def test_a_typed_seed_answer_takes_nemos_sandbox_access_model() -> None:
+    """swebench_pro builds ``ResourcesSeedSessionResponse(sandbox_access=SandboxAccess(...))`` as NeMo types it."""
+    from nemo_gym.base_resources_server import ResourcesSeedSessionResponse
+    from nemo_gym.sandbox.access import DirectSandboxConnection, SandboxAccess
+
+    access = SandboxAccess(
+        connection=DirectSandboxConnection(provider_config_ref="local", descriptor={"id": "box-1"}), workdir="/app"
+    )
+    answer = ResourcesSeedSessionResponse(resources_session_id="s", sandbox_access=access)
+    dumped = answer.model_dump(mode="json", exclude_none=True)
+    assert dumped["sandbox_access"]["workdir"] == "/app"
+    assert dumped["sandbox_access"]["connection"]["descriptor"] == {"id": "box-1"}
+    assert ResourcesSeedSessionResponse.model_validate(dumped).sandbox_access == access

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,6 @@ from nemo_gym.sandbox import (
     resolve_provider_config,
     resolve_provider_metadata,
 )
-
-BASE_IMAGE = "ngym-base:bookworm"  # built locally by docker/ci-setup.sh; nothing can be pulled
 
 
 async def test_local_sandbox_runs_commands_with_files_env_and_timeouts(tmp_path: Path) -> None:
@@ -59,24 +56,11 @@ def test_spec_and_provider_config_validation() -> None:
     assert cpu_cap_env(2.7)["OMP_NUM_THREADS"] == "2" and cpu_cap_env(None) == {}
 
 
-def _engine_with_base_image() -> bool:
-    try:
-        import docker
-
-        client = docker.from_env()
-        client.images.get(BASE_IMAGE)
-        return True
-    except Exception:
-        return False
-
-
-async def test_docker_sandbox_on_the_real_engine(tmp_path: Path) -> None:
-    if not _engine_with_base_image():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the Docker engine or {BASE_IMAGE} is missing (run docker/ci-setup.sh)")
-        pytest.skip(f"the Docker engine or {BASE_IMAGE} is missing")
+async def test_docker_sandbox_on_the_real_engine(tmp_path: Path, docker_base_image: str) -> None:
     (tmp_path / "patch.diff").write_text("diff")
-    spec = SandboxSpec(image=BASE_IMAGE, workdir="/work", env={"MODE": "eval"}, resources={"cpu": 1, "memory_mib": 256})
+    spec = SandboxSpec(
+        image=docker_base_image, workdir="/work", env={"MODE": "eval"}, resources={"cpu": 1, "memory_mib": 256}
+    )
     async with AsyncSandbox({"docker": {}}, spec) as sandbox:
         await sandbox.start()
         await sandbox.upload(tmp_path / "patch.diff", "/work/in/patch.diff")

@@ -58,3 +58,15 @@ def test_instance_fields_reads_three_levels() -> None:
     assert instance_fields(CONFIG, "user_sim") == {"host": "10.0.0.2", "port": 9000}
     assert instance_fields(CONFIG, "missing") is None
     assert instance_fields({"x": {}}, "x") is None
+
+
+def test_get_server_url_falls_back_to_the_instances_host_and_port_in_nemos_global_config(
+    monkeypatch: pytest.MonkeyPatch, clean_server_env: None
+) -> None:
+    from nemo_gym import server_utils
+
+    config = {"judge": {"responses_api_models": {"openai_model": {"host": "127.0.0.1", "port": 12000}}}}
+    monkeypatch.setattr(server_utils, "get_global_config_dict", lambda: config)
+    assert server_utils.get_server_url("judge") == "http://127.0.0.1:12000"
+    with pytest.raises(server_utils.ServerNotConfigured):
+        server_utils.get_server_url("unknown")

@@ -9,6 +9,7 @@ from typing import Any
 
 from nemo_gym.sandbox.providers import create_provider
 from nemo_gym.sandbox.providers.base import (
+    ConnectableProvider,
     SandboxEndpoint,
     SandboxExecResult,
     SandboxHandle,
@@ -33,6 +34,7 @@ class AsyncSandbox:
         self._handle: SandboxHandle | None = None
         self._stopped = True
         self._closed = False
+        self._connected = False
 
     @property
     def spec(self) -> SandboxSpec | None:
@@ -137,6 +139,40 @@ class AsyncSandbox:
             self._stopped, self._closed = True, True
             if self._owns_provider:
                 await self._provider.aclose()
+
+    async def serialize(self, *, scope: str | None = None) -> dict[str, Any]:
+        """A JSON descriptor another process rebuilds this sandbox from with :meth:`connect` (providers that
+        support it: ``docker``)."""
+        if not isinstance(self._provider, ConnectableProvider):
+            raise RuntimeError(f"provider {self._provider.name!r} does not support serialize()/connect()")
+        descriptor = dict(await self._provider.serialize_handle(self._live_handle(), scope=scope))
+        if self._spec is not None:
+            descriptor.setdefault("workdir", self._spec.workdir)
+            if self._spec.ports:
+                descriptor.setdefault("ports", list(self._spec.ports))
+        return descriptor
+
+    @classmethod
+    async def connect(cls, descriptor: Mapping[str, Any], *, provider: Any, owns_provider: bool = True) -> AsyncSandbox:
+        """The running sandbox ``descriptor`` (from :meth:`serialize`) names, reached through ``provider``.
+        ``stop()`` stops it; ``disconnect()`` lets go of it and leaves it running."""
+        if not isinstance(provider, ConnectableProvider):
+            raise RuntimeError(f"provider {getattr(provider, 'name', provider)!r} does not support connect()")
+        handle = await provider.connect(descriptor)
+        spec = SandboxSpec(workdir=descriptor.get("workdir"), ports=tuple(descriptor.get("ports") or ()))
+        sandbox = cls(provider, spec, owns_provider=owns_provider)
+        sandbox._handle, sandbox._stopped, sandbox._connected = handle, False, True
+        return sandbox
+
+    async def disconnect(self) -> None:
+        """Let go of a sandbox reached with :meth:`connect`, leaving it running (whoever started it stops it)."""
+        if self._closed:
+            return
+        if not self._connected:
+            raise RuntimeError("disconnect() is for a sandbox reached with connect(); stop() this one")
+        self._handle, self._stopped, self._closed = None, True, True
+        if self._owns_provider:
+            await self._provider.aclose()
 
     async def __aenter__(self) -> AsyncSandbox:
         return self  # as NeMo Gym's: entering does not start it; leaving stops it

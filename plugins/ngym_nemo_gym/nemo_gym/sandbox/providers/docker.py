@@ -12,11 +12,13 @@ import contextlib
 import io
 import tarfile
 import uuid
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from nemo_gym.sandbox.providers.base import (
     SandboxCreateError,
+    SandboxEndpoint,
     SandboxExecResult,
     SandboxHandle,
     SandboxResources,
@@ -42,7 +44,8 @@ class DockerProvider:
         self._default_timeout_s = default_timeout_s
         self._network = network
 
-    def _engine(self) -> Any:
+    def engine(self) -> Any:
+        """The Docker SDK client this provider drives the engine with (made on first use)."""
         if self._client is None:
             try:
                 self._client = self._docker.from_env()
@@ -66,11 +69,26 @@ class DockerProvider:
             **_limits(spec.resources if isinstance(spec.resources, SandboxResources) else SandboxResources()),
         }
         try:
-            container = await asyncio.to_thread(self._engine().containers.run, spec.image, **options)
+            container = await asyncio.to_thread(self.engine().containers.run, spec.image, **options)
         except self._docker.errors.DockerException as exc:
             raise SandboxCreateError(f"cannot start a container from {spec.image!r}: {exc}") from exc
         if spec.workdir:
             await asyncio.to_thread(container.exec_run, ["mkdir", "-p", spec.workdir])
+        return SandboxHandle(container.id, self.name, container)
+
+    async def serialize_handle(self, handle: SandboxHandle, *, scope: str | None = None) -> dict[str, Any]:
+        """A descriptor another process (or ``AsyncSandboxCompose``) reattaches to the container with."""
+        return {"provider": self.name, "container": handle.sandbox_id}
+
+    async def connect(self, descriptor: Mapping[str, Any]) -> SandboxHandle:
+        """The handle of the running container ``descriptor["container"]`` names (an id or a name)."""
+        reference = descriptor.get("container") if isinstance(descriptor, Mapping) else None
+        if not isinstance(reference, str) or not reference:
+            raise ValueError("a docker sandbox descriptor names its container: {'container': ID}")
+        try:
+            container = await asyncio.to_thread(self.engine().containers.get, reference)
+        except self._docker.errors.NotFound as exc:
+            raise SandboxCreateError(f"no container {reference!r} to connect to") from exc
         return SandboxHandle(container.id, self.name, container)
 
     async def exec(
@@ -116,6 +134,21 @@ class DockerProvider:
                 raise IsADirectoryError(f"{source_path} is not a file")
             target_path.parent.mkdir(parents=True, exist_ok=True)
             target_path.write_bytes(extracted.read())
+
+    async def endpoint(self, handle: SandboxHandle, port: int) -> SandboxEndpoint:
+        """Where ``port`` of the container answers from this host: its published host port when it has one
+        (``AsyncSandboxCompose`` publishes declared ports on 127.0.0.1), else the container's own address."""
+        container = handle.raw
+        await asyncio.to_thread(container.reload)
+        settings = container.attrs.get("NetworkSettings") or {}
+        for binding in (settings.get("Ports") or {}).get(f"{port}/tcp") or []:
+            host = binding.get("HostIp") or "127.0.0.1"
+            host = "127.0.0.1" if host == "0.0.0.0" else f"[{host}]" if ":" in host else host
+            return SandboxEndpoint(f"http://{host}:{binding['HostPort']}")
+        for network in (settings.get("Networks") or {}).values():
+            if network.get("IPAddress"):
+                return SandboxEndpoint(f"http://{network['IPAddress']}:{port}")
+        raise SandboxCreateError(f"container {handle.sandbox_id[:12]} has no address for port {port}")
 
     async def status(self, handle: SandboxHandle) -> SandboxStatus:
         try:

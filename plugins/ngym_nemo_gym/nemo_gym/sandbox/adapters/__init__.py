@@ -1,0 +1,1 @@
+"""Ways to run several sandboxes together: ``AsyncSandboxCompose`` (Compose files, on Docker Compose)."""

@@ -1,0 +1,139 @@
+"""ngym's HTTP protocols in process (uvicorn's own protocol objects, httptools and h11, an in-memory transport): what
+they tell the app about a request's body, and that the body limits then leave a whole body alone but still bound one
+still arriving."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from ngym.server import http_protocol
+from ngym.server.request_limits import BODY_BYTES_KEY, RequestLimitsMiddleware
+from tests.unit.test_request_limits import read_body_app
+
+PROTOCOLS = [http_protocol.GuardedH11Protocol]
+if http_protocol.GuardedHttpToolsProtocol is not None:  # an optional uvicorn dependency; installed with ngym
+    PROTOCOLS.append(http_protocol.GuardedHttpToolsProtocol)
+
+
+@pytest.fixture(params=PROTOCOLS, ids=lambda cls: cls.__name__)
+def protocol_class(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
+class _Socket:
+    def getpeername(self) -> tuple[str, int]:
+        return ("127.0.0.1", 50000)
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.1", 8000)
+
+
+class _Transport:
+    """Just enough of an asyncio transport for uvicorn's protocol: collects what is written."""
+
+    def __init__(self) -> None:
+        self.written = b""
+        self.closed = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return _Socket() if name == "socket" else default
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _connection(app: Any, protocol_class: Any) -> tuple[Any, _Transport]:
+    config = uvicorn.Config(app, http=protocol_class, lifespan="off", log_level="warning")
+    http_protocol.configure(config, header_timeout=30, max_header_bytes=65536)
+    config.load()
+    protocol = config.http_protocol_class(
+        config=config, server_state=ServerState(), app_state={}, _loop=asyncio.get_running_loop()
+    )
+    transport = _Transport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+def _head(length: int) -> bytes:
+    return b"POST /x HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % length
+
+
+async def _until(condition: Any, seconds: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + seconds
+    while not condition():
+        if loop.time() > give_up:
+            raise AssertionError("the app did not get there")
+        await asyncio.sleep(0.005)
+
+
+def _recording_app(seen: dict[str, Any]) -> Any:
+    """Notes what the scope says about the body when the app starts, whether ``receive`` reached it unwrapped,
+    and what it read; answers 200 with the body's length."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen["at_start"] = scope.get(BODY_BYTES_KEY)
+        seen["receive_unwrapped"] = type(getattr(receive, "__self__", None)).__name__ == "RequestResponseCycle"
+        await read_body_app(scope, receive, send)
+
+    return app
+
+
+async def test_a_body_that_came_with_its_headers_is_announced_and_passes_the_limits_as_is(protocol_class: Any) -> None:
+    seen: dict[str, Any] = {}
+    protocol, transport = _connection(RequestLimitsMiddleware(_recording_app(seen), 1024, 5), protocol_class)
+    protocol.data_received(_head(11) + b'{"a": "bc"}')
+    await _until(lambda: protocol.cycle.response_complete)
+    assert seen == {"at_start": 11, "receive_unwrapped": True}
+    assert transport.written.startswith(b"HTTP/1.1 200 ") and b"\r\n11\r\n" in transport.written
+
+
+async def test_a_body_still_arriving_is_not_announced_and_stays_bounded(protocol_class: Any) -> None:
+    seen: dict[str, Any] = {}
+    protocol, transport = _connection(RequestLimitsMiddleware(_recording_app(seen), 1024, 0.2), protocol_class)
+    protocol.data_received(_head(100) + b'{"a": ')  # the rest never comes
+    await _until(lambda: transport.closed)
+    assert seen == {"at_start": None, "receive_unwrapped": False}
+    assert transport.written.startswith(b"HTTP/1.1 408 ")
+
+
+async def test_a_whole_body_over_the_cap_is_still_refused(protocol_class: Any) -> None:
+    seen: dict[str, Any] = {}
+    protocol, transport = _connection(RequestLimitsMiddleware(_recording_app(seen), 1024, 5), protocol_class)
+    protocol.data_received(_head(2000) + b"x" * 2000)
+    await _until(lambda: transport.closed)
+    assert transport.written.startswith(b"HTTP/1.1 413 ") and seen == {}
+
+
+async def test_each_request_of_a_keep_alive_connection_announces_its_own_body(protocol_class: Any) -> None:
+    sizes: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        sizes.append(scope.get(BODY_BYTES_KEY))
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, transport = _connection(app, protocol_class)
+    for body in (b"{}", b'{"city": "Paris"}', b""):
+        protocol.data_received(_head(len(body)) + body)
+        await _until(lambda: protocol.cycle.response_complete)
+    assert sizes == [2, 17, 0] and not transport.closed

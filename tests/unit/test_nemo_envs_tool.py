@@ -1,0 +1,109 @@
+"""tools/nemo_envs.py's replay and table rules: a slow row never discards an environment's results, and an
+environment NeMo Gym itself scores differently from one replay to the next is reported as such, not compared."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+
+from ngym.rollout.thread_server import serve_app_in_thread
+from tools import nemo_envs
+from tools.nemo_envs_table import replay_agreement
+
+
+def _slow_second_row_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/seed_session")
+    async def seed() -> dict[str, Any]:
+        return {}
+
+    @app.post("/verify")
+    async def verify(body: dict[str, Any]) -> dict[str, Any]:
+        if body["row"] == 2:
+            await asyncio.sleep(3)  # a verify waiting on something that never comes (a batch, a sandbox)
+        if body["row"] == 4:
+            return {"detail": "no reward"}
+        return {"reward": float(body["row"])}
+
+    return app
+
+
+def test_a_row_that_times_out_scores_none_and_the_rows_after_it_are_not_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nemo_envs, "ROW_TIMEOUT", 1)
+    monkeypatch.setattr(nemo_envs, "SLOW_FAILURE", 0.5)
+    with serve_app_in_thread(_slow_second_row_app()) as url:
+        result = nemo_envs.replay_rows(url, [{"row": 1}, {"row": 2}, {"row": 3}])
+    assert result["rewards"] == [1.0, None, None]
+    assert result["errors"] == [None, "timed out after 1s", "not replayed: an earlier row failed after 1s"]
+
+
+def test_no_row_answering_is_a_failed_replay_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nemo_envs, "ROW_TIMEOUT", 1)
+    with serve_app_in_thread(_slow_second_row_app()) as url:
+        result = nemo_envs.replay_rows(url, [{"row": 2}, {"row": 3}])
+        rejected = nemo_envs.replay_rows(url, [{"row": 4}])  # an HTTP answer without a reward is an answer
+    assert result["rewards"] == [] and result["reason"] == "replay failed: timed out after 1s"
+    assert rejected["rewards"] == [None] and rejected["errors"][0].startswith("HTTP 200")
+
+
+def _result(nemo: list[float], nemo_again: list[float] | None, ngym: list[float]) -> dict[str, Any]:
+    replay: dict[str, Any] = {"rewards": nemo}
+    if nemo_again is not None:
+        replay["rewards_again"] = nemo_again
+    return {"has_rollouts": True, "nemo": {"replay": replay}, "ngym": {"replay": {"rewards": ngym}}}
+
+
+def test_an_environment_nemo_scores_differently_twice_is_nondeterministic_not_a_disagreement() -> None:
+    text, ok = replay_agreement(_result([-1.0, 1.0, 0.0], [0.0, 1.0, -1.0], [1.0, 1.0, 0.0]))
+    assert ok is None
+    assert "2/3 vs NeMo" in text and "nondeterministic under NeMo Gym itself" in text and "agree on 1/3" in text
+
+
+def test_a_deterministic_environment_is_compared_row_by_row() -> None:
+    assert replay_agreement(_result([1.0, 0.0], [1.0, 0.0], [1.0, 0.0])) == ("2/2 vs NeMo", True)
+    assert replay_agreement(_result([1.0, 0.0], [1.0, 0.0], [1.0, 1.0]))[1] is False
+    assert replay_agreement(_result([1.0, 0.0], None, [1.0, 0.0])) == ("2/2 vs NeMo", True)  # replayed once only
+
+
+def _episode_app(steps: list[dict[str, Any]]) -> FastAPI:
+    """A Gymnasium-style server (no /verify): /step rewards each action by its name, ends on "stop"."""
+    app = FastAPI()
+
+    @app.post("/reset")
+    async def reset() -> dict[str, Any]:
+        return {"observation": "go", "info": {}}
+
+    @app.post("/step")
+    async def step(body: dict[str, Any]) -> dict[str, Any]:
+        names = [item["name"] for item in body["response"]["output"] if item.get("type") == "function_call"]
+        steps.append(body["response"]["output"])
+        return {"reward": float(len(names)), "terminated": "stop" in names, "truncated": False, "info": {}}
+
+    return app
+
+
+def test_a_gymnasium_episode_is_replayed_one_model_turn_per_step_as_nemo_gyms_agent_runs_it() -> None:
+    import httpx
+
+    from tools.nemo_replay_inprocess import replay_row
+
+    call = {"type": "function_call", "call_id": "c", "arguments": "{}"}
+    output = [
+        {"type": "reasoning", "summary": []},
+        {**call, "name": "a"},
+        {**call, "name": "b"},  # two calls in one model turn: one step
+        {"type": "function_call_output", "call_id": "c", "output": "ok"},
+        {"type": "message", "role": "user", "content": "next"},
+        {**call, "name": "stop"},
+        {"type": "function_call_output", "call_id": "c", "output": "ok"},
+        {**call, "name": "after_the_end"},  # past terminated: the agent had stopped
+    ]
+    steps: list[list[dict[str, Any]]] = []
+    with serve_app_in_thread(_episode_app(steps)) as url, httpx.Client(base_url=url) as client:
+        reward, error = replay_row(client, {"responses_create_params": {"input": "x"}, "response": {"output": output}})
+    assert (reward, error) == (3.0, None)  # 2 + 1, summed as the agent sums step rewards
+    assert [[item.get("name") for item in turn] for turn in steps] == [[None, "a", "b"], ["stop"]]
