@@ -30,15 +30,69 @@ if [ "${#missing[@]}" -gt 0 ]; then
     $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" ca-certificates iptables >/dev/null
 fi
 
-if ! docker info >/dev/null 2>&1; then
+# Every probe has a timeout: a stopped or wedged dockerd accepts connections on its socket and never answers.
+engine_answers() {
+    local deadline=$((SECONDS + $1))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        timeout 5 docker info >/dev/null 2>&1 && return 0
+        sleep 1
+    done
+    return 1
+}
+
+# dockerd refuses to start while its pid file names a live process. A machine that was stopped hard leaves the file
+# behind, and after a reboot its pid often belongs to some other process: remove it unless it names a dockerd, and
+# stop a dockerd that holds it without answering (wedged, or still shutting down), so a fresh one can start.
+pid_in() { tr -dc '0-9' < "$1" 2>/dev/null || true; }
+comm_of() { cat "/proc/${1:-0}/comm" 2>/dev/null || true; }
+
+stop_process() {  # pid: TERM, up to 20 s, then KILL (a stopped process only dies of KILL)
+    $SUDO kill -TERM "$1" 2>/dev/null || true
+    for _ in $(seq 1 20); do
+        [ -d "/proc/$1" ] || return 0
+        sleep 1
+    done
+    $SUDO kill -KILL "$1" 2>/dev/null || true
+    sleep 1
+}
+
+# Clears what keeps a new dockerd from starting: dockerd refuses while /var/run/docker.pid names a live process, and
+# waits for (then times out on) a containerd its last run left behind. A machine stopped hard leaves both files; after
+# a reboot their pids often belong to other processes.
+clear_stale_engine() {
+    local pidfile=/var/run/docker.pid cpidfile=/var/run/docker/containerd/containerd.pid pid comm
+    if [ -f "$pidfile" ]; then
+        pid="$(pid_in "$pidfile")"
+        comm="$(comm_of "$pid")"
+        if [ -n "$pid" ] && [ "$comm" = "dockerd" ]; then
+            say "dockerd (pid $pid) holds $pidfile; waiting for it to answer"
+            engine_answers 30 && return 0
+            say "dockerd (pid $pid) does not answer; stopping it"
+            stop_process "$pid"
+        else
+            say "removing stale $pidfile (pid ${pid:-none} is ${comm:-not running})"
+        fi
+        $SUDO rm -f "$pidfile"
+    fi
+    if [ -f "$cpidfile" ]; then
+        pid="$(pid_in "$cpidfile")"
+        comm="$(comm_of "$pid")"
+        if [ -n "$pid" ] && [ "$comm" = "containerd" ]; then
+            say "stopping containerd (pid $pid) left by the last dockerd"
+            stop_process "$pid"
+        fi
+        $SUDO rm -f "$cpidfile"
+    fi
+}
+
+if ! timeout 5 docker info >/dev/null 2>&1; then
+    clear_stale_engine
+fi
+if ! timeout 5 docker info >/dev/null 2>&1; then
     say "starting dockerd (log: $DOCKERD_LOG)"
     # setsid: dockerd outlives this script and is not killed with its process group.
     $SUDO setsid dockerd >"$DOCKERD_LOG" 2>&1 < /dev/null &
-    for _ in $(seq 1 60); do
-        docker info >/dev/null 2>&1 && break
-        sleep 1
-    done
-    if ! docker info >/dev/null 2>&1; then
+    if ! engine_answers 60; then
         say "dockerd did not come up within 60s; its log:"
         tail -n 30 "$DOCKERD_LOG" >&2 || true
         exit 1
