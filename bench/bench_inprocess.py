@@ -33,6 +33,8 @@ from uvicorn.server import ServerState
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench.bare_weather_app, when run as a script
 
+from tests.support.memory_transport import MemoryTransport  # noqa: E402
+
 ROLLOUTS = ROOT / "resources_servers/example_single_tool_call/data/example_rollouts.jsonl"
 WEATHER = "resources_servers.example_single_tool_call.app:WeatherResourcesServer"
 _SET_COOKIE = re.compile(rb"\r\nset-cookie: ([^;\r]+)", re.IGNORECASE)
@@ -50,40 +52,6 @@ def plan() -> list[tuple[str, bytes]]:
     ]
     steps.append(("/verify", {**row, "response": rollout["response"]}))
     return [(path, json.dumps(body).encode()) for path, body in steps]
-
-
-class _Socket:
-    def getpeername(self) -> tuple[str, int]:
-        return ("127.0.0.1", 50000)
-
-    def getsockname(self) -> tuple[str, int]:
-        return ("127.0.0.1", 8000)
-
-
-class _Transport:
-    """Just enough of an asyncio transport for uvicorn's protocol: collects what is written."""
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.closing = False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return _Socket() if name == "socket" else default
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 def config(kind: str) -> uvicorn.Config:
@@ -108,7 +76,7 @@ async def rollouts(cfg: uvicorn.Config, state: ServerState, steps: list[tuple[st
     connections = []
     for _ in range(8):
         protocol = cfg.http_protocol_class(config=cfg, server_state=state, app_state={}, _loop=loop)
-        transport = _Transport()
+        transport = MemoryTransport()
         protocol.connection_made(transport)
         connections.append((protocol, transport))
     per_route = dict.fromkeys((path for path, _ in steps), 0.0)
@@ -126,7 +94,7 @@ async def rollouts(cfg: uvicorn.Config, state: ServerState, steps: list[tuple[st
             while not protocol.cycle.response_complete:
                 await asyncio.sleep(0)
             per_route[path] += time.process_time() - began
-            response = b"".join(transport.written)
+            response = bytes(transport.written)
             if not response.startswith(b"HTTP/1.1 200"):
                 raise SystemExit(f"{path}: {response[:300]!r}")
             found = _SET_COOKIE.search(response)

@@ -13,6 +13,7 @@ from uvicorn.server import ServerState
 
 from ngym.server import http_protocol
 from ngym.server.request_limits import BODY_BYTES_KEY, RequestLimitsMiddleware
+from tests.support.memory_transport import MemoryTransport
 from tests.unit.test_request_limits import read_body_app
 
 PROTOCOLS = [http_protocol.GuardedH11Protocol]
@@ -25,48 +26,14 @@ def protocol_class(request: pytest.FixtureRequest) -> Any:
     return request.param
 
 
-class _Socket:
-    def getpeername(self) -> tuple[str, int]:
-        return ("127.0.0.1", 50000)
-
-    def getsockname(self) -> tuple[str, int]:
-        return ("127.0.0.1", 8000)
-
-
-class _Transport:
-    """Just enough of an asyncio transport for uvicorn's protocol: collects what is written."""
-
-    def __init__(self) -> None:
-        self.written = b""
-        self.closed = False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return _Socket() if name == "socket" else default
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
-def _connection(app: Any, protocol_class: Any) -> tuple[Any, _Transport]:
+def _connection(app: Any, protocol_class: Any) -> tuple[Any, MemoryTransport]:
     config = uvicorn.Config(app, http=protocol_class, lifespan="off", log_level="warning")
     http_protocol.configure(config, header_timeout=30, max_header_bytes=65536)
     config.load()
     protocol = config.http_protocol_class(
         config=config, server_state=ServerState(), app_state={}, _loop=asyncio.get_running_loop()
     )
-    transport = _Transport()
+    transport = MemoryTransport()
     protocol.connection_made(transport)
     return protocol, transport
 
