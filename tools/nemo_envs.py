@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -52,7 +53,18 @@ from ngym.nemo.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, NemoEnvironm
 from tools.nemo_replay_inprocess import replay_row, verify_payloads  # noqa: E402
 
 WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or Path.home() / ".cache" / "ngym" / "nemo-envs")
-NEMO_VENV = Path(os.environ.get("NGYM_NEMO_VENV") or Path.home() / ".cache" / "ngym" / "nemo" / "venv313")
+
+
+@functools.cache
+def nemo_venv() -> Path:
+    """NeMo Gym 0.7.0's own Python 3.13 virtualenv, the one ``make conformance`` uses: made on first use by
+    ``tools/nemo_venv.sh`` (``NGYM_NEMO_VENV`` puts it elsewhere), which prints its path."""
+    made = subprocess.run(["bash", str(REPO / "tools" / "nemo_venv.sh")], capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        raise SystemExit(f"nemo_envs: could not make NeMo Gym's virtualenv: {made.stderr.strip()[-500:]}")
+    return Path(made.stdout.strip().splitlines()[-1])
+
+
 PY313 = os.environ.get("NGYM_PY313") or str(Path.home() / ".pyenv" / "versions" / "3.13.0" / "bin" / "python3")
 TABLE = REPO / "docs" / "nemo-gym-environments.md"
 TEST_TIMEOUT = int(os.environ.get("NGYM_NEMO_TEST_TIMEOUT", "600"))
@@ -111,7 +123,7 @@ def base_venv(name: str, build: Any, spec: str = "") -> Path:
 
 
 def build_nemo_base(venv: Path) -> None:
-    python = make_overlay(venv, [NEMO_VENV])
+    python = make_overlay(venv, [nemo_venv()])
     ok, error = pip_install(python, TEST_TOOLS, WORK / "logs" / "nemo-base.install.log")
     if not ok:
         raise RuntimeError(f"nemo-base: {error}")
@@ -299,7 +311,13 @@ REASONS: list[tuple[str, re.Pattern[str]]] = [
     ("compat gap", re.compile(r"No module named 'nemo_gym|nemo_gym\.\w+.*(AttributeError|ImportError)", re.I)),
     ("missing package", re.compile(r"ModuleNotFoundError|No matching distribution|ImportError", re.I)),
     # a cache its own prepare step fills from an upstream source (deepswe's data/cache/tasks): not shipped
-    ("needs prepared data", re.compile(r"(FileNotFoundError|does not exist).*/data/(cache|runtime)/", re.I)),
+    # or a file its README says to download first (indian_banking's data/db.json, from Hugging Face)
+    (
+        "needs prepared data",
+        re.compile(
+            r"(FileNotFoundError|does not exist).*/data/(cache|runtime)/|not found\..*(Hugging ?Face|download)", re.I
+        ),
+    ),
     ("file outside the wheel", re.compile(r"FileNotFoundError", re.I)),
 ]
 
@@ -359,9 +377,13 @@ class Env:
         return self.env.name
 
     def extra_requirements(self) -> list[str]:
-        """The environment's own requirements, without nemo-gym (what NeMo's `gym env test` adds to it)."""
-        skipped = {COMPAT_DISTRIBUTION, *DEV_REQUIREMENTS}
-        return [r for r in self.env.requirements if r not in skipped] + self.env.pip_lines
+        """The environment's own requirements, without nemo-gym (what NeMo's `gym env test` adds to it): neither
+        the compat distribution that stands for it under ngym (with any extra, e.g. ``[docker]`` for
+        ``nemo-gym[sandbox]``) nor the test tools that stand for ``nemo-gym[dev]``."""
+        compat = re.compile(rf"^{re.escape(COMPAT_DISTRIBUTION)}\b(?!-)", re.IGNORECASE)
+        return [
+            r for r in self.env.requirements if r not in DEV_REQUIREMENTS and not compat.match(r)
+        ] + self.env.pip_lines
 
     def install_blocker(self) -> str | None:
         """Why the requirements cannot be installed on this machine, when that is known beforehand."""
@@ -468,7 +490,7 @@ def measure_nemo(item: Env, base: Path) -> dict[str, Any]:
     python = base / "bin" / "python"
     extra = item.extra_requirements()
     if extra:
-        python = make_overlay(WORK / "venvs" / f"nemo-{name}", [base, NEMO_VENV])
+        python = make_overlay(WORK / "venvs" / f"nemo-{name}", [base, nemo_venv()])
         ok, error = pip_install(python, extra, logs / "nemo.install.log")
         if not ok:
             return {**result, "status": "install failed", "reason": f"{classify(error, 'nemo')}: {error}"}
@@ -676,7 +698,7 @@ def replay_again(item: Env, side: str, base: Path) -> dict[str, Any] | None:
         if item.extra_requirements():  # its requirements, installed when no measurement left them
             python = WORK / "venvs" / f"nemo-{item.name}" / "bin" / "python"
             if not python.exists():
-                python = make_overlay(WORK / "venvs" / f"nemo-{item.name}", [base, NEMO_VENV])
+                python = make_overlay(WORK / "venvs" / f"nemo-{item.name}", [base, nemo_venv()])
                 if not pip_install(python, item.extra_requirements(), logs / "nemo.install.log")[0]:
                     return None
         run_root, folder = nemo_run_root(item)
@@ -719,9 +741,13 @@ def replay_rows(base_url: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
             stop = f"not replayed: an earlier row failed after {seconds:.0f}s"
     rewards = [reward for reward, _ in results]
     errors = [error for _, error in results]
-    answered = [r is not None or (e or "").startswith("HTTP ") for r, e in results]
+    # Any HTTP answer below 500 is an answer (a 4xx: the row does not fit the request model, NeMo rejects it alike);
+    # a 5xx is a failure.
+    answered = [r is not None or (re.match(r"HTTP [1-4]", e or "") is not None) for r, e in results]
     if not any(answered):  # no row answered at all: say why, as a failed NeMo replay does
-        return {"rewards": [], "errors": errors, "reason": f"replay failed: {errors[0]}"}
+        category = classify(errors[0] or "", "ngym")
+        what = "replay failed" if category == "test failure" else f"replay failed ({category})"
+        return {"rewards": [], "errors": errors, "reason": f"{what}: {errors[0]}"}
     return {"rewards": rewards, "errors": errors}
 
 
@@ -859,7 +885,7 @@ def main(argv: list[str] | None = None) -> int:
             envs = [e for e in envs if pending(e)][: args.limit]
         bases = {}
         if "nemo" in sides:
-            bases["nemo"] = base_venv("nemo-base", build_nemo_base)
+            bases["nemo"] = base_venv("nemo-base", build_nemo_base, f"overlay of {nemo_venv()}")
         if "ngym" in sides:
             # rebuilt when ngym's or the compat layer's declared dependencies change (code is editable)
             pyprojects = [REPO / "pyproject.toml", REPO / "plugins" / "ngym_nemo_gym" / "pyproject.toml"]

@@ -38,6 +38,11 @@ def nondeterministic_rows(result: dict[str, Any]) -> list[int] | None:
     return [i for i, (a, b) in enumerate(zip(first, again, strict=False)) if not _same(a, b)]
 
 
+#: Reasons a replay could not run that lie in this machine, not in ngym (NeMo Gym serving the environment would meet
+#: them too; its in-process replay may not, as it skips the server's start-up).
+ENVIRONMENT_LIMITS = ("needs internet", "needs GPU", "needs a config value", "needs credentials", "needs prepared data")
+
+
 def replay_agreement(result: dict[str, Any]) -> tuple[str, bool | None]:
     """(text, all rows agree?) comparing ngym's replayed rewards with NeMo Gym's (re-verified, else recorded).
 
@@ -49,7 +54,12 @@ def replay_agreement(result: dict[str, Any]) -> tuple[str, bool | None]:
     nemo = (result.get("nemo") or {}).get("replay") or {}
     ours = ngym.get("rewards") or []
     if not ours:
-        return f"ngym: {ngym.get('reason') or 'not replayed'}", None
+        reason = ngym.get("reason") or "not replayed"
+        scored = sum(1 for r in nemo.get("rewards") or [] if r is not None)
+        if scored and not any(f"({category})" in reason for category in ENVIRONMENT_LIMITS):
+            # NeMo Gym scored rows that ngym could not: a gap, not a row left out of the count
+            return f"ngym: {reason} (NeMo Gym scored {scored} rows)", False
+        return f"ngym: {reason}", None
     theirs, against = nemo.get("rewards") or [], "NeMo"
     if theirs and nemo.get("rows") != ngym.get("rows"):  # the two sides replayed different rows
         return "NeMo's replay is of other rows (older pairing): re-run `--replay-only --side nemo`", None

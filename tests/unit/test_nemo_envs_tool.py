@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 
 from ngym.rollout.thread_server import serve_app_in_thread
 from tools import nemo_envs
@@ -27,6 +28,11 @@ def _slow_second_row_app() -> FastAPI:
             await asyncio.sleep(3)  # a verify waiting on something that never comes (a batch, a sandbox)
         if body["row"] == 4:
             return {"detail": "no reward"}
+        if body["row"] == 5:  # what ngym answers for an environment missing a file its README says to download
+            error = FileNotFoundError("data/db.json not found. Download it from Hugging Face first.")
+            return JSONResponse(repr(error), status_code=500)
+        if body["row"] == 6:
+            return JSONResponse({"detail": "row does not fit"}, status_code=422)
         return {"reward": float(body["row"])}
 
     return app
@@ -48,6 +54,26 @@ def test_no_row_answering_is_a_failed_replay_with_its_reason(monkeypatch: pytest
         rejected = nemo_envs.replay_rows(url, [{"row": 4}])  # an HTTP answer without a reward is an answer
     assert result["rewards"] == [] and result["reason"] == "replay failed: timed out after 1s"
     assert rejected["rewards"] == [None] and rejected["errors"][0].startswith("HTTP 200")
+
+
+def test_a_5xx_on_every_row_is_a_failed_replay_but_a_4xx_is_an_answer() -> None:
+    with serve_app_in_thread(_slow_second_row_app()) as url:
+        failed = nemo_envs.replay_rows(url, [{"row": 5}, {"row": 5}])
+        rejected = nemo_envs.replay_rows(url, [{"row": 6}])
+    assert failed["rewards"] == [] and failed["reason"].startswith("replay failed (needs prepared data): HTTP 500")
+    assert rejected["rewards"] == [None] and rejected["errors"][0].startswith("HTTP 422")
+
+
+def test_rows_nemo_scored_and_ngym_could_not_replay_are_a_disagreement() -> None:
+    def result(ngym_reason: str, nemo: list[float | None]) -> dict[str, Any]:
+        ngym = {"replay": {"rewards": [], "reason": ngym_reason}}
+        return {"has_rollouts": True, "nemo": {"replay": {"rewards": nemo}}, "ngym": ngym}
+
+    text, ok = replay_agreement(result("replay failed: HTTP 500 on /verify: KeyError('x')", [1.0, None]))
+    assert ok is False and "NeMo Gym scored 1 rows" in text
+    # this machine's limits, or NeMo failing alike, leave the environment out of the count
+    assert replay_agreement(result("serve failed (needs internet): gaierror", [1.0, 0.0]))[1] is None
+    assert replay_agreement(result("replay failed: HTTP 500 on /reset", [None, None]))[1] is None
 
 
 def _result(nemo: list[float], nemo_again: list[float] | None, ngym: list[float]) -> dict[str, Any]:
@@ -107,3 +133,23 @@ def test_a_gymnasium_episode_is_replayed_one_model_turn_per_step_as_nemo_gyms_ag
         reward, error = replay_row(client, {"responses_create_params": {"input": "x"}, "response": {"output": output}})
     assert (reward, error) == (3.0, None)  # 2 + 1, summed as the agent sums step rewards
     assert [[item.get("name") for item in turn] for turn in steps] == [[None, "a", "b"], ["stop"]]
+
+
+def test_nemos_side_installs_the_environments_own_requirements_without_what_stands_for_nemo_gym(tmp_path: Any) -> None:
+    from ngym.nemo.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, SANDBOX_REQUIREMENTS, NemoEnvironment
+
+    env = NemoEnvironment(
+        folder=tmp_path,
+        name="cvdp",
+        config=None,
+        domain="coding",
+        description="",
+        entry_module="app",
+        server_class="CVDPServer",
+        requirements=[COMPAT_DISTRIBUTION, *DEV_REQUIREMENTS, *SANDBOX_REQUIREMENTS, "numpy==2.2.3"],
+        pip_lines=["--extra-index-url https://example.invalid/simple"],
+    )
+    assert nemo_envs.Env(env, tmp_path).extra_requirements() == [
+        "numpy==2.2.3",
+        "--extra-index-url https://example.invalid/simple",
+    ]
