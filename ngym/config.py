@@ -82,12 +82,10 @@ def instances_from_files(paths: list[Path], overrides: list[str], *, resolve: bo
     interpolations may use. A model or agent instance NeMo Gym would not start (no single implementation) is
     skipped, as NeMo Gym skips it; a malformed resources-server instance is an error, since it is what ngym
     would serve. ``resolve=False`` leaves every ``${...}`` as written (to look at a config's shape)."""
-    from omegaconf import DictConfig
-
     config = load_tree(paths, overrides)
     instances = []
     for name, body in config.top_level():
-        if not isinstance(body, DictConfig):
+        if not config.is_mapping(body):
             continue
         server_types = [key for key in body if key in SERVER_TYPES]
         if not server_types:
@@ -97,13 +95,13 @@ def instances_from_files(paths: list[Path], overrides: list[str], *, resolve: bo
         if len(server_types) > 1:
             raise ConfigError(f"{where}: an instance has one server type, this one has {', '.join(server_types)}")
         server_type = server_types[0]
-        implementations = body._get_node(server_type)
+        implementations = config.child(body, server_type)
         implementation: Any = ""
         node: Any = None
         valid = False
-        if isinstance(implementations, DictConfig) and len(implementations) == 1:
-            implementation, node = next(iter(implementations.items_ex(resolve=False)))
-            valid = isinstance(node, DictConfig) or node is None
+        if config.is_mapping(implementations) and len(implementations) == 1:
+            implementation, node = next(config.items(implementations))
+            valid = config.is_mapping(node) or node is None
         if not valid:
             if server_type != "resources_servers":
                 continue  # NeMo Gym's "almost-server": not started

@@ -28,6 +28,7 @@ no config (a warm ``ngym list``) should not pay for them.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -101,26 +102,46 @@ _STRING_DIRECTIVE = re.compile(r"^\$\{(inherit_from|copy):([^}]*)\}$")
 @dataclass
 class ConfigTree:
     """The merged tree (an OmegaConf ``DictConfig``, interpolations unresolved) and where each top-level key
-    was last set (for messages)."""
+    was last set (for messages).
+
+    A tree with nothing for OmegaConf to do (one file, no includes, overrides, inheritance, ``${...}`` or
+    ``???``: every built-in environment's config) is kept as the YAML's plain dicts instead (``plain_data``),
+    since importing OmegaConf costs ~0.1 s of every ``ngym run``'s start; the methods answer alike for both."""
 
     tree: Any
     origin: dict[str, Path] = field(default_factory=dict)
+    plain_data: bool = False
 
     def top_level(self) -> Iterator[tuple[str, Any]]:
         """``(key, node)`` for every top-level key but the reserved ones, nothing resolved."""
-        for key, node in self.tree.items_ex(resolve=False):
+        for key, node in self.items(self.tree):
             if str(key) not in RESERVED_TOP_LEVEL_KEYS:
                 yield str(key), node
 
+    def is_mapping(self, node: Any) -> bool:
+        """True when ``node`` (inside the tree) is a mapping."""
+        if self.plain_data:
+            return isinstance(node, dict)
+        from omegaconf import DictConfig
+
+        return isinstance(node, DictConfig)
+
+    def child(self, node: Any, key: str) -> Any:
+        """``node[key]`` without resolving it."""
+        return node[key] if self.plain_data else node._get_node(key)
+
+    def items(self, node: Any) -> Iterator[tuple[Any, Any]]:
+        """A mapping's ``(key, value)`` pairs, nothing resolved."""
+        return iter(node.items()) if self.plain_data else iter(node.items_ex(resolve=False))
+
     def plain(self) -> dict[str, Any]:
         """The tree as plain dicts and lists, ``${...}`` kept as written (what server processes receive)."""
-        from omegaconf import OmegaConf
+        return self.plain_of(self.tree)
 
-        return OmegaConf.to_container(self.tree, resolve=False)  # type: ignore[return-value]
-
-    @staticmethod
-    def plain_of(node: Any) -> dict[str, Any]:
+    def plain_of(self, node: Any) -> dict[str, Any]:
         """A mapping inside the tree as plain data, ``${...}`` kept as written."""
+        if self.plain_data:
+            return copy.deepcopy(node)
         from omegaconf import OmegaConf
 
         return OmegaConf.to_container(node, resolve=False)  # type: ignore[return-value]
@@ -128,6 +149,8 @@ class ConfigTree:
     def resolved(self, node: Any, where: str) -> dict[str, Any]:
         """``node`` (a mapping inside the tree) as plain data with every ``${...}`` resolved against the tree;
         a reference that cannot be resolved is one ConfigError naming the key and how to set it."""
+        if self.plain_data:
+            return self.plain_of(node)  # nothing to resolve: load_tree checked
         from omegaconf import OmegaConf
         from omegaconf.errors import InterpolationKeyError, MissingMandatoryValue, OmegaConfBaseException
 
@@ -152,12 +175,18 @@ class ConfigTree:
 def load_tree(paths: list[Path], overrides: list[str] | None = None) -> ConfigTree:
     """The merged tree of ``paths`` (each with its ``config_paths`` includes first), ``overrides`` on top, with
     inheritance applied (module docstring). ``ConfigError`` for a missing file, bad YAML or a bad override."""
+    files = _files_in_merge_order(paths)
+    if not overrides and len(files) == 1 and not _needs_omegaconf(files[0][1]):
+        path, data = files[0]
+        data.pop(CONFIG_PATHS_KEY, None)
+        return ConfigTree(data, {str(key): path for key in data}, plain_data=True)
+
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     origin: dict[str, Path] = {}
     layers = []
-    for path, data in _files_in_merge_order(paths):
+    for path, data in files:
         for key in data:
             origin[str(key)] = path
         try:
@@ -177,6 +206,22 @@ def load_tree(paths: list[Path], overrides: list[str] | None = None) -> ConfigTr
     tree.pop(CONFIG_PATHS_KEY, None)  # consumed: includes are merged already
     _apply_inheritance(tree)
     return ConfigTree(tree, origin)
+
+
+def _needs_omegaconf(data: Any) -> bool:
+    """True when YAML data holds anything OmegaConf would change or check: an interpolation (``${...}``, also
+    the string forms of inheritance), a mandatory value (``???``), an inheritance key, a key or value that is not
+    a plain YAML scalar (OmegaConf refuses some: a date, say, which it would report)."""
+    if isinstance(data, dict):
+        return any(
+            not isinstance(key, str) or key in (INHERIT_FROM_KEY, COPY_KEY, DELETE_KEY_KEY) or _needs_omegaconf(value)
+            for key, value in data.items()
+        )
+    if isinstance(data, list):
+        return any(_needs_omegaconf(item) for item in data)
+    if isinstance(data, str):
+        return "${" in data or data == "???"
+    return not (data is None or isinstance(data, (bool, int, float)))
 
 
 def load_yaml_files(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:

@@ -264,3 +264,47 @@ def test_an_installed_environment_whose_config_needs_a_value_still_resolves(
     assert environment.folder == folder and environment.fields["domain"] == "knowledge"
     with pytest.raises(ConfigError, match="refers to 'policy_base_url', which no config sets"):
         environment.serve_spec()
+
+
+PLAIN_CONFIGS = sorted(Path(__file__).resolve().parents[2].glob("resources_servers/*/configs/*.yaml"))
+NEMO_SHAPED = """
+my_env:
+  resources_servers:
+    my_env:
+      entrypoint: app.py
+      domain: agent
+      tags: [a, b]
+      limits: {cpu: 1.5, retries: 3, strict: true, note: null}
+responses_create_params:
+  temperature: 0.7
+judge_model:
+  responses_api_models:
+    openai_model: {entrypoint: app.py}
+"""
+
+
+@pytest.mark.parametrize("config", PLAIN_CONFIGS, ids=lambda p: p.parent.parent.name)
+def test_a_config_with_nothing_to_resolve_reads_the_same_without_omegaconf(
+    config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = load_tree([config])
+    fast_instances = instances_from_files([config], [])
+    monkeypatch.setattr("ngym.config_tree._needs_omegaconf", lambda data: True)
+    slow = load_tree([config])
+    assert fast.plain_data and not slow.plain_data  # every built-in's config takes the plain path
+    assert fast.plain() == slow.plain()
+    assert fast_instances == instances_from_files([config], [])
+
+
+def test_the_plain_path_is_taken_only_when_omegaconf_has_nothing_to_do(tmp_path: Path) -> None:
+    plain = write(tmp_path, "plain.yaml", NEMO_SHAPED)
+    assert load_tree([plain]).plain_data
+    assert not load_tree([plain], ["my_env.resources_servers.my_env.domain=math"]).plain_data  # an override
+    for text in (ENV, "a:\n  b: ???", "a: {_copy: b}\nb: {c: 1}", "a: {1: x}"):
+        assert not load_tree([write(tmp_path, "x.yaml", text)]).plain_data, text
+    with pytest.raises(ConfigError, match="not a supported primitive type"):  # OmegaConf's check, kept
+        load_tree([write(tmp_path, "d.yaml", "a: {b: 2026-11-23}")])
+    with pytest.raises(ConfigError, match=r"is unset \('\?\?\?'\)"):  # still reported as before
+        instances_from_files(
+            [write(tmp_path, "m.yaml", "e:\n  resources_servers:\n    e:\n      entrypoint: ???\n")], []
+        )
