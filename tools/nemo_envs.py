@@ -304,10 +304,13 @@ REASONS: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"\b\w*(api_key|api_token|access_token|secret|_cx)\w*:?\s+Field required"
             r"|API key (is )?(required|missing|not set)|(OPENAI|ANTHROPIC|TAVILY|GOOGLE|HF|SERPER|EXA)_API_KEY"
-            r"|Missing credentials|AuthenticationError",
+            r"|Missing credentials|AuthenticationError"
+            r"|\b(api_key|api_token|access_token)\.\w+: Input should be a valid",  # a key the config leaves null
             re.I,
         ),
     ),
+    # a field its config class requires and its YAML leaves out (terminal_bench_4's `environment`)
+    ("needs a config value", re.compile(r"does not validate with its config: .*Field required")),
     ("compat gap", re.compile(r"No module named 'nemo_gym|nemo_gym\.\w+.*(AttributeError|ImportError)", re.I)),
     ("missing package", re.compile(r"ModuleNotFoundError|No matching distribution|ImportError", re.I)),
     # a cache its own prepare step fills from an upstream source (deepswe's data/cache/tasks): not shipped

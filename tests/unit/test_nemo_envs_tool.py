@@ -153,3 +153,24 @@ def test_nemos_side_installs_the_environments_own_requirements_without_what_stan
         "numpy==2.2.3",
         "--extra-index-url https://example.invalid/simple",
     ]
+
+
+@pytest.mark.parametrize(
+    ("error", "category"),
+    [
+        (
+            "critpt: config class CritPtResourcesServerConfig does not validate with its config: api_key.str: "
+            "Input should be a valid string; api_key.list[str]: Input should be a valid list",
+            "needs credentials",
+        ),
+        (
+            "terminal_bench_4: config class TerminalBench4Config does not validate with its config: environment: "
+            "Field required",
+            "needs a config value",
+        ),
+        ("cvdp: cvdp.x refers to 'cvdp_sim_image', which no config sets", "needs a config value"),
+        ("KeyError: 'reward'", "test failure"),
+    ],
+)
+def test_a_serve_failure_is_classified_by_what_the_user_must_supply(error: str, category: str) -> None:
+    assert nemo_envs.classify(error) == category
