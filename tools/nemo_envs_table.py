@@ -63,6 +63,13 @@ def replay_agreement(result: dict[str, Any]) -> tuple[str, bool | None]:
     theirs, against = nemo.get("rewards") or [], "NeMo"
     if theirs and nemo.get("rows") != ngym.get("rows"):  # the two sides replayed different rows
         return "NeMo's replay is of other rows (older pairing): re-run `--replay-only --side nemo`", None
+    nemo_errors = [e for e in nemo.get("errors") or [] if e]
+    if theirs and all(r is None for r in theirs) and any(e.startswith("HTTP 5") for e in nemo_errors):
+        # NeMo Gym's own replay failed on every row (a 5xx, not a rejection): it scored nothing to compare with
+        failed = f"NeMo Gym's own replay failed ({nemo_errors[0][:80]})"
+        if result.get("model_refs") or ngym.get("scripted_policy"):  # recorded rewards came from a real judge
+            return f"{failed}; ngym scored {ours} with the scripted judge: nothing to compare", None
+        theirs = []
     if not theirs:  # NeMo's side did not replay: the rewards its run recorded
         theirs, against = result.get("recorded") or [], "recorded"
     pairs = [(a, b) for a, b in zip(ours, theirs, strict=False)]

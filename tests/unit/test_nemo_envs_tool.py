@@ -174,3 +174,18 @@ def test_nemos_side_installs_the_environments_own_requirements_without_what_stan
 )
 def test_a_serve_failure_is_classified_by_what_the_user_must_supply(error: str, category: str) -> None:
     assert nemo_envs.classify(error) == category
+
+
+def test_nemo_failing_its_own_replay_is_not_a_disagreement() -> None:
+    nemo = {"rewards": [None, None], "errors": ["HTTP 500: Internal Server Error"] * 2}
+    judged = {"has_rollouts": True, "model_refs": ["judge"], "recorded": [0.85, 0.6]}
+    judged |= {"nemo": {"replay": nemo}, "ngym": {"replay": {"rewards": [0.0, 0.0]}}}
+    text, ok = replay_agreement(judged)
+    assert ok is None and "NeMo Gym's own replay failed" in text and "nothing to compare" in text
+    # without a judge, the recorded rewards stand in for NeMo's
+    plain = {"has_rollouts": True, "recorded": [1.0, 0.0], "nemo": {"replay": nemo}}
+    assert replay_agreement({**plain, "ngym": {"replay": {"rewards": [1.0, 0.0]}}}) == ("2/2 vs recorded", True)
+    # both sides rejecting a row (a 4xx) still agree
+    rejected = {"rewards": [None], "errors": ["HTTP 422 on /verify: extra inputs"]}
+    both = {"has_rollouts": True, "nemo": {"replay": rejected}, "ngym": {"replay": {"rewards": [None]}}}
+    assert replay_agreement(both)[1] is True
