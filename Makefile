@@ -77,7 +77,7 @@ docker-base:
 	bash docker/build-base-image.sh $(TAG)
 
 # --- NeMo Gym's environments (issue 14): all 145 measured under NeMo Gym 0.7.0 and ngym → docs/nemo-gym-environments.md
-# Resumable (results cached per environment in ~/.cache/ngym/nemo-envs); ARGS="--only a,b --side ngym --limit 20".
+# Resumable (results cached per environment in ~/.cache/ngym/nemo-envs; NeMo Gym's venv from tools/nemo_venv.sh); ARGS="--only a,b --side ngym --limit 20".
 nemo-envs: install
 	$(PY) tools/nemo_envs.py $(ARGS)
 # 25 of them in CI: install → own tests → serve → replay, rewards compared with NeMo Gym's (tools/nemo_ci_expected.json);

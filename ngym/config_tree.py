@@ -177,8 +177,7 @@ def load_tree(paths: list[Path], overrides: list[str] | None = None) -> ConfigTr
     inheritance applied (module docstring). ``ConfigError`` for a missing file, bad YAML or a bad override."""
     files = _files_in_merge_order(paths)
     if not overrides and len(files) == 1 and not _needs_omegaconf(files[0][1]):
-        path, data = files[0]
-        data.pop(CONFIG_PATHS_KEY, None)
+        path, data = files[0]  # its config_paths already consumed by _files_in_merge_order
         return ConfigTree(data, {str(key): path for key in data}, plain_data=True)
 
     from omegaconf import DictConfig, OmegaConf

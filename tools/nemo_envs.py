@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from ngym.nemo import wheel as nemo_wheel  # noqa: E402
 from ngym.nemo.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, NemoEnvironment, read_environment  # noqa: E402
-from tools.nemo_replay_inprocess import replay_row, verify_payloads  # noqa: E402
+from tools.nemo_replay_inprocess import is_server_error, replay_row, verify_payloads  # noqa: E402
 
 WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or Path.home() / ".cache" / "ngym" / "nemo-envs")
 
@@ -59,9 +59,12 @@ WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or Path.home() / ".cache" / "ng
 def nemo_venv() -> Path:
     """NeMo Gym 0.7.0's own Python 3.13 virtualenv, the one ``make conformance`` uses: made on first use by
     ``tools/nemo_venv.sh`` (``NGYM_NEMO_VENV`` puts it elsewhere), which prints its path."""
-    made = subprocess.run(["bash", str(REPO / "tools" / "nemo_venv.sh")], capture_output=True, text=True, check=False)
+    # stdout is the path; stderr (its progress while it makes the venv, ~80 s, or why it cannot) goes to the user
+    made = subprocess.run(
+        ["bash", str(REPO / "tools" / "nemo_venv.sh")], stdout=subprocess.PIPE, text=True, check=False
+    )
     if made.returncode != 0:
-        raise SystemExit(f"nemo_envs: could not make NeMo Gym's virtualenv: {made.stderr.strip()[-500:]}")
+        raise SystemExit("nemo_envs: could not make NeMo Gym's virtualenv (tools/nemo_venv.sh said why above)")
     return Path(made.stdout.strip().splitlines()[-1])
 
 
@@ -744,9 +747,7 @@ def replay_rows(base_url: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
             stop = f"not replayed: an earlier row failed after {seconds:.0f}s"
     rewards = [reward for reward, _ in results]
     errors = [error for _, error in results]
-    # Any HTTP answer below 500 is an answer (a 4xx: the row does not fit the request model, NeMo rejects it alike);
-    # a 5xx is a failure.
-    answered = [r is not None or (re.match(r"HTTP [1-4]", e or "") is not None) for r, e in results]
+    answered = [r is not None or ((e or "").startswith("HTTP ") and not is_server_error(e)) for r, e in results]
     if not any(answered):  # no row answered at all: say why, as a failed NeMo replay does
         category = classify(errors[0] or "", "ngym")
         what = "replay failed" if category == "test failure" else f"replay failed ({category})"

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tools.nemo_replay_inprocess import is_server_error
+
 TOTAL = 145
 
 
@@ -64,7 +66,7 @@ def replay_agreement(result: dict[str, Any]) -> tuple[str, bool | None]:
     if theirs and nemo.get("rows") != ngym.get("rows"):  # the two sides replayed different rows
         return "NeMo's replay is of other rows (older pairing): re-run `--replay-only --side nemo`", None
     nemo_errors = [e for e in nemo.get("errors") or [] if e]
-    if theirs and all(r is None for r in theirs) and any(e.startswith("HTTP 5") for e in nemo_errors):
+    if theirs and all(r is None for r in theirs) and any(is_server_error(e) for e in nemo_errors):
         # NeMo Gym's own replay failed on every row (a 5xx, not a rejection): it scored nothing to compare with
         failed = f"NeMo Gym's own replay failed ({nemo_errors[0][:80]})"
         if result.get("model_refs") or ngym.get("scripted_policy"):  # recorded rewards came from a real judge

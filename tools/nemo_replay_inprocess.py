@@ -127,6 +127,12 @@ def model_turns(output: list[dict]) -> list[list[dict]]:
     return [turn for turn in turns if turn]
 
 
+def is_server_error(error: str | None) -> bool:
+    """True when a row's error (as ``replay_row`` writes it) is the server failing (a 5xx); any other HTTP
+    answer without a reward is an answer (a 4xx: the row does not fit the request model)."""
+    return (error or "").startswith("HTTP 5")
+
+
 def _reward_of(response) -> tuple[float | None, str | None]:
     try:
         data = response.json()
