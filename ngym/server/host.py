@@ -58,8 +58,7 @@ def check_workers(server: SimpleResourcesServer, workers: int) -> None:
     """Refuse several workers where they would not share sessions."""
     if workers <= 1:
         return
-    assert server._ngym_sessions is not None
-    store = server._ngym_sessions.store
+    store = server.sessions.store
     if not store.shared_between_processes:
         raise ConfigError(
             f"{server.config.name}: --workers {workers} needs a session store the workers share: the memory store "

@@ -158,8 +158,7 @@ class MCPExposure:
         ).model_dump()
 
     def _signer(self) -> Any:
-        assert self.server._ngym_sessions is not None
-        return self.server._ngym_sessions.signer
+        return self.server.sessions.signer
 
     # ---- MCP handlers ------------------------------------------------------------------------------
 

@@ -127,7 +127,7 @@ class NgymMiddleware:
             await _send_unavailable(send, f"session store unavailable: {exc}", [])
             return
         # Starlette's request.session, for code ported from NeMo Gym: {"session_id": ...}.
-        compat: dict[str, Any] = {SESSION_ID_KEY: session.id}
+        compat = session.view
         scope["session"] = compat
         scope[SCOPE_KEY] = session
         token = current_request_session.set(session)

@@ -35,9 +35,14 @@ from ngym.server.protocol.bodies import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    ResourcesCloseSessionRequest,
+    ResourcesCloseSessionResponse,
+    ResourcesSeedSessionRequest,
+    ResourcesSeedSessionResponse,
 )
+from ngym.server.request_bodies import seed_body_model, validate_body
 from ngym.server.request_limits import RequestLimitsMiddleware
-from ngym.server.routes import add_standard_routes
+from ngym.server.routes import add_health_routes, add_standard_routes
 from ngym.server.sessions.cookies import CookieSigner, resolve_secret
 from ngym.server.sessions.factory import create_session_store
 from ngym.server.sessions.ids import DEFAULT_SESSION_ID_MAX_LENGTH, DEFAULT_SESSION_ID_PATTERN
@@ -50,6 +55,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("ngym.server")
 
 SESSION_STORE_ENV = "NGYM_SESSION_STORE"
+#: ``app.state`` attribute set once ``install_sessions`` ran on an app.
+SESSIONS_INSTALLED = "ngym_session_middleware_installed"
 
 
 class ReverifyMode(str, Enum):
@@ -120,6 +127,12 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     - ``reverify_mode``: ``"stateless"`` when re-running verify on a stored response is meaningful.
     - ``always_full_reward``: True when the reward does not depend on the response (``ngym validate``'s
       soundness pass then skips its "must not score 1.0" checks).
+    - ``close_resources_session_takes_any_body``: True when ``close_resources_session`` takes every
+      ``/close_session`` body (a dict, or None when empty), as NeMo Gym routes them all to it.
+
+    The standard routes dispatch to ``seed_session`` (a dataset row), ``seed_resources_session`` and
+    ``close_resources_session`` (NeMo Gym 0.7's typed bodies) and ``verify``; ``self.sessions`` (the
+    ``SessionManager``) keeps the session protocol around them: bounded, idempotent, closed once.
     """
 
     config: BaseResourcesServerConfig
@@ -129,12 +142,38 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     session_affinity_required: ClassVar[bool] = False
     reverify_mode: ClassVar[str] = ReverifyMode.UNKNOWN.value
     always_full_reward: ClassVar[bool] = False
+    close_resources_session_takes_any_body: ClassVar[bool] = False
 
     # ---- for environment authors -------------------------------------------------------------------
 
     async def seed_session(self, request: Request, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
         """Start a rollout's state from its dataset row. The default keeps no state."""
         return BaseSeedSessionResponse()
+
+    async def seed_resources_session(
+        self, request: Request, body: ResourcesSeedSessionRequest
+    ) -> ResourcesSeedSessionResponse | dict[str, Any] | None:
+        """Start a rollout's state from NeMo Gym 0.7's typed body (an Environment Server's seed).
+
+        Runs inside the session ``body.resources_session_id``, which the manager made and bound to the request
+        (capacity checked; a repeat for the same episode, a closed id or another episode never gets here). The
+        default validates ``body.task_data`` as ``seed_session``'s row model (422 if it is not one) and calls
+        ``seed_session``. An answer's fields (``resources_tools``, ``sandbox_access``) go to the caller.
+        """
+        row = validate_body(seed_body_model(type(self)), body.task_data)
+        await self.seed_session(request, row)  # type: ignore[arg-type]  # the author's row model
+        return None
+
+    async def close_resources_session(
+        self, request: Request, body: ResourcesCloseSessionRequest
+    ) -> ResourcesCloseSessionResponse | dict[str, Any] | None:
+        """Release what a typed session holds outside ngym's store (NeMo Gym 0.7's name).
+
+        Called once per ``resources_session_id`` (a repeated close answers without calling it), before the id
+        is recorded as closed and ``on_session_closed`` runs: raise when releasing fails and nothing is recorded,
+        so the caller may retry. The default releases nothing.
+        """
+        return None
 
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
         """Score the finished rollout; return the body echoed back with ``reward`` in [0, 1]."""
@@ -156,7 +195,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         Raises HTTP 409 with an explanation when the request has no live seeded session and ``required``.
         Without ``request``, the session of the request being served (a context variable) is used.
         """
-        session = self._request_session(request)
+        session = self.bound_session(request)
         if session.record is None:
             if required:
                 raise HTTPException(
@@ -169,7 +208,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     def set_session_state(self, request: Request | None, state: Any) -> None:
         """Set (or replace) the state of the request's session. Call it in ``seed_session`` or any tool."""
-        session = self._request_session(request)
+        session = self.bound_session(request)
         if session.record is None:
             raise HTTPException(409, "no seeded session for this request: call POST /seed_session first")
         session.record.state = state
@@ -190,7 +229,28 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     def session_id(self, request: Request | None = None) -> str:
         """The id of the request's session (also at ``request.session["session_id"]``)."""
-        return self._request_session(request).id
+        return self.bound_session(request).id
+
+    def bound_session(self, request: Request | None = None) -> RequestSession:
+        """The session the request is bound to (without ``request``: the request being served)."""
+        session = request.scope.get(SCOPE_KEY) if request is not None else current_request_session.get()
+        if session is None:
+            raise RuntimeError("no ngym session bound: is NgymMiddleware installed (call super().setup_webserver())?")
+        return session
+
+    @property
+    def sessions(self) -> SessionManager:
+        """This server's session manager (made by ``setup_webserver`` or ``install_sessions``)."""
+        sessions = self._ngym_sessions
+        if sessions is None:
+            raise RuntimeError(f"{type(self).__name__} has no sessions yet: call setup_webserver() first")
+        return sessions
+
+    @property
+    def mcp_exposure(self) -> MCPExposure | None:
+        """The ``/mcp`` exposure when ``expose_tools_over_mcp`` is on, else None."""
+        # The config flag first: ``_mcp`` is a pydantic private attribute whose every read costs ~3 us, per request.
+        return self._mcp if self.config.expose_tools_over_mcp else None
 
     # ---- the app -----------------------------------------------------------------------------------
 
@@ -211,6 +271,20 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
         add_standard_routes(app, self)
         return app
+
+    def install_sessions(self, app: FastAPI) -> SessionManager:
+        """Give an app built by hand (not by ``setup_webserver``: NeMo Gym's Gymnasium-style servers) ngym's
+        sessions: the signed-cookie middleware, the store and its idle sweeper, this server's start-up and
+        shutdown hooks (the app's lifespan), and ``/health`` when it has none. Idempotent per app."""
+        if getattr(app.state, SESSIONS_INSTALLED, False):
+            return self.sessions
+        setattr(app.state, SESSIONS_INSTALLED, True)
+        if not any(getattr(route, "path", None) == "/health" for route in app.router.routes):
+            add_health_routes(app, self)  # ngym run, profile and the image's HEALTHCHECK wait on /health
+        self._ngym_sessions = self._make_session_manager()
+        app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
+        app.router.lifespan_context = self._lifespan
+        return self._ngym_sessions
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """Mean/max/min/median/std of every numeric field of the verify responses, per task and overall,
@@ -311,12 +385,6 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             await self._ngym_sessions.shutdown()
             await _run_event_handlers(getattr(app.router, "on_shutdown", ()))
             await self.on_shutdown()
-
-    def _request_session(self, request: Request | None) -> RequestSession:
-        session = request.scope.get(SCOPE_KEY) if request is not None else current_request_session.get()
-        if session is None:
-            raise RuntimeError("no ngym session bound: is NgymMiddleware installed (call super().setup_webserver())?")
-        return session
 
 
 async def _run_event_handlers(handlers: Any) -> None:

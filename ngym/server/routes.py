@@ -11,40 +11,30 @@ middleware answers with one 503 (``ngym.server.middleware``).
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import logging
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from ngym.errors import JudgeError
-from ngym.server.input_errors import parse_json
 from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
-    BaseSeedSessionRequest,
     BaseVerifyRequest,
     ResourcesCloseSessionRequest,
     ResourcesSeedSessionRequest,
     ResourcesSeedSessionResponse,
 )
 from ngym.server.provenance import distribution_of
+from ngym.server.request_bodies import parse_body, seed_body_model, validate_body, validate_json
 from ngym.server.request_only_route import RequestOnlyRoute
 from ngym.server.sessions.ids import SessionIdRule
-from ngym.server.sessions.manager import (
-    RequestSession,
-    SessionConflict,
-    SessionManager,
-    current_request_session,
-    new_session_id,
-)
-from ngym.server.sessions.store import SessionRecord
+from ngym.server.sessions.manager import RequestSession, SessionConflict, SessionManager, current_request_session
 
 if TYPE_CHECKING:
     from ngym.server.mcp_exposure import MCPExposure
@@ -61,7 +51,7 @@ _FAILURE_REASON_MAX = 2000
 def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     """Mount the standard routes of ``server`` on ``app`` (its tools are added by the author afterwards)."""
     seed_model = seed_body_model(type(server))
-    # Read once here: ``server._ngym_sessions`` is a pydantic private attribute, a ~3 us lookup per read.
+    # Read once here, not per request: the manager is a pydantic private attribute, a ~3 us lookup per read.
     sessions = _manager(server)
 
     async def seed_session(request: Request) -> Any:
@@ -113,82 +103,37 @@ def add_health_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     app.get("/health", summary="Readiness: name, domain, version, live sessions")(health)
 
 
-@functools.cache
-def seed_body_model(cls: type[SimpleResourcesServer]) -> type[BaseModel]:
-    """The row model ``cls.seed_session`` annotates its ``body`` with (``BaseSeedSessionRequest`` by default)."""
-    hints = typing.get_type_hints(cls.seed_session)
-    annotation = hints.get("body", BaseSeedSessionRequest)
-    # NeMo Gym's own examples annotate `RowModel | ResourcesSeedSessionRequest`: take the row model.
-    for candidate in typing.get_args(annotation) or (annotation,):
-        is_model = isinstance(candidate, type) and issubclass(candidate, BaseModel)
-        if is_model and candidate is not ResourcesSeedSessionRequest:
-            return cast("type[BaseModel]", candidate)
-    return BaseSeedSessionRequest
-
-
-async def _read_json(request: Request) -> Any:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        return parse_json(raw)
-    except ValueError as exc:
-        raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
-
-
-def _validate(model: type[BaseModel], data: Any) -> BaseModel:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise RequestValidationError(exc.errors(include_url=False)) from None
-
-
-def _validate_json(model: type[BaseModel], raw: bytes) -> BaseModel:
-    """Validate straight from bytes (pydantic's own JSON parser: no intermediate dict)."""
-    try:
-        return model.model_validate_json(raw or b"{}")
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        if errors and errors[0]["type"] == "json_invalid":
-            raise HTTPException(400, f"request body is not valid JSON: {errors[0]['msg']}") from None
-        raise RequestValidationError(errors) from None
-
-
 def _manager(server: SimpleResourcesServer) -> SessionManager:
-    sessions = server._ngym_sessions
-    assert sessions is not None, "setup_webserver() makes the session manager"
-    return sessions
+    return server.sessions
 
 
 def _mcp(server: SimpleResourcesServer) -> MCPExposure | None:
-    """The server's MCP exposure, if on. The config flag first: ``server._mcp`` is a pydantic private attribute,
-    whose every read costs ~3 us (a failed lookup, then ``BaseModel.__getattr__``), and this runs per request."""
-    return server._mcp if server.config.expose_tools_over_mcp else None
+    return server.mcp_exposure
+
+
+def _typed_seed_body(raw: bytes) -> tuple[ResourcesSeedSessionRequest, Any] | None:
+    """NeMo Gym 0.7's typed seed (exactly its keys) and the parsed row, else None (a dataset row)."""
+    if b'"resources_session_id"' not in raw:  # cheap: most seeds are rows
+        return None
+    data = parse_body(raw)
+    if isinstance(data, dict) and data.keys() == _TYPED_SEED_KEYS:
+        return validate_body(ResourcesSeedSessionRequest, data), data
+    return None
 
 
 async def seed_session_route(server: SimpleResourcesServer, request: Request, sessions: SessionManager) -> Any:
+    """``/seed_session``: parse the body once, let the manager keep the session protocol, call the author."""
     raw = await request.body()
-    session = server._request_session(request)
-    if b'"resources_session_id"' in raw:  # maybe NeMo Gym 0.7's typed body: look at its keys
-        data = await _read_json(request)
-        if isinstance(data, dict) and data.keys() == _TYPED_SEED_KEYS:
-            typed = _validate(ResourcesSeedSessionRequest, data)
-            assert isinstance(typed, ResourcesSeedSessionRequest)
-            return await _typed_seed(server, request, session, typed, sessions)
-    body = _validate_json(seed_body_model(type(server)), raw.strip())
-    if session.record is not None:  # a new seed on a live cookie restarts that rollout
-        await sessions.close(session.id)
-    await sessions.ensure_capacity()  # SessionLimitReached: the middleware answers 503
-    if not session.is_new:  # a cookie's id is never reused; a request without one already got a fresh id
-        session.id, session.is_new = new_session_id(), True
-        request.scope["session"]["session_id"] = session.id
-    session.record = SessionRecord()
-    result = await server.seed_session(request, body)  # type: ignore[arg-type]  # the author's row model
-    await sessions.admit(session.id, session.record)  # refused (503): the seed's state is freed
+    session = server.bound_session(request)
+    typed = _typed_seed_body(raw)
+    if typed is not None:
+        return await _typed_seed(server, request, session, typed[0], sessions)
+    body = validate_json(seed_body_model(type(server)), raw.strip())
+    result = await sessions.seed_row(session, lambda: server.seed_session(request, body))  # type: ignore[arg-type]  # the author's row model
     mcp = _mcp(server)
     if mcp is not None:
         answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
-        row = json.loads(raw) if raw.strip() else {}
+        row = parse_body(raw)
         answer.setdefault(MCP_SEED_KEY, mcp.seed_metadata(session.id, row if isinstance(row, dict) else {}))
         return answer
     if isinstance(result, BaseModel):
@@ -203,63 +148,56 @@ async def _typed_seed(
     body: ResourcesSeedSessionRequest,
     sessions: SessionManager,
 ) -> Any:
-    mcp = _mcp(server)
     session_id = _checked_session_id(server, body.resources_session_id)
-    meta = {"episode_id": body.episode_id.model_dump(), "task_id": body.task_id.model_dump()}
-    if await sessions.store.closed_meta(session_id) is not None:
-        raise HTTPException(409, f"resources session {session_id!r} was closed; it cannot be seeded again")
     try:
-        with sessions.seeding(session_id):
-            existing = await sessions.store.load(session_id)
-            if existing is not None:
-                if existing.meta.get("episode_id") != meta["episode_id"]:
-                    raise HTTPException(409, f"resources session {session_id!r} is seeded for another episode")
-                session.id, session.record = session_id, existing
-                request.scope["session"]["session_id"] = session_id
-                if mcp is not None:
-                    tools = mcp.seed_metadata(session_id, body.task_data)
-                    return {"resources_session_id": session_id, "resources_tools": tools}
-                return {"resources_session_id": session_id}
-            await sessions.ensure_capacity()  # SessionLimitReached: the middleware answers 503
-            row = _validate(seed_body_model(type(server)), body.task_data)
-            session.id, session.record, session.is_new = session_id, SessionRecord(meta=meta), True
-            request.scope["session"]["session_id"] = session_id
-            result = await server.seed_session(request, row)  # type: ignore[arg-type]  # the author's row model
-            await sessions.admit(session_id, session.record)
+        result, _ = await sessions.seed_typed(
+            session,
+            session_id,
+            body.episode_id.model_dump(),
+            body.task_id.model_dump(),
+            lambda: server.seed_resources_session(request, body),
+        )
     except SessionConflict as exc:
         raise HTTPException(409, str(exc)) from None
-    # NeMo Gym 0.7.0's ResourcesSeedSessionResponse forbids other keys, so a row seed's own answer fields
-    # are not copied here; a seed_session that answers the typed model itself is passed through.
-    answer: dict[str, Any] = (
-        result.model_dump(mode="json", exclude_none=True) if isinstance(result, ResourcesSeedSessionResponse) else {}
-    )
+    # NeMo Gym 0.7.0's ResourcesSeedSessionResponse forbids other keys: only a typed answer's fields are kept.
+    answer: dict[str, Any] = {}
+    if isinstance(result, ResourcesSeedSessionResponse):
+        answer = result.model_dump(mode="json", exclude_none=True)
+    elif isinstance(result, dict):
+        answer = dict(result)
     answer["resources_session_id"] = session_id
+    mcp = _mcp(server)
     if mcp is not None and "resources_tools" not in answer:
         answer["resources_tools"] = mcp.seed_metadata(session_id, body.task_data)
     return answer
 
 
 async def close_session_route(server: SimpleResourcesServer, request: Request, sessions: SessionManager) -> Any:
-    data = await _read_json(request)
+    """``/close_session``: a typed body closes its id once (through the manager), any other the cookie's session."""
+    data = parse_body(await request.body())
+    any_body = server.close_resources_session_takes_any_body
     if isinstance(data, dict) and "resources_session_id" in data:
-        body = _validate(ResourcesCloseSessionRequest, data)
-        assert isinstance(body, ResourcesCloseSessionRequest)
-        session_id, episode = _checked_session_id(server, body.resources_session_id), body.episode_id.model_dump()
-        closed = await sessions.store.closed_meta(session_id)
-        if closed is not None:
-            if closed.get("episode") != _episode_digest(episode):
-                raise HTTPException(409, f"resources session {session_id!r} was closed for another episode")
-            return {"resources_session_id": session_id}
-        live = await sessions.store.load(session_id)
-        if live is not None and live.meta.get("episode_id") != episode:
-            raise HTTPException(409, f"resources session {session_id!r} belongs to another episode")
-        # Remember the close first, so a seed racing with it cannot resurrect the session.
-        await sessions.store.mark_closed(session_id, {"episode": _episode_digest(episode)})
-        await sessions.close(session_id)
-        return {"resources_session_id": session_id}
-    session = server._request_session(request)
-    closed_now = await sessions.close(session.id)
-    session.record = None
+        body = validate_body(ResourcesCloseSessionRequest, data)
+        session_id = _checked_session_id(server, body.resources_session_id)
+        author_body: Any = data if any_body else body
+        try:
+            result, _ = await sessions.close_typed(
+                session_id, body.episode_id.model_dump(), lambda: server.close_resources_session(request, author_body)
+            )
+        except SessionConflict as exc:
+            raise HTTPException(409, str(exc)) from None
+        answer = result.model_dump(mode="json", exclude_none=True) if isinstance(result, BaseModel) else {}
+        if any_body and result is not None and not isinstance(result, BaseModel):
+            return result
+        return {**answer, "resources_session_id": session_id}
+    session = server.bound_session(request)
+    if any_body:
+        # NeMo Gym routes every close body to such an override; the cookie's own state is freed once it answered.
+        result = await server.close_resources_session(request, data or None)  # type: ignore[arg-type]  # an override taking any body
+        if session.record is not None:
+            session.close_requested = True
+        return result
+    closed_now = await sessions.close_bound(session)
     return {"session_id": session.id, "closed": closed_now}
 
 
@@ -277,13 +215,6 @@ def _checked_session_id(server: SimpleResourcesServer, session_id: str) -> str:
         error = {"type": "session_id", "loc": ("body", "resources_session_id"), "input": session_id}
         raise RequestValidationError([{**error, "msg": f"resources_session_id {problem}"}])
     return session_id
-
-
-def _episode_digest(episode: dict[str, Any]) -> str:
-    """A fixed-size stand-in for an episode id, kept with a closed session id: a caller's ``rollout_id`` may be
-    of any length, and a close (no seed needed) must not pin it in memory."""
-    canonical = json.dumps(episode, sort_keys=True, separators=(",", ":"))
-    return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
 
 
 def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:

@@ -124,3 +124,83 @@ def test_every_public_name_is_typed_for_checkers_and_exported() -> None:
     assert typed == set(ngym._EXPORTS) == set(ngym.__all__) - {"__version__"}
     for name in ngym.__all__:
         assert getattr(ngym, name) is not None
+
+
+# ---- plugins use ngym's public API only ----------------------------------------------------------------------------
+
+#: The import packages under plugins/ (not their tests, which may reach into what they test).
+PLUGIN_PACKAGES = ("nemo_gym", "ngym_nemo_gym", "ngym_redis")
+#: What a plugin may import of ngym: the package's names, the plugin API, and the documented helper module.
+PLUGIN_MAY_IMPORT = {"ngym", "ngym.plugin_api", "ngym.reward_profile"}
+PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
+
+
+@functools.cache
+def plugin_graph() -> grimp.ImportGraph:
+    # TYPE_CHECKING imports count here: an annotation naming an internal class ties the plugin to it too.
+    return grimp.build_graph("ngym", *PLUGIN_PACKAGES)
+
+
+def ngym_imports_of_plugins(g: grimp.ImportGraph) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for module in sorted(g.modules):
+        if module.split(".")[0] in PLUGIN_PACKAGES:
+            imported = {m for m in g.find_modules_directly_imported_by(module) if m.split(".")[0] == "ngym"}
+            if imported - PLUGIN_MAY_IMPORT:
+                found[module] = imported - PLUGIN_MAY_IMPORT
+    return found
+
+
+def test_plugins_import_only_the_public_api_of_ngym() -> None:
+    assert ngym_imports_of_plugins(plugin_graph()) == {}
+
+
+def test_the_plugin_import_check_can_fail() -> None:
+    """An added edge from the Redis store to the middleware is reported."""
+    g = plugin_graph()
+    g.add_import(importer="ngym_redis.store", imported="ngym.server.middleware")
+    try:
+        assert ngym_imports_of_plugins(g) == {"ngym_redis.store": {"ngym.server.middleware"}}
+    finally:
+        g.remove_import(importer="ngym_redis.store", imported="ngym.server.middleware")
+
+
+def private_ngym_names(source: str) -> list[str]:
+    """Private names a plugin's source imports from ngym (``from ngym.x import _y``) or reads off an ngym object
+    (``server._ngym_sessions``, ``ngym.x._y``): the core's internals, whatever module they sit in."""
+    import ast
+
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ngym":
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+        if isinstance(node, ast.Attribute) and node.attr.startswith(("_ngym", "_request_session", "_mcp")):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_plugins_use_no_private_name_of_ngym() -> None:
+    sources = [p for package in PLUGINS_DIR.iterdir() for p in package.rglob("*.py") if "tests" not in p.parts]
+    assert sources
+    found = {str(p.relative_to(PLUGINS_DIR)): names for p in sources if (names := private_ngym_names(p.read_text()))}
+    assert found == {}
+
+
+def test_the_private_name_check_can_fail() -> None:
+    source = "from ngym.server.routes import _read_json\nmanager = server._ngym_sessions\n"
+    assert private_ngym_names(source) == ["ngym.server.routes._read_json", "server._ngym_sessions"]
+
+
+def test_every_plugin_api_name_is_typed_for_checkers_and_resolves() -> None:
+    """``ngym.plugin_api.__all__``, its lazy table and its TYPE_CHECKING imports name the same things."""
+    import ast
+
+    from ngym import plugin_api
+
+    tree = ast.parse(Path(plugin_api.__file__).read_text())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))
+    typed = {alias.asname or alias.name for node in guarded.body for alias in node.names}  # type: ignore[attr-defined]
+    assert typed == set(plugin_api._EXPORTS) == set(plugin_api.__all__)
+    for name in plugin_api.__all__:
+        assert getattr(plugin_api, name) is not None

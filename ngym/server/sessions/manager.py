@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from ngym.server.sessions.cookies import CookieSigner
 from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
@@ -26,18 +28,24 @@ SESSION_ID_KEY = "session_id"
 SCOPE_KEY = "ngym.session"
 
 CloseHook = Callable[[str, Any], Awaitable[None]]
+T = TypeVar("T")
 
 
 class RequestSession:
-    """The session a request belongs to. ``record`` is None until the session is seeded or loaded."""
+    """The session a request belongs to. ``record`` is None until the session is seeded or loaded.
 
-    __slots__ = ("id", "record", "close_requested", "is_new")
+    ``view`` is the dict ported NeMo Gym code sees as ``request.session`` (``{"session_id": id}``); the
+    middleware reads it back after the response to learn whether that code switched or ended the session.
+    """
+
+    __slots__ = ("id", "record", "close_requested", "is_new", "view")
 
     def __init__(self, session_id: str, record: SessionRecord | None, is_new: bool) -> None:
         self.id = session_id
         self.record = record
         self.close_requested = False
         self.is_new = is_new
+        self.view: dict[str, Any] = {SESSION_ID_KEY: session_id}
 
 
 current_request_session: ContextVar[RequestSession | None] = ContextVar("ngym_request_session", default=None)
@@ -97,6 +105,115 @@ class SessionManager:
             await self._on_closed(session_id, record.state)
         return True
 
+    # ---- the session protocol the standard routes speak (no HTTP here: tests drive it directly) -------------
+    #
+    # "Is this session known, closed or gone?" is decided in these methods and in ``bind`` only: ``bind`` for a
+    # cookie (its record loaded, or None when the store has no such session), ``_refuse_closed`` for a
+    # caller-chosen id. A rule about lost or expired sessions belongs here, not in a route.
+
+    def rebind(
+        self, session: RequestSession, session_id: str, record: SessionRecord | None, *, is_new: bool | None = None
+    ) -> None:
+        """Make ``session`` (the request's) be ``session_id`` with ``record``: the cookie set on the response and
+        ``request.session["session_id"]`` follow."""
+        session.id, session.record = session_id, record
+        session.view[SESSION_ID_KEY] = session_id
+        if is_new is not None:
+            session.is_new = is_new
+
+    async def seed_row(self, session: RequestSession, seed: Callable[[], Awaitable[T]]) -> T:
+        """Seed the request's session from a dataset row: ``seed()`` is the environment's ``seed_session``.
+
+        A live cookie's session is closed first (a new seed restarts that rollout) and never reused: the seed
+        gets a fresh id. ``SessionLimitReached`` when the store is full (before ``seed`` runs, and when the
+        store refuses the record after it: then the close hook frees what ``seed`` made).
+        """
+        if session.record is not None:
+            await self.close(session.id)
+        await self.ensure_capacity()
+        if not session.is_new:  # a request without a cookie already has a fresh, unused id
+            self.rebind(session, new_session_id(), None, is_new=True)
+        record = session.record = SessionRecord()
+        try:
+            result = await seed()
+            await self.admit(session.id, record)
+        except BaseException:  # nothing was admitted: nothing for the middleware to write back
+            session.record = None
+            raise
+        return result
+
+    async def seed_typed(
+        self,
+        session: RequestSession,
+        session_id: str,
+        episode: dict[str, Any],
+        task: dict[str, Any],
+        seed: Callable[[], Awaitable[T]],
+    ) -> tuple[T | None, bool]:
+        """Seed the caller-chosen ``session_id`` (NeMo Gym 0.7's typed body) and bind the request to it.
+
+        Returns ``(seed's answer, True)``, or ``(None, False)`` when the id is already live for ``episode``
+        (an idempotent repeat: ``seed`` does not run again). Raises ``SessionConflict`` (409) when the id was
+        closed (no resurrection), is live for another episode, or is being seeded or closed by another request
+        of this process; ``SessionLimitReached`` as ``seed_row``.
+        """
+        with self.exclusive(session_id):
+            await self._refuse_closed(session_id)
+            existing = await self.store.load(session_id)
+            if existing is not None:
+                if existing.meta.get("episode_id") != episode:
+                    raise SessionConflict(f"resources session {session_id!r} is seeded for another episode")
+                self.rebind(session, session_id, existing)
+                return None, False
+            await self.ensure_capacity()
+            before = (session.id, session.record, session.is_new)
+            record = SessionRecord(meta={"episode_id": episode, "task_id": task})
+            self.rebind(session, session_id, record, is_new=True)
+            try:
+                result = await seed()
+                await self.admit(session_id, record)
+            except BaseException:  # nothing was admitted: the request is back on the session it came with
+                self.rebind(session, before[0], before[1], is_new=before[2])
+                raise
+        return result, True
+
+    async def close_typed(
+        self, session_id: str, episode: dict[str, Any], release: Callable[[], Awaitable[T]] | None = None
+    ) -> tuple[T | None, bool]:
+        """Close the caller-chosen ``session_id`` for ``episode``, once: ``release()`` (the environment's
+        ``close_resources_session``) then the close hook. Returns ``(release's answer, True)``, or
+        ``(None, False)`` when the id was already closed for that episode (an idempotent repeat).
+
+        A never-seeded id closes too and is remembered, so no later seed creates it. When ``release`` raises,
+        nothing is recorded as closed and the caller may retry. ``SessionConflict`` (409) when the id was closed
+        for, or is live for, another episode.
+        """
+        digest = episode_digest(episode)
+        with self.exclusive(session_id):  # a seed of this id in this process waits for no half-done close
+            closed = await self.store.closed_meta(session_id)
+            if closed is not None:
+                if closed.get("episode") != digest:
+                    raise SessionConflict(f"resources session {session_id!r} was closed for another episode")
+                return None, False
+            live = await self.store.load(session_id)
+            if live is not None and live.meta.get("episode_id") != episode:
+                raise SessionConflict(f"resources session {session_id!r} belongs to another episode")
+            result = await release() if release is not None else None
+            # Remembered before the record goes, so no seed can find the id neither live nor closed.
+            await self.store.mark_closed(session_id, {"episode": digest})
+            await self.close(session_id)
+        return result, True
+
+    async def close_bound(self, session: RequestSession) -> bool:
+        """Close the request's own (cookie) session now; False when it was not live."""
+        closed = await self.close(session.id)
+        session.record = None
+        return closed
+
+    async def _refuse_closed(self, session_id: str) -> None:
+        if await self.store.closed_meta(session_id) is not None:
+            raise SessionConflict(f"resources session {session_id!r} was closed; it cannot be seeded again")
+
     async def sweep(self) -> int:
         """Close every session idle for longer than the TTL; returns how many."""
         expired = await self.store.pop_expired()
@@ -135,10 +252,10 @@ class SessionManager:
         await self.store.aclose()
 
     @contextlib.contextmanager
-    def seeding(self, session_id: str):  # type: ignore[no-untyped-def]
-        """Guard against two concurrent seeds of one caller-chosen id in this process."""
+    def exclusive(self, session_id: str) -> Iterator[None]:
+        """Guard against two concurrent seeds or closes of one caller-chosen id in this process."""
         if session_id in self._seeding:
-            raise SessionConflict(f"resources session {session_id!r} is being seeded by another request")
+            raise SessionConflict(f"resources session {session_id!r} is being seeded or closed by another request")
         self._seeding.add(session_id)
         try:
             yield
@@ -164,6 +281,13 @@ async def _stop_task(task: asyncio.Task[None], attempts: int = 20, wait_s: float
 
 class SessionConflict(Exception):
     """A typed seed/close conflicts with the session's state (HTTP 409)."""
+
+
+def episode_digest(episode: dict[str, Any]) -> str:
+    """A fixed-size stand-in for an episode id, kept with a closed session id: a caller's ``rollout_id`` may be
+    of any length, and a close (no seed needed) must not pin it in memory."""
+    canonical = json.dumps(episode, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
 
 
 __all__ = [

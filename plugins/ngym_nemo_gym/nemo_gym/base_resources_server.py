@@ -5,7 +5,10 @@ ngym's sessions (signed cookie, bounded store, ``/close_session``), ``/health``,
 judge-failure path and ``ngym run/validate/containerize/profile`` apply unchanged. What differs from ngym's own
 class, so NeMo Gym code runs as written:
 
-- ``seed_session`` may be written ``(self, body)`` (NeMo Gym's default) or ``(self, request, body)``;
+- ``seed_session`` and ``close_resources_session`` may be written ``(self, body)`` (NeMo Gym's default) or
+  ``(self, request, body)``; a ``seed_session`` taking NeMo Gym 0.7's typed body is this class's
+  ``seed_resources_session`` (ngym's routes dispatch to it inside the session the manager made: session bound,
+  idempotent repeats, no seed after a close), and ``close_resources_session`` is called once per typed close;
 - the config class carries ``REVERIFY_MODE`` (served at ``GET /reverify_mode``) and ``expose_tools_over_mcp``;
 - ``server_client`` is a field (a ``ServerClient`` resolving names through ngym's run config by default);
 - request bodies carry the OpenAI SDK's response types (``NeMoGymResponse``), not ngym's lighter models;
@@ -19,12 +22,10 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.routing import BaseRoute
 
 import ngym
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
@@ -40,12 +41,7 @@ from ngym import (
     ResourcesCloseSessionResponse,
     ResourcesSeedSessionRequest,
 )
-from ngym.server.middleware import raise_server_exceptions
-
-# ngym's own body helpers (400 on bad JSON, 422 with field errors), so both answer alike.
-from ngym.server.routes import _read_json as read_json_body
-from ngym.server.routes import _validate as validated
-from ngym.server.sessions import current_request_session
+from ngym.plugin_api import raise_server_exceptions
 
 __all__ = [
     "AggregateMetrics",
@@ -118,17 +114,26 @@ def _takes_request(function: Any) -> bool:
     return len(parameters) >= 3 or "request" in parameters
 
 
-def _dual_form_seed(seed: Any) -> Any:
-    """``seed_session(self, body)`` made callable as ngym calls it, ``(request, body)``, and still as written."""
+def _dual_form(method: Any) -> Any:
+    """``method(self, body)`` made callable as ngym calls it, ``(request, body)``, and still as written."""
 
-    @functools.wraps(seed)
-    async def seed_session(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == 2:  # ngym's route: (request, body)
+    @functools.wraps(method)
+    async def dual_form(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 2:  # ngym's routes: (request, body)
             args = args[1:]
         kwargs.pop("request", None)
-        return await seed(self, *args, **kwargs)
+        return await method(self, *args, **kwargs)
 
-    return seed_session
+    return dual_form
+
+
+def _annotated_body_types(method: Any) -> tuple[Any, ...] | None:
+    """The types ``method``'s ``body`` is annotated with (a union's members), or None when it does not resolve."""
+    try:
+        annotation = typing.get_type_hints(inspect.unwrap(method)).get("body")
+    except Exception:  # an annotation that does not resolve at run time
+        return None
+    return typing.get_args(annotation) or (annotation,)
 
 
 class _YieldsToField:
@@ -160,69 +165,29 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
-        seed = cls.__dict__.get("seed_session")
-        if seed is not None and not _takes_request(seed):
-            cls.seed_session = _dual_form_seed(seed)  # type: ignore[method-assign]
+        for name in ("seed_session", "close_resources_session"):
+            method = cls.__dict__.get(name)
+            if method is not None and not _takes_request(method):
+                setattr(cls, name, _dual_form(method))
+        close = cls.__dict__.get("close_resources_session")
+        if close is not None:
+            # An override taking any body (swebench_pro's `body: dict | None`) gets every /close_session, as NeMo
+            # Gym routes them all to it. An annotation that does not resolve is taken for the typed close.
+            types = _annotated_body_types(close)
+            cls.close_resources_session_takes_any_body = types is not None and ResourcesCloseSessionRequest not in types
 
     def setup_webserver(self) -> FastAPI:
-        """ngym's app; a server that handles NeMo Gym 0.7's typed seed or close itself gets those bodies."""
+        """ngym's app, whose errors reach a test's TestClient as NeMo Gym's bare app's do (see server_utils)."""
         app = super().setup_webserver()
-        raise_server_exceptions(app, True)  # NeMo's bare app: errors reach a test's TestClient (see server_utils)
-        if self._handles_typed_seed():
-            _replace_route(app, "/seed_session", self._typed_seed_or)
-        if type(self).close_resources_session is not SimpleResourcesServer.close_resources_session:
-            _replace_route(app, "/close_session", self._typed_close_or)
+        raise_server_exceptions(app, True)
         return app
 
-    def _handles_typed_seed(self) -> bool:
-        seed = inspect.unwrap(type(self).seed_session)
-        if type(self).seed_session is SimpleResourcesServer.seed_session:
-            return False
-        try:
-            annotation = typing.get_type_hints(seed).get("body")
-        except Exception:  # an annotation that does not resolve: treat the seed as a dataset-row seed
-            return False
-        return ResourcesSeedSessionRequest in (typing.get_args(annotation) or (annotation,))
-
-    def _typed_seed_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        async def seed_session(request: Request) -> Any:
-            data = await read_json_body(request)  # cached by Starlette: the original endpoint reads it again
-            if isinstance(data, dict) and data.keys() == set(ResourcesSeedSessionRequest.model_fields):
-                body = validated(ResourcesSeedSessionRequest, data)
-                return await _call(self.seed_session, request, body)
-            return await original(request)
-
-        return seed_session
-
-    def _close_takes_typed_body_only(self) -> bool:
-        close = inspect.unwrap(type(self).close_resources_session)
-        try:
-            annotation = typing.get_type_hints(close).get("body")
-        except Exception:  # an annotation that does not resolve: treat it as the typed close
-            return True
-        return ResourcesCloseSessionRequest in (typing.get_args(annotation) or (annotation,))
-
-    def _typed_close_or(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        if not self._close_takes_typed_body_only():
-            # An override taking any body (swebench_pro's `body: dict | None`) gets every /close_session, as NeMo
-            # Gym routes them all to it; ngym's own state of the cookie's session is freed after it answered.
-            async def close_any(request: Request) -> Any:
-                data = await read_json_body(request)
-                result = await _call(self.close_resources_session, request, data or None)
-                session = current_request_session.get()
-                if session is not None and session.record is not None:
-                    session.close_requested = True
-                return result
-
-            return close_any
-
-        async def close_session(request: Request) -> Any:
-            data = await read_json_body(request)  # cached by Starlette: the original endpoint reads it again
-            if isinstance(data, dict) and "resources_session_id" in data:
-                return await _call(self.close_resources_session, request, validated(ResourcesCloseSessionRequest, data))
-            return await original(request)
-
-        return close_session
+    async def seed_resources_session(self, request: Request, body: ResourcesSeedSessionRequest) -> Any:
+        """NeMo Gym 0.7's typed seed: the environment's own ``seed_session`` when it takes the typed body, else
+        ngym's (``task_data`` validated as the row model, then ``seed_session``)."""
+        if _handles_typed_seed(type(self)):
+            return await self.seed_session(request, body)
+        return await super().seed_resources_session(request, body)
 
     async def seed_session(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Keep no state: a typed seed gets its id back, a dataset row an empty answer."""
@@ -231,8 +196,9 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
             return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)
         return BaseSeedSessionResponse()
 
-    async def close_resources_session(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
-        """NeMo Gym's hook for a typed close; ngym's ``/close_session`` already frees ngym-held state."""
+    async def close_resources_session(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """NeMo Gym's hook for a typed close, ``(body)`` or ``(request, body)``; the default releases nothing."""
+        body = kwargs.get("body", args[-1] if args else None)
         return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
 
     async def on_shutdown(self) -> None:
@@ -255,21 +221,10 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
 SimpleResourcesServer.session_state = _YieldsToField("session_state", ngym.SimpleResourcesServer.session_state)  # type: ignore[assignment]
 
 
-def _replace_route(app: FastAPI, path: str, make_endpoint: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    """Swap the POST route at ``path`` for ``make_endpoint(original endpoint)`` (which falls back to the original)."""
-    routes: list[BaseRoute] = app.router.routes
-    for index, route in enumerate(routes):
-        if getattr(route, "path", None) == path and "POST" in (getattr(route, "methods", None) or ()):
-            original = route.endpoint  # type: ignore[attr-defined]
-            del routes[index]
-            app.post(path, summary=getattr(route, "summary", None))(make_endpoint(original))
-            routes.insert(index, routes.pop())
-            return
-    raise RuntimeError(f"no POST {path} route to extend")
-
-
-async def _call(method: Callable[..., Any], request: Request, body: BaseModel) -> Any:
-    """Call an environment's handler as FastAPI would: with ``request`` when its signature asks for it."""
-    if _takes_request(method.__func__ if inspect.ismethod(method) else method):
-        return await method(request=request, body=body)
-    return await method(body)
+@functools.cache
+def _handles_typed_seed(cls: type[SimpleResourcesServer]) -> bool:
+    """Whether ``cls``'s own ``seed_session`` takes NeMo Gym 0.7's typed body (its annotation names it)."""
+    if cls.seed_session is SimpleResourcesServer.seed_session:
+        return False
+    types = _annotated_body_types(cls.seed_session)
+    return types is not None and ResourcesSeedSessionRequest in types

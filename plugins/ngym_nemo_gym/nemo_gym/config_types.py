@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import ngym
 from ngym import Domain
-from ngym.server.protocol.bodies import AggregateMetrics, AggregateMetricsRequest
+from ngym.plugin_api import AggregateMetrics, AggregateMetricsRequest
 
 #: The path prefix that carries a rollout's id to the servers it calls (``/ng-rollout/<id>/...``), and the segment
 #: after it that marks a call whose token ids are captured for training.

@@ -6,7 +6,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ngym.server.protocol.bodies import EpisodeId, TaskId
+from ngym import EpisodeId, TaskId
 
 __all__ = ["BaseEpisodeRequest", "BaseEpisodeResponse", "EpisodeFailure", "EpisodeId", "TaskId"]
 

@@ -1,8 +1,14 @@
-"""NeMo Gym's shared vocabulary of failure kinds: ngym's own (``ngym.protocol.failure_kinds``)."""
+"""NeMo Gym's shared vocabulary of failure kinds: ngym's own (``ngym.plugin_api.failure_kinds``)."""
 
-from ngym.server.protocol.failure_kinds import *  # noqa: F403 - the whole vocabulary, under NeMo Gym's module name
-from ngym.server.protocol.failure_kinds import FAILURE_KINDS, check_failure_kind, is_namespaced, is_registered
+from ngym.plugin_api import failure_kinds as _kinds
 
+# The whole vocabulary under NeMo Gym's module name: every kind constant ngym defines, now and later.
+globals().update({name: value for name, value in vars(_kinds).items() if name.isupper()})
+
+FAILURE_KINDS = _kinds.FAILURE_KINDS
+is_namespaced = _kinds.is_namespaced
+is_registered = _kinds.is_registered
+check_failure_kind = _kinds.check_failure_kind
 #: NeMo Gym's name for ``check_failure_kind``: the kind unchanged, an unknown one logged once.
 validate_failure_kind = check_failure_kind
 

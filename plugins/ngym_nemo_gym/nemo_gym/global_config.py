@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict
 
 from nemo_gym import _resolve_under_cwd_or_install
-from ngym.server.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from ngym.plugin_api import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 TASK_INDEX_KEY_NAME = TASK_INDEX_KEY
 ROLLOUT_INDEX_KEY_NAME = ROLLOUT_INDEX_KEY

@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from nemo_gym.server_utils import ServerClient, get_response_json, raise_for_status
-from ngym.errors import JudgeError as _NgymJudgeError
-from ngym.server.routes import judge_failure_body
+from ngym import JudgeError as _NgymJudgeError
+from ngym.plugin_api import judge_failure_body
 
 __all__ = ["JudgeError", "call_judge", "judge_failsafe", "reraise_judge_errors"]
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from ngym.server.mcp_exposure import MCP_PATH, SEED_METADATA_KEY, TOKEN_HEADER, install
+from ngym.plugin_api import MCP_PATH, SEED_METADATA_KEY, TOKEN_HEADER
+from ngym.plugin_api import install_mcp as install
 
 __all__ = ["MCP_URL_PATH", "NEMO_GYM_MCP_METADATA_KEY", "NEMO_GYM_MCP_SESSION_TOKEN_HEADER", "maybe_auto_expose"]
 

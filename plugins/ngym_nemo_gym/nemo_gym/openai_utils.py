@@ -38,7 +38,7 @@ from openai.types.responses.response_usage import ResponseUsage
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 from nemo_gym.server_utils import MAX_NUM_TRIES, get_response_json, raise_for_status, request
-from ngym.server.protocol.responses import ResponseCreateParams
+from ngym.plugin_api import ResponseCreateParams
 
 __all__ = [
     "MAX_NUM_TRIES",

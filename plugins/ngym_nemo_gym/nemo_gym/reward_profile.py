@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from nemo_gym.global_config import ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME, rollout_run_key
+from ngym.plugin_api import aggregate_metrics
 from ngym.reward_profile import *  # noqa: F403 - the helpers, under NeMo Gym's module name
 from ngym.reward_profile import (
     PassMajorityStat,
@@ -18,7 +19,6 @@ from ngym.reward_profile import (
     compute_subset_metrics,
     highest_k_metrics,
 )
-from ngym.server.metrics import aggregate_metrics
 
 __all__ = [
     "AggregateMetricsMixin",

@@ -17,7 +17,7 @@ from nemo_gym.global_config import (
     ROLLOUT_INDEX_KEY_NAME,
     TASK_INDEX_KEY_NAME,
 )
-from ngym.server.middleware import strip_rollout_prefix
+from ngym.plugin_api import strip_rollout_prefix
 
 __all__ = [
     "ROLLOUT_ID_PATTERN",

@@ -34,9 +34,8 @@ import ngym
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
 from nemo_gym.server_middleware import ClientDisconnectCancellationMiddleware, add_exception_middleware
-from ngym.errors import JudgeError
-from ngym.server.middleware import NgymMiddleware, raise_server_exceptions
-from ngym.server.routes import add_health_routes
+from ngym import JudgeError
+from ngym.plugin_api import raise_server_exceptions
 
 __all__ = [
     "MAX_NUM_TRIES",
@@ -358,18 +357,10 @@ class SimpleServer(BaseServer, ngym.SimpleServer):
         ``request.session[SESSION_ID_KEY]`` is then the rollout's id, carried by the cookie ngym sets on every
         response, as with NeMo Gym's Starlette ``SessionMiddleware``.
         """
-        make_manager = getattr(self, "_make_session_manager", None)
-        if make_manager is None:
+        install_sessions = getattr(self, "install_sessions", None)
+        if install_sessions is None:
             raise TypeError(f"{type(self).__name__}: sessions need a resources server (SimpleResourcesServer)")
-        if getattr(app.state, "ngym_session_middleware_installed", False):
-            return
-        app.state.ngym_session_middleware_installed = True
-        if not any(getattr(route, "path", None) == "/health" for route in app.router.routes):
-            # a hand-built app has none: ngym run, profile and the image's HEALTHCHECK wait on /health
-            add_health_routes(app, self)  # type: ignore[arg-type]  # a resources server: checked above
-        self._ngym_sessions = make_manager()
-        app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
+        install_sessions(app)  # the middleware, store, sweeper, lifespan and /health (once per app)
         # NeMo's setup_webserver adds no exception middleware (run_webserver does, after it): an error raised by
         # the hand-built app's routes reaches the caller of the bare app (a test's TestClient); served, it is a 500.
         raise_server_exceptions(app, True)
-        app.router.lifespan_context = self._lifespan  # starts the idle-session sweeper and the startup hooks

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from fastapi import FastAPI, Request
@@ -12,6 +12,10 @@ from nemo_gym.base_resources_server import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    ResourcesCloseSessionRequest,
+    ResourcesCloseSessionResponse,
+    ResourcesSeedSessionRequest,
+    ResourcesSeedSessionResponse,
     ReverifyMode,
     SimpleResourcesServer,
 )
@@ -219,3 +223,53 @@ async def test_a_close_override_taking_any_body_gets_the_plain_close_too() -> No
         assert closed.status_code == 200, closed.text
         assert closed.json() == {"closed": True, "dropped": 3, "body": None}  # NeMo routes it to the override
         assert (await client.get("/health")).json()["live_sessions"] == 0  # and ngym freed its own state
+
+
+class TypedEpisodes(SimpleResourcesServer):
+    """example_single_tool_call's shape (NeMo Gym 0.7): a typed seed and close keyed by ``resources_session_id``."""
+
+    calls: ClassVar[list[str]] = []  # the app's server instance is ngym's: what it did is recorded on the class
+
+    async def seed_session(self, body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:
+        self.calls.append(f"seed {body.resources_session_id}")
+        return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)
+
+    async def close_resources_session(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
+        self.calls.append(f"close {body.resources_session_id}")
+        return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+
+def _typed(session_id: str, rollout: str = "r1") -> dict[str, Any]:
+    return {
+        "resources_session_id": session_id,
+        "episode_id": {"rollout_id": rollout, "attempt": 0},
+        "task_id": {"taskset": "t", "task_id": "1"},
+        "task_data": {},
+    }
+
+
+async def test_a_nemo_typed_seed_and_close_get_ngyms_session_guarantees() -> None:
+    """The environment's own typed seed and close run inside ngym's session protocol: the session is bound and
+    counted, a repeated seed or close does not reach the environment again, and a closed id is not seeded again."""
+    TypedEpisodes.calls.clear()
+    async with serve_in_process(app_for_class(TypedEpisodes, domain="other")) as client:
+        seeded = await client.post("/seed_session", json=_typed("s-1"))
+        assert seeded.status_code == 200, seeded.text
+        assert seeded.json() == {"resources_session_id": "s-1"}
+        assert (await client.get("/health")).json()["live_sessions"] == 1  # bound and counted by ngym
+        again = await client.post("/seed_session", json=_typed("s-1"))
+        assert again.json() == {"resources_session_id": "s-1"}
+        other = await client.post("/seed_session", json=_typed("s-1", rollout="r2"))
+        assert other.status_code == 409, other.text
+        close = {"resources_session_id": "s-1", "episode_id": {"rollout_id": "r1", "attempt": 0}}
+        for _ in range(2):
+            closed = await client.post("/close_session", json=close)
+            assert closed.status_code == 200, closed.text
+            assert closed.json() == {"resources_session_id": "s-1"}
+        assert (await client.get("/health")).json()["live_sessions"] == 0
+        late = await client.post("/seed_session", json=_typed("s-1"))
+        assert late.status_code == 409, late.text
+    assert TypedEpisodes.calls == ["seed s-1", "close s-1"]

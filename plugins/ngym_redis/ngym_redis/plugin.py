@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ngym.plugins import hookimpl
+from ngym import hookimpl
 
 if TYPE_CHECKING:
-    from ngym.server.resources import SimpleResourcesServer
-    from ngym.server.sessions.store import SessionStore
+    from ngym import SimpleResourcesServer
+    from ngym.plugin_api import SessionStore
 
 SCHEMES = ("redis", "rediss")
 

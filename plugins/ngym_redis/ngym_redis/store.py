@@ -40,12 +40,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ngym.errors import ConfigError, SessionStoreError
-from ngym.server.sessions.factory import redact_url as redacted
-from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
+from ngym import ConfigError
+from ngym.plugin_api import SESSION_SECRET_ENV, SessionLimitReached, SessionRecord, SessionStore, SessionStoreError
+from ngym.plugin_api import redact_url as redacted
 
 if TYPE_CHECKING:
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym import SimpleResourcesServer
 
 log = logging.getLogger("ngym.redis")
 T = TypeVar("T")
@@ -382,6 +382,4 @@ def _raise_swallowed_cancel() -> None:
 
 
 def _secret_configured(server: SimpleResourcesServer) -> bool:
-    from ngym.server.sessions.cookies import SESSION_SECRET_ENV
-
     return bool(server.config.session_secret) or bool(os.environ.get(SESSION_SECRET_ENV))

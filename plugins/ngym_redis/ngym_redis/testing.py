@@ -17,7 +17,7 @@ from types import TracebackType
 
 from redis import Redis
 
-from ngym.child_server import free_port
+from ngym.plugin_api import free_port
 
 
 def redis_server_binary() -> str | None:

@@ -16,7 +16,7 @@ from nemo_gym.path_utils import materialized_path_for
 from ngym_nemo_gym.collection.records import NG_FAILURE_CLASS_KEY, NG_NO_PERSIST_KEY, rollout_key
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from ngym.errors import ConfigError
+from ngym import ConfigError
 
 
 def _check_names(value: Any) -> list[str]:

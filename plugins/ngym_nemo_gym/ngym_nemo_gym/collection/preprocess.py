@@ -30,7 +30,7 @@ from ngym_nemo_gym.collection.config import RolloutCollectionConfig
 from ngym_nemo_gym.collection.records import NG_ENVIRONMENT_SERVER_KEY
 from omegaconf import OmegaConf
 
-from ngym.errors import ConfigError
+from ngym import ConfigError
 
 #: one input row: its position, its line as read (identical lines are one task), the parsed row
 RawRow = tuple[int, str, dict[str, Any]]

@@ -22,8 +22,8 @@ from nemo_gym.deliverables import is_deliverable
 from nemo_gym.global_config import ATTEMPT_INDEX_KEY_NAME, ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
 from nemo_gym.path_utils import failures_path_for
 
-from ngym.errors import ConfigError
-from ngym.server.protocol.failure_kinds import CANCELLED
+from ngym import ConfigError
+from ngym.plugin_api import failure_kinds
 
 # ---- row keys --------------------------------------------------------------------------------------------
 NG_FAILURE_CLASS_KEY = "_ng_failure_class"  # why a rollout failed (a row in the failures sidecar)
@@ -246,7 +246,7 @@ def _dispatch_drained_result(remaining_s: float, margin_s: float | None) -> dict
         else "not dispatched: dispatch budget exhausted"
     )
     return {
-        NG_FAILURE_CLASS_KEY: CANCELLED,
+        NG_FAILURE_CLASS_KEY: failure_kinds.CANCELLED,
         NG_NO_PERSIST_KEY: True,
         NG_DISPATCH_DRAINED_KEY: True,
         "error_message": reason,

@@ -39,7 +39,7 @@ from ngym_nemo_gym.collection.records import (
 )
 from ngym_nemo_gym.collection.routing import environment_servers_by_agent
 
-from ngym.errors import ConfigError
+from ngym import ConfigError
 
 
 class AggregationSteps(Protocol):

@@ -1,0 +1,133 @@
+"""What a plugin may use of ngym beyond ``ngym``'s own names: the public API of the core for plugin authors.
+
+A plugin (a session store, an ecosystem adapter such as ``ngym-nemo-gym``) imports from ``ngym`` and from here,
+never from ``ngym.server.*`` or a private name: ``tests/unit/test_layers.py`` checks that for ``plugins/``. What
+is here keeps its name and meaning across releases; what is not may move.
+
+- **Sessions**: ``SessionManager`` (the session protocol: typed seed and close, rebind, close hooks; a server's
+  is ``server.sessions``), ``RequestSession`` (a request's, ``server.bound_session(request)``),
+  ``current_request_session``, ``SimpleResourcesServer.install_sessions(app)`` for an app built by hand.
+- **Session stores**: ``SessionStore`` to implement, ``SessionRecord``, ``SessionLimitReached``,
+  ``SessionStoreError``, ``redact_url``, ``SESSION_SECRET_ENV``.
+- **Request bodies**: ``read_json`` / ``parse_body`` (400 when not JSON), ``validate_body`` (422 with field
+  errors): a plugin's routes answer bad input as ngym's do.
+- **Serving**: ``raise_server_exceptions`` (errors reach a test client, as NeMo Gym's bare apps do),
+  ``strip_rollout_prefix``, ``add_health_routes``, MCP exposure (``install_mcp``, ``MCP_PATH``, ...).
+- **Wire vocabulary**: ``judge_failure_body``, ``AggregateMetrics``/``AggregateMetricsRequest``,
+  ``ResponseCreateParams``, ``TASK_INDEX_KEY``/``ROLLOUT_INDEX_KEY``, ``failure_kinds`` (the module).
+- **Statistics**: ``aggregate_metrics`` (what ``/aggregate_metrics`` answers).
+- **Tests**: ``free_port``.
+
+Names load on first use (as ``ngym``'s do): a plugin registering a hook at start-up pulls in no server runtime.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; at run time the names load on first use (below)
+    from ngym.child_server import free_port
+    from ngym.errors import SessionStoreError
+    from ngym.server.mcp_exposure import MCP_PATH, SEED_METADATA_KEY, TOKEN_HEADER
+    from ngym.server.mcp_exposure import install as install_mcp
+    from ngym.server.metrics import aggregate_metrics
+    from ngym.server.middleware import raise_server_exceptions, strip_rollout_prefix
+    from ngym.server.protocol import failure_kinds
+    from ngym.server.protocol.bodies import (
+        ROLLOUT_INDEX_KEY,
+        TASK_INDEX_KEY,
+        AggregateMetrics,
+        AggregateMetricsRequest,
+    )
+    from ngym.server.protocol.responses import ResponseCreateParams
+    from ngym.server.request_bodies import parse_body, read_json, validate_body
+    from ngym.server.routes import add_health_routes, judge_failure_body
+    from ngym.server.sessions.cookies import SESSION_SECRET_ENV
+    from ngym.server.sessions.factory import redact_url
+    from ngym.server.sessions.manager import (
+        RequestSession,
+        SessionConflict,
+        SessionManager,
+        current_request_session,
+    )
+    from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
+
+#: public name → (module, name in that module); ``None`` as the name: the module itself
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    "free_port": ("ngym.child_server", "free_port"),
+    "SessionStoreError": ("ngym.errors", "SessionStoreError"),
+    "MCP_PATH": ("ngym.server.mcp_exposure", "MCP_PATH"),
+    "SEED_METADATA_KEY": ("ngym.server.mcp_exposure", "SEED_METADATA_KEY"),
+    "TOKEN_HEADER": ("ngym.server.mcp_exposure", "TOKEN_HEADER"),
+    "install_mcp": ("ngym.server.mcp_exposure", "install"),
+    "aggregate_metrics": ("ngym.server.metrics", "aggregate_metrics"),
+    "raise_server_exceptions": ("ngym.server.middleware", "raise_server_exceptions"),
+    "strip_rollout_prefix": ("ngym.server.middleware", "strip_rollout_prefix"),
+    "failure_kinds": ("ngym.server.protocol.failure_kinds", None),
+    "ROLLOUT_INDEX_KEY": ("ngym.server.protocol.bodies", "ROLLOUT_INDEX_KEY"),
+    "TASK_INDEX_KEY": ("ngym.server.protocol.bodies", "TASK_INDEX_KEY"),
+    "AggregateMetrics": ("ngym.server.protocol.bodies", "AggregateMetrics"),
+    "AggregateMetricsRequest": ("ngym.server.protocol.bodies", "AggregateMetricsRequest"),
+    "ResponseCreateParams": ("ngym.server.protocol.responses", "ResponseCreateParams"),
+    "parse_body": ("ngym.server.request_bodies", "parse_body"),
+    "read_json": ("ngym.server.request_bodies", "read_json"),
+    "validate_body": ("ngym.server.request_bodies", "validate_body"),
+    "add_health_routes": ("ngym.server.routes", "add_health_routes"),
+    "judge_failure_body": ("ngym.server.routes", "judge_failure_body"),
+    "SESSION_SECRET_ENV": ("ngym.server.sessions.cookies", "SESSION_SECRET_ENV"),
+    "redact_url": ("ngym.server.sessions.factory", "redact_url"),
+    "RequestSession": ("ngym.server.sessions.manager", "RequestSession"),
+    "SessionConflict": ("ngym.server.sessions.manager", "SessionConflict"),
+    "SessionManager": ("ngym.server.sessions.manager", "SessionManager"),
+    "current_request_session": ("ngym.server.sessions.manager", "current_request_session"),
+    "SessionLimitReached": ("ngym.server.sessions.store", "SessionLimitReached"),
+    "SessionRecord": ("ngym.server.sessions.store", "SessionRecord"),
+    "SessionStore": ("ngym.server.sessions.store", "SessionStore"),
+}
+
+__all__ = [
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "MCP_PATH",
+    "ROLLOUT_INDEX_KEY",
+    "RequestSession",
+    "ResponseCreateParams",
+    "SEED_METADATA_KEY",
+    "SESSION_SECRET_ENV",
+    "SessionConflict",
+    "SessionLimitReached",
+    "SessionManager",
+    "SessionRecord",
+    "SessionStore",
+    "SessionStoreError",
+    "TASK_INDEX_KEY",
+    "TOKEN_HEADER",
+    "add_health_routes",
+    "aggregate_metrics",
+    "current_request_session",
+    "failure_kinds",
+    "free_port",
+    "install_mcp",
+    "judge_failure_body",
+    "parse_body",
+    "raise_server_exceptions",
+    "read_json",
+    "redact_url",
+    "strip_rollout_prefix",
+    "validate_body",
+]
+
+
+def __getattr__(name: str) -> Any:
+    export = _EXPORTS.get(name)
+    if export is None:
+        raise AttributeError(f"module 'ngym.plugin_api' has no attribute {name!r}")
+    module = importlib.import_module(export[0])
+    value = module if export[1] is None else getattr(module, export[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
