@@ -20,7 +20,6 @@ from typing import Any
 from ngym.config_tree import CONFIG_PATHS_KEY as _CONFIG_PATHS_KEY
 from ngym.config_tree import SERVER_TYPES as SERVER_TYPES
 from ngym.config_tree import load_tree
-from ngym.config_tree import load_yaml_files as load_yaml_files
 from ngym.errors import ConfigError
 
 

@@ -156,7 +156,6 @@ def _spread_default_ports(specs: list[ServeSpec]) -> None:
 @click.option("--port", type=int, default=None, help="Port (default from config, else 8000; 0 picks a free one).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="uvicorn worker processes.")
 @click.option("--access-log/--no-access-log", default=False, help="Log every request.")
-@click.option("--refresh", is_flag=True, hidden=True, help="Deprecated: has no effect.")
 @click.option(
     "--model-url",
     "model_urls",
@@ -170,7 +169,6 @@ def run(
     port: int | None,
     workers: int,
     access_log: bool,
-    refresh: bool,
     model_urls: tuple[str, ...],
 ) -> None:
     """Serve environments: config files (NeMo Gym YAML), installed environment names, folders or app.py.
@@ -188,8 +186,6 @@ def run(
       max_request_header_bytes=65536 keep_alive_timeout_seconds=5 session_id_max_length=256
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if refresh:  # accepted so old scripts still run, but said out loud: it no longer does anything
-        click.echo("ngym run: --refresh is deprecated and has no effect (environments are always read fresh)", err=True)
     put_tools_on_path()
     urls = export_model_urls(model_urls)  # before any server starts: worker processes inherit it
     specs = build_specs(targets, host, port)  # exports the YAML configs it was given

@@ -8,9 +8,11 @@ registered by another distribution is never overwritten silently: the user picks
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -122,8 +124,6 @@ def projects_dir() -> Path:
 
 def fresh_project(env: NemoEnvironment, *, version: str, ngym_name: str | None = None, code_only: bool = False) -> Path:
     """The generated project of ``env`` in ``projects_dir()``, written afresh."""
-    import shutil
-
     dest = projects_dir() / env.name
     shutil.rmtree(dest, ignore_errors=True)
     return build_project(env, dest, ngym_name=ngym_name, version=version, code_only=code_only)
@@ -143,8 +143,6 @@ class _SiblingSource:
             wheel_path = self.wheel_path or nemo_wheel.nemo_gym_wheel()
         except NgymError:
             return local
-        import zipfile
-
         with zipfile.ZipFile(wheel_path) as zf:
             return local | set(nemo_wheel.environment_names(zf))
 

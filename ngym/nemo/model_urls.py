@@ -41,7 +41,7 @@ def parse_model_urls(values: Iterable[str]) -> dict[str, str]:
 
 
 def current_model_urls(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """The mapping already in ``NGYM_MODEL_URLS`` (empty when unset); a malformed value is a ConfigError."""
+    """The mapping already in ``NGYM_SERVER_URLS`` (empty when unset); a malformed value is a ConfigError."""
     raw = (os.environ if environ is None else environ).get(MODEL_URLS_ENV, "").strip()
     if not raw:
         return {}
