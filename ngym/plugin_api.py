@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what type checkers see; at run time the names load on first use (below)
     from ngym.child_server import free_port
     from ngym.errors import SessionStoreError
+    from ngym.metrics.aggregate import aggregate_metrics
     from ngym.server.mcp_exposure import MCP_PATH, SEED_METADATA_KEY, TOKEN_HEADER
     from ngym.server.mcp_exposure import install as install_mcp
-    from ngym.server.metrics import aggregate_metrics
     from ngym.server.middleware import raise_server_exceptions, strip_rollout_prefix
     from ngym.server.protocol import failure_kinds
     from ngym.server.protocol.bodies import (
@@ -61,7 +61,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "SEED_METADATA_KEY": ("ngym.server.mcp_exposure", "SEED_METADATA_KEY"),
     "TOKEN_HEADER": ("ngym.server.mcp_exposure", "TOKEN_HEADER"),
     "install_mcp": ("ngym.server.mcp_exposure", "install"),
-    "aggregate_metrics": ("ngym.server.metrics", "aggregate_metrics"),
+    "aggregate_metrics": ("ngym.metrics.aggregate", "aggregate_metrics"),
     "raise_server_exceptions": ("ngym.server.middleware", "raise_server_exceptions"),
     "strip_rollout_prefix": ("ngym.server.middleware", "strip_rollout_prefix"),
     "failure_kinds": ("ngym.server.protocol.failure_kinds", None),

@@ -23,10 +23,10 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from ngym.domain import Domain, resolve_domain
+from ngym.metrics.aggregate import aggregate_metrics as compute_aggregate_metrics
+from ngym.metrics.aggregate import default_key_metrics
 from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
 from ngym.server.input_errors import StrictJSONRoute, validation_error_handler
-from ngym.server.metrics import aggregate_metrics as compute_aggregate_metrics
-from ngym.server.metrics import default_key_metrics
 from ngym.server.middleware import NgymMiddleware
 from ngym.server.protocol.bodies import (
     AggregateMetrics,
@@ -301,7 +301,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         """Metrics of the whole run, merged into ``agent_metrics`` (NeMo Gym's hook, same signature).
 
         ``tasks[i]`` holds the verify responses of task ``i`` (by ``_ng_task_index``), masked samples left out.
-        Override it for pass@k / majority@k / per-subset numbers (see ``ngym.reward_profile``). A
+        Override it for pass@k / majority@k / per-subset numbers (see ``ngym.metrics.reward_profile``). A
         ``"per_task_metrics"`` list of dicts with ``_ng_task_index`` is merged into ``group_level_metrics``.
         """
         return {}

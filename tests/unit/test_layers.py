@@ -2,8 +2,9 @@
 
 - no import cycle anywhere in ``ngym`` (function-level imports count: a cycle hidden in a function is a cycle);
 - the server runtime (``ngym.server``) imports only itself, the foundation (``domain``, ``errors``,
-  ``config``) and the plugin hooks it calls (``plugins.hookspecs``, ``plugins.manager``): never the CLI or
-  the tooling (validate, containerize, profiling, rollout, targets, testing, the registry);
+  ``config``), the statistics (``ngym.metrics``) and the plugin hooks it calls (``plugins.hookspecs``,
+  ``plugins.manager``): never the CLI or the tooling (validate, containerize, profiling, rollout, targets,
+  testing, the registry);
 - the plugin hooks and manager import nothing of the runtime they are called from;
 - nothing outside ``ngym.cli`` imports the CLI.
 """
@@ -24,6 +25,9 @@ RUNTIME_MAY_IMPORT = {
     "ngym.plugins",
     "ngym.plugins.hookspecs",
     "ngym.plugins.manager",
+    "ngym.metrics",  # the statistics /aggregate_metrics answers with
+    "ngym.metrics.aggregate",
+    "ngym.metrics.repeats",
 }
 
 
@@ -131,7 +135,7 @@ def test_every_public_name_is_typed_for_checkers_and_exported() -> None:
 #: The import packages under plugins/ (not their tests, which may reach into what they test).
 PLUGIN_PACKAGES = ("nemo_gym", "ngym_nemo_gym", "ngym_redis")
 #: What a plugin may import of ngym: the package's names, the plugin API, and the documented helper module.
-PLUGIN_MAY_IMPORT = {"ngym", "ngym.plugin_api", "ngym.reward_profile"}
+PLUGIN_MAY_IMPORT = {"ngym", "ngym.plugin_api", "ngym.metrics", "ngym.metrics.reward_profile"}
 PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
 
 

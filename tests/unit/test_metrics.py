@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ngym.server.metrics import aggregate_metrics, pass_at_k
+from ngym.metrics.aggregate import aggregate_metrics, pass_at_k
 
 
 def test_group_and_agent_statistics() -> None:

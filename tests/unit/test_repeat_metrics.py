@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from ngym.server.metrics import aggregate_metrics
-from ngym.server.repeat_metrics import t_quantile
+from ngym.metrics.aggregate import aggregate_metrics
+from ngym.metrics.repeats import t_quantile
 
 # Hooks by name (a callable cannot cross the process boundary); both sides run this very code. math.fsum rather
 # than sum: the built-in sum of floats differs between Python 3.11 (here) and 3.12+ (NeMo Gym's venv).

@@ -21,7 +21,7 @@ from ngym import (
     SimpleResourcesServer,
     TaskId,
 )
-from ngym.server.metrics import aggregate_metrics
+from ngym.metrics.aggregate import aggregate_metrics
 from ngym.server.protocol import ResourcesSeedSessionResponse, ResponseCreateParams
 from ngym.server.protocol.failure_kinds import FAILURE_KINDS, check_failure_kind
 from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process

@@ -10,15 +10,15 @@ from collections import Counter
 from typing import Any
 
 from nemo_gym.global_config import ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME, rollout_run_key
-from ngym.plugin_api import aggregate_metrics
-from ngym.reward_profile import *  # noqa: F403 - the helpers, under NeMo Gym's module name
-from ngym.reward_profile import (
+from ngym.metrics.reward_profile import *  # noqa: F403 - the helpers, under NeMo Gym's module name
+from ngym.metrics.reward_profile import (
     PassMajorityStat,
     add_avg_sample_std_dev,
     compute_pass_majority_metrics,
     compute_subset_metrics,
     highest_k_metrics,
 )
+from ngym.plugin_api import aggregate_metrics
 
 __all__ = [
     "AggregateMetricsMixin",
@@ -40,7 +40,7 @@ def compute_aggregate_metrics(verify_responses: list[dict[str, Any]], **hooks: A
 
 class AggregateMetricsMixin:
     """NeMo Gym's metric hooks, with its defaults (``SimpleResourcesServer`` here inherits them); ngym's
-    ``/aggregate_metrics`` calls all three (``ngym.server.metrics``, ``ngym.server.repeat_metrics``)."""
+    ``/aggregate_metrics`` calls all three (``ngym.metrics.aggregate``, ``ngym.metrics.repeats``)."""
 
     def compute_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
         """Extra run-wide metrics from the verify responses grouped by task (default: none)."""

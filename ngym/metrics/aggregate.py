@@ -8,7 +8,7 @@ binary fields (the unbiased estimator over each task's rollouts), as NeMo Gym's 
 (``mask_sample``) are left out and counted in ``coverage/*``; an environment adds its own metrics and picks its
 key metrics with the ``compute_metrics`` / ``get_key_metrics`` hooks (NeMo Gym's names). With several repeats
 (``_ng_rollout_index``), ``repeat_level_metrics`` and the across-repeat summaries come from
-``ngym.server.repeat_metrics`` (with the ``compute_repeat_metrics`` hook).
+``ngym.metrics.repeats`` (with the ``compute_repeat_metrics`` hook).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from ngym.server.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, AggregateMetrics
-from ngym.server.repeat_metrics import (
+from ngym.metrics.repeats import (
     ACROSS_REPEATS_MARKER,
     ComputeRepeatMetrics,
     across_repeats,
     add_custom_repeat_metrics,
     repeat_level_metrics,
 )
+from ngym.server.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, AggregateMetrics
 
 
 def numeric_fields(verify_response: dict[str, Any]) -> dict[str, float]:
