@@ -15,6 +15,8 @@ is here keeps its name and meaning across releases; what is not may move.
   ``strip_rollout_prefix``, ``add_health_routes``, MCP exposure (``install_mcp``, ``MCP_PATH``, ...).
 - **Wire vocabulary**: ``judge_failure_body``, ``AggregateMetrics``/``AggregateMetricsRequest``,
   ``ResponseCreateParams``, ``TASK_INDEX_KEY``/``ROLLOUT_INDEX_KEY``, ``failure_kinds`` (the module).
+- **The run's carriers**: ``SERVER_URLS_ENV`` / ``GLOBAL_CONFIG_ENV`` and their readers and writers
+  (``read_server_urls``, ``write_server_urls``, ``read_global_config``, ``write_global_config``).
 - **Statistics**: ``aggregate_metrics`` (what ``/aggregate_metrics`` answers).
 - **Tests**: ``free_port``.
 
@@ -30,6 +32,14 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from ngym.child_server import free_port
     from ngym.errors import SessionStoreError
     from ngym.metrics.aggregate import aggregate_metrics
+    from ngym.run_carriers import (
+        GLOBAL_CONFIG_ENV,
+        SERVER_URLS_ENV,
+        read_global_config,
+        read_server_urls,
+        write_global_config,
+        write_server_urls,
+    )
     from ngym.server.mcp_exposure import MCP_PATH, SEED_METADATA_KEY, TOKEN_HEADER
     from ngym.server.mcp_exposure import install as install_mcp
     from ngym.server.middleware import raise_server_exceptions, strip_rollout_prefix
@@ -57,6 +67,12 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
 _EXPORTS: dict[str, tuple[str, str | None]] = {
     "free_port": ("ngym.child_server", "free_port"),
     "SessionStoreError": ("ngym.errors", "SessionStoreError"),
+    "GLOBAL_CONFIG_ENV": ("ngym.run_carriers", "GLOBAL_CONFIG_ENV"),
+    "SERVER_URLS_ENV": ("ngym.run_carriers", "SERVER_URLS_ENV"),
+    "read_global_config": ("ngym.run_carriers", "read_global_config"),
+    "read_server_urls": ("ngym.run_carriers", "read_server_urls"),
+    "write_global_config": ("ngym.run_carriers", "write_global_config"),
+    "write_server_urls": ("ngym.run_carriers", "write_server_urls"),
     "MCP_PATH": ("ngym.server.mcp_exposure", "MCP_PATH"),
     "SEED_METADATA_KEY": ("ngym.server.mcp_exposure", "SEED_METADATA_KEY"),
     "TOKEN_HEADER": ("ngym.server.mcp_exposure", "TOKEN_HEADER"),
@@ -89,11 +105,13 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
 __all__ = [
     "AggregateMetrics",
     "AggregateMetricsRequest",
+    "GLOBAL_CONFIG_ENV",
     "MCP_PATH",
     "ROLLOUT_INDEX_KEY",
     "RequestSession",
     "ResponseCreateParams",
     "SEED_METADATA_KEY",
+    "SERVER_URLS_ENV",
     "SESSION_SECRET_ENV",
     "SessionConflict",
     "SessionLimitReached",
@@ -112,10 +130,14 @@ __all__ = [
     "judge_failure_body",
     "parse_body",
     "raise_server_exceptions",
+    "read_global_config",
     "read_json",
+    "read_server_urls",
     "redact_url",
     "strip_rollout_prefix",
     "validate_body",
+    "write_global_config",
+    "write_server_urls",
 ]
 
 

@@ -11,8 +11,6 @@ name can also resolve to an instance defined there (NeMo Gym's ``ModelServerRef`
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -20,9 +18,17 @@ from urllib.parse import urlparse
 
 from ngym.config_tree import load_tree
 from ngym.errors import ConfigError
+from ngym.run_carriers import SERVER_URLS_ENV as MODEL_URLS_ENV
+from ngym.run_carriers import read_global_config, read_server_urls, write_global_config, write_server_urls
 
-MODEL_URLS_ENV = "NGYM_SERVER_URLS"
-GLOBAL_CONFIG_ENV = "NGYM_NEMO_GLOBAL_CONFIG"
+__all__ = [
+    "MODEL_URLS_ENV",
+    "current_model_urls",
+    "export_global_config",
+    "export_model_instances",
+    "export_model_urls",
+    "parse_model_urls",
+]
 
 
 def parse_model_urls(values: Iterable[str]) -> dict[str, str]:
@@ -42,25 +48,19 @@ def parse_model_urls(values: Iterable[str]) -> dict[str, str]:
 
 def current_model_urls(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """The mapping already in ``NGYM_SERVER_URLS`` (empty when unset); a malformed value is a ConfigError."""
-    raw = (os.environ if environ is None else environ).get(MODEL_URLS_ENV, "").strip()
-    if not raw:
-        return {}
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{MODEL_URLS_ENV} is not JSON: {exc}") from None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise ConfigError(f'{MODEL_URLS_ENV} must be a JSON object of name to URL, e.g. {{"judge": "http://..."}}')
-    return value
+        return read_server_urls(environ)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def export_model_urls(values: Iterable[str], environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """Merge ``NAME=URL`` values into ``NGYM_SERVER_URLS`` (of ``environ``, default this process's); the result."""
-    environ = os.environ if environ is None else environ
-    mapping = {**current_model_urls(environ), **parse_model_urls(values)}
-    if mapping:
-        environ[MODEL_URLS_ENV] = json.dumps(mapping, sort_keys=True)
-    return mapping
+    current_model_urls(environ)  # a malformed value already there: the ConfigError, before anything is written
+    try:
+        return write_server_urls(parse_model_urls(values), environ)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def export_model_instances(mapping: dict[str, str], environ: MutableMapping[str, str] | None = None) -> None:
@@ -69,8 +69,7 @@ def export_model_instances(mapping: dict[str, str], environ: MutableMapping[str,
     keeps its fields with ``host``, ``port`` and any base-URL field pointed at the URL (NeMo Gym fills in the
     host and port of every instance it starts; here the user said where it listens); an undefined name becomes
     ``NAME: {responses_api_models: {openai_model: {host, port, openai_base_url}}}``."""
-    environ = os.environ if environ is None else environ
-    tree = json.loads(environ.get(GLOBAL_CONFIG_ENV) or "{}")
+    tree = read_global_config(environ)
     for name, url in mapping.items():
         parsed = urlparse(url)
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
@@ -85,7 +84,7 @@ def export_model_instances(mapping: dict[str, str], environ: MutableMapping[str,
         fields.update(host=parsed.hostname, port=port)
         fields.update({key: url for key in _BASE_URL_FIELDS if key in fields})
     if tree:
-        environ[GLOBAL_CONFIG_ENV] = json.dumps(tree, default=str)
+        write_global_config(tree, environ)
 
 
 _BASE_URL_FIELDS = ("openai_base_url", "base_url", "url")
@@ -111,4 +110,4 @@ def export_global_config(
         return
     tree = load_tree(files, overrides).plain()
     if tree:
-        (os.environ if environ is None else environ)[GLOBAL_CONFIG_ENV] = json.dumps(tree, default=str)
+        write_global_config(tree, environ)

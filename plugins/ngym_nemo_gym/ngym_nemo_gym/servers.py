@@ -19,13 +19,31 @@ stand in for a NeMo Gym model server.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-SERVER_URLS_ENV = "NGYM_SERVER_URLS"
-GLOBAL_CONFIG_ENV = "NGYM_NEMO_GLOBAL_CONFIG"
+# The two variables ngym run carries are defined, read and written by ngym alone (ngym.run_carriers).
+from ngym.plugin_api import (
+    GLOBAL_CONFIG_ENV,
+    SERVER_URLS_ENV,
+    read_global_config,
+    read_server_urls,
+    write_global_config,
+    write_server_urls,
+)
+
+__all__ = [
+    "GLOBAL_CONFIG_ENV",
+    "SERVER_URLS_ENV",
+    "ServerNotConfigured",
+    "ServerTarget",
+    "global_config",
+    "instance_fields",
+    "resolve_server",
+    "set_global_config",
+    "set_server_urls",
+]
 
 _BASE_URL_FIELDS = ("openai_base_url", "base_url", "url")
 _API_KEY_FIELDS = ("openai_api_key", "api_key")
@@ -59,11 +77,7 @@ def set_server_urls(urls: Mapping[str, str]) -> None:
 
     The mapping is also exported in ``NGYM_SERVER_URLS`` so server worker processes started afterwards see it.
     """
-    merged = {**_env_json(SERVER_URLS_ENV), **{str(k): str(v) for k, v in urls.items()}}
-    for name, url in merged.items():
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"URL of server {name!r} must start with http:// or https://, got {url!r}")
-    os.environ[SERVER_URLS_ENV] = json.dumps(merged)
+    write_server_urls(urls)
 
 
 def set_global_config(config: Mapping[str, Any]) -> None:
@@ -71,17 +85,17 @@ def set_global_config(config: Mapping[str, Any]) -> None:
 
     Exported in ``NGYM_NEMO_GLOBAL_CONFIG`` (JSON) for worker processes; values that are not JSON become strings.
     """
-    os.environ[GLOBAL_CONFIG_ENV] = json.dumps(_plain(config), default=str)
+    write_global_config(_plain(config))
 
 
 def global_config() -> dict[str, Any]:
     """The recorded configs (``{}`` when none were given)."""
-    return _env_json(GLOBAL_CONFIG_ENV)
+    return read_global_config()
 
 
 def resolve_server(name: str) -> ServerTarget:
     """Where requests for server ``name`` go; :class:`ServerNotConfigured` when nowhere says."""
-    url = _env_json(SERVER_URLS_ENV).get(name)
+    url = read_server_urls().get(name)
     if url:
         return ServerTarget(name, str(url).rstrip("/"))
     fields = instance_fields(global_config(), name)
@@ -136,19 +150,6 @@ def _raw_fields(config: Mapping[str, Any], name: str) -> dict[str, Any] | None:
             return None
         node = next(iter(node.values()))
     return dict(node) if isinstance(node, Mapping) else None
-
-
-def _env_json(variable: str) -> dict[str, Any]:
-    raw = os.environ.get(variable)
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"{variable} is not a JSON object: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{variable} is not a JSON object")
-    return value
 
 
 def _plain(value: Any) -> Any:
