@@ -37,7 +37,6 @@ from ngym.server.sessions.ids import SessionIdRule
 from ngym.server.sessions.manager import RequestSession, SessionConflict, SessionManager, current_request_session
 
 if TYPE_CHECKING:
-    from ngym.server.mcp_exposure import MCPExposure
     from ngym.server.resources import SimpleResourcesServer
 
 log = logging.getLogger("ngym.server")
@@ -52,7 +51,7 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     """Mount the standard routes of ``server`` on ``app`` (its tools are added by the author afterwards)."""
     seed_model = seed_body_model(type(server))
     # Read once here, not per request: the manager is a pydantic private attribute, a ~3 us lookup per read.
-    sessions = _manager(server)
+    sessions = server.sessions
 
     async def seed_session(request: Request) -> Any:
         return await seed_session_route(server, request, sessions)
@@ -103,14 +102,6 @@ def add_health_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     app.get("/health", summary="Readiness: name, domain, version, live sessions")(health)
 
 
-def _manager(server: SimpleResourcesServer) -> SessionManager:
-    return server.sessions
-
-
-def _mcp(server: SimpleResourcesServer) -> MCPExposure | None:
-    return server.mcp_exposure
-
-
 def _typed_seed_body(raw: bytes) -> tuple[ResourcesSeedSessionRequest, Any] | None:
     """NeMo Gym 0.7's typed seed (exactly its keys) and the parsed row, else None (a dataset row)."""
     if b'"resources_session_id"' not in raw:  # cheap: most seeds are rows
@@ -130,7 +121,7 @@ async def seed_session_route(server: SimpleResourcesServer, request: Request, se
         return await _typed_seed(server, request, session, typed[0], sessions)
     body = validate_json(seed_body_model(type(server)), raw.strip())
     result = await sessions.seed_row(session, lambda: server.seed_session(request, body))  # type: ignore[arg-type]  # the author's row model
-    mcp = _mcp(server)
+    mcp = server.mcp_exposure
     if mcp is not None:
         answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
         row = parse_body(raw)
@@ -166,7 +157,7 @@ async def _typed_seed(
     elif isinstance(result, dict):
         answer = dict(result)
     answer["resources_session_id"] = session_id
-    mcp = _mcp(server)
+    mcp = server.mcp_exposure
     if mcp is not None and "resources_tools" not in answer:
         answer["resources_tools"] = mcp.seed_metadata(session_id, body.task_data)
     return answer
@@ -231,7 +222,7 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
     async def endpoint(*args: Any, **kwargs: Any) -> Any:
         result: Any
         emitted: dict[str, str] = {}
-        mcp = _mcp(server)
+        mcp = server.mcp_exposure
         if mcp is not None:
             kwargs, emitted = _bare_tool_names(kwargs, mcp.server_name)
         try:
@@ -307,7 +298,7 @@ async def health_report(server: SimpleResourcesServer) -> dict[str, Any]:
     cls = type(server)
     dist = distribution_of(cls)
     domain = server.resolved_domain()
-    sessions = _manager(server)
+    sessions = server.sessions
     return {
         "status": "ok",
         "name": server.config.name or cls.__name__,
