@@ -189,7 +189,7 @@ class SessionManager:
         for, or is live for, another episode.
         """
         digest = episode_digest(episode)
-        with self.exclusive(session_id):  # a seed of this id in this process waits for no half-done close
+        with self.exclusive(session_id):  # a seed of this id in this process meanwhile is refused (409)
             closed = await self.store.closed_meta(session_id)
             if closed is not None:
                 if closed.get("episode") != digest:
