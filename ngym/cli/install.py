@@ -89,6 +89,9 @@ def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     any more.
     """
     names = [distribution_to_uninstall(p) for p in packages]
+    if not yes and not sys.stdin.isatty():
+        # pip would ask anyway and die with an EOFError traceback on the closed input
+        raise click.UsageError(f"standard input is not a terminal to confirm on: add -y to uninstall {' '.join(names)}")
     code = uninstall_packages(list(dict.fromkeys(names)), yes=yes, echo=click.echo)  # re-reads what is installed
     if code:
         sys.exit(code)

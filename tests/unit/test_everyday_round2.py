@@ -104,3 +104,63 @@ def test_install_from_nemo_gym_suggests_the_near_miss(
         main(["install", "nemo-gym:wordel"])
     assert exited.value.code not in (0, None)
     assert "no environment 'wordel'; did you mean 'wordle'?" in capsys.readouterr().err
+
+
+def test_uninstall_without_a_terminal_asks_for_y_instead_of_crashing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip would prompt on a closed stdin and die with an EOFError traceback (exit 2)."""
+    from click.testing import CliRunner
+
+    from ngym.cli import cli
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr("ngym.installer.run_pip", lambda args: calls.append(list(args)) or 0)
+    result = CliRunner().invoke(cli, ["uninstall", "click"])  # CliRunner's stdin is not a terminal
+    assert result.exit_code == 2 and calls == []
+    assert "add -y" in result.output and "Traceback" not in result.output
+
+
+BROKEN_APP = """
+from ngym import BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
+
+
+class BrokenServer(SimpleResourcesServer):
+    domain = Domain.GAMES
+
+    async def seed_session(self, request, body):
+        raise FileNotFoundError("words.txt not found: run generate_data.py first")
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=0.0)
+"""
+
+
+def test_validate_says_each_distinct_failure_once_without_tracebacks(tmp_path: Path) -> None:
+    """wordle without its generated data printed 25 identical tracebacks (1,263 lines) before the summary."""
+    import json
+    import subprocess
+    import sys
+
+    folder = tmp_path / "broken_env"
+    (folder / "configs").mkdir(parents=True)
+    (folder / "data").mkdir()
+    (folder / "app.py").write_text(BROKEN_APP)
+    config = folder / "configs" / "broken_env.yaml"
+    config.write_text(
+        "broken_env:\n  resources_servers:\n    broken_env:\n      entrypoint: app.py\n      domain: games\n"
+    )
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "play"}]}}
+    (folder / "data" / "example.jsonl").write_text((json.dumps(row) + "\n") * 5)
+    recorded = {**row, "response": {"output": []}, "reward": 0.0}
+    (folder / "data" / "example_rollouts.jsonl").write_text((json.dumps(recorded) + "\n") * 5)
+    quiet = subprocess.run(
+        [sys.executable, "-m", "ngym.cli", "validate", str(config)], capture_output=True, text=True, timeout=120
+    )
+    assert quiet.returncode == 1
+    assert "Traceback" not in quiet.stdout + quiet.stderr
+    assert quiet.stdout.count("words.txt not found") == 2, quiet.stdout  # examples + the first soundness probe
+    assert "5 rows (0, 1, 2, 3, 4)" in quiet.stdout and "the same failure as soundness: empty response" in quiet.stdout
+    assert len(quiet.stdout.splitlines()) <= 10
+    verbose = subprocess.run(
+        [sys.executable, "-m", "ngym.cli", "validate", "-v", str(config)], capture_output=True, text=True, timeout=120
+    )
+    assert "Traceback" in verbose.stderr and "FileNotFoundError" in verbose.stderr
