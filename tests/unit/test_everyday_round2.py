@@ -164,3 +164,59 @@ def test_validate_says_each_distinct_failure_once_without_tracebacks(tmp_path: P
         [sys.executable, "-m", "ngym.cli", "validate", "-v", str(config)], capture_output=True, text=True, timeout=120
     )
     assert "Traceback" in verbose.stderr and "FileNotFoundError" in verbose.stderr
+
+
+async def test_a_failed_model_call_carries_the_models_error_text() -> None:
+    """math_with_judge's failure_reason read only "ClientResponseError: 400, message='Bad Request'"; why the
+    model refused ("no recording for this input") was in the body, which never reached it."""
+    import aiohttp
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    pytest.importorskip("nemo_gym")
+    from nemo_gym.server_utils import ServerResponseError, raise_for_status
+
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"detail": "no recording for this input"}, status=400)
+
+    app = web.Application()
+    app.router.add_post("/v1/responses", refuse)
+    async with TestServer(app) as server, aiohttp.ClientSession() as session:
+        async with session.post(server.make_url("/v1/responses"), json={}) as response:
+            with pytest.raises(ServerResponseError) as raised:
+                await raise_for_status(response)
+    assert raised.value.status == 400 and "no recording for this input" in str(raised.value)
+    assert str(raised.value).startswith("400, message='Bad Request: ")
+
+
+def test_scripted_judge_command_answers_every_request_with_its_verdict(tmp_path: Path) -> None:
+    """`ngym scripted-judge` as a process on a free port, on both OpenAI routes a judge environment calls."""
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    judge = subprocess.Popen(
+        [sys.executable, "-m", "ngym.cli", "scripted-judge", "[[A=B]]", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert judge.stderr is not None
+        line = judge.stderr.readline()
+        assert "base URL http://127.0.0.1:" in line, line
+        base = line.rsplit(" ", 1)[1].strip()
+        for _ in range(100):
+            try:
+                answer = httpx.post(f"{base}/chat/completions", json={"messages": []}, timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert answer.json()["choices"][0]["message"]["content"] == "[[A=B]]"
+        responses = httpx.post(f"{base}/responses", json={"input": "judge this"}, timeout=5).json()
+        assert responses["output"][0]["content"][0]["text"] == "[[A=B]]"
+        assert httpx.get(f"{base.removesuffix('/v1')}/calls", timeout=5).json() == {"calls": 2}
+    finally:
+        judge.terminate()
+        judge.wait(timeout=10)
