@@ -113,7 +113,12 @@ def test_uninstall_without_a_terminal_asks_for_y_instead_of_crashing(monkeypatch
     from ngym.cli import cli
 
     calls: list[list[str]] = []
-    monkeypatch.setattr("ngym.installer.run_pip", lambda args: calls.append(list(args)) or 0)
+
+    def run_pip(args: list[str]) -> int:
+        calls.append(list(args))
+        return 0
+
+    monkeypatch.setattr("ngym.installer.run_pip", run_pip)
     result = CliRunner().invoke(cli, ["uninstall", "click"])  # CliRunner's stdin is not a terminal
     assert result.exit_code == 2 and calls == []
     assert "add -y" in result.output and "Traceback" not in result.output
