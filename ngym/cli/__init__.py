@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "install": "ngym.cli.install:install",
     "uninstall": "ngym.cli.install:uninstall",
     "test": "ngym.cli.test:test",
+    "prepare": "ngym.cli.prepare:prepare_command",
 }
 
 #: What ``ngym --help`` shows for each command, so that listing them imports none (tests/unit/test_meta.py
@@ -43,6 +44,7 @@ SHORT_HELP: dict[str, str] = {
     "install": "Install environment packages where ngym finds them.",
     "uninstall": "Uninstall environment packages.",
     "test": "Run an environment's own tests (pytest).",
+    "prepare": "Run an environment's data-preparation step.",
 }
 
 

@@ -12,6 +12,7 @@ from ngym.cli.progress import Ticker
 from ngym.containerize.pipeline import ContainerizeOptions
 from ngym.containerize.pipeline import containerize as run_containerize
 from ngym.containerize.spec import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
+from ngym.readiness import needs_of
 
 
 @click.command(short_help="Build a Docker image of an environment.")
@@ -88,6 +89,12 @@ def containerize(
     if run_ and no_build:
         raise click.UsageError("--run needs a build: drop --no-build")
 
+    unmet = needs_of(target) if run_ else []
+    for sentence in unmet:
+        click.echo(f"ngym: {sentence}; the image is built, its smoke rollout is not run", err=True)
+    run_ = run_ and not unmet
+    keep = keep and run_
+
     now = ["starting"]
     ticker = Ticker(f"containerize {target}", lambda: now[0])
 
@@ -136,6 +143,8 @@ def containerize(
     else:
         flags = "".join(f"{arg} " for arg in result.docker_run_args)
         click.echo(f"run it: docker run --rm -p 8000:8000 {flags}-e NGYM_SESSION_SECRET=... {result.tag}")
+    if unmet:
+        raise SystemExit(1)  # --run was asked and not done: a script must not read this as a passed smoke test
 
 
 def _status(line: str, width: int = 70) -> str:

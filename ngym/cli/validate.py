@@ -12,6 +12,7 @@ import click
 
 from ngym.cli.progress import Ticker
 from ngym.errors import debug_enabled
+from ngym.readiness import needs_of
 from ngym.validation import ValidationReport
 from ngym.validation import validate as run_validation
 
@@ -36,6 +37,9 @@ def validate(target: str, as_json: bool, verbose: bool) -> None:
 
         report = call() if verbose or debug_enabled() else _quietly(call)
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.render())
+    if not as_json:
+        for sentence in needs_of(target):
+            click.echo(f"note: {sentence}")
     if not report.ok:
         sys.exit(1)
 
