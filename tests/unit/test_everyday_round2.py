@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,10 +187,13 @@ async def test_a_failed_model_call_carries_the_models_error_text() -> None:
 
     app = web.Application()
     app.router.add_post("/v1/responses", refuse)
-    async with TestServer(app) as server, aiohttp.ClientSession() as session:
-        async with session.post(server.make_url("/v1/responses"), json={}) as response:
-            with pytest.raises(ServerResponseError) as raised:
-                await raise_for_status(response)
+    async with (
+        TestServer(app) as server,
+        aiohttp.ClientSession() as session,
+        session.post(server.make_url("/v1/responses"), json={}) as response,
+    ):
+        with pytest.raises(ServerResponseError) as raised:
+            await raise_for_status(response)
     assert raised.value.status == 400 and "no recording for this input" in str(raised.value)
     assert str(raised.value).startswith("400, message='Bad Request: ")
 
@@ -229,6 +233,7 @@ def test_scripted_judge_command_answers_every_request_with_its_verdict(tmp_path:
 
 NEEDS_DATA_APP = """
 from pathlib import Path
+from typing import Any
 
 from ngym import BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
 
@@ -315,3 +320,51 @@ def test_ngym_run_says_what_is_missing_before_serving(needs_data_env: Path, caps
     assert "needs_data still needs credentials (api_key is unset" in err
     build_specs((config, "api_key=k"), None, None)
     assert "credentials" not in capsys.readouterr().err  # given on the command line
+
+
+class _Images:
+    """The part of docker's ImageCollection build_image uses, over a dict of tag -> image id."""
+
+    def __init__(self, tags: dict[str, str]) -> None:
+        self.tags = tags
+        self.removed: list[str] = []
+
+    def get(self, ref: str) -> Any:
+        from types import SimpleNamespace
+
+        from docker.errors import ImageNotFound
+
+        image_id = self.tags.get(ref, ref if ref.startswith("sha256:") else None)
+        if image_id is None:
+            raise ImageNotFound(ref)
+        return SimpleNamespace(id=image_id, attrs={"Size": 1})
+
+    def remove(self, image_id: str, noprune: bool = False) -> None:
+        self.removed.append(image_id)
+
+
+class _Api:
+    def __init__(self, images: _Images, built: str) -> None:
+        self.images, self.built = images, built
+
+    def build(self, **kwargs: Any) -> Any:
+        yield {"stream": "Step 1/1 : FROM scratch\n"}
+        yield {"aux": {"ID": self.built}}
+
+    def tag(self, image_id: str, repository: str, name: str) -> None:
+        self.images.tags[f"{repository}:{name}"] = image_id
+
+
+def test_a_rebuild_removes_the_image_its_tag_named_before(tmp_path: Path) -> None:
+    """Every ngym containerize of a changed environment left the previous image behind, untagged."""
+    from types import SimpleNamespace
+
+    from ngym.containerize.build import build_image
+
+    images = _Images({"ngym-env:latest": "sha256:old"})
+    client: Any = SimpleNamespace(images=images, api=_Api(images, "sha256:new"))
+    built = build_image(client, tmp_path, "ngym-env:latest")
+    assert built.id == "sha256:new" and images.tags["ngym-env:latest"] == "sha256:new"
+    assert images.removed == ["sha256:old"]
+    again = build_image(client, tmp_path, "ngym-env:latest")  # unchanged (all cached): the same image, kept
+    assert again.id == "sha256:new" and images.removed == ["sha256:old"]
