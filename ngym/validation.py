@@ -290,6 +290,7 @@ async def validate_async(target: str, progress: Progress = lambda stage: None) -
         report.add("registration", False, subject.config_error)
         return report
     try:
+        subject.check_config_domain()
         cls = subject.server_class
         report.server_class = f"{cls.__module__}:{cls.__qualname__}"
         domain, _config = validate_server_class(

@@ -56,6 +56,7 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
         raise unresolved
     export_global_config(served, overrides=tree_overrides)
     for environment in environments:
+        environment.check_config_domain()
         check_override_keys(environment, {k: v for k, v in field_overrides.items() if k not in top_level})
     specs = [
         environment.serve_spec(
