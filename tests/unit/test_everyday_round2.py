@@ -411,3 +411,23 @@ def test_an_invalid_domain_names_the_config_file_it_came_from(tmp_path: Path) ->
     assert str(raised.value).startswith(f"{config}: guess_number: invalid domain 'gamez'")
     report = validate(str(config))
     assert str(config) in report.checks[0].detail and not report.ok
+
+
+def test_the_smoke_rollout_prefers_a_row_recorded_at_one_and_says_what_it_checked(tmp_path: Path) -> None:
+    """A first recorded rollout at 0.0 made the smoke test print "reward: 0.0 (expected 0.0)", read as a failure."""
+    from ngym.cli.containerize import _smoke_summary
+    from ngym.containerize.pipeline import resolve_plugin
+    from ngym.containerize.smoke import load_example_rollout
+    from ngym.scaffold import scaffold
+
+    folder = scaffold("guess_number", "games", tmp_path)
+    recorded = folder / "data" / "example_rollouts.jsonl"
+    recorded.write_text("".join(reversed(recorded.read_text().splitlines(keepends=True))))  # the 0.0 row first
+    plugin = resolve_plugin(str(folder))
+    example = load_example_rollout(plugin)
+    assert (example.line, example.expected_reward) == (2, 1.0)
+    assert load_example_rollout(plugin, 0).expected_reward == 0.0  # an explicit row is still that row
+    said = _smoke_summary({"reward": 1.0, "expected_reward": 1.0, "example_line": 2, "path": "seed → verify"})
+    assert said.startswith("smoke rollout: example_rollouts.jsonl line 2 replayed in the container (seed → verify)")
+    assert said.endswith(": reward 1.0, as recorded")
+    assert "MISMATCH" in _smoke_summary({"reward": 0.0, "expected_reward": 1.0, "example_line": 2, "path": "p"})
