@@ -29,6 +29,7 @@ no config (a warm ``ngym list``) should not pay for them.
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
 import os
 import re
@@ -197,6 +198,7 @@ def load_tree(paths: list[Path], overrides: list[str] | None = None) -> ConfigTr
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot merge {', '.join(map(str, paths))}: {str(exc).splitlines()[0]}") from None
     if overrides:
+        check_override_paths(OmegaConf.to_container(tree, resolve=False), overrides)
         try:
             tree = OmegaConf.merge(tree, OmegaConf.from_dotlist(overrides))
         except OmegaConfBaseException as exc:
@@ -205,6 +207,42 @@ def load_tree(paths: list[Path], overrides: list[str] | None = None) -> ConfigTr
     tree.pop(CONFIG_PATHS_KEY, None)  # consumed: includes are merged already
     _apply_inheritance(tree)
     return ConfigTree(tree, origin)
+
+
+def check_override_paths(tree: Any, overrides: list[str]) -> None:
+    """A dotted override (``a.b.c=value``) must address the tree: everything before its last key must be a
+    mapping the files have (the last key may be new: a config field the YAML leaves to its default). Else
+    ``ConfigError`` naming the full paths it could have meant: merged as given, it would add a branch nothing
+    reads and change nothing (``judge_model_server.name=judge`` left the judge on the policy model)."""
+    for override in overrides:
+        key = override.partition("=")[0]
+        *parents, _leaf = key.split(".")
+        node = tree
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if parents and not isinstance(node, dict):
+            raise ConfigError(f"override {key!r} addresses nothing in the config{_paths_meant(tree, key)}")
+
+
+def _paths_meant(tree: Any, key: str) -> str:
+    """``"; did you mean …"`` with the tree's full paths that end in ``key`` (it was given without its
+    prefix), else the closest path or two."""
+    paths = list(_dotted_paths(tree))
+    ending = [path for path in paths if path.endswith("." + key)]
+    if not ending:
+        parent = key.rpartition(".")[0]
+        ending = [p + "." + key.rpartition(".")[2] for p in paths if p.endswith("." + parent) or p == parent]
+    close = ending[:3] or difflib.get_close_matches(key, paths, n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(path) for path in close)}?" if close else ""
+
+
+def _dotted_paths(node: Any, prefix: str = "") -> Iterator[str]:
+    """Every dotted path of a nested mapping, mappings included."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            yield path
+            yield from _dotted_paths(value, path + ".")
 
 
 def _needs_omegaconf(data: Any) -> bool:

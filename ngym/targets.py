@@ -83,6 +83,17 @@ class Environment:
             raise PluginError(f"environment {self.name!r} ({dist}) is broken: {exc}") from None
         return domain
 
+    def check_config_domain(self) -> None:
+        """``ConfigError`` naming the YAML file when its ``domain:`` is no domain: the file is what to fix, and
+        the registration rules, which find it later, know only the class."""
+        if "domain" not in self.fields or self.fields["domain"] is None:
+            return
+        try:
+            Domain.parse(self.fields["domain"])
+        except ValueError as exc:
+            where = f"{self.config}: " if self.config is not None else ""
+            raise ConfigError(f"{where}{self.name}: {exc}") from None
+
     def serve_spec(self, **fields: Any) -> ServeSpec:
         """What ``ngym run`` serves: the target with the config fields (``fields`` on top)."""
         from ngym.server.app import ServeSpec

@@ -75,8 +75,14 @@ class ValidationReport:
         head += f", {self.distribution})" if self.distribution else ")"
         lines = [head]
         seen: set[str] = set()
+        said: dict[str, str] = {}  # failure detail -> the first check that said it
         for check in self.checks:
-            lines.append(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
+            detail = check.detail
+            if not check.ok and detail in said:
+                detail = f"the same failure as {said[detail]}"  # e.g. every soundness probe failing to seed
+            elif not check.ok:
+                said[detail] = check.name
+            lines.append(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name}: {detail}")
             for warning in check.warnings:
                 if warning in seen:
                     continue  # said once, under the first check, naming the others that share it
@@ -173,16 +179,29 @@ async def _replay_episode(http: Any, rollout: dict[str, Any]) -> dict[str, Any]:
     return {"reward": result.reward, "terminated": result.terminated, "truncated": result.truncated}
 
 
+def by_failure(problems: list[tuple[int, str]]) -> str:
+    """Row failures grouped by what failed: one entry per distinct message with its row count, so 25 rows
+    failing the same way (a missing data file) read as one line, not 25."""
+    rows_of: dict[str, list[int]] = {}
+    for index, message in problems:
+        rows_of.setdefault(message, []).append(index)
+    parts = []
+    for message, rows in rows_of.items():
+        shown = ", ".join(map(str, rows[:8])) + (", …" if len(rows) > 8 else "")
+        parts.append(f"row {rows[0]}: {message}" if len(rows) == 1 else f"{len(rows)} rows ({shown}): {message}")
+    return "; ".join(parts)
+
+
 async def _replay(
     report: ValidationReport, http: Any, rollouts: list[dict[str, Any]], progress: Progress, gymnasium: bool = False
 ) -> str | None:
     """Replay the recorded rollouts; the reason verify could not score (then the rest is not tried), else None."""
-    problems: list[str] = []
+    problems: list[tuple[int, str]] = []
     rewards: list[float] = []
     for index, rollout in enumerate(rollouts):
         progress(f"replaying example rollout {index + 1}/{len(rollouts)}")
         if not isinstance(rollout.get("response"), dict):
-            problems.append(f"row {index}: no recorded 'response'")
+            problems.append((index, "no recorded 'response'"))
             continue
         try:
             if gymnasium:
@@ -190,7 +209,7 @@ async def _replay(
             else:
                 verified = await run_recorded_rollout(RolloutClient(http), rollout)
         except AssertionError as exc:
-            problems.append(f"row {index}: {exc}")
+            problems.append((index, str(exc)))
             continue
         unscored = _unscored(verified)
         if unscored is not None:
@@ -200,13 +219,13 @@ async def _replay(
             return unscored
         reward = verified.get("reward")
         if not isinstance(reward, int | float) or (not gymnasium and not 0.0 <= reward <= 1.0):
-            problems.append(f"row {index}: reward {reward!r} is not a number" + ("" if gymnasium else " in [0, 1]"))
+            problems.append((index, f"reward {reward!r} is not a number" + ("" if gymnasium else " in [0, 1]")))
             continue
         rewards.append(float(reward))
         expected = rollout.get("reward")
         if expected is not None and float(reward) != float(expected):
-            problems.append(f"row {index}: reward {reward} != recorded {expected}")
-    detail = f"{len(rollouts)} rollouts replayed, rewards {rewards}" if not problems else "; ".join(problems)
+            problems.append((index, f"reward {reward} != recorded {expected}"))
+    detail = f"{len(rollouts)} rollouts replayed, rewards {rewards}" if not problems else by_failure(problems)
     report.add("examples", not problems, detail)
     return None
 
@@ -225,7 +244,7 @@ async def _soundness(
     seed_route, verify_route = (RESET, STEP) if gymnasium else ("/seed_session", "/verify")
     exempt = exempt or gymnasium
     for probe in SOUNDNESS_PROBES:
-        crashes: list[str] = []
+        crashes: list[tuple[int, str]] = []
         full: list[int] = []
         statuses: set[int] = set()
         for index, row in enumerate(rows):
@@ -233,24 +252,24 @@ async def _soundness(
             client = RolloutClient(http)
             seeded = await client.post(seed_route, row)
             if seeded.status_code >= 400:
-                crashes.append(f"row {index}: {seed_route} → {seeded.status_code}: {seeded.text[:200]}")
+                crashes.append((index, f"{seed_route} → {seeded.status_code}: {seeded.text[:200]}"))
                 continue
             response = {**template, "output": probe_outputs(row)[probe]}
             answer = await client.post(verify_route, {**row, "response": response})
             statuses.add(answer.status_code)
             if answer.status_code >= 500:
-                crashes.append(f"row {index}: {verify_route} → {answer.status_code}: {answer.text[:200]}")
+                crashes.append((index, f"{verify_route} → {answer.status_code}: {answer.text[:200]}"))
             elif answer.status_code == 200:
                 reward = answer.json().get("reward")
                 if not isinstance(reward, int | float) or (not gymnasium and not 0.0 <= reward <= 1.0):
                     bounds = "" if gymnasium else " in [0, 1]"
-                    crashes.append(f"row {index}: reward {reward!r} is not a number{bounds}")
+                    crashes.append((index, f"reward {reward!r} is not a number{bounds}"))
                 elif reward == 1.0:
                     full.append(index)
         warnings: list[str] = []
         ok = not crashes
         if crashes:
-            detail = "; ".join(crashes)
+            detail = by_failure(crashes)
         elif full and not exempt and len(full) == len(rows):
             ok = False
             detail = f"scored 1.0 on every example row ({len(rows)}): the verifier does not look at the response"
@@ -271,6 +290,7 @@ async def validate_async(target: str, progress: Progress = lambda stage: None) -
         report.add("registration", False, subject.config_error)
         return report
     try:
+        subject.check_config_domain()
         cls = subject.server_class
         report.server_class = f"{cls.__module__}:{cls.__qualname__}"
         domain, _config = validate_server_class(

@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "run": "ngym.cli.run:run",
     "rollout": "ngym.cli.rollout:rollout",
     "replay-model": "ngym.cli.replay_model:replay_model",
+    "scripted-judge": "ngym.cli.scripted_judge:scripted_judge",
     "containerize": "ngym.cli.containerize:containerize",
     "profile": "ngym.cli.profile:profile",
     "list": "ngym.cli.list:list_command",
@@ -25,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "install": "ngym.cli.install:install",
     "uninstall": "ngym.cli.install:uninstall",
     "test": "ngym.cli.test:test",
+    "prepare": "ngym.cli.prepare:prepare_command",
 }
 
 #: What ``ngym --help`` shows for each command, so that listing them imports none (tests/unit/test_meta.py
@@ -33,6 +35,7 @@ SHORT_HELP: dict[str, str] = {
     "run": "Serve environments (names or config files).",
     "rollout": "Roll out a dataset through an environment and a model.",
     "replay-model": "Serve the offline replay model (OpenAI Responses API).",
+    "scripted-judge": "Serve a judge model that always answers TEXT.",
     "containerize": "Build a Docker image of an environment.",
     "profile": "Load-test an environment with Locust.",
     "list": "List installed environments.",
@@ -41,6 +44,7 @@ SHORT_HELP: dict[str, str] = {
     "install": "Install environment packages where ngym finds them.",
     "uninstall": "Uninstall environment packages.",
     "test": "Run an environment's own tests (pytest).",
+    "prepare": "Run an environment's data-preparation step.",
 }
 
 

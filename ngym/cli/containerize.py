@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,6 +13,7 @@ from ngym.cli.progress import Ticker
 from ngym.containerize.pipeline import ContainerizeOptions
 from ngym.containerize.pipeline import containerize as run_containerize
 from ngym.containerize.spec import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
+from ngym.readiness import needs_of
 
 
 @click.command(short_help="Build a Docker image of an environment.")
@@ -88,6 +90,12 @@ def containerize(
     if run_ and no_build:
         raise click.UsageError("--run needs a build: drop --no-build")
 
+    unmet = needs_of(target) if run_ else []
+    for sentence in unmet:
+        click.echo(f"ngym: {sentence}; the image is built, its smoke rollout is not run", err=True)
+    run_ = run_ and not unmet
+    keep = keep and run_
+
     now = ["starting"]
     ticker = Ticker(f"containerize {target}", lambda: now[0])
 
@@ -127,7 +135,7 @@ def containerize(
     click.echo(f"image: {result.tag} ({(result.image_size or 0) / 1e6:.1f} MB, built in {result.build_seconds}s)")
     if result.run:
         rollout = result.run.get("rollout") or {}
-        click.echo(f"reward: {rollout.get('reward')} (expected {rollout.get('expected_reward')})")
+        click.echo(_smoke_summary(rollout))
         if result.run["kept"]:
             click.echo(f"running at {result.run['url']} (container {result.run['container_name']});")
             click.echo(f"stop it: docker rm -f {result.run['container_name']}")
@@ -136,6 +144,23 @@ def containerize(
     else:
         flags = "".join(f"{arg} " for arg in result.docker_run_args)
         click.echo(f"run it: docker run --rm -p 8000:8000 {flags}-e NGYM_SESSION_SECRET=... {result.tag}")
+    if unmet:
+        raise SystemExit(1)  # --run was asked and not done: a script must not read this as a passed smoke test
+
+
+def _smoke_summary(rollout: dict[str, Any]) -> str:
+    """What the smoke rollout checked, in one line: which recorded example, its path, and whether the reward
+    the container gave is the recorded one."""
+    reward, expected = rollout.get("reward"), rollout.get("expected_reward")
+    line = rollout.get("example_line")
+    what = f"example_rollouts.jsonl line {line}" if line else "a recorded example"
+    if expected is None:
+        verdict = f"reward {reward} (nothing recorded to compare)"
+    elif reward == expected:
+        verdict = f"reward {reward}, as recorded"
+    else:
+        verdict = f"reward {reward}, but {expected} was recorded: MISMATCH"
+    return f"smoke rollout: {what} replayed in the container ({rollout.get('path')}): {verdict}"
 
 
 def _status(line: str, width: int = 70) -> str:

@@ -10,8 +10,9 @@ import click
 from ngym import installer
 from ngym.cli.progress import Ticker
 from ngym.nemo.install import install_nemo_environment, is_nemo_source
-from ngym.nemo.uninstall import nemo_distribution, uninstall_packages
+from ngym.nemo.uninstall import PREFIX, nemo_distribution, uninstall_packages
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
+from ngym.suggest import did_you_mean
 
 
 @click.command(short_help="Install environment packages where ngym finds them.")
@@ -88,6 +89,9 @@ def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     any more.
     """
     names = [distribution_to_uninstall(p) for p in packages]
+    if not yes and not sys.stdin.isatty():
+        # pip would ask anyway and die with an EOFError traceback on the closed input
+        raise click.UsageError(f"standard input is not a terminal to confirm on: add -y to uninstall {' '.join(names)}")
     code = uninstall_packages(list(dict.fromkeys(names)), yes=yes, echo=click.echo)  # re-reads what is installed
     if code:
         sys.exit(code)
@@ -105,7 +109,9 @@ def distribution_to_uninstall(package: str) -> str:
     if providers:
         return providers[0]
     environments = sorted(ep.name for ep in installed_entry_points(ENVIRONMENT_GROUP))
+    wanted = package.removeprefix(PREFIX) if package.startswith(PREFIX) else package
+    hint = did_you_mean(wanted.replace("-", "_"), environments)
     raise click.UsageError(
-        f"{package!r} is neither an installed distribution nor an installed environment"
+        f"{package!r} is neither an installed distribution nor an installed environment{hint}"
         f" (environments: {', '.join(environments) or 'none'})"
     )

@@ -17,6 +17,7 @@ from ngym.config import InstanceConfig, apply_overrides, split_overrides
 from ngym.config_tree import load_tree
 from ngym.errors import ConfigError
 from ngym.nemo.model_urls import export_global_config, export_model_instances, export_model_urls
+from ngym.readiness import needs
 from ngym.server.app import ServeSpec
 from ngym.server.host import serve_many, serve_one
 from ngym.suggest import did_you_mean
@@ -55,6 +56,7 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
         raise unresolved
     export_global_config(served, overrides=tree_overrides)
     for environment in environments:
+        environment.check_config_domain()
         check_override_keys(environment, {k: v for k, v in field_overrides.items() if k not in top_level})
     specs = [
         environment.serve_spec(
@@ -62,6 +64,9 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
         )
         for environment in environments
     ]
+    for environment in environments:  # said before serving: an /reset that fails later reads as a bug
+        for need in needs(environment.name, environment.folder, {**environment.fields, **field_overrides}):
+            click.echo(f"ngym: warning: {need.sentence(environment.name)}", err=True)
     if not specs:
         raise ConfigError("nothing to serve: give a config file (configs/x.yaml) or an installed environment name")
     if len(specs) > 1 and port is not None:

@@ -162,6 +162,7 @@ def build_image(
     from docker.errors import APIError, DockerException
 
     repository, name = split_tag(tag)
+    previous = _image_id(client, f"{repository}:{name}")
     tail: deque[str] = deque(maxlen=tail_lines)
     steps: list[BuildStep] = []
     error: str | None = None
@@ -180,6 +181,8 @@ def build_image(
     if error is not None or image_id is None:
         raise ImageBuildError(_failure_message(error or "the engine reported no image id", steps, tail))
     client.api.tag(image_id, repository, name)
+    if previous is not None and previous != image_id:
+        _remove_replaced(client, previous, log)
     image = client.images.get(image_id)
     return BuiltImage(
         id=image_id,
@@ -188,6 +191,29 @@ def build_image(
         seconds=time.monotonic() - started,
         steps=steps,
     )
+
+
+def _image_id(client: docker.DockerClient, tag: str) -> str | None:
+    """The id of the image ``tag`` names now, or None."""
+    from docker.errors import DockerException
+
+    try:
+        return str(client.images.get(tag).id)
+    except DockerException:
+        return None
+
+
+def _remove_replaced(client: docker.DockerClient, image_id: str, log: Log) -> None:
+    """Remove the image the tag named before this build, now untagged: each rebuild left one behind (hundreds of
+    MB each). The engine refuses, and it is kept, when anything still uses it (another tag, a container, a
+    child image); intermediate stage images stay too, as they are the build cache of the next build."""
+    from docker.errors import DockerException
+
+    try:
+        client.images.remove(image_id, noprune=False)
+    except DockerException:
+        return
+    log(f"  removed the image this tag named before ({image_id[:19]}), untagged by this build")
 
 
 def _consume(

@@ -45,6 +45,7 @@ class ExampleRollout:
     row: dict[str, Any]
     response: dict[str, Any]
     expected_reward: float | None
+    line: int = 1  #: its line in ``data/example_rollouts.jsonl``
 
     def tool_calls(self) -> list[tuple[str, dict[str, Any]]]:
         """``(tool name, arguments)`` of every ``function_call`` in the recorded output, in order."""
@@ -61,6 +62,8 @@ class RolloutResult:
     protocol: str = "seed_session"
     #: every request of the rollout, in order (``seed_session → get_weather → verify``; ``reset → step ×2``)
     path: str = ""
+    #: the line of ``data/example_rollouts.jsonl`` that was replayed
+    example_line: int | None = None
 
 
 @dataclass
@@ -89,19 +92,25 @@ def example_data_dirs(plugin: PluginSource) -> list[Path]:
     return dirs
 
 
-def load_example_rollout(plugin: PluginSource, index: int = 0) -> ExampleRollout:
-    """The ``index``-th line of the plugin's ``data/example_rollouts.jsonl``."""
+def load_example_rollout(plugin: PluginSource, index: int | None = None) -> ExampleRollout:
+    """The ``index``-th line of the plugin's ``data/example_rollouts.jsonl``; by default the first recorded at
+    reward 1.0 (else the first): a smoke rollout that ends "reward: 0.0 (expected 0.0)" passed, but reads as a
+    failure, and a 1.0 shows the whole path (tools, verify) working."""
     for folder in example_data_dirs(plugin):
         path = folder / EXAMPLE_ROLLOUTS
         if path.is_file():
             records = read_example_rollouts(path)
+            if index is None:
+                full = [i for i, r in enumerate(records) if "response" in r and r.get("reward") == 1.0]
+                index = full[0] if full else 0
             if index >= len(records):
                 raise ContainerRunError(f"{path} has {len(records)} rollout(s), not {index + 1}")
             record = records[index]
             if "response" not in record:
                 raise ContainerRunError(f"{path}: line {index + 1} has no recorded 'response'")
             reward = record.get("reward")
-            return ExampleRollout(dataset_row(record), record["response"], None if reward is None else float(reward))
+            expected = None if reward is None else float(reward)
+            return ExampleRollout(dataset_row(record), record["response"], expected, line=index + 1)
     searched = ", ".join(str(d) for d in example_data_dirs(plugin)) or "no data folder found"
     raise ContainerRunError(f"environment {plugin.name!r} ships no data/example_rollouts.jsonl (searched {searched})")
 
@@ -235,6 +244,7 @@ def run_image(
         log(f"container {container.name} ({container.short_id}) at {url}")
         health = wait_healthy(container, health_timeout, log)
         rollout = drive_rollout(url, example)
+        rollout.example_line = example.line
         log(f"rollout: {rollout.path}: reward {rollout.reward}")
     except BaseException:
         if not keep:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ngym.errors import EnvironmentNotFound, NgymError
+from ngym.suggest import did_you_mean
 from ngym.targets import installed, installed_names
 
 #: What NeMo Gym's repository configures for every environment's tests (its pyproject's pytest section).
@@ -67,7 +68,9 @@ def _installed_folder(name: str) -> Path:
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
     known = ", ".join(names) or "none installed"
-    raise EnvironmentNotFound(f"no environment or folder named {name!r} (installed: {known})")
+    raise EnvironmentNotFound(
+        f"no environment or folder named {name!r}{did_you_mean(name, names)} (installed: {known})"
+    )
 
 
 def pytest_command(extra_args: Sequence[str] = ()) -> list[str]:

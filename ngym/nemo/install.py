@@ -29,6 +29,8 @@ from ngym.nemo.folder import (
 )
 from ngym.nemo.package import build_project
 from ngym.plugins.registry import get_registry, reset_registry
+from ngym.readiness import needs
+from ngym.targets import installed
 
 SOURCE_PREFIX = "nemo-gym:"
 Echo = Callable[[str], None]
@@ -110,6 +112,12 @@ def install_nemo_environment(
     reset_registry()
     domain = env.domain or "?"
     echo(f"ngym: installed {name} ({domain}) from {env.distribution}; try: ngym test {name} / ngym run {name}")
+    try:
+        environment = installed(name)
+    except NgymError:  # it did install; what it needs is advice, not a reason to fail
+        environment = None
+    for need in needs(name, environment.folder, environment.fields) if environment is not None else []:
+        echo(f"ngym: before it serves a rollout, {need.sentence(name)}")
     return InstallResult(name, env, [env.distribution, *(s.distribution for s in siblings)])
 
 

@@ -31,6 +31,8 @@ from ngym.plugins.registry import reset_registry
 
 Echo = Callable[[str], None]
 PREFIX = "ngym-nemo-"
+#: The folder NeMo Gym environments are installed under in site-packages (the namespace package).
+ENVIRONMENTS_FOLDER = "resources_servers"
 
 
 class SiblingInUse(NgymError):
@@ -91,15 +93,53 @@ def uninstall_packages(packages: Sequence[str], *, yes: bool, echo: Echo = print
         _reinstall_code_only(name)
     remove = [n for n in names if n not in keep]
     if remove:
+        folders = _environment_folders(remove)
         code = installer.run_pip(installer.pip_uninstall_args(remove, yes=yes))
         if code:
             return code
+        _remove_leftovers(folders, echo)
     orphans = _orphaned_code_only()
     if orphans:
         echo(f"ngym: removing {', '.join(orphans)} (code only, no installed environment imports it any more)")
+        folders = _environment_folders(orphans)
         run_pip(["uninstall", "--yes", *orphans], verbose=False)
+        _remove_leftovers(folders, echo)
     reset_registry()
     return 0
+
+
+def _environment_folders(distributions: Sequence[str]) -> list[Path]:
+    """The ``resources_servers/<name>`` folders the installed ``distributions`` put in site-packages."""
+    folders: set[Path] = set()
+    for name in distributions:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        for file in dist.files or []:
+            if len(file.parts) > 2 and file.parts[0] == ENVIRONMENTS_FOLDER:
+                folders.add(Path(str(dist.locate_file(Path(*file.parts[:2])))))
+    return sorted(folders)
+
+
+def _remove_leftovers(folders: Sequence[Path], echo: Echo) -> None:
+    """Delete what pip leaves of uninstalled environments' folders: files their runs made (generated data,
+    pytest's rewritten ``.pyc``), which pip never recorded. A folder left behind is still importable from
+    site-packages (``resources_servers.<name>``) and shadows a source checkout of the same name. A folder
+    another installed distribution still has files in is left alone; ``resources_servers/`` goes when empty."""
+    owned = {
+        Path(str(dist.locate_file(Path(*file.parts[:2]))))
+        for dist in metadata.distributions()
+        for file in dist.files or []
+        if len(file.parts) > 2 and file.parts[0] == ENVIRONMENTS_FOLDER
+    }
+    for folder in folders:
+        if folder.is_dir() and folder not in owned:
+            shutil.rmtree(folder, ignore_errors=True)
+            echo(f"ngym: removed {folder} (files the environment made, which pip does not track)")
+        parent = folder.parent
+        if parent.name == ENVIRONMENTS_FOLDER and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
 
 
 def _orphaned_code_only() -> list[str]:

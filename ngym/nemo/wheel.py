@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from ngym.errors import NgymError
+from ngym.suggest import did_you_mean
 
 NEMO_GYM_VERSION = "0.7.0"
 WHEEL_DIR_ENV = "NGYM_NEMO_WHEEL_DIR"
@@ -187,8 +188,8 @@ def extract_environment(name: str, dest: Path, wheel: Path | None = None) -> Pat
         if not members:
             known = environment_names(zf)
             raise NemoGymSourceError(
-                f"nemo-gym {NEMO_GYM_VERSION} has no environment {name!r} ({len(known)} available: "
-                "ngym list --available nemo-gym)"
+                f"nemo-gym {NEMO_GYM_VERSION} has no environment {name!r}{did_you_mean(name, known)} "
+                f"({len(known)} available: ngym list --available nemo-gym)"
             )
         _extract(zf, members, dest)
         pending: list[Path] = [dest / PREFIX / name]

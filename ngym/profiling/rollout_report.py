@@ -156,7 +156,8 @@ def render_rollout_section(result: ProfileResult, tracker: RolloutTracker, reque
     return (
         f"<style>{_STYLE}</style>"
         f'<section id="{ANCHOR}"><h2>Rollouts: {html.escape(result.environment or result.target)}</h2>'
-        f'<p class="summary"><a href="#{ANCHOR}">{html.escape(summary)}</a>{link}</p>'
+        # the summary is text to read, not a link (one to the section it sits in went nowhere, and read as a button)
+        f'<p class="summary">{html.escape(summary)}{link}</p>'
         f'<div class="grid">{"".join(figures)}</div></section>'
     )
 

@@ -148,6 +148,9 @@ def scaffold(name: str, domain: str = "agent", parent: Path | str = ".", descrip
         "__DESCRIPTION_TOML__": json.dumps(text),
         "__DESCRIPTION_YAML__": json.dumps(text),
         "__DESCRIPTION__": text.replace("\\", "\\\\").replace('"""', "'''"),
+        # the README's first sentence: a description given without a full stop ("… higher/lower hints") would
+        # run on into the next one
+        "__DESCRIPTION_SENTENCE__": text if text.endswith((".", "!", "?")) else f"{text}.",
     }
     files = {
         "pyproject.toml": "pyproject.toml.tmpl",

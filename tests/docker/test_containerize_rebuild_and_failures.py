@@ -50,6 +50,10 @@ def test_code_change_rebuilds_from_the_dependency_cache(
     assert not step(steps, "--target").cached, "the code layer must be rebuilt"
     assert second.image_id != first.image_id
     assert docker_client.images.get(image_tag).id == second.image_id
+    from docker.errors import ImageNotFound
+
+    with pytest.raises(ImageNotFound):  # the image the tag named before: removed, not left behind untagged
+        docker_client.images.get(first.image_id)
 
 
 def _steps_from_log(lines: list[str]) -> list[Any]:

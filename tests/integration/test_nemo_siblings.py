@@ -135,7 +135,14 @@ def test_sibling_code_only_install_replace_and_uninstall(world: tuple[Path, Path
     assert "ngym-nemo-user-env" in refused.stderr and "Traceback" not in refused.stderr
     assert installed(world, "ngym-nemo-base-env") == "ngym-nemo-code-only"
 
+    # what a run leaves that pip never recorded (generated data, pytest's .pyc): the folder would stay
+    # importable from site-packages and shadow a source checkout of resources_servers/
+    purelib = Path(run(world, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip())
+    (purelib / "resources_servers" / "user_env" / "data").mkdir(exist_ok=True)
+    (purelib / "resources_servers" / "user_env" / "data" / "generated.txt").write_text("made by a run\n")
+    (purelib / "resources_servers" / "base_env" / "made_by_a_run.txt").write_text("")
     gone = run(world, "-m", "ngym.cli", "uninstall", "-y", "nemo-gym:user_env")
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert installed(world, "ngym-nemo-user-env") is None and installed(world, "ngym-nemo-base-env") is None
     assert "removing ngym-nemo-base-env" in gone.stdout
+    assert not (purelib / "resources_servers").exists(), sorted((purelib / "resources_servers").rglob("*"))

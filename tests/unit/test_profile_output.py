@@ -58,9 +58,10 @@ def test_rollout_figures() -> None:
     ]
 
 
-def test_rollout_section_has_its_charts_and_a_summary_that_links_to_it() -> None:
+def test_rollout_section_has_its_charts_and_a_plain_summary() -> None:
     section = render_rollout_section(_result(), _tracker(), "profile.html")
-    assert '<section id="rollouts">' in section and '<a href="#rollouts">100 rollouts finished (10.0/s)' in section
+    assert '<section id="rollouts">' in section and '<p class="summary">100 rollouts finished (10.0/s)' in section
+    assert 'href="#rollouts"' not in section  # the summary sentence was one big link to the section it sits in
     assert section.count("<svg") == 3  # rollouts/s over time, latency percentiles, reward histogram
     for caption in ("Rollouts per second", "Rollout latency", "Reward histogram", "Failure classes"):
         assert f"<figcaption>{caption}" in section

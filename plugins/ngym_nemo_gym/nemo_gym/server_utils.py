@@ -191,6 +191,10 @@ async def request(method: str, url: str, _max_connection_retries: int | None = N
     raise AssertionError("unreachable")
 
 
+#: How much of a failed answer's body its error message carries.
+_ANSWER_IN_MESSAGE = 300
+
+
 async def raise_for_status(response: ClientResponse, content: bytes | None = None) -> None:
     """Raise :class:`ServerResponseError` (with ``response_content``) when the answer is not 2xx.
 
@@ -205,7 +209,11 @@ async def raise_for_status(response: ClientResponse, content: bytes | None = Non
     try:
         response.raise_for_status()
     except ClientResponseError as exc:
-        error = ServerResponseError(exc.request_info, exc.history, status=exc.status, message=exc.message)
+        # The answer's own text in the message: it is what says why ("no recording for this input", "model not
+        # found"), and str(exc) is what reaches the verify answer's failure_reason (aiohttp's alone: "Bad Request").
+        said = (content or b"").decode("utf-8", "replace").strip()[:_ANSWER_IN_MESSAGE]
+        message = f"{exc.message}: {said}" if said else exc.message
+        error = ServerResponseError(exc.request_info, exc.history, status=exc.status, message=message)
         error.response_content = content
         raise error from exc
 

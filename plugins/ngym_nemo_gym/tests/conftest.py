@@ -8,6 +8,8 @@ tests that need it are skipped, except under ``CI=true``, where that is a failur
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import os
 import subprocess
 import sys
@@ -80,13 +82,16 @@ def import_nemo_app(nemo_environment: Callable[[str], Path], monkeypatch: pytest
 
     def load(name: str, submodule: str = "app") -> Any:
         folder = nemo_environment(name)
-        # ngym's own repository has a resources_servers/ folder whose regular packages (same names as some of
-        # NeMo's) would win over NeMo's namespace portions: take every other resources_servers/ off the path.
-        others = [p for p in sys.path if (Path(p or ".").absolute() / "resources_servers").is_dir()]
-        monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in others])
-        monkeypatch.syspath_prepend(str(folder.parent.parent))
+        # Other resources_servers/ folders are on the path: ngym's own repository (regular packages with some of
+        # NeMo's names) and site-packages once NeMo Gym environments are installed there. The package is pinned
+        # to the wheel's copy alone instead of taking those entries off sys.path, which would also take away
+        # everything else installed beside them (site-packages: "No module named 'pathspec'").
         for module in [m for m in sys.modules if m == "resources_servers" or m.startswith("resources_servers.")]:
             monkeypatch.delitem(sys.modules, module)
+        spec = importlib.machinery.ModuleSpec("resources_servers", None, is_package=True)
+        spec.submodule_search_locations = [str(folder.parent)]
+        monkeypatch.setitem(sys.modules, "resources_servers", importlib.util.module_from_spec(spec))
+        monkeypatch.syspath_prepend(str(folder.parent.parent))  # NeMo's root: benchmarks/ and the like
         return importlib.import_module(f"resources_servers.{name}.{submodule}")
 
     return load
