@@ -25,6 +25,9 @@ COMMANDS: dict[str, str] = {
     "install": "ngym.cli.install:install",
     "uninstall": "ngym.cli.install:uninstall",
     "test": "ngym.cli.test:test",
+    "up": "ngym.cli.fleet:up",
+    "status": "ngym.cli.fleet:status",
+    "down": "ngym.cli.fleet:down",
 }
 
 #: What ``ngym --help`` shows for each command, so that listing them imports none (tests/unit/test_meta.py
@@ -41,6 +44,9 @@ SHORT_HELP: dict[str, str] = {
     "install": "Install environment packages where ngym finds them.",
     "uninstall": "Uninstall environment packages.",
     "test": "Run an environment's own tests (pytest).",
+    "up": "Bring up a fleet of environments from a file.",
+    "status": "Health, sessions, rollouts/s and errors of a fleet.",
+    "down": "Stop every server of a fleet.",
 }
 
 
