@@ -13,11 +13,13 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from ngym.child_server import free_port
 from ngym.errors import NgymError
 from ngym.fleet.launch import environment_target
-from ngym.fleet.local import Reporter, answers, finish, free_port, new_state
+from ngym.fleet.local import Reporter, answers, finish, new_state
 from ngym.fleet.local import down as local_down
 from ngym.fleet.spec import FleetSpec
 from ngym.fleet.state import FleetState, ServerRecord
@@ -70,7 +72,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
                     replicas=env.replicas,
                     manifests_dir=directory,
                 ),
-                log=lambda line, n=name: _progress(report, n, line),
+                log=_progress(report, name),
             )
             report.status = f"{name}: docker compose up"
             _compose(
@@ -148,5 +150,8 @@ def _wait_compose(state: FleetState, spec: FleetSpec, report: Reporter, seconds:
     state.save(spec.state_dir())
 
 
-def _progress(report: Reporter, name: str, line: str) -> None:
-    report.status = f"{name}: {line[:100]}"
+def _progress(report: Reporter, name: str) -> Callable[[str], None]:
+    def show(line: str) -> None:
+        report.status = f"{name}: {line[:100]}"
+
+    return show

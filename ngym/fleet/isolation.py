@@ -18,6 +18,7 @@ import sys
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from ngym.errors import ConfigError
 from ngym.fleet.spec import NEMO_PREFIX, requirements_key
@@ -73,8 +74,8 @@ def ngym_site_packages() -> str:
     return sysconfig.get_paths()["purelib"]
 
 
-def _run(cmd: list[str], out: object, log: Path) -> None:
-    done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # type: ignore[arg-type]
+def _run(cmd: list[str], out: IO[bytes], log: Path) -> None:
+    done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
         raise ConfigError(f"`{' '.join(cmd[2:5])} ...` failed (exit {done.returncode}): {tail[0]} (log: {log})")

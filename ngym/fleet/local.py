@@ -10,8 +10,8 @@ its reason and left out of the global config; the others come up. ``down`` stops
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from ngym.child_server import free_port
 from ngym.errors import NgymError
 from ngym.fleet.global_config import build_global_config, dump
 from ngym.fleet.isolation import ensure_venv
@@ -36,13 +37,6 @@ class Reporter:
     def __init__(self, line: Callable[[str], None] = lambda _: None) -> None:
         self.line = line
         self.status = ""
-
-
-def free_port(host: str) -> int:
-    """A port the OS says is free now (bound and released; the server binds it a moment later)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def new_state(spec: FleetSpec, engine: str) -> FleetState:
@@ -76,7 +70,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             python = None
             if lines:
                 report.status = f"{name}: virtualenv"
-                python = str(ensure_venv(lines, logs / f"{name}.venv.log", lambda m, n=name: report.line(f"{n}: {m}")))
+                python = str(ensure_venv(lines, logs / f"{name}.venv.log", _prefixed(report, name)))
             cmd = environment_command(spec, env, spec.host, port, python)
         except NgymError as exc:
             record.reason = str(exc)
@@ -96,7 +90,7 @@ def finish(spec: FleetSpec, state: FleetState, report: Reporter, startup_seconds
     logs = state_dir / "logs"
     head_host, head_port = state.head.host, state.head.port
     # the global config (environments that came up, with their domains), the head server
-    domains = {name: _health(state.servers[name]).get("domain") for name in spec.environments if state.servers[name].ok}
+    domains = {name: _domain(state.servers[name]) for name in spec.environments if state.servers[name].ok}
     for name, server in spec.servers.items():
         port = int(server.config.get("port") or 0) or free_port(spec.host)
         state.servers[name] = ServerRecord(kind="server", host=str(server.config.get("host", spec.host)), port=port)
@@ -106,7 +100,7 @@ def finish(spec: FleetSpec, state: FleetState, report: Reporter, startup_seconds
     text = dump(config)
     (state_dir / "global_config.yaml").write_text(text)
     head_cmd = [
-        _python(),
+        sys.executable,
         "-m",
         "ngym.fleet.head",
         str(state_dir / "global_config.yaml"),
@@ -137,6 +131,15 @@ def finish(spec: FleetSpec, state: FleetState, report: Reporter, startup_seconds
     return state
 
 
+def _domain(record: ServerRecord) -> str | None:
+    domain = _health(record).get("domain")
+    return domain if isinstance(domain, str) else None
+
+
+def _prefixed(report: Reporter, name: str) -> Callable[[str], None]:
+    return lambda message: report.line(f"{name}: {message}")
+
+
 def down(state: FleetState, timeout: float = 10.0) -> list[str]:
     """Stop every process ``up`` started (servers first, the head server last); the names that were running."""
     stopped: list[str] = []
@@ -161,12 +164,6 @@ def down(state: FleetState, timeout: float = 10.0) -> list[str]:
 
 def _records(state: FleetState) -> list[ServerRecord]:
     return [state.head, *state.servers.values()]
-
-
-def _python() -> str:
-    import sys
-
-    return sys.executable
 
 
 def _spawn(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> ProcessRecord:

@@ -6,6 +6,7 @@ exactly the processes ``up`` started, even if a pid was reused since.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -89,10 +90,8 @@ def stop_process(record: ProcessRecord, timeout: float = 10.0) -> bool:
         if not record.alive() and not _group_alive(record.pid):
             return True
         time.sleep(0.1)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(record.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     return True
 
 

@@ -1,4 +1,4 @@
-"""A fleet brought up by ``ngym up`` and driven by NeMo Gym 0.7.0's own collector, found through the fleet's head server.
+"""A fleet brought up by ``ngym up``, driven by NeMo Gym 0.7.0's own collector through the fleet's head server.
 
 The fleet: two built-ins and an environment folder, ``ngym replay-model`` as the policy model, and NeMo Gym's own
 Simple Agent and legacy-agent environment servers (from its venv, started as ``gym env start`` starts them).
@@ -16,7 +16,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from ngym.fleet.state import FleetState

@@ -23,7 +23,10 @@ name: demo
 head_server: {port: 0}
 environments:
   weather: example_single_tool_call
-  counter: {env: example_session_state_mgmt, workers: 2, config: {session_ttl_seconds: 60, close_session_after_verify: false}}
+  counter:
+    env: example_session_state_mgmt
+    workers: 2
+    config: {session_ttl_seconds: 60, close_session_after_verify: false}
   mine: {env: ./my_env, requirements: [six==1.16.0]}
   mcqa: nemo-gym:mcqa
 servers:
@@ -178,11 +181,12 @@ def test_traffic_counts_responses_verifies_and_server_errors() -> None:
 
 
 def test_status_renders_one_row_per_server() -> None:
+    ok = {"health": "ok", "live_sessions": 3, "rollouts_per_second": 2.5, "verified": 10, "errors": 0}
     rows = [
-        ServerStatus(name="weather", kind="environment", url="http://h:1", health="ok", live_sessions=3, rollouts_per_second=2.5, verified=10, errors=0),
-        ServerStatus(name="broken", kind="environment", url="http://h:2", health="failed", reason="exited at start: no such env"),
-    ]  # fmt: skip
+        ServerStatus(name="weather", kind="environment", url="http://h:1", **ok),
+        ServerStatus(name="broken", kind="environment", url="http://h:2", health="failed", reason="exited at start: x"),
+    ]
     lines = render(rows).splitlines()
     assert lines[0].split()[:4] == ["server", "kind", "health", "sessions"]
     assert lines[1].split()[:7] == ["weather", "environment", "ok", "3", "2.5", "10", "0"]
-    assert lines[2].split()[:4] == ["broken", "environment", "failed", "-"] and lines[2].endswith("no such env")
+    assert lines[2].split()[:4] == ["broken", "environment", "failed", "-"] and lines[2].endswith("exited at start: x")
