@@ -49,7 +49,7 @@ def ensure_venv(lines: list[str], log: Path, say: Callable[[str], None] = lambda
     venv.parent.mkdir(parents=True, exist_ok=True)
     base = getattr(sys, "_base_executable", sys.executable)
     with log.open("ab") as out:
-        _run([base, "-m", "venv", str(venv)], out, log)
+        _run([base, "-m", "venv", "--without-pip", str(venv)], out, log)  # pip comes from ngym's layer
         python = venv_python(venv)
         purelib = subprocess.run(
             [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
