@@ -41,7 +41,7 @@ def compose_command() -> list[str]:
 
 def project_name(fleet: str, env: str) -> str:
     """The Compose project of one environment of a fleet (lower case, as Compose requires)."""
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in f"ngym-fleet-{fleet}-{env}".lower())
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in f"{fleet}-{env}".lower()).strip("-")
 
 
 def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float = 300.0) -> FleetState:
@@ -53,7 +53,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
     state_dir = spec.state_dir()
     compose = compose_command()
     base_image = os.environ.get(BASE_IMAGE_ENV, "ngym-base:bookworm")
-    state.project = project_name(spec.name, "")
+    state.project = project_name(spec.name, "")  # the prefix of every project of the fleet
     state.compose_file = str(state_dir / "compose")
     for name, env in spec.environments.items():
         port = env.port or free_port(spec.host)
@@ -67,6 +67,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             containerize(
                 ContainerizeOptions(
                     target=environment_target(spec, env),
+                    tag=f"{record.service}:fleet",  # one image per environment of this fleet
                     base_image=base_image,
                     compose=True,
                     replicas=env.replicas,

@@ -8,6 +8,7 @@ others come up; ``status`` counts rollouts; ``down`` leaves no process (uvicorn 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ngym.fleet.state import FleetState
 
@@ -72,9 +74,7 @@ def post(url: str, body: dict[str, Any] | None = None, cookie: str = "") -> tupl
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    import os
-
+def env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "NGYM_FLEET_VENVS": str(tmp_path / "venvs"), "NGYM_PROGRESS_SECONDS": "2"}
 
 
@@ -114,11 +114,10 @@ def test_a_local_fleet_isolates_names_failures_counts_and_stops_everything(tmp_p
         # the served global config names the environments that came up, and only those
         head = f"http://127.0.0.1:{state.head.port}"
         with urllib.request.urlopen(f"{head}/global_config_dict_yaml", timeout=10) as response:
-            import yaml
-
             served = yaml.safe_load(json.loads(response.read()))
         assert set(served) == {"head_server", "dry_run", "counter", "old", "new"}
-        assert served["old"] == {"resources_servers": {"old": {"host": "127.0.0.1", "port": state.servers["old"].port, "domain": "other"}}}
+        old_entry = {"host": "127.0.0.1", "port": state.servers["old"].port, "domain": "other"}
+        assert served["old"] == {"resources_servers": {"old": old_entry}}
 
         # two counter rollouts: status shows them verified, and one still-open session
         counter = f"http://127.0.0.1:{state.servers['counter'].port}"
@@ -126,11 +125,13 @@ def test_a_local_fleet_isolates_names_failures_counts_and_stops_everything(tmp_p
             _, cookie = post(f"{counter}/seed_session", {"initial_count": 1})
             post(f"{counter}/increment_counter", {"count": 2}, cookie)
             if closes:
-                post(f"{counter}/verify", {"responses_create_params": {"input": "x"}, "response": _response(), "expected_count": 3}, cookie)
+                row = {"responses_create_params": {"input": "x"}, "response": _response(), "expected_count": 3}
+                post(f"{counter}/verify", row, cookie)
         status = ngym("status", "fleet.yaml", "--json", "--interval", "0", cwd=tmp_path, env=env)
         rows = {r["name"]: r for r in json.loads(status.stdout)}
         assert status.returncode == 1  # broken is not ok
-        assert (rows["counter"]["health"], rows["counter"]["live_sessions"], rows["counter"]["verified"]) == ("ok", 1, 1)
+        counted = rows["counter"]
+        assert (counted["health"], counted["live_sessions"], counted["verified"]) == ("ok", 1, 1)
         assert rows["broken"]["health"] == "failed" and rows["(head)"]["health"] == "ok"
         human = ngym("status", "fleet.yaml", "--interval", "0", cwd=tmp_path, env=env).stdout
         assert human.splitlines()[0].split()[:4] == ["server", "kind", "health", "sessions"]
