@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,6 +25,13 @@ def _state(spec: FleetSpec) -> FleetState:
     return state
 
 
+def _engine(name: str) -> Any:
+    """The engine module (``up``, ``down``, ``Reporter``); imported when used: Docker's SDK and Ray are heavy."""
+    return importlib.import_module(
+        f"ngym.fleet.{ {'local': 'local', 'compose': 'compose', 'ray': 'ray_engine'}[name] }"
+    )
+
+
 @click.command("up", short_help="Bring up a fleet of environments from a file.")
 @FLEET_FILE
 @click.option(
@@ -38,11 +47,7 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
     come up (exit code 1 if any failed). `ngym down` stops them all.
     """
     spec = load_fleet(fleet_file)
-    if spec.engine == "compose":
-        from ngym.fleet import compose as engine
-    else:
-        from ngym.fleet import local as engine  # type: ignore[no-redef]
-
+    engine = _engine(spec.engine)
     reporter = engine.Reporter(lambda line: click.echo(f"  {line}", err=True))
     click.echo(
         f"ngym up: fleet {spec.name!r} ({spec.engine}): {len(spec.environments)} environment(s), "
@@ -96,10 +101,7 @@ def down(fleet_file: Path) -> None:
     """Stop every process (or container) `ngym up` started for FLEET_FILE; nothing of it is left running."""
     spec = load_fleet(fleet_file)
     state = _state(spec)
-    if state.engine == "compose":
-        from ngym.fleet import compose as engine
-    else:
-        from ngym.fleet import local as engine  # type: ignore[no-redef]
+    engine = _engine(state.engine)
     with Ticker("ngym down"):
         stopped = engine.down(state)
     (spec.state_dir() / "state.json").unlink(missing_ok=True)

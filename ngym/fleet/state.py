@@ -51,8 +51,9 @@ class FleetState(BaseModel):
     engine: str
     head: ServerRecord
     servers: dict[str, ServerRecord] = Field(default_factory=dict)
-    compose_file: str = ""
-    project: str = ""
+    compose_file: str = ""  # the compose engine: the folder of the projects
+    project: str = ""  # the compose engine's project prefix, or the ray engine's namespace
+    ray_address: str = ""  # the ray engine: the cluster the actors were placed on
 
     def save(self, state_dir: Path) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
