@@ -21,12 +21,15 @@ def environment_command(
     spec: FleetSpec, env: EnvironmentSpec, host: str, port: int, python: str | None = None
 ) -> list[str]:
     """``python -m ngym.cli run TARGET --host H --port P [--workers N] [k=v ...]``: one unit, one URL."""
-    cmd = [python or sys.executable, "-m", "ngym.cli", "run", environment_target(spec, env)]
-    cmd += ["--host", host, "--port", str(port)]
+    return [python or sys.executable, *environment_args(spec, env), "--host", host, "--port", str(port)]
+
+
+def environment_args(spec: FleetSpec, env: EnvironmentSpec) -> list[str]:
+    """The interpreter's arguments of an environment's unit, without where it listens (``--host``/``--port``)."""
+    args = ["-m", "ngym.cli", "run", environment_target(spec, env)]
     if env.workers > 1:
-        cmd += ["--workers", str(env.workers)]
-    cmd += [f"{key}={_override_value(value)}" for key, value in env.config.items()]
-    return cmd
+        args += ["--workers", str(env.workers)]
+    return args + [f"{key}={_override_value(value)}" for key, value in env.config.items()]
 
 
 def _override_value(value: object) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import subprocess
@@ -25,7 +26,7 @@ import time
 from typing import Any
 
 from ngym.errors import NgymError
-from ngym.fleet.launch import environment_command
+from ngym.fleet.launch import environment_args
 from ngym.fleet.local import Reporter, answers, finish, new_state
 from ngym.fleet.local import down as local_down
 from ngym.fleet.spec import FleetSpec
@@ -47,18 +48,19 @@ class EnvironmentHost:
 
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
+        self.log = ""
 
     def start(self, argv: list[str], log_dir: str) -> tuple[str, int, str]:
         import ray
 
         from ngym.child_server import free_port
 
-        host = ray.util.get_node_ip_address()
+        host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call,unused-ignore]
         port = free_port(host)
         command = [sys.executable, *argv, "--host", host, "--port", str(port)]
         os.makedirs(log_dir, exist_ok=True)
-        log = os.path.join(log_dir, f"{argv[4] if len(argv) > 4 else 'env'}-{os.getpid()}.log".replace("/", "_"))
-        with open(log, "ab") as out:
+        self.log = os.path.join(log_dir, f"{os.path.basename(argv[3])}-{os.getpid()}.log")
+        with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 command,
                 stdout=out,
@@ -69,8 +71,17 @@ class EnvironmentHost:
             )
         return host, port, ray.get_runtime_context().get_node_id()
 
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+    def failure(self) -> str:
+        """ "" while the unit runs, else why it stopped (the last error line of its log, on its node)."""
+        if self.process is None or self.process.poll() is None:
+            return ""
+        try:
+            with open(self.log, errors="replace") as handle:
+                lines = [line.strip() for line in handle if line.strip()]
+        except OSError:
+            lines = []
+        errors = [line for line in lines if "error" in line.lower()] or lines or ["(empty log)"]
+        return f"exited ({self.process.returncode}): {errors[-1][:300]} (log on its node: {self.log})"
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -92,7 +103,12 @@ def _connect(address: str | None) -> Any:
     except ImportError:
         raise NgymError("the ray engine needs Ray: pip install 'ngym[ray]' (or `ray>=2.40`) on every node") from None
     if not ray.is_initialized():
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or "auto", namespace=NAMESPACE, log_to_driver=False)
+        ray.init(
+            address=address or os.environ.get("RAY_ADDRESS") or "auto",
+            namespace=NAMESPACE,
+            log_to_driver=False,
+            logging_level=logging.WARNING,  # not Ray's "Connecting to existing Ray cluster" lines
+        )
     return ray
 
 
@@ -106,14 +122,14 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
     host_cls = ray.remote(EnvironmentHost)
     log_dir = str(spec.state_dir() / "logs" / "ray")
     placed: dict[str, Any] = {}
+    actors: dict[str, Any] = {}
     for name, env in spec.environments.items():
         if env.replicas > 1 or env.isolation_key(spec.base_dir):
             reason = "the ray engine runs one replica per environment in ngym's own interpreter on each node"
             state.servers[name] = ServerRecord(kind="environment", host="", port=0, reason=reason)
             report.line(f"{name}: FAILED: {reason} (use workers: N, or the local/compose engine)")
             continue
-        argv = environment_command(spec, env, "", 0)[1:]
-        argv = argv[:5] + argv[9:]  # host and port are the node's, chosen by the actor
+        argv = environment_args(spec, env)  # host and port are the node's, chosen by the actor
         actor = host_cls.options(
             name=actor_name(spec.name, name),
             lifetime="detached",
@@ -121,7 +137,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             scheduling_strategy="SPREAD",
             max_restarts=0,
         ).remote()
-        placed[name] = actor.start.remote(argv, log_dir)
+        actors[name], placed[name] = actor, actor.start.remote(argv, log_dir)
         state.servers[name] = ServerRecord(
             kind="environment", host="", port=0, workers=env.workers, service=actor_name(spec.name, name)
         )
@@ -138,8 +154,14 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
     deadline = time.monotonic() + startup_seconds
     pending = {n for n in placed if state.servers[n].port}
     while pending and time.monotonic() < deadline:
+        report.status = f"waiting for {', '.join(sorted(pending))}"
         for name in sorted(pending):
-            if answers(state.servers[name], "/health"):
+            failure = ray.get(actors[name].failure.remote(), timeout=30)
+            if failure:
+                state.servers[name].reason = failure
+                pending.discard(name)
+                report.line(f"{name}: FAILED: {failure}")
+            elif answers(state.servers[name], "/health"):
                 state.servers[name].ok = True
                 pending.discard(name)
                 record = state.servers[name]

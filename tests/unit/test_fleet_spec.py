@@ -136,8 +136,8 @@ def test_each_environment_is_one_ngym_run_unit(tmp_path: Path) -> None:
     counter = environment_command(spec, spec.environments["counter"], "127.0.0.1", 9001)
     assert counter[:5] == [sys.executable, "-m", "ngym.cli", "run", "example_session_state_mgmt"]
     assert counter[5:] == [
-        "--host", "127.0.0.1", "--port", "9001", "--workers", "2",
-        "session_ttl_seconds=60", "close_session_after_verify=false",
+        "--workers", "2", "session_ttl_seconds=60", "close_session_after_verify=false",
+        "--host", "127.0.0.1", "--port", "9001",
     ]  # fmt: skip
     mine = environment_command(spec, spec.environments["mine"], "0.0.0.0", 9002, python="/venv/bin/python")
     assert mine[0] == "/venv/bin/python" and mine[4] == str(tmp_path / "my_env") and "--workers" not in mine
