@@ -34,7 +34,7 @@ def build_global_config(
     config: dict[str, Any] = {"head_server": {"host": head[0], "port": head[1]}, **NEMO_RESERVED_DEFAULTS}
     for name, env in spec.environments.items():
         host, port = addresses[name]
-        impl = env.env.removeprefix("nemo-gym:") if env.folder(spec.base_dir) is None else name
+        impl = env.env.removeprefix("nemo-gym:") if env.folder(spec.base_dir) is None else name  # what it serves
         entry: dict[str, Any] = {"host": host, "port": port}
         if domains.get(name):
             entry["domain"] = domains[name]

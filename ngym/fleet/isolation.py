@@ -38,8 +38,9 @@ def venv_python(venv: Path) -> Path:
 def ensure_venv(lines: list[str], log: Path, say: Callable[[str], None] = lambda _: None) -> Path:
     """The interpreter of a venv holding ``lines`` on top of ngym (made once, then reused).
 
-    ``lines`` are pip requirement lines; a ``nemo-gym:NAME`` line is installed with ``ngym install`` inside
-    the venv. pip's output goes to ``log``; a failed install raises :class:`ConfigError` naming the log.
+    ``lines`` are pip requirement lines; a ``nemo-gym:NAME [--as ALIAS]`` line is installed with
+    ``ngym install`` inside the venv. pip's output goes to ``log``; a failed install raises
+    :class:`ConfigError` naming the log.
     """
     venv = venv_root() / requirements_key(lines)
     if (venv / _READY).is_file():
@@ -64,7 +65,7 @@ def ensure_venv(lines: list[str], log: Path, say: Callable[[str], None] = lambda
         if pip_lines:
             _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *pip_lines], out, log)
         for nemo in (ln for ln in lines if ln.startswith(NEMO_PREFIX)):
-            _run([str(python), "-m", "ngym.cli", "install", nemo], out, log)
+            _run([str(python), "-m", "ngym.cli", "install", *nemo.split()], out, log)
     (venv / _READY).write_text("\n".join(lines) + "\n")
     return venv_python(venv)
 

@@ -9,24 +9,25 @@ from pathlib import Path
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec, ServerSpec
 
 
-def environment_target(spec: FleetSpec, env: EnvironmentSpec) -> str:
-    """What ``ngym run`` is given: the installed name (``nemo-gym:NAME`` is installed as NAME) or the path."""
+def environment_target(spec: FleetSpec, env: EnvironmentSpec, name: str = "") -> str:
+    """What ``ngym run`` is given: the installed name or the path. A ``nemo-gym:X`` environment is installed in
+    its venv as X, or as the fleet's ``name`` for it when that differs (``ngym install ... --as name``)."""
     folder = env.folder(spec.base_dir)
     if folder is not None:
         return str(folder)
-    return env.env.removeprefix("nemo-gym:")
+    return name if env.is_nemo and name else env.env.removeprefix("nemo-gym:")
 
 
 def environment_command(
-    spec: FleetSpec, env: EnvironmentSpec, host: str, port: int, python: str | None = None
+    spec: FleetSpec, env: EnvironmentSpec, host: str, port: int, python: str | None = None, name: str = ""
 ) -> list[str]:
     """``python -m ngym.cli run TARGET --host H --port P [--workers N] [k=v ...]``: one unit, one URL."""
-    return [python or sys.executable, *environment_args(spec, env), "--host", host, "--port", str(port)]
+    return [python or sys.executable, *environment_args(spec, env, name), "--host", host, "--port", str(port)]
 
 
-def environment_args(spec: FleetSpec, env: EnvironmentSpec) -> list[str]:
+def environment_args(spec: FleetSpec, env: EnvironmentSpec, name: str = "") -> list[str]:
     """The interpreter's arguments of an environment's unit, without where it listens (``--host``/``--port``)."""
-    args = ["-m", "ngym.cli", "run", environment_target(spec, env)]
+    args = ["-m", "ngym.cli", "run", environment_target(spec, env, name)]
     if env.workers > 1:
         args += ["--workers", str(env.workers)]
     return args + [f"{key}={_override_value(value)}" for key, value in env.config.items()]

@@ -66,12 +66,12 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
         record = state.servers[name] = ServerRecord(kind="environment", host=spec.host, port=port, workers=env.workers)
         log = logs / f"{name}.log"
         try:
-            lines = env.isolation_key(spec.base_dir)
+            lines = env.isolation_key(spec.base_dir, name)
             python = None
             if lines:
                 report.status = f"{name}: virtualenv"
                 python = str(ensure_venv(lines, logs / f"{name}.venv.log", _prefixed(report, name)))
-            cmd = environment_command(spec, env, spec.host, port, python)
+            cmd = environment_command(spec, env, spec.host, port, python, name)
         except NgymError as exc:
             record.reason = str(exc)
             report.line(f"{name}: FAILED: {exc}")

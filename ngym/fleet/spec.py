@@ -77,11 +77,17 @@ class EnvironmentSpec(BaseModel):
         path = Path(self.env).expanduser()
         return path if path.is_absolute() else (base / path).resolve()
 
-    def isolation_key(self, base: Path) -> list[str]:
+    def nemo_install(self, name: str) -> str:
+        """The ``ngym install`` argument of a NeMo Gym environment named ``name`` in the fleet: ``nemo-gym:X``,
+        with ``--as name`` when the fleet names it otherwise (so it may sit beside a built-in called X)."""
+        nemo = self.env.removeprefix(NEMO_PREFIX)
+        return self.env if nemo == name else f"{self.env} --as {name}"
+
+    def isolation_key(self, base: Path, name: str = "") -> list[str]:
         """What its own virtualenv must hold (empty: it runs in ngym's own interpreter)."""
         lines = list(self.requirements)
         if self.is_nemo:
-            lines.append(self.env)
+            lines.append(self.nemo_install(name or self.env.removeprefix(NEMO_PREFIX)))
         folder = self.folder(base)
         req = (folder if folder is not None and folder.is_dir() else Path("/nonexistent")) / "requirements.txt"
         if req.is_file():

@@ -63,7 +63,9 @@ def test_a_fleet_file_reads_into_environments_and_nemo_shaped_servers(tmp_path: 
     # what makes its own venv: its lines, its folder's requirements.txt, a NeMo Gym environment to install
     assert spec.environments["weather"].isolation_key(spec.base_dir) == []
     assert spec.environments["mine"].isolation_key(spec.base_dir) == ["six==1.16.0", "attrs==23.1.0"]
-    assert spec.environments["mcqa"].isolation_key(spec.base_dir) == ["nemo-gym:mcqa"]
+    assert spec.environments["mcqa"].isolation_key(spec.base_dir, "mcqa") == ["nemo-gym:mcqa"]
+    # named otherwise in the fleet: installed under that name, so it can sit beside a built-in of NeMo's name
+    assert spec.environments["mcqa"].isolation_key(spec.base_dir, "quiz") == ["nemo-gym:mcqa --as quiz"]
     agent = spec.servers["weather_agent"]
     assert (agent.server_type, agent.implementation) == ("responses_api_agents", "simple_agent")
     assert agent.launch is not None and agent.launch.dir == "/nemo/simple_agent"
@@ -141,7 +143,8 @@ def test_each_environment_is_one_ngym_run_unit(tmp_path: Path) -> None:
     ]  # fmt: skip
     mine = environment_command(spec, spec.environments["mine"], "0.0.0.0", 9002, python="/venv/bin/python")
     assert mine[0] == "/venv/bin/python" and mine[4] == str(tmp_path / "my_env") and "--workers" not in mine
-    assert environment_command(spec, spec.environments["mcqa"], "h", 1)[4] == "mcqa"
+    assert environment_command(spec, spec.environments["mcqa"], "h", 1, name="mcqa")[4] == "mcqa"
+    assert environment_command(spec, spec.environments["mcqa"], "h", 1, name="quiz")[4] == "quiz"
 
 
 def test_servers_start_as_nemo_gym_starts_them_or_by_their_command(tmp_path: Path) -> None:
