@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from ngym.fleet.state import FleetState  # noqa: E402
 
-TTL = 120  # seconds: abandoned sessions expire, so churn is bounded (longer than any pause under load)
+TTL = 60  # seconds: abandoned sessions expire, so churn is bounded (longer than any pause under load)
 WEATHER = json.loads(
     (REPO / "resources_servers/example_single_tool_call/data/example_rollouts.jsonl").read_text().splitlines()[0]
 )
@@ -61,8 +61,12 @@ def group_usage(pgid: int) -> tuple[int, int]:
 class Soak:
     def __init__(self, urls: dict[str, str], deadline: float) -> None:
         self.urls, self.deadline = urls, deadline
-        self.counts = {"verified": 0, "closed": 0, "abandoned": 0, "masked": 0, "wrong": 0, "errors": 0}
+        self.counts = {
+            "verified": 0, "closed": 0, "abandoned": 0, "masked": 0, "lost_409": 0, "lost_unmasked": 0, "wrong": 0,
+            "errors": 0,
+        }  # fmt: skip
         self.wrong: list[str] = []
+        self.lost: list[str] = []
 
     async def user(self, http: httpx.AsyncClient) -> None:
         while time.monotonic() < self.deadline:
@@ -81,10 +85,18 @@ class Soak:
         seeded.raise_for_status()
         cookie = {"cookie": seeded.headers["set-cookie"].split(";")[0]}
         total = start
+        last, gap = time.monotonic(), 0.0  # the longest the session sat idle between two answered calls
         for _ in range(random.randint(1, 4)):
             await asyncio.sleep(random.uniform(0.5, 3.0))  # the model thinks: sessions stay open meanwhile
             step = random.randint(1, 3)
-            (await http.post(f"{url}/increment_counter", json={"count": step}, headers=cookie)).raise_for_status()
+            sent = time.monotonic()
+            answer = await http.post(f"{url}/increment_counter", json={"count": step}, headers=cookie)
+            if answer.status_code == 409:
+                self.counts["lost_409"] += 1
+                self.lost.append(f"409 after idle {sent - last:.0f} s: {answer.text[:120]}")
+                return
+            answer.raise_for_status()
+            gap, last = max(gap, sent - last), time.monotonic()
             total += step
         fate = random.random()
         if fate < 0.8:
@@ -95,8 +107,13 @@ class Soak:
             if answer.json().get("mask_sample"):  # lost state reported as such: loud, not a wrong reward
                 self.counts["masked"] += 1
             elif reward != 1.0:
-                self.counts["wrong"] += 1
-                self.wrong.append(f"counter expected {total}: reward {reward}")
+                idle = max(gap, time.monotonic() - last)
+                if idle >= TTL:  # the session expired while the (overloaded) client sat on it: lost, unmasked
+                    self.counts["lost_unmasked"] += 1
+                    self.lost.append(f"verify after idle {idle:.0f} s >= TTL: unmasked reward {reward}")
+                else:
+                    self.counts["wrong"] += 1
+                    self.wrong.append(f"counter expected {total}: reward {reward} (longest idle {idle:.1f} s)")
             self.counts["verified"] += 1
         elif fate < 0.9:
             (await http.post(f"{url}/close_session", json={}, headers=cookie)).raise_for_status()
@@ -139,7 +156,7 @@ async def drive(state: FleetState, sessions: int, seconds: float) -> dict[str, A
             samples.append(sample)
             print(json.dumps(sample), file=sys.stderr)
         await asyncio.gather(*users)
-    return {"counts": soak.counts, "wrong": soak.wrong[:10], "samples": samples}
+    return {"counts": soak.counts, "wrong": soak.wrong[:10], "lost": soak.lost[:10], "samples": samples}
 
 
 def judge(report: dict[str, Any], sessions: int) -> list[str]:
@@ -148,6 +165,8 @@ def judge(report: dict[str, Any], sessions: int) -> list[str]:
     broken = []
     if report["counts"]["wrong"]:
         broken.append(f"{report['counts']['wrong']} wrong reward(s): {report['wrong']}")
+    if report["counts"]["lost_unmasked"]:  # lost to the TTL, but scored 0.0 without mask_sample: a wrong reward too
+        broken.append(f"{report['counts']['lost_unmasked']} expired session(s) verified as an unmasked 0.0")
     for name in ("counter", "weather"):
         base, peak = warm[0][name], {k: max(s[name][k] for s in warm) for k in ("rss_mb", "files", "live")}
         if peak["rss_mb"] > base["rss_mb"] * 1.2 + 5:

@@ -19,6 +19,9 @@ FLEET_FILE = click.argument("fleet_file", type=click.Path(path_type=Path, dir_ok
 
 
 def _state(spec: FleetSpec) -> FleetState:
+    if spec.engine == "kubernetes":
+        where = spec.state_dir() / "k8s"
+        raise ConfigError(f"fleet {spec.name!r} runs in your Kubernetes cluster: use kubectl (its manifests: {where})")
     state = FleetState.load(spec.state_dir())
     if state is None:
         raise ConfigError(f"fleet {spec.name!r} is not up (no state in {spec.state_dir()}); `ngym up` it first")
@@ -47,6 +50,17 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
     come up (exit code 1 if any failed). `ngym down` stops them all.
     """
     spec = load_fleet(fleet_file)
+    if spec.engine == "kubernetes":
+        from ngym.fleet.kubernetes import write_fleet
+
+        directory = spec.state_dir() / "k8s"
+        written = write_fleet(spec, directory)
+        click.echo(f"ngym up: fleet {spec.name!r}: wrote {len(written)} Kubernetes manifest file(s) to {directory}")
+        click.echo(
+            f"  apply them with: kubectl apply -R -f {directory}   (and create each environment's Secret, "
+            "as its deployment.yaml says)"
+        )
+        return
     engine = _engine(spec.engine)
     reporter = engine.Reporter(lambda line: click.echo(f"  {line}", err=True))
     click.echo(

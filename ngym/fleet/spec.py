@@ -5,7 +5,7 @@
     name: demo                      # optional, default: the file's stem
     host: 127.0.0.1                 # where every server listens (default 127.0.0.1)
     head_server: {port: 11000}      # NeMo Gym's head server (the global config); 0 = any free port
-    engine: local                   # local | compose | ray
+    engine: local                   # local | compose | ray | kubernetes (writes manifests, applies nothing)
     ray: {address: 10.0.0.1:6379}   # the ray engine's cluster (default: RAY_ADDRESS, else auto)
     environments:                   # name in the global config -> what to serve
       weather: example_single_tool_call          # an installed environment, by name
@@ -136,9 +136,11 @@ class FleetSpec(BaseModel):
     name: str
     host: str = "127.0.0.1"
     head_server: dict[str, Any] = Field(default_factory=lambda: {"port": 11000})
-    engine: Literal["local", "compose", "ray"] = "local"
+    engine: Literal["local", "compose", "ray", "kubernetes"] = "local"
     #: the ray engine's settings: ``address`` of the cluster (default ``RAY_ADDRESS``, else ``auto``)
     ray: dict[str, Any] = Field(default_factory=dict)
+    #: the kubernetes engine's settings: ``namespace``, ``images: {NAME: image}`` (default ngym-<env>:latest)
+    kubernetes: dict[str, Any] = Field(default_factory=dict)
     environments: dict[str, EnvironmentSpec] = Field(default_factory=dict)
     servers: dict[str, ServerSpec] = Field(default_factory=dict)
     #: the fleet file's folder: relative paths in it are relative to this
