@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,11 @@ async def drive(state: FleetState, sessions: int, seconds: float) -> dict[str, A
     samples: list[dict[str, Any]] = []
     # keep-alive shorter than uvicorn's 5 s, so a pooled connection is never reused just as the server closes it
     limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions, keepalive_expiry=2.0)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+    # No cookie jar: each rollout carries its own cookie by hand, as NeMo Gym's agents do. A shared jar would send
+    # one rollout's session cookie with another's seed (the jar does not tell ports apart), which re-seeds that
+    # session under the first rollout: found by the first runs of this soak as 409s and 0.0 rewards.
+    no_jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+    async with httpx.AsyncClient(timeout=60, limits=limits, cookies=no_jar) as http:
         users = [asyncio.create_task(soak.user(http)) for _ in range(sessions)]
         started = time.monotonic()
         while any(not u.done() for u in users):
