@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from ngym.fleet.state import FleetState  # noqa: E402
 
-TTL = 60  # seconds: abandoned sessions expire, so churn is bounded (longer than any pause under load)
+TTL = 120  # seconds: abandoned sessions expire, so churn is bounded
+THINK = (2.0, 10.0)  # seconds a rollout waits between calls (the model generating): ~100 calls/s at 1,000 sessions
 WEATHER = json.loads(
     (REPO / "resources_servers/example_single_tool_call/data/example_rollouts.jsonl").read_text().splitlines()[0]
 )
@@ -88,16 +89,17 @@ class Soak:
         total = start
         last, gap = time.monotonic(), 0.0  # the longest the session sat idle between two answered calls
         for _ in range(random.randint(1, 4)):
-            await asyncio.sleep(random.uniform(0.5, 3.0))  # the model thinks: sessions stay open meanwhile
+            await asyncio.sleep(random.uniform(*THINK))  # the model generates: the session stays open meanwhile
             step = random.randint(1, 3)
-            sent = time.monotonic()
             answer = await http.post(f"{url}/increment_counter", json={"count": step}, headers=cookie)
+            # idle as the server may have seen it: from the previous answer to this answer (queueing included)
+            idle = time.monotonic() - last
             if answer.status_code == 409:
-                self.counts["lost_409"] += 1
-                self.lost.append(f"409 after idle {sent - last:.0f} s: {answer.text[:120]}")
+                self.counts["lost_409" if idle >= TTL else "wrong"] += 1
+                (self.lost if idle >= TTL else self.wrong).append(f"409 after idle {idle:.0f} s: {answer.text[:80]}")
                 return
             answer.raise_for_status()
-            gap, last = max(gap, sent - last), time.monotonic()
+            gap, last = max(gap, idle), time.monotonic()
             total += step
         fate = random.random()
         if fate < 0.8:
@@ -127,7 +129,7 @@ class Soak:
         seeded = await http.post(f"{url}/seed_session", json={})
         seeded.raise_for_status()
         cookie = {"cookie": seeded.headers["set-cookie"].split(";")[0]}
-        await asyncio.sleep(random.uniform(0.5, 3.0))
+        await asyncio.sleep(random.uniform(*THINK))
         body = {k: WEATHER[k] for k in ("responses_create_params", "response")}
         answer = await http.post(f"{url}/verify", json=body, headers=cookie)
         answer.raise_for_status()
