@@ -97,7 +97,10 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON list of rows.")
 def status(fleet_file: Path, interval: float, as_json: bool) -> None:
-    """Per server of the fleet: health, live sessions, rollouts/s, verified rollouts and 5xx errors."""
+    """Per server of the fleet: health, live sessions, rollouts/s, verified rollouts and 5xx errors.
+
+    Exit code 1 when a server is not healthy (failed at `up`, or down since), so scripts can wait on it.
+    """
     from ngym.fleet.status import fleet_status, render
 
     rows = fleet_status(_state(load_fleet(fleet_file)), interval)
