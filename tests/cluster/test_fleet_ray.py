@@ -1,6 +1,9 @@
 """A fleet placed on a real Ray cluster (``ray start --head`` + 2 worker nodes), one worker node killed mid-run.
 
-The cluster: a head with no CPUs and two worker nodes with one CPU each, so Ray must put each of the two
+Each node is a host of its own: a network namespace (``i20f-h0`` head, ``i20f-h1``, ``i20f-h2``) with a veth on
+one bridge (10.220.0.0/24), so the environments listen on their node's address and every call crosses the
+"network"; ``ngym up`` runs on the machine (10.220.0.1). The cluster: a head with no CPUs and two worker nodes
+with one CPU each, so Ray must put each of the two
 environments on its own worker node. Rollouts run on both; the node holding the counter environment is killed
 (its whole process group, SIGKILL) while rollouts are in flight. Every rollout on the surviving node scores
 right; every rollout on the dead node ends as a loud failure (connection error or 5xx), never a wrong reward and
@@ -41,20 +44,61 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+BRIDGE, SUBNET = "i20f-br", "10.220.0"
+HOSTS = {"head": 0, "node1": 1, "node2": 2}
+
+
+def sh(*command: str) -> None:
+    subprocess.run(command, check=False, capture_output=True)
+
+
+def make_hosts() -> None:
+    """One bridge, and per host a namespace with a veth on it (idempotent; ``drop_hosts`` removes them)."""
+    sh("ip", "link", "add", BRIDGE, "type", "bridge")
+    sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+    sh("ip", "link", "set", BRIDGE, "up")
+    # Docker's FORWARD policy would drop bridged traffic between the namespaces (br_netfilter): allow this bridge
+    sh("iptables", "-I", "FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT")
+    for i in HOSTS.values():
+        ns, outer, inner = f"i20f-h{i}", f"i20f-v{i}", f"i20f-p{i}"
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+        sh("ip", "link", "set", inner, "netns", ns)
+        sh("ip", "link", "set", outer, "master", BRIDGE)
+        sh("ip", "link", "set", outer, "up")
+        sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{SUBNET}.1{i}/24", "dev", inner)
+        sh("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
+        sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        sh("ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", f"{SUBNET}.1")
+
+
+def drop_hosts() -> None:
+    for i in HOSTS.values():
+        sh("ip", "netns", "del", f"i20f-h{i}")
+        sh("ip", "link", "del", f"i20f-v{i}")
+    sh("iptables", "-D", "FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT")
+    sh("ip", "link", "del", BRIDGE)
+
+
 class Cluster:
-    """A head and two worker nodes, each ``ray start --block`` in its own process group."""
+    """A head and two worker nodes, each ``ray start --block`` in its own namespace and process group."""
 
     def __init__(self) -> None:
         self.temp = tempfile.mkdtemp(prefix="i20fleet-ray-", dir="/tmp")  # short: Ray's unix socket paths
         self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{SUBNET}.10:{self.port}"
         self.nodes: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, *args: str) -> None:
         log = open(Path(self.temp) / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
-        common = ["--node-ip-address=127.0.0.1", f"--temp-dir={self.temp}", "--block", "--disable-usage-stats"]
+        ip = f"{SUBNET}.1{HOSTS[name]}"
+        common = [f"--node-ip-address={ip}", f"--temp-dir={self.temp}", "--block", "--disable-usage-stats"]
         self.nodes[name] = subprocess.Popen(
-            [RAY, "start", *args, *common], stdout=log, stderr=subprocess.STDOUT, env=ENV, start_new_session=True
+            ["ip", "netns", "exec", f"i20f-h{HOSTS[name]}", RAY, "start", *args, *common],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=ENV,
+            start_new_session=True,
         )
 
     def up(self) -> None:
@@ -92,12 +136,16 @@ class Cluster:
 
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.fail("the Ray cluster test needs root and iproute2 (network namespaces)")
+    make_hosts()
     made = Cluster()
     try:
         made.up()
         yield made
     finally:
         made.stop()
+        drop_hosts()
 
 
 def rollout(url: str, expected: int) -> float:
@@ -159,6 +207,7 @@ def test_a_fleet_on_a_ray_cluster_survives_a_lost_node_without_a_wrong_reward(cl
         }
         holder = {name: next(w for nid, w in which.items() if nid.startswith(p)) for name, p in placed.items()}
         assert sorted(holder.values()) == ["node1", "node2"]
+        assert {r.host for r in state.servers.values()} == {f"{SUBNET}.11", f"{SUBNET}.12"}  # on their hosts
 
         assert rollout(urls["counter"], 4) == 1.0 and rollout(urls["weather"], 0) == 1.0
         outcomes: dict[str, list[str]] = {"weather": [], "counter": []}
