@@ -18,7 +18,7 @@ quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1;
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench clean docker-base nemo-envs nemo-ci
+.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench clean docker-base nemo-envs nemo-ci fleet-ray soak
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -40,7 +40,7 @@ demo: install
 
 # -rs: every skipped test is listed with its reason (CI=true runs them all; see README "Tests").
 test: install
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster
 
 # NeMo Gym 0.7.0's own client, checkers and fixtures against every built-in environment (served as processes).
 # NeMo Gym lives in its own cached Python 3.13 venv (tools/nemo_venv.sh; NGYM_NEMO_VENV to put it elsewhere).
@@ -52,6 +52,18 @@ conformance: install
 # NGYM_FUZZ_EXAMPLES / NGYM_FUZZ_STEPS / NGYM_FUZZ_SEED change the budget and the seed.
 fuzz: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m fuzz tests/fuzz
+
+# A fleet on a real Ray cluster (ray start --head + 2 worker nodes, one killed mid-run): installs ngym[ray] (~80 MB).
+fleet-ray: install
+	$(PIP) install --quiet 'ray>=2.40'
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/cluster
+
+# A fleet under churn for SOAK_SECONDS (default 1800) at SOAK_SESSIONS concurrent sessions (default 1000): RSS,
+# open files and live sessions must stay flat after warm-up, 0 wrong rewards. Not in CI (it takes 30 minutes).
+SOAK_SECONDS ?= 1800
+SOAK_SESSIONS ?= 1000
+soak: install
+	$(PY) tools/fleet_soak.py --seconds $(SOAK_SECONDS) --sessions $(SOAK_SESSIONS)
 
 test-fast: install
 	$(PY) -m pytest -q -rs tests/unit

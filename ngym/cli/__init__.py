@@ -27,6 +27,9 @@ COMMANDS: dict[str, str] = {
     "uninstall": "ngym.cli.install:uninstall",
     "test": "ngym.cli.test:test",
     "prepare": "ngym.cli.prepare:prepare_command",
+    "up": "ngym.cli.fleet:up",
+    "status": "ngym.cli.fleet:status",
+    "down": "ngym.cli.fleet:down",
 }
 
 #: What ``ngym --help`` shows for each command, so that listing them imports none (tests/unit/test_meta.py
@@ -45,6 +48,9 @@ SHORT_HELP: dict[str, str] = {
     "uninstall": "Uninstall environment packages.",
     "test": "Run an environment's own tests (pytest).",
     "prepare": "Run an environment's data-preparation step.",
+    "up": "Bring up a fleet of environments from a file.",
+    "status": "Health, sessions, rollouts/s and errors of a fleet.",
+    "down": "Stop every server of a fleet.",
 }
 
 

@@ -149,6 +149,7 @@ class NgymMiddleware:
                 if not store_shares_objects:
                     await sessions.persist(session)
                 started = True
+                sessions.traffic.count(scope["path"], int(message["status"]))
                 cookie = (b"set-cookie", sessions.signer.set_cookie_header(session.id))
                 message = {**message, "headers": [*message.get("headers", ()), cookie]}
             await send(message)

@@ -308,4 +308,5 @@ async def health_report(server: SimpleResourcesServer) -> dict[str, Any]:
         "version": dist[1] if dist else None,
         "live_sessions": await sessions.store.count(),
         "session_store": type(sessions.store).__name__,
+        "traffic": sessions.traffic.as_dict(),
     }

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from ngym.server.sessions.cookies import CookieSigner
 from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
+from ngym.server.traffic import Traffic
 
 log = logging.getLogger("ngym.sessions")
 
@@ -62,6 +63,8 @@ class SessionManager:
     def __init__(self, store: SessionStore, signer: CookieSigner, on_closed: CloseHook | None) -> None:
         self.store = store
         self.signer = signer
+        #: responses counted for ``/health`` (rollouts/s and errors in ``ngym status``)
+        self.traffic = Traffic()
         self._on_closed = on_closed
         self._sweeper: asyncio.Task[None] | None = None
         self._seeding: set[str] = set()

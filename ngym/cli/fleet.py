@@ -1,0 +1,128 @@
+"""``ngym up`` / ``ngym status`` / ``ngym down``: a fleet of environments from one file (see ``ngym.fleet``)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ngym.cli.progress import Ticker
+from ngym.errors import ConfigError
+from ngym.fleet.spec import FleetSpec, load_fleet
+from ngym.fleet.state import FleetState
+
+FLEET_FILE = click.argument("fleet_file", type=click.Path(path_type=Path, dir_okay=False), default="fleet.yaml")
+
+
+def _state(spec: FleetSpec) -> FleetState:
+    if spec.engine == "kubernetes":
+        where = spec.state_dir() / "k8s"
+        raise ConfigError(f"fleet {spec.name!r} runs in your Kubernetes cluster: use kubectl (its manifests: {where})")
+    state = FleetState.load(spec.state_dir())
+    if state is None:
+        raise ConfigError(f"fleet {spec.name!r} is not up (no state in {spec.state_dir()}); `ngym up` it first")
+    return state
+
+
+def _engine(name: str) -> Any:
+    """The engine module (``up``, ``down``, ``Reporter``); imported when used: Docker's SDK and Ray are heavy."""
+    return importlib.import_module(
+        f"ngym.fleet.{ {'local': 'local', 'compose': 'compose', 'ray': 'ray_engine'}[name] }"
+    )
+
+
+@click.command("up", short_help="Bring up a fleet of environments from a file.")
+@FLEET_FILE
+@click.option(
+    "--startup-seconds", type=float, default=180.0, show_default=True, help="How long each server has to answer."
+)
+def up(fleet_file: Path, startup_seconds: float) -> None:
+    """Start every environment and server FLEET_FILE lists (default ./fleet.yaml) and serve their global config.
+
+    Each environment is one `ngym run NAME --workers N` unit behind one URL, in its own virtualenv when it names
+    requirements. The global config (NeMo Gym's shape, every server by name) is written to the fleet's state dir
+    and served by a head server, as NeMo Gym's is: point NeMo Gym's clients at it with
+    `+head_server.host=... +head_server.port=...`. A server that fails is named with its reason; the others
+    come up (exit code 1 if any failed). `ngym down` stops them all.
+    """
+    spec = load_fleet(fleet_file)
+    if spec.engine == "kubernetes":
+        from ngym.fleet.kubernetes import write_fleet
+
+        directory = spec.state_dir() / "k8s"
+        written = write_fleet(spec, directory)
+        click.echo(f"ngym up: fleet {spec.name!r}: wrote {len(written)} Kubernetes manifest file(s) to {directory}")
+        click.echo(
+            f"  apply them with: kubectl apply -R -f {directory}   (and create each environment's Secret, "
+            "as its deployment.yaml says)"
+        )
+        return
+    engine = _engine(spec.engine)
+    reporter = engine.Reporter(lambda line: click.echo(f"  {line}", err=True))
+    click.echo(
+        f"ngym up: fleet {spec.name!r} ({spec.engine}): {len(spec.environments)} environment(s), "
+        f"{len(spec.servers)} other server(s)",
+        err=True,
+    )
+    with Ticker("ngym up", lambda: reporter.status):
+        state = engine.up(spec, reporter, startup_seconds)
+    failed = {n: r for n, r in state.servers.items() if not r.ok}
+    head = f"http://{state.head.host}:{state.head.port}"
+    click.echo(f"global config: {spec.state_dir() / 'global_config.yaml'}")
+    click.echo(
+        f"head server:   {head}  (NeMo Gym: +head_server.host={state.head.host} +head_server.port={state.head.port})"
+    )
+    for name, record in state.servers.items():
+        click.echo(
+            f"  {name:<24} {'up' if record.ok else 'FAILED':<7} http://{record.host}:{record.port}"
+            + (f"  {record.reason}" if not record.ok else "")
+        )
+    if failed:
+        click.echo(
+            f"ngym up: {len(failed)} of {len(state.servers)} failed: {', '.join(failed)} "
+            f"(the others are up; `ngym down {fleet_file}` stops them)",
+            err=True,
+        )
+        sys.exit(1)
+
+
+@click.command("status", short_help="Health, sessions, rollouts/s and errors of a fleet.")
+@FLEET_FILE
+@click.option(
+    "--interval", type=float, default=1.0, show_default=True, help="Seconds between the two readings of a rate."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON list of rows.")
+def status(fleet_file: Path, interval: float, as_json: bool) -> None:
+    """Per server of the fleet: health, live sessions, rollouts/s, verified rollouts and 5xx errors.
+
+    Exit code 1 when a server is not healthy (failed at `up`, or down since), so scripts can wait on it.
+    """
+    from ngym.fleet.status import fleet_status, render
+
+    rows = fleet_status(_state(load_fleet(fleet_file)), interval)
+    if as_json:
+        click.echo(json.dumps([r.model_dump() for r in rows], indent=2))
+    else:
+        click.echo(render(rows))
+    if any(r.health != "ok" for r in rows):
+        sys.exit(1)
+
+
+@click.command("down", short_help="Stop every server of a fleet.")
+@FLEET_FILE
+def down(fleet_file: Path) -> None:
+    """Stop every process (or container) `ngym up` started for FLEET_FILE; nothing of it is left running."""
+    spec = load_fleet(fleet_file)
+    state = _state(spec)
+    engine = _engine(state.engine)
+    with Ticker("ngym down"):
+        stopped = engine.down(state)
+    (spec.state_dir() / "state.json").unlink(missing_ok=True)
+    click.echo(
+        f"ngym down: fleet {spec.name!r}: stopped {len(stopped)} process(es)"
+        + (f" ({', '.join(stopped)})" if stopped else "")
+    )

@@ -1,0 +1,138 @@
+"""A fleet as Kubernetes manifests: each environment's own (from ``ngym containerize``'s renderer) plus the
+fleet's head server, serving the global config with every environment at its Service's DNS name.
+
+``ngym up`` with ``engine: kubernetes`` writes ``.ngym-fleet/<name>/k8s/`` and applies nothing (say
+``kubectl apply -R -f`` it): per environment, ``<env>/k8s/*.yaml`` as ``ngym containerize NAME --k8s`` writes
+them (a Deployment with readiness/liveness/startup probes, a Service, an HPA; Redis for serialisable state, a
+ClientIP-affine Service and a cookie-affine Ingress for in-process state), and ``head.yaml``: a ConfigMap
+holding the global config, the head server's Deployment (it runs in the first environment's image, which holds
+ngym) and its Service. Images are ``ngym containerize``'s tags (``ngym-<env>:<version>``), or ``image:`` per
+environment in ``kubernetes:`` of the fleet file (``{images: {NAME: registry/image:tag}, namespace: ns}``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ngym.containerize.deploy import DeploySpec, _dump
+from ngym.containerize.k8s import render_k8s
+from ngym.containerize.spec import CONTAINER_PORT, LOCAL_BASE_IMAGE, RunOptions
+from ngym.fleet.global_config import build_global_config, dump
+from ngym.fleet.spec import FleetSpec
+
+HEAD_PORT = 11000
+CONFIG_DIR = "/etc/ngym-fleet"
+
+
+def deploy_specs(spec: FleetSpec, affinity: dict[str, bool], domains: dict[str, str | None]) -> dict[str, DeploySpec]:
+    """Each environment's ``DeploySpec`` (``affinity``: whether its state must stay in one process)."""
+    images = spec.kubernetes.get("images", {})
+    specs = {}
+    for name, env in spec.environments.items():
+        installed = name if env.is_nemo else env.env
+        specs[name] = DeploySpec(
+            env_name=name,
+            image=images.get(name) or f"ngym-{installed.lower()}:latest",
+            replicas=env.replicas,
+            affinity=affinity[name],
+            base_image=LOCAL_BASE_IMAGE,
+            max_replicas=max(DeploySpec.max_replicas, 2 * env.replicas),
+            run_options=RunOptions(),
+        )
+    return specs
+
+
+def render_fleet(spec: FleetSpec, affinity: dict[str, bool], domains: dict[str, str | None]) -> dict[str, str]:
+    """``{relative path: text}`` of the whole fleet (pure: the same inputs always give the same files)."""
+    specs = deploy_specs(spec, affinity, domains)
+    namespace = spec.kubernetes.get("namespace", "default")
+    files: dict[str, str] = {}
+    for name, deploy in specs.items():
+        for path, text in render_k8s(deploy).items():
+            files[f"{name}/{path}"] = text
+    head_name = f"ngym-fleet-{spec.name}".lower().replace("_", "-")[:50].rstrip("-")
+    addresses = {name: (f"{d.app}.{namespace}.svc.cluster.local", CONTAINER_PORT) for name, d in specs.items()}
+    environments_only = spec.model_copy(update={"servers": {}})
+    config = build_global_config(
+        environments_only, (f"{head_name}.{namespace}.svc.cluster.local", HEAD_PORT), addresses, domains
+    )
+    files["head.yaml"] = "---\n".join(
+        _dump(doc) for doc in head_documents(head_name, dump(config), next(iter(specs.values())).image)
+    )
+    return files
+
+
+def head_documents(name: str, config_yaml: str, image: str) -> list[dict[str, Any]]:
+    """ConfigMap (the global config), Deployment (the head server) and Service of a fleet's head server."""
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "head-server"}
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "timeoutSeconds": 3}
+    container = {
+        "name": "head",
+        "image": image,
+        "command": [
+            "python",
+            "-m",
+            "ngym.fleet.head",
+            f"{CONFIG_DIR}/global_config.yaml",
+            f"{CONFIG_DIR}/server_instances.json",
+            "0.0.0.0",
+            str(HEAD_PORT),
+        ],
+        "ports": [{"name": "http", "containerPort": HEAD_PORT}],
+        "readinessProbe": probe,
+        "livenessProbe": probe,
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-config", "labels": labels},
+            "data": {"global_config.yaml": config_yaml, "server_instances.json": "[]"},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [container],
+                        "volumes": [{"name": "config", "configMap": {"name": f"{name}-config"}}],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"selector": labels, "ports": [{"name": "http", "port": HEAD_PORT, "targetPort": "http"}]},
+        },
+    ]
+
+
+def write_fleet(spec: FleetSpec, directory: Path) -> list[Path]:
+    """Render the fleet's manifests for the installed environments and write them under ``directory``."""
+    from ngym.containerize.manifests import env_needs_affinity
+    from ngym.targets import resolve
+
+    affinity, domains = {}, {}
+    for name, env in spec.environments.items():
+        installed = name if env.is_nemo else env.env
+        affinity[name] = env_needs_affinity(installed)
+        domain = resolve(installed).domain
+        domains[name] = getattr(domain, "value", domain)
+    written = []
+    for relative, text in render_fleet(spec, affinity, domains).items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written

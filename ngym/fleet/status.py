@@ -1,0 +1,109 @@
+"""``ngym status``: per server of a fleet, health, live sessions, rollouts/s and errors.
+
+Read from each environment's ``/health`` (``live_sessions``, and ``traffic``: responses, verifies, 5xx since
+it started), twice, ``interval`` seconds apart: rollouts/s is the verifies between the two readings over the
+time between them. Other servers (agents, models, the head server) show only whether they answer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from pydantic import BaseModel
+
+from ngym.fleet.state import FleetState, ServerRecord
+
+
+class ServerStatus(BaseModel):
+    """One row of ``ngym status``."""
+
+    name: str
+    kind: str
+    url: str
+    health: str  # "ok" | "down" | "failed" | "unhealthy (HTTP 503)" | ...
+    reason: str = ""
+    live_sessions: int | None = None
+    rollouts_per_second: float | None = None
+    verified: int | None = None
+    errors: int | None = None
+
+
+def read_health(record: ServerRecord, timeout: float = 2.0) -> tuple[str, dict[str, Any]]:
+    """(health word, the /health body) of one environment."""
+    url = f"http://{record.host}:{record.port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = json.loads(response.read() or b"{}")
+            return "ok", body if isinstance(body, dict) else {}
+    except urllib.error.HTTPError as exc:
+        return f"unhealthy (HTTP {exc.code})", {}
+    except (OSError, ValueError):
+        return "down", {}
+
+
+def fleet_status(state: FleetState, interval: float = 1.0) -> list[ServerStatus]:
+    """The status of every server of the fleet (the head server first)."""
+    records = {"(head)": state.head, **state.servers}
+    first = {n: (time.monotonic(), read_health(r)) for n, r in records.items() if r.kind == "environment" and r.ok}
+    if first and interval > 0:
+        time.sleep(interval)
+    rows = []
+    for name, record in records.items():
+        url = f"http://{record.host}:{record.port}"
+        if not record.ok:
+            rows.append(ServerStatus(name=name, kind=record.kind, url=url, health="failed", reason=record.reason))
+            continue
+        if record.kind != "environment":
+            health, _ = read_health(record)
+            if health.startswith("unhealthy (HTTP 404"):  # a NeMo agent may have no /health: it answers, so it is up
+                health = "ok"
+            rows.append(ServerStatus(name=name, kind=record.kind, url=url, health=health, reason=record.reason))
+            continue
+        health, body = read_health(record)
+        row = ServerStatus(name=name, kind=record.kind, url=url, health=health)
+        if health == "ok":
+            traffic = body.get("traffic") or {}
+            row.live_sessions = body.get("live_sessions")
+            row.verified = traffic.get("verified")
+            row.errors = traffic.get("server_errors")
+            started, (_, before) = first.get(name, (time.monotonic(), ("", {})))
+            earlier = (before.get("traffic") or {}).get("verified")
+            elapsed = time.monotonic() - started
+            if isinstance(earlier, int) and isinstance(row.verified, int) and elapsed > 0:
+                row.rollouts_per_second = round((row.verified - earlier) / elapsed, 2)
+            if record.workers > 1:
+                row.reason = f"{record.workers} workers; counts are the answering worker's"
+        elif record.process is not None and not record.process.alive():
+            row.health, row.reason = "down", "its process has exited"
+        rows.append(row)
+    return rows
+
+
+def render(rows: list[ServerStatus]) -> str:
+    """A plain table of the rows."""
+    header = ("server", "kind", "health", "sessions", "rollouts/s", "verified", "5xx", "url / reason")
+    table = [header] + [
+        (
+            r.name,
+            r.kind,
+            r.health,
+            _cell(r.live_sessions),
+            _cell(r.rollouts_per_second),
+            _cell(r.verified),
+            _cell(r.errors),
+            r.url + (f"  {r.reason}" if r.reason else ""),
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1] for row in table
+    )
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)

@@ -1,0 +1,195 @@
+"""The fleet file, the global config it becomes, the commands it starts, the head server's routes (no processes)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from ngym.errors import ConfigError
+from ngym.fleet.global_config import build_global_config
+from ngym.fleet.head import create_head_app
+from ngym.fleet.launch import environment_command, server_command, server_env
+from ngym.fleet.spec import load_fleet, requirements_key
+from ngym.fleet.status import ServerStatus, render
+from ngym.server.traffic import Traffic
+
+FLEET = """
+name: demo
+head_server: {port: 0}
+environments:
+  weather: example_single_tool_call
+  counter:
+    env: example_session_state_mgmt
+    workers: 2
+    config: {session_ttl_seconds: 60, close_session_after_verify: false}
+  mine: {env: ./my_env, requirements: [six==1.16.0]}
+  mcqa: nemo-gym:mcqa
+servers:
+  weather_agent:
+    responses_api_agents:
+      simple_agent:
+        entrypoint: app.py
+        resources_server: {type: resources_servers, name: weather}
+        model_server: {type: responses_api_models, name: policy_model}
+    launch: {python: /nemo/bin/python, dir: /nemo/simple_agent}
+  policy_model:
+    responses_api_models: {replay: {}}
+    launch: {command: [ngym, replay-model, --host, "{host}", --port, "{port}"]}
+  judge:
+    responses_api_models: {vllm_model: {host: 10.0.0.5, port: 8000}}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_fleet_file_reads_into_environments_and_nemo_shaped_servers(tmp_path: Path) -> None:
+    (tmp_path / "my_env").mkdir()
+    (tmp_path / "my_env" / "requirements.txt").write_text("# pinned\nattrs==23.1.0\n")
+    spec = load_fleet(write(tmp_path, FLEET))
+    assert spec.name == "demo" and spec.engine == "local"
+    assert spec.environments["weather"].env == "example_single_tool_call"
+    assert spec.environments["counter"].workers == 2
+    assert spec.environments["weather"].folder(spec.base_dir) is None
+    assert spec.environments["mine"].folder(spec.base_dir) == tmp_path / "my_env"
+    # what makes its own venv: its lines, its folder's requirements.txt, a NeMo Gym environment to install
+    assert spec.environments["weather"].isolation_key(spec.base_dir) == []
+    assert spec.environments["mine"].isolation_key(spec.base_dir) == ["six==1.16.0", "attrs==23.1.0"]
+    assert spec.environments["mcqa"].isolation_key(spec.base_dir, "mcqa") == ["nemo-gym:mcqa"]
+    # named otherwise in the fleet: installed under that name, so it can sit beside a built-in of NeMo's name
+    assert spec.environments["mcqa"].isolation_key(spec.base_dir, "quiz") == ["nemo-gym:mcqa --as quiz"]
+    agent = spec.servers["weather_agent"]
+    assert (agent.server_type, agent.implementation) == ("responses_api_agents", "simple_agent")
+    assert agent.launch is not None and agent.launch.dir == "/nemo/simple_agent"
+    assert spec.servers["judge"].launch is None
+    assert spec.state_dir() == tmp_path / ".ngym-fleet" / "demo"
+
+
+def test_requirements_key_ignores_order_and_duplicates() -> None:
+    assert requirements_key(["a==1", "b==2"]) == requirements_key(["b==2", "a==1", "a==1"])
+    assert requirements_key(["a==1"]) != requirements_key(["a==2"])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("environments: {w: {env: x, wokers: 2}}", "environments.w.wokers: Extra inputs are not permitted"),
+        (
+            "environments: {w: {env: x, workers: 0}}",
+            "environments.w.workers: Input should be greater than or equal to 1",
+        ),
+        ("environments: {'1bad': x}", "'1bad' is not a server name"),
+        (
+            "environments: {a: x}\nservers: {a: {responses_api_models: {m: {}}}}",
+            "a: named both under environments and servers",
+        ),
+        ("servers: {m: {models: {x: {}}}}", "server 'm': expected one of resources_servers"),
+        ("servers: {m: {responses_api_models: {x: {}}, launch: {python: p}}}", "launch: `python` needs `dir`"),
+        ("servers: {m: {responses_api_models: {x: {}}, launch: {python: p, dir: d, command: [c]}}}", "either `python`"),
+        ("engine: swarm\nenvironments: {a: x}", "engine: Input should be 'local', 'compose', 'ray' or 'kubernetes'"),
+        ("name: x", "the fleet has no environments and no servers"),
+        ("- a\n- b", "a fleet file is a mapping"),
+        ("environments: {a: [", "not valid YAML"),
+    ],
+)
+def test_a_bad_fleet_file_is_one_error_naming_the_field(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_fleet(write(tmp_path, text))
+    assert message in str(caught.value)
+    assert str(caught.value).startswith(str(tmp_path / "fleet.yaml"))
+
+
+def test_a_missing_fleet_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such fleet file"):
+        load_fleet(tmp_path / "nope.yaml")
+
+
+def test_the_global_config_names_every_server_where_it_listens_without_placeholders(tmp_path: Path) -> None:
+    (tmp_path / "my_env").mkdir()
+    spec = load_fleet(write(tmp_path, FLEET))
+    addresses = {name: ("127.0.0.1", 9000 + i) for i, name in enumerate([*spec.environments, *spec.servers])}
+    config = build_global_config(spec, ("127.0.0.1", 11000), addresses, {"weather": "agent", "mine": "math"})
+    assert config["head_server"] == {"host": "127.0.0.1", "port": 11000}
+    assert config["dry_run"] is False  # NeMo Gym's child servers index it directly
+    assert config["weather"] == {
+        "resources_servers": {"example_single_tool_call": {"host": "127.0.0.1", "port": 9000, "domain": "agent"}}
+    }
+    assert config["mine"] == {"resources_servers": {"mine": {"host": "127.0.0.1", "port": 9002, "domain": "math"}}}
+    assert config["mcqa"] == {"resources_servers": {"mcqa": {"host": "127.0.0.1", "port": 9003}}}
+    for name in spec.environments:  # served, not launched by NeMo Gym: no entrypoint to fake
+        assert "entrypoint" not in json.dumps(config[name])
+    agent = config["weather_agent"]["responses_api_agents"]["simple_agent"]
+    assert agent["resources_server"] == {"type": "resources_servers", "name": "weather"}
+    assert (agent["host"], agent["port"]) == ("127.0.0.1", 9004)
+    assert "launch" not in json.dumps(config)
+
+
+def test_each_environment_is_one_ngym_run_unit(tmp_path: Path) -> None:
+    (tmp_path / "my_env").mkdir()
+    spec = load_fleet(write(tmp_path, FLEET))
+    counter = environment_command(spec, spec.environments["counter"], "127.0.0.1", 9001)
+    assert counter[:5] == [sys.executable, "-m", "ngym.cli", "run", "example_session_state_mgmt"]
+    assert counter[5:] == [
+        "--workers", "2", "session_ttl_seconds=60", "close_session_after_verify=false",
+        "--host", "127.0.0.1", "--port", "9001",
+    ]  # fmt: skip
+    mine = environment_command(spec, spec.environments["mine"], "0.0.0.0", 9002, python="/venv/bin/python")
+    assert mine[0] == "/venv/bin/python" and mine[4] == str(tmp_path / "my_env") and "--workers" not in mine
+    assert environment_command(spec, spec.environments["mcqa"], "h", 1, name="mcqa")[4] == "mcqa"
+    assert environment_command(spec, spec.environments["mcqa"], "h", 1, name="quiz")[4] == "quiz"
+
+
+def test_servers_start_as_nemo_gym_starts_them_or_by_their_command(tmp_path: Path) -> None:
+    (tmp_path / "my_env").mkdir()
+    spec = load_fleet(write(tmp_path, FLEET))
+    assert server_command(spec.servers["weather_agent"], "h", 5, tmp_path) == (
+        ["/nemo/bin/python", "app.py"],
+        Path("/nemo/simple_agent"),
+    )
+    assert server_command(spec.servers["policy_model"], "127.0.0.1", 8123, tmp_path) == (
+        ["ngym", "replay-model", "--host", "127.0.0.1", "--port", "8123"],
+        tmp_path,
+    )
+    env = server_env("a: 1\n", "weather_agent")
+    assert env["NEMO_GYM_CONFIG_DICT"] == "a: 1\n" and env["NEMO_GYM_CONFIG_PATH"] == "weather_agent"
+
+
+def test_the_head_server_serves_the_config_as_nemo_gym_reads_it(tmp_path: Path) -> None:
+    config, instances = tmp_path / "global_config.yaml", tmp_path / "instances.json"
+    client = TestClient(create_head_app(config, instances))
+    assert client.get("/health").status_code == 503  # not written yet: starting
+    assert client.get("/global_config_dict_yaml").status_code == 503
+    config.write_text("head_server: {host: 127.0.0.1, port: 11000}\nweather: {resources_servers: {w: {port: 1}}}\n")
+    instances.write_text('[{"name": "weather"}]')
+    assert client.get("/health").json() == {"status": "ok"}
+    # NeMo Gym's ServerClient: json.loads(body) is the YAML text, which OmegaConf.create parses
+    text = json.loads(client.get("/global_config_dict_yaml").content)
+    assert yaml.safe_load(text)["weather"] == {"resources_servers": {"w": {"port": 1}}}
+    assert client.get("/server_instances").json() == [{"name": "weather"}]
+
+
+def test_traffic_counts_responses_verifies_and_server_errors() -> None:
+    traffic = Traffic()
+    for path, status in [("/seed_session", 200), ("/verify", 200), ("/verify", 500), ("/verify", 422), ("/x", 503)]:
+        traffic.count(path, status)
+    assert traffic.as_dict() == {"requests": 5, "verified": 1, "server_errors": 2}
+
+
+def test_status_renders_one_row_per_server() -> None:
+    ok = {"health": "ok", "live_sessions": 3, "rollouts_per_second": 2.5, "verified": 10, "errors": 0}
+    rows = [
+        ServerStatus(name="weather", kind="environment", url="http://h:1", **ok),
+        ServerStatus(name="broken", kind="environment", url="http://h:2", health="failed", reason="exited at start: x"),
+    ]
+    lines = render(rows).splitlines()
+    assert lines[0].split()[:4] == ["server", "kind", "health", "sessions"]
+    assert lines[1].split()[:7] == ["weather", "environment", "ok", "3", "2.5", "10", "0"]
+    assert lines[2].split()[:4] == ["broken", "environment", "failed", "-"] and lines[2].endswith("exited at start: x")
