@@ -1,0 +1,121 @@
+"""An OpenEnv MCP environment served by ngym: tools as routes, episode ids passed through, close() once, the
+environment's concurrency limit, reward rules, masking when there is no reward or the episode is lost, and an
+OpenEnv server fronted by URL. The environment is tests/envs/tally_env (MCP tool ``add``), run by OpenEnv 0.10.0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+import httpx
+import pytest
+
+from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
+from ngym_openenv import launch
+from ngym_openenv.install import OpenEnvInstallError, prepare
+from ngym_openenv.manifest import Manifest
+from ngym_openenv.server import server_class
+
+TALLY = Path(__file__).with_name("envs") / "tally_env"
+VERIFY = {"responses_create_params": {"input": "x"}, "response": make_response("done")}
+
+
+@pytest.fixture(scope="module")
+def tally(openenv_python: str) -> Manifest:
+    return prepare(str(TALLY), options={"python": openenv_python}, echo=lambda _: None)
+
+
+def test_install_reads_tools_domain_and_concurrency(tally: Manifest) -> None:
+    assert tally.tool_mode == "mcp"
+    assert [t.name for t in tally.tools] == ["add"]
+    assert tally.tools[0].input_schema["properties"]["n"]["type"] == "integer"
+    assert tally.domain == "games"  # openenv.yaml's domain:
+    assert tally.supports_concurrent_sessions is True and tally.max_concurrent_envs == 2
+    assert tally.requires_single_thread_executor is False
+
+
+async def test_tools_episode_id_close_once_and_rules(
+    tally: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closes = tmp_path / "closes.txt"
+    monkeypatch.setenv("TALLY_CLOSE_LOG", str(closes))  # inherited by the OpenEnv server ngym starts
+    for rule, expected in (("last", 1.0), ("sum", 1.3), ("state:total_reward", 1.3)):
+        app = app_for_class(server_class(tally), name="tally_env", reward_rule=rule)
+        async with serve_in_process(app) as http:
+            rollout = RolloutClient(http)
+            seed = await rollout.call("/seed_session", {"episode_id": f"ep-{rule}"})
+            assert seed["episode_id"] == f"ep-{rule}" and seed["reward"] == 0.0 and seed["done"] is False
+            first = await rollout.call("/add", {"n": 3})
+            assert first["observation"]["tool_name"] == "add" and first["reward"] == pytest.approx(0.3)
+            second = await rollout.call("/add", {"n": 7})
+            assert second["reward"] == 1.0 and second["done"] is True
+            verify = await rollout.call("/verify", VERIFY)
+            assert verify["reward"] == pytest.approx(expected), rule
+            assert verify["mask_sample"] is False and verify["episode_done"] is True and verify["steps"] == 2
+            await rollout.call("/close_session", {})  # already closed after verify: no second close()
+            await asyncio.sleep(0.5)
+    # reset got each episode id (the environment wrote its state's id), and close() ran once per episode
+    assert closes.read_text().split() == ["ep-last", "ep-sum", "ep-state:total_reward"]
+
+
+async def test_no_reward_and_lost_episode_are_masked(tally: Manifest) -> None:
+    app = app_for_class(server_class(tally), name="tally_env")
+    async with serve_in_process(app) as http:
+        idle = RolloutClient(http)
+        await idle.call("/seed_session", {})
+        verify = await idle.call("/verify", VERIFY)  # no step taken: nothing to measure
+        assert verify["reward"] == 0.0 and verify["mask_sample"] is True
+        assert verify["failure_kind"] == "verifier_error" and "no step" in verify["failure_reason"]
+
+        lost = RolloutClient(http)
+        await lost.call("/seed_session", {})
+        await lost.call("/add", {"n": 1})
+        process = app.state.openenv.process
+        process.process.kill()
+        process.process.wait()
+        gone = await lost.post("/add", {"n": 1})
+        assert gone.status_code == 410 and "lost" in gone.json()["detail"]
+        verify = await lost.call("/verify", VERIFY)
+        assert verify["mask_sample"] is True and verify["failure_kind"] == "session_lost"
+
+
+async def test_the_environments_concurrency_limit_is_503(tally: Manifest) -> None:
+    app = app_for_class(server_class(tally), name="tally_env")
+    async with serve_in_process(app) as http:
+        rollouts = [RolloutClient(http) for _ in range(3)]
+        for rollout in rollouts[:2]:
+            await rollout.call("/seed_session", {})
+        third = await rollouts[2].post("/seed_session", {})
+        assert third.status_code == 503 and "max_concurrent_envs" in third.json()["detail"]
+        assert third.headers["retry-after"]
+        await rollouts[0].call("/close_session", {})
+        await asyncio.sleep(0.5)  # the OpenEnv server frees the slot when the WebSocket ends
+        assert (await rollouts[2].post("/seed_session", {})).status_code == 200
+
+
+async def test_a_remote_server_by_url(tally: Manifest, openenv_python: str) -> None:
+    running = launch.start(openenv_python, "server.app:app", app_dir=tally.app_dir)
+    try:
+        remote = prepare(running.url, as_name="tally_remote", domain="games", echo=lambda _: None)
+        assert remote.url == running.url and remote.python is None and [t.name for t in remote.tools] == ["add"]
+        app = app_for_class(server_class(remote), name="tally_remote")
+        async with serve_in_process(app) as http:
+            rollout = RolloutClient(http)
+            await rollout.call("/seed_session", {})
+            assert (await rollout.call("/add", {"n": 10}))["reward"] == 1.0
+            assert (await rollout.call("/verify", VERIFY))["reward"] == 1.0
+    finally:
+        running.stop()
+
+
+def test_unreachable_url_is_one_clear_error() -> None:
+    with pytest.raises(OpenEnvInstallError, match="cannot reach the OpenEnv server"):
+        prepare("http://127.0.0.1:9", as_name="nothing", domain="games", echo=lambda _: None)
+
+
+def test_schema_route_documents_the_tool(tally: Manifest) -> None:
+    app = app_for_class(server_class(tally), name="tally_env")
+    schema = app.openapi()
+    body = schema["paths"]["/add"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["properties"]["n"]["type"] == "integer"
+    assert httpx  # the client library the tests share
