@@ -86,7 +86,12 @@ class Episode:
             if self.closed:
                 raise OpenEnvUnreachable("the episode's connection to the OpenEnv server is closed")
             try:
-                await self._connection.send(json.dumps(message))
+                try:
+                    await self._connection.send(json.dumps(message))
+                except ConnectionClosed:
+                    # The server may have answered and closed before our first message (OpenEnv refuses an
+                    # episode beyond its capacity that way): its answer is still to be read below.
+                    pass
                 raw = await asyncio.wait_for(self._connection.recv(), timeout=self._timeout)
             except (ConnectionClosed, OSError) as exc:
                 self.closed = True
