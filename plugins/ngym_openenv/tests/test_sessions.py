@@ -94,7 +94,9 @@ async def _until(condition: Any, timeout: float = 30.0) -> None:
 async def test_a_remote_server_by_url(tally: Manifest, openenv_python: str) -> None:
     running = launch.start(openenv_python, "server.app:app", app_dir=tally.app_dir)
     try:
-        remote = prepare(running.url, as_name="tally_remote", domain="games", echo=lambda _: None)
+        remote = await asyncio.to_thread(
+            lambda: prepare(running.url, as_name="tally_remote", domain="games", echo=lambda _: None)
+        )
         assert remote.url == running.url and remote.python is None and [t.name for t in remote.tools] == ["add"]
         app = app_for_class(server_class(remote), name="tally_remote")
         async with serve_in_process(app) as http:
