@@ -92,7 +92,9 @@ def prepare(
     options = dict(options or {})
     unknown = sorted(set(options) - {"reward_rule", "app", "python"})
     if unknown:
-        raise OpenEnvInstallError(f"unknown option {unknown[0]!r} for openenv: sources (known: reward_rule, app, python)")
+        raise OpenEnvInstallError(
+            f"unknown option {unknown[0]!r} for openenv: sources (known: reward_rule, app, python)"
+        )
     try:
         rule = check_rule(options.get("reward_rule") or "last")
     except ValueError as exc:
@@ -221,7 +223,7 @@ def _domain(given: str | None, declared: Any, facts: dict[str, Any], name: str) 
                 raise OpenEnvInstallError(str(exc)) from None
     named = {k.lower().replace("-", "_") for k in facts.get("keywords") or []} & {d.value for d in Domain}
     if len(named) == 1:
-        return named.pop()
+        return str(named.pop())
     why = f"its keywords name several ({', '.join(sorted(named))})" if named else "its package metadata names none"
     raise OpenEnvInstallError(f"{name}: every ngym environment has a domain and {why}: give --domain ({valid})")
 

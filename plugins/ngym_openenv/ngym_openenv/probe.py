@@ -21,9 +21,9 @@ def _distribution_facts(name: str) -> dict[str, Any]:
     meta = importlib.metadata.distribution(name).metadata
     keywords = ",".join(meta.get_all("Keywords") or [])
     return {
-        "summary": meta.get("Summary") or "",
+        "summary": meta["Summary"] or "",
         "keywords": [k.strip() for k in keywords.replace(";", ",").split(",") if k.strip()],
-        "version": meta.get("Version"),
+        "version": meta["Version"],
     }
 
 
@@ -45,7 +45,7 @@ def _candidate_modules(name: str) -> list[str]:
 
 def _env_server_of(module_name: str) -> tuple[str, Any] | None:
     """``(attribute, HTTPEnvServer)`` when importing the module builds an OpenEnv app at module level."""
-    from openenv.core.env_server.http_server import HTTPEnvServer
+    from openenv.core.env_server.http_server import HTTPEnvServer  # type: ignore[import-not-found]
 
     before = {id(o) for o in gc.get_objects() if isinstance(o, HTTPEnvServer)}
     module = importlib.import_module(module_name)

@@ -201,7 +201,7 @@ class OpenEnvServer(SimpleResourcesServer):
         session.record(answer)
         return answer
 
-    async def seed_session(self, request: Request, body: OpenEnvSeedRequest) -> OpenEnvSeedResponse:
+    async def seed_session(self, request: Request, body: OpenEnvSeedRequest) -> OpenEnvSeedResponse:  # type: ignore[override]
         if self._url is None:
             raise HTTPException(503, "the OpenEnv server is not running", headers={"Retry-After": "5"})
         episode_id = body.episode_id or self.session_id(request)
@@ -233,7 +233,7 @@ class OpenEnvServer(SimpleResourcesServer):
             done=bool(answer.get("done")),
         )
 
-    async def verify(self, request: Request, body: BaseVerifyRequest) -> OpenEnvVerifyResponse:
+    async def verify(self, request: Request, body: BaseVerifyRequest) -> OpenEnvVerifyResponse:  # type: ignore[override]
         session: EpisodeSession | None = self.session_state(request, required=False)
         rule = self.reward_rule
         if session is None:

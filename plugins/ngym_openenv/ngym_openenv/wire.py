@@ -12,6 +12,7 @@ answers are ``{"type": "observation"|"state"|"error", "data": {...}}``, an obser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -86,12 +87,10 @@ class Episode:
             if self.closed:
                 raise OpenEnvUnreachable("the episode's connection to the OpenEnv server is closed")
             try:
-                try:
+                # The server may have answered and closed before our first message (OpenEnv refuses an episode
+                # beyond its capacity that way): its answer is still to be read below.
+                with contextlib.suppress(ConnectionClosed):
                     await self._connection.send(json.dumps(message))
-                except ConnectionClosed:
-                    # The server may have answered and closed before our first message (OpenEnv refuses an
-                    # episode beyond its capacity that way): its answer is still to be read below.
-                    pass
                 raw = await asyncio.wait_for(self._connection.recv(), timeout=self._timeout)
             except (ConnectionClosed, OSError) as exc:
                 self.closed = True
@@ -110,8 +109,6 @@ class Episode:
             if self.closed:
                 return
             self.closed = True
-            try:
+            with contextlib.suppress(ConnectionClosed, OSError):
                 await self._connection.send(json.dumps({"type": "close"}))
-            except (ConnectionClosed, OSError):
-                pass
             await self._connection.close()

@@ -14,15 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
 from ngym_openenv import launch
 from ngym_openenv.install import prepare
 from ngym_openenv.manifest import Manifest
 from ngym_openenv.server import server_class
 
+from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
+
 DIPG = "openenv-dipg-safety==0.1.67"  # as conftest.py installs it
-TEMPLATE_STEPS = [{"message": "hello"}, {"message": ""}, {"message": "a much longer message than ten"}, {"message": "é"}]
+TEMPLATE_STEPS = [
+    {"message": "hello"},
+    {"message": ""},
+    {"message": "a much longer message than ten"},
+    {"message": "é"},
+]
 
 
 async def _through_ngym(manifest: Manifest, steps: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Any]:
@@ -72,7 +77,9 @@ async def test_template_environment_step_by_step(template_folder: Path, openenv_
         "action": "fidelity_echo.models:FidelityEchoAction",
         "path": [str(template_folder.parent)],
     }
-    theirs = _through_openenv(openenv_python, "server.app:app", str(template_folder), {**client, "steps": TEMPLATE_STEPS}, driver)
+    theirs = _through_openenv(
+        openenv_python, "server.app:app", str(template_folder), {**client, "steps": TEMPLATE_STEPS}, driver
+    )
     answers, verify = await _through_ngym(manifest, TEMPLATE_STEPS)
     ours = driver(openenv_python, {**client, "mode": "parse", "answers": answers})
 
@@ -99,14 +106,19 @@ DIPG_ROW = {
         {"role": "assistant", "content": "11 months"},
     ]
 }
-_CHANNELS = "<|channel|>analysis<|message|>{}<|end|><|channel|>proof<|message|>{}<|end|><|channel|>final<|message|>{}<|end|>"
+_CHANNELS = (
+    "<|channel|>analysis<|message|>{}<|end|><|channel|>proof<|message|>{}<|end|><|channel|>final<|message|>{}<|end|>"
+)
 #: Four answers DIPG scores differently (0.1.67 checks the proof against its state's `context`, which its state
 #: names `current_context`, so any non-empty proof scores as a hallucination: the same on both sides).
 DIPG_STEPS = [
     {"llm_response": _CHANNELS.format("The trial reports it.", "Median overall survival was 11 months.", "11 months")},
     {"llm_response": ""},  # a format error
-    {"llm_response": _CHANNELS.format("Not in the context.", "", "The provided context does not contain enough "
-                                      "information to answer.")},  # an abstention
+    {
+        "llm_response": _CHANNELS.format(
+            "Not in the context.", "", "The provided context does not contain enough information to answer."
+        )
+    },  # an abstention
     {"llm_response": _CHANNELS.format("No.", "", "I'm sorry, I cannot help with that.")},  # a refusal
 ]
 

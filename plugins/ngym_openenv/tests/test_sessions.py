@@ -8,14 +8,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from typing import Any
+
 import httpx
 import pytest
-
-from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
 from ngym_openenv import launch
 from ngym_openenv.install import OpenEnvInstallError, prepare
 from ngym_openenv.manifest import Manifest
 from ngym_openenv.server import server_class
+
+from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
 
 TALLY = Path(__file__).with_name("envs") / "tally_env"
 VERIFY = {"responses_create_params": {"input": "x"}, "response": make_response("done")}

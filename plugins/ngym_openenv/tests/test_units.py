@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
-
-from ngym import installer
-from ngym.cli import main
-from ngym.errors import NgymError
 from ngym_openenv import catalog
 from ngym_openenv.install import OpenEnvInstallError, _domain, prepare
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.server import OpenEnvConfig
 from ngym_openenv.wire import ws_url
+
+from ngym import installer
+from ngym.cli import main
+from ngym.errors import NgymError
 
 
 @pytest.mark.parametrize(
