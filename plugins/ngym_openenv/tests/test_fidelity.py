@@ -30,8 +30,13 @@ TEMPLATE_STEPS = [
 ]
 
 
-async def _through_ngym(manifest: Manifest, steps: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Any]:
-    """Seed, the steps through ``/step``, verify; (OpenEnv-shaped answers, verify's body)."""
+async def _through_ngym(
+    manifest: Manifest, steps: list[dict[str, Any]], bad_action: dict[str, Any] | None = None
+) -> tuple[list[dict[str, Any]], Any]:
+    """Seed, the steps through ``/step``, verify; (OpenEnv-shaped answers, verify's body).
+
+    A ``bad_action`` (one the environment's Action model rejects) is sent after the steps: it must be a 422 with
+    OpenEnv's message that leaves the episode and its rewards as they were."""
     app = app_for_class(server_class(manifest), name=manifest.name)
     async with serve_in_process(app) as http:
         rollout = RolloutClient(http)
@@ -39,6 +44,10 @@ async def _through_ngym(manifest: Manifest, steps: list[dict[str, Any]]) -> tupl
         answers = [{"observation": seed["observation"], "reward": seed["reward"], "done": seed["done"]}]
         for step in steps:
             answers.append(await rollout.call("/step", step))
+        if bad_action is not None:
+            rejected = await rollout.post("/step", bad_action)
+            assert rejected.status_code == 422, rejected.text
+            assert "Invalid" in rejected.json()["detail"]["message"]
         verify = await rollout.call(
             "/verify", {"responses_create_params": {"input": "x"}, "response": make_response("done")}
         )
@@ -80,7 +89,7 @@ async def test_template_environment_step_by_step(template_folder: Path, openenv_
     theirs = _through_openenv(
         openenv_python, "server.app:app", str(template_folder), {**client, "steps": TEMPLATE_STEPS}, driver
     )
-    answers, verify = await _through_ngym(manifest, TEMPLATE_STEPS)
+    answers, verify = await _through_ngym(manifest, TEMPLATE_STEPS, bad_action={"text": "no message field"})
     ours = driver(openenv_python, {**client, "mode": "parse", "answers": answers})
 
     assert len(ours["records"]) == len(TEMPLATE_STEPS) + 1
