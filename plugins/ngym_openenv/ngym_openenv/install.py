@@ -26,6 +26,7 @@ import sys
 import tempfile
 import venv
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,10 @@ def install_source(
     (``module:attribute`` of the OpenEnv app, when it cannot be found) and ``python`` (serve it from this existing
     interpreter's environment instead of a virtualenv of its own; a folder is pip-installed into it).
     """
+    if as_name:
+        check_name_free(as_name)
     manifest = prepare(source, as_name=as_name, domain=domain, options=options, echo=echo)
+    check_name_free(manifest.name)
     install_project(manifest, verbose=verbose)
     where = manifest.url or manifest.app
     tools = ", ".join(t.name for t in manifest.tools) if manifest.tool_mode == "mcp" else "step"
@@ -407,6 +411,18 @@ def distribution_name(name: str) -> str:
     return f"ngym-openenv-{name.replace('_', '-')}"
 
 
+def check_name_free(name: str) -> None:
+    """Refuse a name another distribution's environment holds (reinstalling the same one is fine)."""
+    ours = distribution_name(name)
+    for ep in metadata.entry_points(group="ngym.resources_servers"):
+        owner = ep.dist.name if ep.dist else None
+        if ep.name == name and owner != ours:
+            raise OpenEnvInstallError(
+                f"an environment named {name!r} is already installed by {owner or 'another distribution'}; "
+                "install this one under another name with --as NAME"
+            )
+
+
 def install_project(manifest: Manifest, *, verbose: bool = False) -> None:
     """pip-install the generated ``ngym-openenv-<name>`` distribution into ngym's interpreter."""
     module = f"ngym_openenv_env_{manifest.name}"
@@ -436,6 +452,3 @@ def install_project(manifest: Manifest, *, verbose: bool = False) -> None:
     if result.returncode:
         output = (result.stdout or b"").decode(errors="replace").splitlines()[-15:]
         raise OpenEnvInstallError("pip could not install the generated distribution:\n  " + "\n  ".join(output))
-    from ngym.plugins.registry import reset_registry
-
-    reset_registry()

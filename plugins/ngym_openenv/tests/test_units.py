@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ngym_openenv import catalog
-from ngym_openenv.install import OpenEnvInstallError, _domain, prepare
+from ngym_openenv.install import OpenEnvInstallError, _domain, check_name_free, prepare
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.server import OpenEnvConfig
 from ngym_openenv.wire import ws_url
@@ -129,3 +129,9 @@ def test_available_rows_render() -> None:
     ]
     text = catalog.render(rows)
     assert "openenv-dipg-safety  safety  0.1.67" in text and "ngym install openenv:NAME" in text
+
+
+def test_a_taken_name_is_refused() -> None:
+    with pytest.raises(OpenEnvInstallError, match="already installed by ngym-example-single-tool-call"):
+        check_name_free("example_single_tool_call")
+    check_name_free("no_such_environment_anywhere")
