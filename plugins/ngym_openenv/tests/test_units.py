@@ -135,3 +135,13 @@ def test_a_taken_name_is_refused() -> None:
     with pytest.raises(OpenEnvInstallError, match="already installed by ngym-example-single-tool-call"):
         check_name_free("example_single_tool_call")
     check_name_free("no_such_environment_anywhere")
+
+
+def test_available_asks_the_package_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real index (pip's own, reachable wherever ngym installs from it): what it says of each candidate."""
+    monkeypatch.setenv(catalog.CATALOG_ENV, "openenv-no-such-environment-ngym-test")
+    rows = {row["name"]: row for row in catalog.available()}
+    dipg = rows["openenv-dipg-safety"]
+    assert dipg["reachable"] is True and dipg["domain"] == "safety" and dipg["version"]
+    missing = rows["openenv-no-such-environment-ngym-test"]
+    assert missing["reachable"] is False and "not on the index (HTTP 404)" in missing["description"]
