@@ -26,7 +26,7 @@ from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
     "options",
     metavar="KEY=VALUE",
     multiple=True,
-    help="An option of a plugin source (openenv: reward_rule=last|sum|state:FIELD, app=module:attr).",
+    help="An option of a plugin source (openenv: reward_rule=last|sum|state:FIELD, app=module:attr, python=PATH).",
 )
 @click.option("--replace", is_flag=True, help="NeMo Gym environments: uninstall whatever holds the name first.")
 @click.option("-v", "--verbose", is_flag=True, help="Show pip's own output.")
