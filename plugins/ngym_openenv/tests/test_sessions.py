@@ -56,6 +56,14 @@ async def test_one_server_many_rollouts(tally: Manifest, tmp_path: Path, monkeyp
         await rollout.call("/close_session", {})  # already closed after verify: no second close()
         await _until(lambda: closes.is_file() and closes.read_text().split() == ["ep-1"])
 
+        # seeding a live session again: ngym closes the old session, so its episode ends (close() once) first
+        again = RolloutClient(http)
+        await again.call("/seed_session", {"episode_id": "ep-r1"})
+        await again.call("/seed_session", {"episode_id": "ep-r2"})
+        await _until(lambda: "ep-r1" in closes.read_text().split())
+        await again.call("/close_session", {})
+        await _until(lambda: "ep-r2" in closes.read_text().split())
+
         # the environment's own limit (max_concurrent_envs=2): a third live episode is 503 until one ends
         rollouts = [RolloutClient(http) for _ in range(3)]
         for index, other in enumerate(rollouts[:2]):
