@@ -7,10 +7,14 @@ plugin is broken (and in strict mode: uninstalling is how a broken plugin is fix
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from ngym.errors import NgymError
 
 
 def pip_install_args(packages: Sequence[str], *, editable: bool = False, upgrade: bool = False) -> list[str]:
@@ -79,3 +83,31 @@ def run_pip_captured(args: Sequence[str], on_step: Callable[[str], None] = lambd
         if line.startswith(_STEP_PREFIXES):
             on_step(line)
     return PipRun(proc.wait(), lines)
+
+
+#: ``ngym install <prefix>:<source>`` for sources a plugin knows how to install: prefix → (module, distribution).
+#: The module is imported only when its prefix is used; it provides ``install_source(source, *, as_name, domain,
+#: options, verbose, echo)`` and ``available() -> list[dict]`` (``ngym list --available <prefix>``).
+SOURCE_PLUGINS: dict[str, tuple[str, str]] = {
+    "openenv": ("ngym_openenv.install", "ngym-openenv"),
+}
+
+
+def source_plugin_prefix(text: str) -> str | None:
+    """The ``SOURCE_PLUGINS`` prefix ``text`` starts with (``openenv:...`` → ``openenv``), else None."""
+    prefix, colon, _ = text.partition(":")
+    return prefix if colon and prefix in SOURCE_PLUGINS else None
+
+
+def source_plugin(prefix: str) -> Any:
+    """The module installing ``prefix:`` sources; ``NgymError`` saying which plugin to install when it is absent."""
+    module_name, distribution = SOURCE_PLUGINS[prefix]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise
+        raise NgymError(
+            f"{prefix}: sources are installed by the {distribution} plugin, which is not installed "
+            f"(pip install {distribution}, or pip install -e plugins/{distribution.replace('-', '_')} in a checkout)"
+        ) from None

@@ -19,11 +19,27 @@ from ngym.suggest import did_you_mean
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-e", "--editable", is_flag=True, help="Install each PACKAGE (a local folder) in editable mode.")
 @click.option("-U", "--upgrade", is_flag=True, help="Upgrade the packages to their newest versions.")
-@click.option("--as", "as_name", metavar="NAME", help="NeMo Gym environments: register it under NAME instead.")
+@click.option("--as", "as_name", metavar="NAME", help="NeMo Gym/OpenEnv environments: register it under NAME instead.")
+@click.option("--domain", metavar="DOMAIN", help="openenv: sources: the domain, when the package metadata names none.")
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    metavar="KEY=VALUE",
+    multiple=True,
+    help="An option of a plugin source (openenv: reward_rule=last|sum|state:FIELD, app=module:attr, python=PATH).",
+)
 @click.option("--replace", is_flag=True, help="NeMo Gym environments: uninstall whatever holds the name first.")
 @click.option("-v", "--verbose", is_flag=True, help="Show pip's own output.")
 def install(
-    packages: tuple[str, ...], editable: bool, upgrade: bool, as_name: str | None, replace: bool, verbose: bool
+    packages: tuple[str, ...],
+    editable: bool,
+    upgrade: bool,
+    as_name: str | None,
+    domain: str | None,
+    options: tuple[str, ...],
+    replace: bool,
+    verbose: bool,
 ) -> None:
     """Install plugins (PyPI names, folders, wheels) or NeMo Gym environments where ngym will find them.
 
@@ -34,7 +50,14 @@ def install(
       ngym install nemo-gym:math_with_judge          (from the nemo-gym 0.7.0 wheel)
       ngym install ./resources_servers/my_nemo_env   (a NeMo Gym environment folder)
       ngym install nemo-gym:example_single_tool_call --as nemo_weather
+      ngym install openenv:openenv-dipg-safety       (an OpenEnv environment: distribution, folder or URL)
     """
+    plugin_sources = [p for p in packages if installer.source_plugin_prefix(p)]
+    if plugin_sources:
+        _install_plugin_sources(plugin_sources, packages, as_name, domain, options, verbose)
+        return
+    if domain or options:
+        raise click.UsageError("--domain and --option apply to plugin sources (openenv:...)")
     nemo = [p for p in packages if is_nemo_source(p)]
     if nemo:
         _install_nemo(nemo, [p for p in packages if p not in nemo], as_name=as_name, replace=replace, verbose=verbose)
@@ -48,6 +71,35 @@ def install(
             sys.exit(code)
         return
     _install_quietly(args, " ".join(packages))
+
+
+def _install_plugin_sources(
+    sources: list[str],
+    packages: tuple[str, ...],
+    as_name: str | None,
+    domain: str | None,
+    options: tuple[str, ...],
+    verbose: bool,
+) -> None:
+    """``PREFIX:SOURCE`` installs, each by the plugin ``installer.SOURCE_PLUGINS`` names for its prefix."""
+    if len(sources) != len(packages):
+        raise click.UsageError(f"install {sources[0]} and other packages in separate commands")
+    if as_name and len(sources) > 1:
+        raise click.UsageError("--as names one environment: install them one at a time")
+    pairs = dict(_key_value(o) for o in options)
+    for source in sources:
+        prefix = installer.source_plugin_prefix(source)
+        assert prefix is not None
+        installer.source_plugin(prefix).install_source(
+            source, as_name=as_name, domain=domain, options=pairs, verbose=verbose, echo=click.echo
+        )
+
+
+def _key_value(option: str) -> tuple[str, str]:
+    key, equals, value = option.partition("=")
+    if not equals or not key.strip():
+        raise click.UsageError(f"--option {option!r}: expected KEY=VALUE")
+    return key.strip(), value.strip()
 
 
 def _install_quietly(args: list[str], what: str) -> None:

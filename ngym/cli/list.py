@@ -8,6 +8,7 @@ import textwrap
 
 import click
 
+from ngym.installer import SOURCE_PLUGINS, source_plugin
 from ngym.listing import ServerInfo, check_strict, hook_plugins, list_servers
 from ngym.nemo.catalog import available_with_status
 from ngym.plugins.manager import get_plugin_manager
@@ -20,8 +21,9 @@ from ngym.plugins.registry import get_registry
 @click.option("--refresh", is_flag=True, help="Ignore the inspection cache: import and check every environment.")
 @click.option(
     "--available",
-    type=click.Choice(["nemo-gym"]),
-    help="List what can be installed from a source instead (nemo-gym: the environments of nemo-gym 0.7.0).",
+    type=click.Choice(["nemo-gym", *SOURCE_PLUGINS]),
+    help="List what can be installed from a source instead (nemo-gym: the environments of nemo-gym 0.7.0; "
+    "openenv: OpenEnv environments on the package index).",
 )
 def list_command(as_json: bool, hooks: bool, refresh: bool, available: str | None) -> None:
     """List installed environments: name, domain, distribution, version, status, description.
@@ -29,6 +31,11 @@ def list_command(as_json: bool, hooks: bool, refresh: bool, available: str | Non
     A broken plugin is listed with the reason; NGYM_STRICT_PLUGINS=1 makes it an error (exit 1).
     `--available nemo-gym` lists NeMo Gym's environments instead (install one: ngym install nemo-gym:NAME).
     """
+    if available in SOURCE_PLUGINS:
+        plugin = source_plugin(available)
+        rows = plugin.available()
+        click.echo(json.dumps(rows, indent=2) if as_json else plugin.render(rows))
+        return
     if available:
         click.echo(render_available(as_json))
         return

@@ -1,0 +1,363 @@
+"""``ngym install openenv:<distribution | folder | URL>``: an OpenEnv environment becomes an ngym environment.
+
+1. The environment gets a virtualenv of its own (OpenEnv's requirements — ``fastmcp>=3``, ``gradio`` — and the
+   environment's pins never meet ngym's), made once per set of requirements under
+   ``$NGYM_CACHE_DIR/openenv-venvs`` (default ``~/.cache/ngym/openenv-venvs``) and reused while it works.
+   A URL needs none: the OpenEnv server already runs there.
+2. ``probe.py`` runs in it: the distribution's summary and keywords, its app (``openenv.yaml``'s ``app`` for a
+   folder, else the module whose ``create_app`` builds it; ``--app`` overrides), and what the app's server says
+   of concurrency.
+3. The OpenEnv server is started once, as ngym will start it, and asked over ``/ws``: ``reset``, then
+   ``list_tools`` (an MCP environment lists its tools; any other is served through ``/step``), and ``/schema``.
+4. A small generated distribution ``ngym-openenv-<name>`` (a subclass of ``OpenEnvServer`` and its
+   ``manifest.json``) is pip-installed into ngym's interpreter: ``ngym list/run/validate`` find it by its entry
+   point like any plugin, and ``ngym uninstall NAME`` removes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import venv
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from ngym.domain import Domain
+from ngym_openenv import launch
+from ngym_openenv.catalog import available, render
+from ngym_openenv.errors import OpenEnvInstallError
+from ngym_openenv.manifest import Manifest, ToolSpec
+from ngym_openenv.project import check_name_free, install_project
+from ngym_openenv.reward import check_rule
+from ngym_openenv.wire import Episode, OpenEnvError
+
+PREFIX = "openenv:"
+__all__ = [
+    "OpenEnvInstallError",
+    "available",
+    "install_source",
+    "render",
+]  # the contract of ngym.installer.SOURCE_PLUGINS
+Echo = Callable[[str], None]
+
+
+def install_source(
+    source: str,
+    *,
+    as_name: str | None = None,
+    domain: str | None = None,
+    options: dict[str, str] | None = None,
+    verbose: bool = False,
+    echo: Echo = print,
+) -> Manifest:
+    """Install ``openenv:<source>`` (the prefix optional) as an ngym environment; its manifest.
+
+    ``options``: ``reward_rule`` (``last``, ``sum`` or ``state:<field>``; default ``last``), ``app``
+    (``module:attribute`` of the OpenEnv app, when it cannot be found) and ``python`` (serve it from this existing
+    interpreter's environment instead of a virtualenv of its own; a folder is pip-installed into it).
+    """
+    if as_name:
+        check_name_free(as_name)
+    manifest = prepare(source, as_name=as_name, domain=domain, options=options, echo=echo)
+    check_name_free(manifest.name)
+    install_project(manifest, verbose=verbose)
+    where = manifest.url or manifest.app
+    tools = ", ".join(t.name for t in manifest.tools) if manifest.tool_mode == "mcp" else "step"
+    echo(
+        f"ngym: installed {manifest.name} ({manifest.domain}; {where}; tools: {tools}; "
+        f"reward: {manifest.reward_rule}); try: ngym run {manifest.name}"
+    )
+    return manifest
+
+
+def prepare(
+    source: str,
+    *,
+    as_name: str | None = None,
+    domain: str | None = None,
+    options: dict[str, str] | None = None,
+    echo: Echo = print,
+) -> Manifest:
+    """Everything of ``install_source`` but installing the generated distribution: the environment's manifest."""
+    source = source.removeprefix(PREFIX).strip()
+    if not source:
+        raise OpenEnvInstallError("give a source: openenv:<distribution>, openenv:<folder> or openenv:<URL>")
+    options = dict(options or {})
+    unknown = sorted(set(options) - {"reward_rule", "app", "python"})
+    if unknown:
+        raise OpenEnvInstallError(
+            f"unknown option {unknown[0]!r} for openenv: sources (known: reward_rule, app, python)"
+        )
+    try:
+        rule = check_rule(options.get("reward_rule") or "last")
+    except ValueError as exc:
+        raise OpenEnvInstallError(str(exc)) from None
+    app = options.get("app") or None
+    python = options.get("python") or None
+    if python and not Path(python).is_file():
+        raise OpenEnvInstallError(f"python={python}: no such interpreter")
+    if as_name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", as_name):
+        raise OpenEnvInstallError(f"--as {as_name!r}: a name is letters, digits and '_', starting with a letter")
+    if re.match(r"^(https?|wss?)://", source):
+        return _from_url(source, as_name=as_name, domain=domain, rule=rule, echo=echo)
+    if Path(source).is_dir():
+        folder = Path(source).resolve()
+        return _from_folder(folder, as_name=as_name, domain=domain, rule=rule, app=app, python=python, echo=echo)
+    if Path(source).exists():
+        raise OpenEnvInstallError(f"{source}: a folder with an openenv.yaml, a distribution name or a URL is needed")
+    return _from_distribution(source, as_name=as_name, domain=domain, rule=rule, app=app, python=python, echo=echo)
+
+
+# ---- sources ---------------------------------------------------------------------------------------------
+
+
+def _from_url(url: str, *, as_name: str | None, domain: str | None, rule: str, echo: Echo) -> Manifest:
+    echo(f"ngym: asking the OpenEnv server at {url}")
+    facts = _ask_server(url)
+    name = as_name or _ngym_name(str(facts.get("metadata", {}).get("name") or ""))
+    if not name:
+        raise OpenEnvInstallError(f"{url}: the server does not say its name; give one with --as NAME")
+    return _manifest(name, url, facts, {}, domain=_domain(domain, None, {}, name), rule=rule, url=url)
+
+
+def _from_folder(
+    folder: Path,
+    *,
+    as_name: str | None,
+    domain: str | None,
+    rule: str,
+    app: str | None,
+    python: str | None,
+    echo: Echo,
+) -> Manifest:
+    spec_file = folder / "openenv.yaml"
+    if not spec_file.is_file():
+        raise OpenEnvInstallError(f"{folder}: not an OpenEnv environment (no openenv.yaml)")
+    try:
+        spec = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise OpenEnvInstallError(f"{spec_file}: not valid YAML: {exc}") from None
+    if not isinstance(spec, dict):
+        raise OpenEnvInstallError(f"{spec_file}: expected a mapping (name:, app:, ...)")
+    name = as_name or _ngym_name(str(spec.get("name") or folder.name))
+    # The folder is copied: the environment keeps working when the original moves or changes.
+    home = _home() / name / "src"
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.copytree(folder, home, ignore=shutil.ignore_patterns(".venv", "__pycache__", "*.egg-info", "build"))
+    requirements = _folder_requirements(home)
+    python = _pip_into(python, requirements, echo) if python else _environment_venv(name, requirements, home, echo)
+    app = app or str(spec.get("app") or "server.app:app")
+    facts = _probe(python, {"app": app, "app_dir": str(home)})
+    facts.update(_ask_launched(python, app, str(home), echo))
+    chosen = _domain(domain, spec.get("domain"), facts, name)
+    return _manifest(
+        name, str(folder), facts, {"python": python, "app": app, "app_dir": str(home)}, domain=chosen, rule=rule
+    )
+
+
+def _from_distribution(
+    requirement: str,
+    *,
+    as_name: str | None,
+    domain: str | None,
+    rule: str,
+    app: str | None,
+    python: str | None,
+    echo: Echo,
+) -> Manifest:
+    distribution = re.split(r"[\s<>=!~\[;@]", requirement, maxsplit=1)[0]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", distribution):
+        raise OpenEnvInstallError(f"{requirement!r}: not a distribution name, a folder or a URL")
+    name = as_name or _ngym_name(re.sub(r"^openenv[-_]", "", distribution))
+    python = _pip_into(python, [requirement], echo) if python else _environment_venv(name, [requirement], None, echo)
+    facts = _probe(python, {"distribution": distribution, "app": app})
+    if facts.get("error"):
+        raise OpenEnvInstallError(f"{distribution}: {facts['error']}; name it with --app module:attribute")
+    facts.update(_ask_launched(python, facts["app"], None, echo))
+    chosen = _domain(domain, None, facts, name)
+    return _manifest(name, requirement, facts, {"python": python, "app": facts["app"]}, domain=chosen, rule=rule)
+
+
+def _manifest(
+    name: str, source: str, facts: dict[str, Any], where: dict[str, str], *, domain: str, rule: str, url: str = ""
+) -> Manifest:
+    metadata = facts.get("metadata") or {}
+    return Manifest(
+        name=name,
+        source=source,
+        domain=domain,
+        description=str(metadata.get("description") or facts.get("summary") or ""),
+        url=url or None,
+        tool_mode="mcp" if facts.get("tools") is not None else "step",
+        tools=[ToolSpec.model_validate(t) for t in facts.get("tools") or []],
+        action_schema=facts.get("schema", {}).get("action") or {},
+        observation_schema=facts.get("schema", {}).get("observation") or {},
+        supports_concurrent_sessions=facts.get("supports_concurrent_sessions"),
+        requires_single_thread_executor=facts.get("requires_single_thread_executor"),
+        max_concurrent_envs=facts.get("max_concurrent_envs"),
+        reward_rule=rule,
+        openenv_version=facts.get("openenv_version"),
+        **where,
+    )
+
+
+def _ngym_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "_", text.strip()).strip("_").lower()
+
+
+def _domain(given: str | None, declared: Any, facts: dict[str, Any], name: str) -> str:
+    """``--domain``, else the one openenv.yaml (``domain:``) or the package's keywords name, else an error."""
+    valid = ", ".join(d.value for d in Domain)
+    for value in (given, declared):
+        if value:
+            try:
+                return Domain.parse(str(value)).value
+            except ValueError as exc:
+                raise OpenEnvInstallError(str(exc)) from None
+    named = {k.lower().replace("-", "_") for k in facts.get("keywords") or []} & {d.value for d in Domain}
+    if len(named) == 1:
+        return str(named.pop())
+    why = f"its keywords name several ({', '.join(sorted(named))})" if named else "its package metadata names none"
+    raise OpenEnvInstallError(f"{name}: every ngym environment has a domain and {why}: give --domain ({valid})")
+
+
+# ---- the environment's virtualenv ----------------------------------------------------------------------------
+
+
+def _home() -> Path:
+    """Where installed OpenEnv environments keep their files (inside ngym's interpreter's prefix)."""
+    return Path(sys.prefix) / "share" / "ngym" / "openenv"
+
+
+def venv_root() -> Path:
+    from ngym.config import cache_dir
+
+    return cache_dir() / "openenv-venvs"
+
+
+def _folder_requirements(folder: Path) -> list[str]:
+    if (folder / "pyproject.toml").is_file() or (folder / "setup.py").is_file():
+        return [str(folder)]
+    requirements = folder / "server" / "requirements.txt"
+    if requirements.is_file():
+        return ["-r", str(requirements)]
+    return ["openenv"]
+
+
+def _environment_venv(name: str, requirements: list[str], folder: Path | None, echo: Echo) -> str:
+    """The interpreter of a virtualenv holding ``requirements``, made once and reused while it imports openenv."""
+    key = hashlib.sha256(json.dumps(requirements).encode())
+    if folder is not None:  # a folder's requirements are its files: a changed folder is a new venv
+        for file in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            key.update(str(file.relative_to(folder)).encode() + file.read_bytes())
+    where = venv_root() / f"{name}-{key.hexdigest()[:12]}"
+    python = where / "bin" / "python"
+    ready = where / ".ngym-ready"
+    if ready.is_file() and _run([str(python), "-c", "import openenv, uvicorn"]).returncode == 0:
+        echo(f"ngym: reusing {where}")
+        return str(python)
+    echo(f"ngym: making {where} with {' '.join(requirements)} (a minute or a few)")
+    shutil.rmtree(where, ignore_errors=True)
+    venv.EnvBuilder(with_pip=True).create(where)
+    result = _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *requirements, "uvicorn"])
+    if result.returncode:
+        tail = "\n  ".join(result.stdout.splitlines()[-15:])
+        raise OpenEnvInstallError(f"pip could not install {' '.join(requirements)} into {where}:\n  {tail}")
+    ready.write_text(json.dumps(requirements) + "\n", encoding="utf-8")
+    return str(python)
+
+
+def _pip_into(python: str, requirements: list[str], echo: Echo) -> str:
+    """Install ``requirements`` into an existing interpreter's environment (``-o python=...``)."""
+    echo(f"ngym: installing {' '.join(requirements)} into {python}'s environment")
+    result = _run([python, "-m", "pip", "install", "--disable-pip-version-check", *requirements])
+    if result.returncode:
+        tail = "\n  ".join(result.stdout.splitlines()[-15:])
+        raise OpenEnvInstallError(f"pip could not install {' '.join(requirements)} with {python}:\n  {tail}")
+    return python
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _probe(python: str, request: dict[str, Any]) -> dict[str, Any]:
+    result = _run([python, str(Path(__file__).with_name("probe.py")), json.dumps(request)])
+    marker = next((line for line in reversed(result.stdout.splitlines()) if line.startswith("NGYM-PROBE ")), None)
+    if result.returncode or marker is None:
+        tail = "\n  ".join(result.stdout.splitlines()[-15:])
+        raise OpenEnvInstallError(f"the environment's app could not be imported:\n  {tail}")
+    facts: dict[str, Any] = json.loads(marker.removeprefix("NGYM-PROBE "))
+    return facts
+
+
+# ---- asking the OpenEnv server -------------------------------------------------------------------------------
+
+
+def _ask_launched(python: str, app: str, app_dir: str | None, echo: Echo) -> dict[str, Any]:
+    echo(f"ngym: starting {app} once to read its schema and tools")
+    try:
+        running = launch.start(python, app, app_dir=app_dir)
+    except launch.LaunchError as exc:
+        raise OpenEnvInstallError(str(exc)) from None
+    try:
+        return _ask_server(running.url)
+    finally:
+        running.stop()
+
+
+def _ask_server(url: str) -> dict[str, Any]:
+    """``/schema`` and ``/metadata``, then one throwaway episode: ``reset`` and ``list_tools``."""
+    http = url.replace("ws://", "http://").replace("wss://", "https://").rstrip("/").removesuffix("/ws")
+    facts: dict[str, Any] = {}
+    try:
+        for route, key in (("/schema", "schema"), ("/metadata", "metadata")):
+            answer = httpx.get(http + route, timeout=30.0)
+            if answer.status_code == 200:
+                facts[key] = answer.json()
+    except httpx.HTTPError as exc:
+        raise OpenEnvInstallError(f"cannot reach the OpenEnv server at {http}: {exc}") from None
+    facts["tools"] = asyncio.run(_list_tools(url))
+    return facts
+
+
+async def _list_tools(url: str) -> list[dict[str, Any]] | None:
+    """The MCP tools, or None for an environment that is not an MCP one (``list_tools`` is not its action)."""
+    try:
+        episode = await Episode.open(url)
+    except OpenEnvError as exc:
+        raise OpenEnvInstallError(exc.message) from None
+    try:
+        try:
+            await episode.reset()
+        except OpenEnvError as exc:
+            raise OpenEnvInstallError(
+                f"the environment's reset failed at install ({exc.message}); give it what it needs (its environment "
+                "variables, data) and install again"
+            ) from None
+        try:
+            answer = await episode.step({"type": "list_tools"})
+        except OpenEnvError:
+            return None
+        tools = (answer.get("observation") or {}).get("tools")
+        if not isinstance(tools, list):
+            return None
+        return [
+            {
+                "name": t.get("name", ""),
+                "description": t.get("description") or "",
+                "input_schema": t.get("input_schema") or t.get("inputSchema") or {},
+            }
+            for t in tools
+        ]
+    finally:
+        await episode.close()

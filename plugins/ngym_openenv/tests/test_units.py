@@ -1,0 +1,147 @@
+"""The OpenEnv plugin's pure parts: reward rules, URLs, domain resolution, the install dispatch and its errors."""
+
+from __future__ import annotations
+
+import pytest
+from ngym_openenv import catalog
+from ngym_openenv.install import OpenEnvInstallError, _domain, check_name_free, prepare
+from ngym_openenv.reward import NoReward, check_rule, episode_reward
+from ngym_openenv.server import OpenEnvConfig
+from ngym_openenv.wire import ws_url
+
+from ngym import installer
+from ngym.cli import main
+from ngym.errors import NgymError
+
+
+@pytest.mark.parametrize(
+    ("rule", "rewards", "state", "expected"),
+    [
+        ("last", [0.1, None, 0.5], None, 0.5),
+        ("sum", [0.1, None, 0.5], None, 0.6),
+        ("sum", [-20.0, 15.0], None, -5.0),  # passed through unscaled, as the environment computed it
+        ("state:total", [], {"total": 3}, 3.0),
+    ],
+)
+def test_reward_rules(rule: str, rewards: list[float | None], state: dict[str, int] | None, expected: float) -> None:
+    assert episode_reward(rule, rewards, state) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("rule", "rewards", "state", "why"),
+    [
+        ("last", [], None, "no step was taken"),
+        ("last", [1.0, None], None, "last step's observation carries no reward"),
+        ("sum", [None, None], None, "no step's observation carried a reward"),
+        ("state:total", [1.0], {"total": "high"}, "no finite number 'total'"),
+        ("state:total", [1.0], {"total": float("nan")}, "no finite number"),
+        ("state:total", [1.0], {"total": True}, "no finite number"),
+    ],
+)
+def test_no_reward_is_never_a_silent_zero(
+    rule: str, rewards: list[float | None], state: dict[str, object] | None, why: str
+) -> None:
+    with pytest.raises(NoReward, match=why):
+        episode_reward(rule, rewards, state)
+
+
+def test_unknown_rule_names_the_rules() -> None:
+    with pytest.raises(ValueError, match="last, sum, state:<field>"):
+        check_rule("mean")
+    with pytest.raises(ValueError):
+        OpenEnvConfig(reward_rule="state:")
+
+
+def test_ws_url() -> None:
+    assert ws_url("http://h:1") == "ws://h:1/ws"
+    assert ws_url("https://h/") == "wss://h/ws"
+    assert ws_url("ws://h:1/ws") == "ws://h:1/ws"
+
+
+def test_domain_from_option_yaml_or_keywords() -> None:
+    assert _domain("Safety", None, {}, "x") == "safety"
+    assert _domain(None, "games", {}, "x") == "games"
+    assert _domain(None, None, {"keywords": ["openenv", "safety", "dipg"]}, "x") == "safety"
+    with pytest.raises(OpenEnvInstallError, match="give --domain"):
+        _domain(None, None, {"keywords": ["openenv"]}, "x")
+    with pytest.raises(OpenEnvInstallError, match="several"):
+        _domain(None, None, {"keywords": ["math", "coding"]}, "x")
+    with pytest.raises(OpenEnvInstallError, match="invalid domain 'cooking'"):
+        _domain("cooking", None, {}, "x")
+
+
+def test_source_dispatch_table() -> None:
+    assert installer.source_plugin_prefix("openenv:openenv-dipg-safety") == "openenv"
+    assert installer.source_plugin_prefix("openenv-dipg-safety") is None
+    assert installer.source_plugin_prefix("nemo-gym:math") is None  # ngym's own, not a plugin's
+    assert installer.source_plugin("openenv").install_source is not None
+
+
+def test_missing_plugin_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(installer.SOURCE_PLUGINS, "nothere", ("ngym_nothere_plugin.install", "ngym-nothere"))
+    with pytest.raises(NgymError, match="installed by the ngym-nothere plugin, which is not installed"):
+        installer.source_plugin("nothere")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["openenv:", "--domain", "games"], "give a source"),
+        (["openenv:x", "-o", "colour=red"], "unknown option 'colour'"),
+        (["openenv:x", "-o", "reward_rule=mean"], "unknown reward rule 'mean'"),
+        (["openenv:x", "-o", "python=/no/such/python"], "no such interpreter"),
+        (["openenv:x", "-o", "oops"], "expected KEY=VALUE"),
+        (["openenv:x", "ngym-redis"], "separate commands"),
+        (["ngym-redis", "--domain", "games"], "apply to plugin sources"),
+        (["openenv:x", "--as", "bad name"], "a name is letters"),
+    ],
+)
+def test_install_errors_are_one_line(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["install", *args])
+    out = capsys.readouterr()
+    assert exit_info.value.code == 2, out
+    assert message in out.err and "Traceback" not in out.err
+
+
+def test_a_file_is_not_a_source(tmp_path: object) -> None:
+    with pytest.raises(OpenEnvInstallError, match="a folder with an openenv.yaml"):
+        prepare(__file__, domain="games", echo=lambda _: None)
+
+
+def test_folder_without_openenv_yaml(tmp_path: object) -> None:
+    import pathlib
+
+    with pytest.raises(OpenEnvInstallError, match="no openenv.yaml"):
+        prepare(str(pathlib.Path(__file__).parent), domain="games", echo=lambda _: None)
+
+
+def test_available_rows_render() -> None:
+    rows = [
+        {
+            "name": "openenv-dipg-safety",
+            "domain": "safety",
+            "version": "0.1.67",
+            "installed_as": None,
+            "reachable": True,
+            "description": "DIPG Safety Environment for OpenEnv",
+        }
+    ]
+    text = catalog.render(rows)
+    assert "openenv-dipg-safety  safety  0.1.67" in text and "ngym install openenv:NAME" in text
+
+
+def test_a_taken_name_is_refused() -> None:
+    with pytest.raises(OpenEnvInstallError, match="already installed by ngym-example-single-tool-call"):
+        check_name_free("example_single_tool_call")
+    check_name_free("no_such_environment_anywhere")
+
+
+def test_available_asks_the_package_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real index (pip's own, reachable wherever ngym installs from it): what it says of each candidate."""
+    monkeypatch.setenv(catalog.CATALOG_ENV, "openenv-no-such-environment-ngym-test")
+    rows = {row["name"]: row for row in catalog.available()}
+    dipg = rows["openenv-dipg-safety"]
+    assert dipg["reachable"] is True and dipg["domain"] == "safety" and dipg["version"]
+    missing = rows["openenv-no-such-environment-ngym-test"]
+    assert missing["reachable"] is False and "not on the index (HTTP 404)" in missing["description"]
