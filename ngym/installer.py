@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 
@@ -79,3 +80,56 @@ def run_pip_captured(args: Sequence[str], on_step: Callable[[str], None] = lambd
         if line.startswith(_STEP_PREFIXES):
             on_step(line)
     return PipRun(proc.wait(), lines)
+
+
+@dataclass(frozen=True)
+class SourceAdapter:
+    """An ecosystem whose environments ``ngym install <prefix>:<what>`` installs through an adapter plugin.
+
+    The functions are ``module:function`` targets in the adapter's distribution, imported only when used:
+    ``install(source, *, as_name, domain, verbose, echo)``, ``available() -> list[dict]`` (rows for
+    ``ngym list --available``) and ``uninstall(name, *, echo) -> bool`` (False: not one of its environments).
+    """
+
+    distribution: str
+    install: str
+    available: str
+    uninstall: str
+
+
+#: ``ngym install verifiers:...`` and friends: one line per ecosystem served through an adapter plugin.
+SOURCE_ADAPTERS: dict[str, SourceAdapter] = {
+    "verifiers": SourceAdapter(
+        "ngym-verifiers",
+        "ngym_verifiers.install:install_source",
+        "ngym_verifiers.catalog:available",
+        "ngym_verifiers.install:uninstall",
+    ),
+}
+
+
+def adapter_prefix(source: str) -> str | None:
+    """The ecosystem ``source`` names (``verifiers:x`` → ``verifiers``), or None for a plain pip package."""
+    prefix, colon, _ = source.partition(":")
+    return prefix if colon and prefix in SOURCE_ADAPTERS else None
+
+
+def adapter_function(prefix: str, which: str) -> Callable[..., Any]:
+    """The adapter's ``install``/``available``/``uninstall`` function; a clear error when its plugin is missing."""
+    import importlib
+
+    from ngym.errors import NgymError
+
+    adapter = SOURCE_ADAPTERS[prefix]
+    module, _, name = str(getattr(adapter, which)).partition(":")
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            raise NgymError(
+                f"{prefix} environments are served by the {adapter.distribution} plugin, which is not installed"
+                f" (pip install {adapter.distribution}, or -e plugins/{adapter.distribution.replace('-', '_')})"
+            ) from exc
+        raise
+    function: Callable[..., Any] = getattr(loaded, name)
+    return function

@@ -8,6 +8,7 @@ from importlib import metadata
 import click
 
 from ngym import installer
+from ngym.errors import NgymError
 from ngym.cli.progress import Ticker
 from ngym.nemo.install import install_nemo_environment, is_nemo_source
 from ngym.nemo.uninstall import nemo_distribution, uninstall_packages
@@ -20,9 +21,16 @@ from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
 @click.option("-U", "--upgrade", is_flag=True, help="Upgrade the packages to their newest versions.")
 @click.option("--as", "as_name", metavar="NAME", help="NeMo Gym environments: register it under NAME instead.")
 @click.option("--replace", is_flag=True, help="NeMo Gym environments: uninstall whatever holds the name first.")
+@click.option("--domain", metavar="DOMAIN", help="verifiers: environments: their domain, when the package does not say.")
 @click.option("-v", "--verbose", is_flag=True, help="Show pip's own output.")
 def install(
-    packages: tuple[str, ...], editable: bool, upgrade: bool, as_name: str | None, replace: bool, verbose: bool
+    packages: tuple[str, ...],
+    editable: bool,
+    upgrade: bool,
+    as_name: str | None,
+    replace: bool,
+    domain: str | None,
+    verbose: bool,
 ) -> None:
     """Install plugins (PyPI names, folders, wheels) or NeMo Gym environments where ngym will find them.
 
@@ -33,7 +41,15 @@ def install(
       ngym install nemo-gym:math_with_judge          (from the nemo-gym 0.7.0 wheel)
       ngym install ./resources_servers/my_nemo_env   (a NeMo Gym environment folder)
       ngym install nemo-gym:example_single_tool_call --as nemo_weather
+      ngym install verifiers:./my_env          (a verifiers environment: folder, module.py or distribution)
     """
+    adapted = [p for p in packages if installer.adapter_prefix(p)]
+    if adapted:
+        _install_adapted(adapted, [p for p in packages if p not in adapted], as_name=as_name, domain=domain,
+                         verbose=verbose)
+        return
+    if domain:
+        raise click.UsageError("--domain applies to environments of another ecosystem (verifiers:...)")
     nemo = [p for p in packages if is_nemo_source(p)]
     if nemo:
         _install_nemo(nemo, [p for p in packages if p not in nemo], as_name=as_name, replace=replace, verbose=verbose)
@@ -67,6 +83,22 @@ def _install_quietly(args: list[str], what: str) -> None:
         click.echo(f"{what}: already installed (nothing to do; -U upgrades)")
 
 
+def _install_adapted(
+    sources: list[str], others: list[str], *, as_name: str | None, domain: str | None, verbose: bool
+) -> None:
+    """Environments of another ecosystem (``verifiers:...``), each installed by its adapter plugin."""
+    if others:
+        raise click.UsageError(f"install {sources[0].partition(':')[0]} environments and other packages separately")
+    if as_name and len(sources) > 1:
+        raise click.UsageError("--as names one environment: install them one at a time")
+    for source in sources:
+        prefix = installer.adapter_prefix(source)
+        assert prefix is not None
+        installer.adapter_function(prefix, "install")(
+            source, as_name=as_name, domain=domain, verbose=verbose, echo=click.echo
+        )
+
+
 def _install_nemo(sources: list[str], others: list[str], *, as_name: str | None, replace: bool, verbose: bool) -> None:
     if others:
         raise click.UsageError(f"install NeMo Gym environments and other packages in separate commands ({others[0]})")
@@ -87,10 +119,26 @@ def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     installed environment imports keeps its code; siblings installed as code only go when nothing imports them
     any more.
     """
+    adapted = [p for p in packages if _uninstall_adapted(p)]
+    packages = tuple(p for p in packages if p not in adapted)
+    if not packages:
+        return
     names = [distribution_to_uninstall(p) for p in packages]
     code = uninstall_packages(list(dict.fromkeys(names)), yes=yes, echo=click.echo)  # re-reads what is installed
     if code:
         sys.exit(code)
+
+
+def _uninstall_adapted(name: str) -> bool:
+    """Uninstall ``name`` when an adapter plugin (verifiers, ...) installed it; False when none did."""
+    for prefix in installer.SOURCE_ADAPTERS:
+        try:
+            uninstall = installer.adapter_function(prefix, "uninstall")
+        except NgymError:
+            continue  # that adapter is not installed, so nothing of it is
+        if uninstall(name.removeprefix(f"{prefix}:"), echo=click.echo):
+            return True
+    return False
 
 
 def distribution_to_uninstall(package: str) -> str:
