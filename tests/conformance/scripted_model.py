@@ -91,13 +91,17 @@ class ScriptedModel:
                 length = int(self.headers.get("content-length") or 0)
                 request = json.loads(self.rfile.read(length) or b"{}")
                 try:
-                    body = json.dumps(model.answer(request)).encode()
+                    answer = model.answer(request)
                     status = 200
                 except Exception as exc:  # a script error: a 400 the driver reports
-                    body = json.dumps({"error": {"message": str(exc)}}).encode()
-                    status = 400
+                    answer, status = {"error": {"message": str(exc)}}, 400
+                if status == 200 and request.get("stream"):
+                    body = stream_events(answer)
+                    content_type = "text/event-stream"
+                else:
+                    body, content_type = json.dumps(answer).encode(), "application/json"
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -106,3 +110,19 @@ class ScriptedModel:
                 pass
 
         return Handler
+
+
+def stream_events(answer: dict[str, Any]) -> bytes:
+    """A chat completion as the server-sent events of a streamed one (``stream: true``)."""
+    choice = answer["choices"][0]
+    message = choice["message"]
+    base = {k: answer[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+    chunks = [
+        base | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+        base | {"choices": [], "usage": answer["usage"]},
+    ]
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"

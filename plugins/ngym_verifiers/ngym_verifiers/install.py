@@ -88,7 +88,8 @@ def _module_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name).lower()
 
 
-_SCRIPT_BLOCK = re.compile(r"^# /// script\s*$(?P<body>(^#(| .*)$\s)+)^# ///\s*$", re.MULTILINE)
+#: PEP 723's own reference expression for an inline metadata block.
+_SCRIPT_BLOCK = re.compile(r"(?m)^# /// script$\s(?P<body>(^#(| .*)$\s)+)^# ///$")
 
 
 def inline_requirements(text: str) -> list[str]:

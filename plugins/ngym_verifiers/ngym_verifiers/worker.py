@@ -76,21 +76,14 @@ def _text(content: Any) -> str:
 class TasksetEnvironment:
     api = "v1"
 
-    def __init__(self, module: Any, args: dict[str, Any]) -> None:
+    def __init__(self, taskset_id: str, args: dict[str, Any]) -> None:
         import verifiers.v1 as vf
 
         self.vf = vf
-        classes = [
-            obj
-            for obj in vars(module).values()
-            if inspect.isclass(obj) and issubclass(obj, vf.Taskset) and obj is not vf.Taskset
-        ]
-        if not classes:
-            raise Refused(f"{module.__name__} exports no verifiers.v1 Taskset")
-        self.taskset_class = classes[0]
-        config_type = vf.taskset_config_type(self.taskset_class) if hasattr(vf, "taskset_config_type") else None
-        config_class = config_type or vf.TasksetConfig
-        self.taskset = self.taskset_class(config_class(**args))
+        # verifiers' own loader, by id (the module that exports one Taskset), as vf-eval loads it
+        config_class = vf.taskset_config_type(taskset_id)
+        self.taskset = vf.load_taskset(config_class.model_validate({**args, "id": taskset_id}))
+        self.taskset_class = type(self.taskset)
         self.task_class = self.taskset_class.task_type()
         if self.taskset_class.toolsets(self.taskset.config):
             raise Refused(
@@ -276,11 +269,8 @@ def _schema(fn: Any) -> dict[str, Any]:
             continue
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[name] = (hints.get(name, Any), default)
-    schema = create_model(f"{fn.__name__}Arguments", **fields).model_json_schema()
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
-    return schema
+    # named as the MCP server verifiers runs names it, so the schema is the one its model sees, titles included
+    return create_model(f"{fn.__name__}Arguments", **fields).model_json_schema()
 
 
 def _hints(fn: Any) -> dict[str, Any]:
@@ -410,8 +400,18 @@ class LegacyEnvironment:
 
         live = self._session(session)
         state = live["state"]
-        state["completion"] = normalize_messages(messages, field_name="completion")
+        completion = normalize_messages(messages, field_name="completion")
+        state["completion"] = completion
         state["is_completed"] = True
+        # One trajectory step per model turn, as the rollout loop records them (num_turns and friends count it).
+        prompt = list(state["prompt"])
+        steps = []
+        for i, message in enumerate(completion):
+            if message.role == "assistant":
+                steps.append({"prompt": prompt + completion[:i], "completion": [message], "response": None,
+                              "tokens": None, "reward": None, "advantage": None, "is_truncated": False,
+                              "trajectory_id": state.get("trajectory_id"), "extras": {}})
+        state["trajectory"] = steps
         await self.env.rubric.score_rollout(state)
         metrics = dict(state.get("metrics") or {})
         weights = dict(_rubric_weights(self.env.rubric))
@@ -460,7 +460,7 @@ def load(source: str, args: dict[str, Any]) -> Any:
     module = _import_source(source)
     if hasattr(module, "load_environment") and callable(module.load_environment):
         return LegacyEnvironment(module, args)
-    return TasksetEnvironment(module, args)
+    return TasksetEnvironment(module.__name__, args)
 
 
 async def handle(env: Any, request: dict[str, Any]) -> dict[str, Any]:
