@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,53 @@ async def test_verifiers_0_3_stateful_tool_env_matches_evaluate(ledger_record: A
     assert all(row["error"] is None for row in theirs.values())
     ours = await play_through_ngym(record.name, LEDGER_SCRIPTS)
     compare(theirs, ours)
+
+
+COUNTER_DATA = Path(__file__).resolve().parents[2] / "resources_servers/example_session_state_mgmt/data/example.jsonl"
+COUNTER_SCRIPTS: dict[str, list[Turn]] = {
+    "starts at 3. Add 3,": [[("increment_counter", {"count": 3})], "It is 6"],  # ends at 6 == expected: 1.0
+    "starts at 0. Add 2 then add 5": [[("increment_counter", {"count": 2})], [("increment_counter", {"count": 5})],
+                                      [("get_counter_value", {})], "It is 7"],  # 7 == expected: 1.0
+    "starts at 10. Add -4": [[("increment_counter", {"count": -3})], "It is 7"],  # 7 != 6: 0.0
+}  # fmt: skip
+
+
+def test_verifiers_nemo_gym_taskset_drives_ngym_builtin(notes_record: Any, tmp_path: Path) -> None:
+    """The other direction: verifiers 0.4's own ``nemo_gym`` taskset, configured by file (``vf-eval @ eval.toml``;
+    its ``--env.taskset...`` flag form fails in verifiers itself), drives ngym's built-in counter served by
+    ``ngym run``: seed, tools and verify over NeMo Gym's wire, the reward ngym's verify gives."""
+    from ngym.child_server import free_port, stop_process, wait_healthy
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ngym.cli", "run", "example_session_state_mgmt", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", server, 60)
+        vf_eval = str(Path(notes_record.python).with_name("vf-eval"))
+        with ScriptedModel(COUNTER_SCRIPTS) as model:
+            config = tmp_path / "eval.toml"
+            config.write_text(
+                f'model = "scripted"\nmax_concurrent = 1\npush = false\noutput_dir = "{tmp_path / "out"}"\n'
+                f'[client]\nbase_url = "{model.base_url}"\napi_key_var = "NGYM_SCRIPTED_KEY"\n'
+                f"[select]\nlimit = 3\n"
+                f'[env.taskset]\nid = "nemo_gym"\ndataset = "{COUNTER_DATA}"\n'
+                f'[env.taskset.task]\nresources_url = "http://127.0.0.1:{port}"\n'
+                f'[env.agent.runtime]\ntype = "subprocess"\n'
+            )
+            done = subprocess.run(
+                [vf_eval, "@", str(config)], capture_output=True, text=True, timeout=900,
+                env={**os.environ, "NGYM_SCRIPTED_KEY": "x"},
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr[-3000:]
+        traces = next((tmp_path / "out").glob("*/traces.jsonl"))
+        rows = by_script(run_in_venv(notes_record.python, str(DRIVER), "v1", str(traces)), COUNTER_SCRIPTS)
+        assert {key: row["rewards"] for key, row in rows.items()} == {
+            key: {"nemo_gym": expected} for key, expected in zip(COUNTER_SCRIPTS, [1.0, 1.0, 0.0], strict=True)
+        }
+        assert all(not row["errors"] for row in rows.values())
+        # the counter's tools answered through ngym's routes: the outputs the model saw
+        assert rows["starts at 0. Add 2 then add 5"]["tool_outputs"][-1] == '{"count":7}'
+    finally:
+        stop_process(server)
