@@ -10,8 +10,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def pip_install_args(packages: Sequence[str], *, editable: bool = False, upgrade: bool = False) -> list[str]:

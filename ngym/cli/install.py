@@ -8,8 +8,8 @@ from importlib import metadata
 import click
 
 from ngym import installer
-from ngym.errors import NgymError
 from ngym.cli.progress import Ticker
+from ngym.errors import NgymError
 from ngym.nemo.install import install_nemo_environment, is_nemo_source
 from ngym.nemo.uninstall import nemo_distribution, uninstall_packages
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
@@ -21,7 +21,9 @@ from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
 @click.option("-U", "--upgrade", is_flag=True, help="Upgrade the packages to their newest versions.")
 @click.option("--as", "as_name", metavar="NAME", help="NeMo Gym environments: register it under NAME instead.")
 @click.option("--replace", is_flag=True, help="NeMo Gym environments: uninstall whatever holds the name first.")
-@click.option("--domain", metavar="DOMAIN", help="verifiers: environments: their domain, when the package does not say.")
+@click.option(
+    "--domain", metavar="DOMAIN", help="verifiers: environments: their domain, when the package does not say."
+)
 @click.option("-v", "--verbose", is_flag=True, help="Show pip's own output.")
 def install(
     packages: tuple[str, ...],
@@ -45,8 +47,9 @@ def install(
     """
     adapted = [p for p in packages if installer.adapter_prefix(p)]
     if adapted:
-        _install_adapted(adapted, [p for p in packages if p not in adapted], as_name=as_name, domain=domain,
-                         verbose=verbose)
+        _install_adapted(
+            adapted, [p for p in packages if p not in adapted], as_name=as_name, domain=domain, verbose=verbose
+        )
         return
     if domain:
         raise click.UsageError("--domain applies to environments of another ecosystem (verifiers:...)")

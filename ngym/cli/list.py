@@ -132,11 +132,18 @@ def render_adapter_available(prefix: str, as_json: bool) -> str:
         return json.dumps(rows, indent=2)
     header = ("NAME", "DOMAIN", "VERSION", "INSTALLED", "DESCRIPTION")
     table = [
-        (str(r["name"]), str(r.get("domain") or "?"), str(r.get("version") or "-"), str(r.get("installed_as") or "-"),
-         str(r.get("description") or ""))
+        (
+            str(r["name"]),
+            str(r.get("domain") or "?"),
+            str(r.get("version") or "-"),
+            str(r.get("installed_as") or "-"),
+            str(r.get("description") or ""),
+        )
         for r in rows
     ]
     widths = [max(len(row[i]) for row in [header, *table]) for i in range(4)]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in [header, *table]]
+    lines = [
+        "  ".join(v.ljust(w) for v, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in [header, *table]
+    ]
     lines.append(f"{len(rows)} {prefix} environments reachable; install one: ngym install {prefix}:NAME")
     return "\n".join(line.rstrip() for line in lines)

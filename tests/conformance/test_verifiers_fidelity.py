@@ -225,3 +225,18 @@ def test_verifiers_nemo_gym_taskset_drives_ngym_builtin(notes_record: Any, tmp_p
         assert rows["starts at 0. Add 2 then add 5"]["tool_outputs"][-1] == '{"count":7}'
     finally:
         stop_process(server)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "reason"),
+    [("vf_guess.py", "env_response speaks between model turns"), ("vf_ranked.py", "group-level reward functions")],
+)
+def test_what_does_not_map_is_refused_at_install(
+    ledger_record: Any, records_dir: Path, fixture: str, reason: str
+) -> None:
+    """A MultiTurnEnv game and a group reward are refused with the reason (same cached venv as vf_ledger)."""
+    from ngym_verifiers.install import VerifiersInstallError, install_source
+
+    with pytest.raises(VerifiersInstallError, match=reason):
+        install_source(f"verifiers:{FIXTURES / fixture}", domain="games", echo=lambda line: None)
+    assert not (records_dir / f"{Path(fixture).stem}.json").exists()

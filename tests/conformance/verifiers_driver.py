@@ -30,20 +30,23 @@ def legacy(module, base_url, n):
     env = importlib.import_module(module).load_environment()
     client = vf.ClientConfig(api_base_url=base_url, api_key_var="NGYM_SCRIPTED_KEY", max_retries=0)
     results = asyncio.run(
-        env.evaluate(client=client, model="scripted", num_examples=n, rollouts_per_example=1, max_concurrent=1,
-                     on_progress=[])
+        env.evaluate(
+            client=client, model="scripted", num_examples=n, rollouts_per_example=1, max_concurrent=1, on_progress=[]
+        )
     )
     rows = []
     for output in results["outputs"]:
         prompt = " ".join(text(dump(m).get("content")) for m in output["prompt"] or [])
         completion = [dump(m) for m in output["completion"] or []]
-        rows.append({
-            "prompt": prompt,
-            "tool_outputs": [text(m.get("content")) for m in completion if m.get("role") == "tool"],
-            "rewards": {k: float(v) for k, v in output["metrics"].items()},
-            "reward": float(output["reward"]),
-            "error": str(output.get("error")) if output.get("error") else None,
-        })
+        rows.append(
+            {
+                "prompt": prompt,
+                "tool_outputs": [text(m.get("content")) for m in completion if m.get("role") == "tool"],
+                "rewards": {k: float(v) for k, v in output["metrics"].items()},
+                "reward": float(output["reward"]),
+                "error": str(output.get("error")) if output.get("error") else None,
+            }
+        )
     return rows
 
 

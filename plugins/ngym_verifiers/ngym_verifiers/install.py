@@ -28,7 +28,6 @@ from typing import Any
 from ngym.config import cache_dir
 from ngym.domain import Domain
 from ngym.errors import NgymError
-
 from ngym_verifiers import records
 from ngym_verifiers.process import WorkerError, describe_sync
 
@@ -105,10 +104,11 @@ def venvs_dir() -> Path:
     return cache_dir() / "verifiers" / "venvs"
 
 
-def venv_for(name: str) -> Path:
-    """The cached venv of environment ``name`` (keyed by the interpreter too: a new Python gets a new one)."""
-    key = hashlib.sha256(f"{name}|{sys.version_info[:2]}|{sys.base_prefix}".encode()).hexdigest()[:10]
-    return venvs_dir() / f"{name}-{key}"
+def venv_for(name: str, requirements: list[str]) -> Path:
+    """The cached venv of an environment: one per requirement set and interpreter, so module environments that
+    pin the same verifiers share one (a folder's requirement is its path: its own venv)."""
+    key = "|".join([*sorted(requirements), str(sys.version_info[:2]), sys.base_prefix])
+    return venvs_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 def venv_python(venv: Path) -> Path:
@@ -161,7 +161,9 @@ def installed_modules(python: Path, distribution: str) -> list[str]:
     )
     result = subprocess.run([str(python), "-c", script, distribution], capture_output=True, text=True)
     if result.returncode:
-        raise VerifiersInstallError(f"{distribution} is not installed in {python.parent.parent}: {result.stderr[-300:]}")
+        raise VerifiersInstallError(
+            f"{distribution} is not installed in {python.parent.parent}: {result.stderr[-300:]}"
+        )
     return list(json.loads(result.stdout))
 
 
@@ -218,7 +220,7 @@ def install_source(
     name = as_name or source.name
     if not records.NAME.match(name):
         raise VerifiersInstallError(f"{name!r} is not a usable environment name (letters, digits, _; --as NAME)")
-    venv = venv_for(name)
+    venv = venv_for(source.name if source.kind != "module" else "modules", source.requirements)
     python = ensure_venv(venv, echo)
     pip_install(python, source.requirements, verbose=verbose, echo=echo)
     module = source.module
@@ -290,9 +292,11 @@ def uninstall(name: str, *, echo: Echo = print) -> bool:
         return False
     records.remove(name)
     venv = Path(record.python).parent.parent
-    if venv.parent == venvs_dir():
+    shared = any(other.python == record.python for other in records.all_records())
+    if venv.parent == venvs_dir() and not shared:
         import shutil
 
         shutil.rmtree(venv, ignore_errors=True)
-    echo(f"ngym: uninstalled {name} (verifiers environment; its virtualenv {venv} removed)")
+    kept = " kept: other environments use it" if shared else " removed"
+    echo(f"ngym: uninstalled {name} (verifiers environment; its virtualenv {venv}{kept})")
     return True

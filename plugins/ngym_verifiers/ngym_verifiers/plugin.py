@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ngym import hookimpl
-
 from ngym_verifiers import records
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ and its state is not serialisable.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, ClassVar
 
@@ -33,7 +34,6 @@ from ngym import (
     SimpleResourcesServer,
 )
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
-
 from ngym_verifiers.messages import chat_messages
 from ngym_verifiers.process import Worker, WorkerError, WorkerGone
 from ngym_verifiers.records import Record
@@ -116,16 +116,21 @@ class VerifiersServer(SimpleResourcesServer):
             log.warning("verifiers environment %s failed in %s: %s\n%s", self.record.name, op, exc, exc.trace or "")
             raise HTTPException(502, f"the environment failed: {exc}") from exc
 
-    async def seed_session(self, request: Request, body: VerifiersSeed) -> VerifiersSeedResponse:
+    # ngym reads the row model from the annotation (as every built-in does), hence the narrower parameter types
+    async def seed_session(self, request: Request, body: VerifiersSeed) -> VerifiersSeedResponse:  # type: ignore[override]
         answer = await self._ask("seed", session=self.session_id(request), row=body.verifiers)
         self.set_session_state(request, {"seeded": True})  # the state itself lives in the worker
         return VerifiersSeedResponse(prompt=answer.get("prompt") or [])
 
-    async def verify(self, request: Request, body: VerifiersVerifyRequest) -> VerifiersVerifyResponse:
+    async def verify(self, request: Request, body: VerifiersVerifyRequest) -> VerifiersVerifyResponse:  # type: ignore[override]
         echoed = body.model_dump()
         if self.session_state(request, required=False) is None:
             return VerifiersVerifyResponse(
-                **echoed, reward=0.0, reward_components={}, mask_sample=True, failure_kind=VERIFIER_ERROR,
+                **echoed,
+                reward=0.0,
+                reward_components={},
+                mask_sample=True,
+                failure_kind=VERIFIER_ERROR,
                 failure_reason="no seeded session: the rollout's verifiers state is gone (seed, then verify)",
             )
         output = [item.model_dump(mode="json") for item in body.response.output]
@@ -135,7 +140,11 @@ class VerifiersServer(SimpleResourcesServer):
         except (WorkerError, AssertionError) as exc:
             # The environment's reward code could not score this rollout: a masked sample, loud, never 0.0.
             return VerifiersVerifyResponse(
-                **echoed, reward=0.0, reward_components={}, mask_sample=True, failure_kind=VERIFIER_ERROR,
+                **echoed,
+                reward=0.0,
+                reward_components={},
+                mask_sample=True,
+                failure_kind=VERIFIER_ERROR,
                 failure_reason=f"verifiers could not score the rollout: {exc}"[:2000],
             )
         rewards = answer.get("rewards") or {}
@@ -148,10 +157,8 @@ class VerifiersServer(SimpleResourcesServer):
 
     async def on_session_closed(self, session_id: str, state: Any) -> None:
         if self._worker is not None:
-            try:
+            with contextlib.suppress(WorkerError):  # a dead worker holds nothing any more
                 await self._worker.ask("close", session=session_id)
-            except WorkerError:
-                pass  # a dead worker holds nothing any more
 
 
 def server_class(record: Record) -> type[VerifiersServer]:

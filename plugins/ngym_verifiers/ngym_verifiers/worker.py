@@ -347,15 +347,21 @@ class LegacyEnvironment:
 
     def describe(self) -> dict[str, Any]:
         rubric = self.env.rubric
-        rewards = [
-            {"name": name, "weight": weight} for name, weight in _rubric_weights(rubric) if weight != 0 or True
-        ]
+        rewards = [{"name": name, "weight": weight} for name, weight in _rubric_weights(rubric)]
         rows = self._dataset()
         tools = self._tool_defs()
-        examples = [{"seed": {"idx": i}, "prompt": _plain(_legacy_prompt(self.env, row)), "tools": tools}
-                    for i, row in enumerate(rows[:5])]
-        return {"api": self.api, "kind": self.kind, "tools": tools, "rewards": rewards, "num_tasks": len(rows),
-                "examples": examples}
+        examples = [
+            {"seed": {"idx": i}, "prompt": _plain(_legacy_prompt(self.env, row)), "tools": tools}
+            for i, row in enumerate(rows[:5])
+        ]
+        return {
+            "api": self.api,
+            "kind": self.kind,
+            "tools": tools,
+            "rewards": rewards,
+            "num_tasks": len(rows),
+            "examples": examples,
+        }
 
     async def seed(self, session: str, row: dict[str, Any]) -> dict[str, Any]:
         if "idx" in row:
@@ -408,9 +414,19 @@ class LegacyEnvironment:
         steps = []
         for i, message in enumerate(completion):
             if message.role == "assistant":
-                steps.append({"prompt": prompt + completion[:i], "completion": [message], "response": None,
-                              "tokens": None, "reward": None, "advantage": None, "is_truncated": False,
-                              "trajectory_id": state.get("trajectory_id"), "extras": {}})
+                steps.append(
+                    {
+                        "prompt": prompt + completion[:i],
+                        "completion": [message],
+                        "response": None,
+                        "tokens": None,
+                        "reward": None,
+                        "advantage": None,
+                        "is_truncated": False,
+                        "trajectory_id": state.get("trajectory_id"),
+                        "extras": {},
+                    }
+                )
         state["trajectory"] = steps
         await self.env.rubric.score_rollout(state)
         metrics = dict(state.get("metrics") or {})
@@ -493,8 +509,14 @@ async def serve(source: str, args: dict[str, Any], out: Any) -> None:
         answer({"ok": False, "kind": "refused", "error": str(exc)})
         return
     except Exception as exc:
-        answer({"ok": False, "kind": "failed", "error": f"loading {source}: {type(exc).__name__}: {exc}",
-                "trace": traceback.format_exc()})
+        answer(
+            {
+                "ok": False,
+                "kind": "failed",
+                "error": f"loading {source}: {type(exc).__name__}: {exc}",
+                "trace": traceback.format_exc(),
+            }
+        )
         return
     answer({"ok": True, "api": env.api})
     loop = asyncio.get_running_loop()
@@ -511,8 +533,14 @@ async def serve(source: str, args: dict[str, Any], out: Any) -> None:
         except BadRequest as exc:
             answer({"ok": False, "kind": "bad_request", "error": str(exc)})
         except Exception as exc:  # the environment's own failure: reported, never a reward
-            answer({"ok": False, "kind": "failed", "error": f"{type(exc).__name__}: {exc}",
-                    "trace": traceback.format_exc()})
+            answer(
+                {
+                    "ok": False,
+                    "kind": "failed",
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "trace": traceback.format_exc(),
+                }
+            )
 
 
 def main() -> None:
