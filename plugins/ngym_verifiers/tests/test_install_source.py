@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from ngym import installer
-from ngym.cli import cli as main
-from ngym.errors import NgymError
 from ngym_verifiers.install import (
     VerifiersInstallError,
     domain_of,
     inline_requirements,
     parse_source,
 )
+
+from ngym import installer
+from ngym.cli import cli as main
+from ngym.errors import NgymError
 
 FIXTURES = Path(__file__).with_name("fixtures")
 
@@ -34,7 +34,8 @@ def test_a_module_file_brings_its_pep_723_requirements() -> None:
 
 def test_a_name_is_a_distribution_on_the_index() -> None:
     source = parse_source("verifiers:catapult-verifiers==0.1.0")
-    assert (source.kind, source.distribution, source.name) == ("distribution", "catapult-verifiers", "catapult_verifiers")
+    assert (source.kind, source.distribution) == ("distribution", "catapult-verifiers")
+    assert source.name == "catapult_verifiers"
     assert source.requirements == ["catapult-verifiers==0.1.0"]
 
 

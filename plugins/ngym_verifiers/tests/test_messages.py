@@ -17,7 +17,8 @@ def result(call_id: str, output: str) -> dict[str, object]:
 
 def test_parallel_calls_of_one_turn_are_one_assistant_message() -> None:
     messages = chat_messages(
-        [call("a", "deposit", '{"amount": 3}'), call("b", "balance"), result("a", "8"), result("b", "8"), text_item("8")]
+        [call("a", "deposit", '{"amount": 3}'), call("b", "balance"), result("a", "8"), result("b", "8")]
+        + [text_item("8")]
     )
     assert [m["role"] for m in messages] == ["assistant", "tool", "tool", "assistant"]
     assert [c["id"] for c in messages[0]["tool_calls"]] == ["a", "b"]
