@@ -151,9 +151,13 @@ class TasksetEnvironment:
             state=state_cls(type(task))(),
             agent=vf.AgentInfo(config=vf.AgentConfig(), name="ngym", trainable=False),
         )
-        if _needs_runtime(task.setup):
-            raise Refused(f"{type(task).__name__}.setup needs a runtime (a container or sandbox): not served yet")
-        await invoke(task.setup, {"trace": trace, "runtime": None})
+        # No runtime (container, sandbox) is provided: a setup that uses one fails, and the seed says so.
+        try:
+            await invoke(task.setup, {"trace": trace, "runtime": None})
+        except AttributeError as exc:
+            if "NoneType" in str(exc):
+                raise Refused(f"{type(task).__name__}.setup uses a runtime (a container or sandbox): {exc}") from exc
+            raise
         toolsets = {}
         for toolset in self._toolsets(task):
             await toolset.setup()
