@@ -145,5 +145,5 @@ def render_adapter_available(prefix: str, as_json: bool) -> str:
     lines = [
         "  ".join(v.ljust(w) for v, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in [header, *table]
     ]
-    lines.append(f"{len(rows)} {prefix} environments reachable; install one: ngym install {prefix}:NAME")
+    lines.append(f"{len(rows)} known {prefix} environments; install one: ngym install {prefix}:NAME")
     return "\n".join(line.rstrip() for line in lines)

@@ -4,7 +4,8 @@ The package index has no search (its XML-RPC search was switched off), and Prime
 Hub is a registry of its own that is not reachable from everywhere. So the list is a small table of
 distributions on the package index that are verifiers environments, kept here with their domain, each
 checked against the index (``pip index versions``) when listed: what is reachable shows its newest
-version, what is not says so. ``NGYM_OFFLINE=1`` skips the check. Installed environments are marked.
+version, what is not says why (``none for this Python`` or ``unreachable``). ``NGYM_OFFLINE=1`` skips the
+check. Installed environments are marked.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ KNOWN: dict[str, tuple[str, str]] = {
 }
 
 
-def latest_version(distribution: str, timeout: float = 20.0) -> str | None:
-    """The newest version the package index offers (``pip index versions``), None when unreachable."""
+def latest_version(distribution: str, timeout: float = 20.0) -> str:
+    """The newest version the package index offers for this interpreter (``pip index versions``), or why none:
+    ``none for this Python`` (the index answered, no release installs here) or ``unreachable``."""
     try:
         result = subprocess.run(
             [sys.executable, "-m", "pip", "index", "versions", distribution, "--disable-pip-version-check"],
@@ -37,9 +39,11 @@ def latest_version(distribution: str, timeout: float = 20.0) -> str | None:
             timeout=timeout,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return None
+        return "unreachable"
     match = re.search(rf"^{re.escape(distribution)} \(([^)]+)\)", result.stdout, re.MULTILINE | re.IGNORECASE)
-    return match.group(1) if match else None
+    if match:
+        return match.group(1)
+    return "none for this Python" if "No matching distribution" in result.stderr + result.stdout else "unreachable"
 
 
 def available() -> list[dict[str, Any]]:
@@ -48,12 +52,12 @@ def available() -> list[dict[str, Any]]:
     offline = os.environ.get("NGYM_OFFLINE") == "1"
     names = sorted(KNOWN)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        versions = list(pool.map(lambda n: None if offline else latest_version(n), names))
+        versions = list(pool.map(lambda n: "not checked" if offline else latest_version(n), names))
     return [
         {
             "name": name,
             "domain": KNOWN[name][0],
-            "version": version or ("not checked" if offline else "unreachable"),
+            "version": version,
             "installed_as": installed.get(name),
             "description": KNOWN[name][1],
         }
