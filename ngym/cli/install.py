@@ -21,9 +21,7 @@ from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
 @click.option("-U", "--upgrade", is_flag=True, help="Upgrade the packages to their newest versions.")
 @click.option("--as", "as_name", metavar="NAME", help="NeMo Gym environments: register it under NAME instead.")
 @click.option("--replace", is_flag=True, help="NeMo Gym environments: uninstall whatever holds the name first.")
-@click.option(
-    "--domain", metavar="DOMAIN", help="verifiers: environments: their domain, when the package does not say."
-)
+@click.option("--domain", metavar="DOMAIN", help="verifiers:... environments: the domain, when the package has none.")
 @click.option("-v", "--verbose", is_flag=True, help="Show pip's own output.")
 def install(
     packages: tuple[str, ...],
