@@ -29,6 +29,7 @@ from ngym.config import cache_dir
 from ngym.domain import Domain
 from ngym.errors import NgymError
 from ngym_verifiers import records
+from ngym_verifiers.catalog import KNOWN
 from ngym_verifiers.process import WorkerError, describe_sync
 
 SOURCE_PREFIX = "verifiers:"
@@ -233,6 +234,8 @@ def install_source(
     folder = Path(source.requirements[0]) if source.kind == "folder" else None
     keywords = package_keywords(python, source.distribution, folder)
     resolved = domain_of(domain, keywords)
+    if resolved is None and source.distribution in KNOWN:  # ngym list --available's table knows it
+        resolved = Domain.parse(KNOWN[source.distribution][0])
     if resolved is None:
         raise VerifiersInstallError(
             f"{name}: its package declares no domain (keywords: {', '.join(keywords) or 'none'}); say which with"
