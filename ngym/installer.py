@@ -85,29 +85,59 @@ def run_pip_captured(args: Sequence[str], on_step: Callable[[str], None] = lambd
     return PipRun(proc.wait(), lines)
 
 
-#: ``ngym install <prefix>:<source>`` for sources a plugin knows how to install: prefix → (module, distribution).
-#: The module is imported only when its prefix is used; it provides ``install_source(source, *, as_name, domain,
-#: options, verbose, echo)`` and ``available() -> list[dict]`` (``ngym list --available <prefix>``).
-SOURCE_PLUGINS: dict[str, tuple[str, str]] = {
-    "openenv": ("ngym_openenv.install", "ngym-openenv"),
+@dataclass(frozen=True)
+class SourceAdapter:
+    """An ecosystem whose environments ``ngym install <prefix>:<what>`` installs through an adapter plugin.
+
+    The functions are ``module:function`` targets in the adapter's distribution, imported only when used:
+    ``install(source, *, as_name, domain, options, verbose, echo)`` (``options``: the ``-o KEY=VALUE`` pairs),
+    ``available() -> list[dict]`` (rows for ``ngym list --available``: name, domain, version, installed_as,
+    description) and, for an adapter that keeps environments outside pip, ``uninstall(name, *, echo) -> bool``
+    (False: not one of its environments). An adapter whose environments are pip distributions leaves
+    ``uninstall`` empty: ``ngym uninstall`` removes them through pip like any plugin.
+    """
+
+    distribution: str
+    install: str
+    available: str
+    uninstall: str | None = None
+
+
+#: ``ngym install openenv:...``, ``verifiers:...``: one line per ecosystem served through an adapter plugin.
+SOURCE_ADAPTERS: dict[str, SourceAdapter] = {
+    "openenv": SourceAdapter("ngym-openenv", "ngym_openenv.install:install_source", "ngym_openenv.catalog:available"),
+    "verifiers": SourceAdapter(
+        "ngym-verifiers",
+        "ngym_verifiers.install:install_source",
+        "ngym_verifiers.catalog:available",
+        "ngym_verifiers.install:uninstall",
+    ),
 }
 
 
-def source_plugin_prefix(text: str) -> str | None:
-    """The ``SOURCE_PLUGINS`` prefix ``text`` starts with (``openenv:...`` → ``openenv``), else None."""
-    prefix, colon, _ = text.partition(":")
-    return prefix if colon and prefix in SOURCE_PLUGINS else None
+def adapter_prefix(source: str) -> str | None:
+    """The ecosystem ``source`` names (``verifiers:x`` → ``verifiers``), or None for a plain pip package."""
+    prefix, colon, _ = source.partition(":")
+    return prefix if colon and prefix in SOURCE_ADAPTERS else None
 
 
-def source_plugin(prefix: str) -> Any:
-    """The module installing ``prefix:`` sources; ``NgymError`` saying which plugin to install when it is absent."""
-    module_name, distribution = SOURCE_PLUGINS[prefix]
+def adapter_function(prefix: str, which: str) -> Callable[..., Any] | None:
+    """The adapter's ``install``/``available``/``uninstall`` function (None: it has none of that kind); a clear
+    ``NgymError`` naming the plugin to install when it is missing."""
+    adapter = SOURCE_ADAPTERS[prefix]
+    target = getattr(adapter, which)
+    if target is None:
+        return None
+    module, _, name = str(target).partition(":")
     try:
-        return importlib.import_module(module_name)
+        loaded = importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name is None or not module_name.startswith(exc.name):
-            raise
-        raise NgymError(
-            f"{prefix}: sources are installed by the {distribution} plugin, which is not installed "
-            f"(pip install {distribution}, or pip install -e plugins/{distribution.replace('-', '_')} in a checkout)"
-        ) from None
+        if exc.name and module.startswith(exc.name):
+            raise NgymError(
+                f"{prefix}: environments are installed by the {adapter.distribution} plugin, which is not installed"
+                f" (pip install {adapter.distribution}, or pip install -e plugins/{adapter.distribution.replace('-', '_')}"
+                " in a checkout)"
+            ) from None
+        raise
+    function: Callable[..., Any] = getattr(loaded, name)
+    return function

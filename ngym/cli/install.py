@@ -9,6 +9,7 @@ import click
 
 from ngym import installer
 from ngym.cli.progress import Ticker
+from ngym.errors import NgymError
 from ngym.nemo.install import install_nemo_environment, is_nemo_source
 from ngym.nemo.uninstall import PREFIX, nemo_distribution, uninstall_packages
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
@@ -20,14 +21,17 @@ from ngym.suggest import did_you_mean
 @click.option("-e", "--editable", is_flag=True, help="Install each PACKAGE (a local folder) in editable mode.")
 @click.option("-U", "--upgrade", is_flag=True, help="Upgrade the packages to their newest versions.")
 @click.option("--as", "as_name", metavar="NAME", help="NeMo Gym/OpenEnv environments: register it under NAME instead.")
-@click.option("--domain", metavar="DOMAIN", help="openenv: sources: the domain, when the package metadata names none.")
+@click.option(
+    "--domain", metavar="DOMAIN", help="openenv:/verifiers: sources: the domain, when the package metadata names none."
+)
 @click.option(
     "-o",
     "--option",
     "options",
     metavar="KEY=VALUE",
     multiple=True,
-    help="An option of a plugin source (openenv: reward_rule=last|sum|state:FIELD, app=module:attr, python=PATH).",
+    help="An option of a plugin source (openenv: reward_rule=last|sum|state:FIELD, app=module:attr, python=PATH;"
+    " verifiers: an argument of the environment's load_environment, its value read as JSON when it parses).",
 )
 @click.option("--replace", is_flag=True, help="NeMo Gym environments: uninstall whatever holds the name first.")
 @click.option("-v", "--verbose", is_flag=True, help="Show pip's own output.")
@@ -51,13 +55,14 @@ def install(
       ngym install ./resources_servers/my_nemo_env   (a NeMo Gym environment folder)
       ngym install nemo-gym:example_single_tool_call --as nemo_weather
       ngym install openenv:openenv-dipg-safety       (an OpenEnv environment: distribution, folder or URL)
+      ngym install verifiers:./my_env                (a verifiers environment: folder, module.py or distribution)
     """
-    plugin_sources = [p for p in packages if installer.source_plugin_prefix(p)]
-    if plugin_sources:
-        _install_plugin_sources(plugin_sources, packages, as_name, domain, options, verbose)
+    adapted = [p for p in packages if installer.adapter_prefix(p)]
+    if adapted:
+        _install_adapted(adapted, packages, as_name, domain, options, verbose)
         return
     if domain or options:
-        raise click.UsageError("--domain and --option apply to plugin sources (openenv:...)")
+        raise click.UsageError("--domain and --option apply to environments of another ecosystem (openenv:, verifiers:)")
     nemo = [p for p in packages if is_nemo_source(p)]
     if nemo:
         _install_nemo(nemo, [p for p in packages if p not in nemo], as_name=as_name, replace=replace, verbose=verbose)
@@ -73,7 +78,7 @@ def install(
     _install_quietly(args, " ".join(packages))
 
 
-def _install_plugin_sources(
+def _install_adapted(
     sources: list[str],
     packages: tuple[str, ...],
     as_name: str | None,
@@ -81,18 +86,18 @@ def _install_plugin_sources(
     options: tuple[str, ...],
     verbose: bool,
 ) -> None:
-    """``PREFIX:SOURCE`` installs, each by the plugin ``installer.SOURCE_PLUGINS`` names for its prefix."""
+    """``PREFIX:SOURCE`` installs, each by the adapter plugin ``installer.SOURCE_ADAPTERS`` names for its prefix."""
     if len(sources) != len(packages):
         raise click.UsageError(f"install {sources[0]} and other packages in separate commands")
     if as_name and len(sources) > 1:
         raise click.UsageError("--as names one environment: install them one at a time")
     pairs = dict(_key_value(o) for o in options)
     for source in sources:
-        prefix = installer.source_plugin_prefix(source)
+        prefix = installer.adapter_prefix(source)
         assert prefix is not None
-        installer.source_plugin(prefix).install_source(
-            source, as_name=as_name, domain=domain, options=pairs, verbose=verbose, echo=click.echo
-        )
+        install = installer.adapter_function(prefix, "install")
+        assert install is not None  # every adapter installs
+        install(source, as_name=as_name, domain=domain, options=pairs, verbose=verbose, echo=click.echo)
 
 
 def _key_value(option: str) -> tuple[str, str]:
@@ -120,6 +125,22 @@ def _install_quietly(args: list[str], what: str) -> None:
         click.echo(f"{what}: already installed (nothing to do; -U upgrades)")
 
 
+def _install_adapted(
+    sources: list[str], others: list[str], *, as_name: str | None, domain: str | None, verbose: bool
+) -> None:
+    """Environments of another ecosystem (``verifiers:...``), each installed by its adapter plugin."""
+    if others:
+        raise click.UsageError(f"install {sources[0].partition(':')[0]} environments and other packages separately")
+    if as_name and len(sources) > 1:
+        raise click.UsageError("--as names one environment: install them one at a time")
+    for source in sources:
+        prefix = installer.adapter_prefix(source)
+        assert prefix is not None
+        installer.adapter_function(prefix, "install")(
+            source, as_name=as_name, domain=domain, verbose=verbose, echo=click.echo
+        )
+
+
 def _install_nemo(sources: list[str], others: list[str], *, as_name: str | None, replace: bool, verbose: bool) -> None:
     if others:
         raise click.UsageError(f"install NeMo Gym environments and other packages in separate commands ({others[0]})")
@@ -140,6 +161,10 @@ def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     installed environment imports keeps its code; siblings installed as code only go when nothing imports them
     any more.
     """
+    adapted = [p for p in packages if _uninstall_adapted(p)]
+    packages = tuple(p for p in packages if p not in adapted)
+    if not packages:
+        return
     names = [distribution_to_uninstall(p) for p in packages]
     if not yes and not sys.stdin.isatty():
         # pip would ask anyway and die with an EOFError traceback on the closed input
@@ -147,6 +172,18 @@ def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     code = uninstall_packages(list(dict.fromkeys(names)), yes=yes, echo=click.echo)  # re-reads what is installed
     if code:
         sys.exit(code)
+
+
+def _uninstall_adapted(name: str) -> bool:
+    """Uninstall ``name`` when an adapter plugin (verifiers, ...) installed it; False when none did."""
+    for prefix in installer.SOURCE_ADAPTERS:
+        try:
+            uninstall = installer.adapter_function(prefix, "uninstall")
+        except NgymError:
+            continue  # that adapter is not installed, so nothing of it is
+        if uninstall is not None and uninstall(name.removeprefix(f"{prefix}:"), echo=click.echo):
+            return True
+    return False
 
 
 def distribution_to_uninstall(package: str) -> str:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
+from typing import Any
 
 import click
 
-from ngym.installer import SOURCE_PLUGINS, source_plugin
+from ngym.installer import SOURCE_ADAPTERS, adapter_function
 from ngym.listing import ServerInfo, check_strict, hook_plugins, list_servers
 from ngym.nemo.catalog import available_with_status
 from ngym.plugins.manager import get_plugin_manager
@@ -21,9 +22,9 @@ from ngym.plugins.registry import get_registry
 @click.option("--refresh", is_flag=True, help="Ignore the inspection cache: import and check every environment.")
 @click.option(
     "--available",
-    type=click.Choice(["nemo-gym", *SOURCE_PLUGINS]),
-    help="List what can be installed from a source instead (nemo-gym: the environments of nemo-gym 0.7.0; "
-    "openenv: OpenEnv environments on the package index).",
+    type=click.Choice(["nemo-gym", *SOURCE_ADAPTERS]),
+    help="List what can be installed from a source instead (nemo-gym: the environments of nemo-gym 0.7.0;"
+    " openenv, verifiers: their environments on the package index).",
 )
 def list_command(as_json: bool, hooks: bool, refresh: bool, available: str | None) -> None:
     """List installed environments: name, domain, distribution, version, status, description.
@@ -31,10 +32,8 @@ def list_command(as_json: bool, hooks: bool, refresh: bool, available: str | Non
     A broken plugin is listed with the reason; NGYM_STRICT_PLUGINS=1 makes it an error (exit 1).
     `--available nemo-gym` lists NeMo Gym's environments instead (install one: ngym install nemo-gym:NAME).
     """
-    if available in SOURCE_PLUGINS:
-        plugin = source_plugin(available)
-        rows = plugin.available()
-        click.echo(json.dumps(rows, indent=2) if as_json else plugin.render(rows))
+    if available in SOURCE_ADAPTERS:
+        click.echo(render_adapter_available(available, as_json))
         return
     if available:
         click.echo(render_available(as_json))
@@ -123,4 +122,30 @@ def render_available(as_json: bool) -> str:
         for row in [header, *table]
     ]
     lines.append(f"{len(rows)} environments in nemo-gym 0.7.0; install one: ngym install nemo-gym:NAME")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def render_adapter_available(prefix: str, as_json: bool) -> str:
+    """What an adapter plugin says can be installed from its ecosystem (name, domain, version, description)."""
+    available = adapter_function(prefix, "available")
+    assert available is not None  # every adapter lists what it can install
+    rows: list[dict[str, Any]] = available()
+    if as_json:
+        return json.dumps(rows, indent=2)
+    header = ("NAME", "DOMAIN", "VERSION", "INSTALLED", "DESCRIPTION")
+    table = [
+        (
+            str(r["name"]),
+            str(r.get("domain") or "?"),
+            str(r.get("version") or "-"),
+            str(r.get("installed_as") or "-"),
+            str(r.get("description") or ""),
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in [header, *table]) for i in range(4)]
+    lines = [
+        "  ".join(v.ljust(w) for v, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in [header, *table]
+    ]
+    lines.append(f"{len(rows)} known {prefix} environments; install one: ngym install {prefix}:NAME")
     return "\n".join(line.rstrip() for line in lines)

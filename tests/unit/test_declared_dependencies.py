@@ -20,12 +20,20 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parents[2]
 
 
+#: Modules an adapter runs in the environment's own virtualenv (``python probe.py``): what they import is that
+#: venv's business (OpenEnv, verifiers), never a dependency of the plugin's distribution.
+OTHER_INTERPRETER = {
+    "plugins/ngym_openenv/ngym_openenv/probe.py",
+    "plugins/ngym_verifiers/ngym_verifiers/worker.py",
+}
+
+
 def imported_top_level_modules(package: Path) -> dict[str, Path]:
     """Top-level module name -> first file importing it, for absolute imports in ``package`` outside its tests
     (what tests import is the dev extra's business)."""
     found: dict[str, Path] = {}
     for path in sorted(package.rglob("*.py")):
-        if "tests" in path.relative_to(package).parts:
+        if "tests" in path.relative_to(package).parts or path.relative_to(REPO).as_posix() in OTHER_INTERPRETER:
             continue
         tree = ast.parse(path.read_text(), str(path))
         optional = {id(node) for node in ast.walk(tree) for node in _optional_imports(node)}
@@ -67,6 +75,7 @@ PROJECTS = [
     (REPO / "plugins" / "ngym_nemo_gym", ["nemo_gym", "ngym_nemo_gym"]),
     (REPO / "plugins" / "ngym_redis", ["ngym_redis"]),
     (REPO / "plugins" / "ngym_openenv", ["ngym_openenv"]),
+    (REPO / "plugins" / "ngym_verifiers", ["ngym_verifiers"]),
     *((folder, [folder.name]) for folder in sorted((REPO / "resources_servers").iterdir()) if folder.is_dir()),
 ]
 

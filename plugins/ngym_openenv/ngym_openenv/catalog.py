@@ -89,17 +89,3 @@ def _source_of(dist: metadata.Distribution) -> str | None:
             except (OSError, ValueError):
                 return None
     return None
-
-
-def render(rows: list[dict[str, Any]]) -> str:
-    header = ("NAME", "DOMAIN", "VERSION", "INSTALLED", "DESCRIPTION")
-    table = [
-        (r["name"], r["domain"] or "?", r["version"] or "-", r["installed_as"] or "-", r["description"]) for r in rows
-    ]
-    widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(4)]
-    lines = [
-        "  ".join(str(v).ljust(w) for v, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
-        for row in [header, *table]
-    ]
-    lines.append("install one: ngym install openenv:NAME (a folder with an openenv.yaml, or a server's URL, too)")
-    return "\n".join(line.rstrip() for line in lines)

@@ -45,8 +45,7 @@ __all__ = [
     "OpenEnvInstallError",
     "available",
     "install_source",
-    "render",
-]  # the contract of ngym.installer.SOURCE_PLUGINS
+]  # the contract of ngym.installer.SOURCE_ADAPTERS
 Echo = Callable[[str], None]
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 from ngym_openenv import catalog
-from ngym_openenv.install import OpenEnvInstallError, _domain, check_name_free, prepare
+from ngym_openenv.install import OpenEnvInstallError, _domain, check_name_free, install_source, prepare
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.server import OpenEnvConfig
 from ngym_openenv.wire import ws_url
 
 from ngym import installer
 from ngym.cli import main
+from ngym.cli.list import render_adapter_available
 from ngym.errors import NgymError
 
 
@@ -71,16 +72,21 @@ def test_domain_from_option_yaml_or_keywords() -> None:
 
 
 def test_source_dispatch_table() -> None:
-    assert installer.source_plugin_prefix("openenv:openenv-dipg-safety") == "openenv"
-    assert installer.source_plugin_prefix("openenv-dipg-safety") is None
-    assert installer.source_plugin_prefix("nemo-gym:math") is None  # ngym's own, not a plugin's
-    assert installer.source_plugin("openenv").install_source is not None
+    assert installer.adapter_prefix("openenv:openenv-dipg-safety") == "openenv"
+    assert installer.adapter_prefix("openenv-dipg-safety") is None
+    assert installer.adapter_prefix("nemo-gym:math") is None  # ngym's own, not a plugin's
+    assert installer.adapter_function("openenv", "install") is install_source
+    assert installer.adapter_function("openenv", "uninstall") is None  # its environments are pip distributions
 
 
 def test_missing_plugin_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(installer.SOURCE_PLUGINS, "nothere", ("ngym_nothere_plugin.install", "ngym-nothere"))
+    monkeypatch.setitem(
+        installer.SOURCE_ADAPTERS,
+        "nothere",
+        installer.SourceAdapter("ngym-nothere", "ngym_nothere_plugin.install:go", "ngym_nothere_plugin:available"),
+    )
     with pytest.raises(NgymError, match="installed by the ngym-nothere plugin, which is not installed"):
-        installer.source_plugin("nothere")
+        installer.adapter_function("nothere", "install")
 
 
 @pytest.mark.parametrize(
@@ -116,7 +122,7 @@ def test_folder_without_openenv_yaml(tmp_path: object) -> None:
         prepare(str(pathlib.Path(__file__).parent), domain="games", echo=lambda _: None)
 
 
-def test_available_rows_render() -> None:
+def test_available_rows_render(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [
         {
             "name": "openenv-dipg-safety",
@@ -127,8 +133,9 @@ def test_available_rows_render() -> None:
             "description": "DIPG Safety Environment for OpenEnv",
         }
     ]
-    text = catalog.render(rows)
-    assert "openenv-dipg-safety  safety  0.1.67" in text and "ngym install openenv:NAME" in text
+    monkeypatch.setattr(catalog, "available", lambda: rows)
+    text = render_adapter_available("openenv", as_json=False)
+    assert "openenv-dipg-safety  safety  0.1.67" in text and "install one: ngym install openenv:NAME" in text
 
 
 def test_a_taken_name_is_refused() -> None:

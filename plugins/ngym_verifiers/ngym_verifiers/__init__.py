@@ -1,0 +1,1 @@
+"""ngym-verifiers: verifiers environments served as ngym resources servers (see README.md)."""

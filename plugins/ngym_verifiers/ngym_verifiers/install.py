@@ -1,0 +1,319 @@
+"""``ngym install verifiers:<folder | distribution | module.py>``: a verifiers environment as an ngym one.
+
+Each environment gets an interpreter of its own: a virtualenv under ``$NGYM_CACHE_DIR/verifiers/venvs``
+(default ``~/.cache/ngym/verifiers/venvs``) holding the environment and the verifiers version *it* pins.
+ngym's own interpreter never imports verifiers: verifiers 0.4 requires ``mcp==2.0.0`` while ngym pins
+``mcp<2``, and two environments may pin two verifiers versions. The venv is kept (reinstalling the same
+environment only reinstalls its own project, seconds instead of minutes).
+
+What the environment is (its API, tools with their JSON schemas, reward functions with their weights, a few
+example rows) is asked of a worker started in that venv, and written with where the venv is to
+``<ngym prefix>/share/ngym/verifiers/<name>.json``: ngym's registry reads those records (``ngym_verifiers.
+plugin``), so ``ngym list`` shows the environment without starting anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ngym.config import cache_dir
+from ngym.domain import Domain
+from ngym.errors import NgymError
+from ngym_verifiers import records
+from ngym_verifiers.catalog import KNOWN
+from ngym_verifiers.process import WorkerError, describe_sync
+
+SOURCE_PREFIX = "verifiers:"
+Echo = Callable[[str], None]
+
+
+class VerifiersInstallError(NgymError):
+    """The environment could not be installed (the message says why and what to do)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Source:
+    """What to install: pip's requirement(s) and the module to serve."""
+
+    kind: str  # "folder" | "distribution" | "module"
+    requirements: list[str]
+    name: str  # the environment's name (its module, dashes as underscores)
+    module: str | None  # known now (a module file) or found after install (folder, distribution)
+    distribution: str | None
+    module_file: Path | None = None
+
+
+def parse_source(text: str) -> Source:
+    """Read ``verifiers:<...>``: a folder with a pyproject.toml, a ``.py`` module (its PEP 723 block names
+    its requirements; default ``verifiers``), or a distribution on the package index (a pip requirement)."""
+    spec = text.removeprefix(SOURCE_PREFIX).strip()
+    if not spec:
+        raise VerifiersInstallError(
+            "give what to install: verifiers:<folder>, verifiers:<module.py> or verifiers:<distribution>"
+            " (ngym list --available verifiers)"
+        )
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        pyproject = path / "pyproject.toml"
+        if not pyproject.is_file():
+            raise VerifiersInstallError(f"{path}: a verifiers environment folder has a pyproject.toml (none here)")
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        dist = str(project.get("name") or path.name)
+        return Source("folder", [str(path.resolve())], _module_name(dist), None, dist)
+    if path.suffix == ".py":
+        if not path.is_file():
+            raise VerifiersInstallError(f"{path}: no such module file")
+        requirements = inline_requirements(path.read_text(encoding="utf-8")) or ["verifiers"]
+        return Source("module", requirements, _module_name(path.stem), path.stem, None, path.resolve())
+    if spec.startswith((".", "/", "~")):
+        raise VerifiersInstallError(f"{spec}: no such folder or module file")
+    match = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*", spec)
+    if not match:
+        raise VerifiersInstallError(f"{spec!r} is not a distribution name, a folder or a .py module")
+    return Source("distribution", [spec], _module_name(match.group(0)), None, match.group(0))
+
+
+def _module_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name).lower()
+
+
+#: PEP 723's own reference expression for an inline metadata block.
+_SCRIPT_BLOCK = re.compile(r"(?m)^# /// script$\s(?P<body>(^#(| .*)$\s)+)^# ///$")
+
+
+def inline_requirements(text: str) -> list[str]:
+    """The ``dependencies`` of a module's PEP 723 ``# /// script`` block (empty when it has none)."""
+    match = _SCRIPT_BLOCK.search(text)
+    if not match:
+        return []
+    body = "\n".join(line[2:] if line.startswith("# ") else line[1:] for line in match.group("body").splitlines())
+    return [str(d) for d in tomllib.loads(body).get("dependencies", [])]
+
+
+def venvs_dir() -> Path:
+    return cache_dir() / "verifiers" / "venvs"
+
+
+def venv_for(name: str, requirements: list[str]) -> Path:
+    """The cached venv of an environment: one per requirement set and interpreter, so module environments that
+    pin the same verifiers share one (a folder's requirement is its path: its own venv)."""
+    key = "|".join([*sorted(requirements), str(sys.version_info[:2]), sys.base_prefix])
+    return venvs_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def ensure_venv(venv: Path, echo: Echo) -> Path:
+    """Make the venv when missing (with ngym's interpreter's Python); its interpreter."""
+    python = venv_python(venv)
+    if not python.exists():
+        echo(f"ngym: making the environment's own virtualenv {venv}")
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        _run([sys.executable, "-m", "venv", "--clear", str(venv)], "making the virtualenv")
+    return python
+
+
+def pip_install(python: Path, requirements: list[str], *, verbose: bool, echo: Echo) -> None:
+    echo(f"ngym: installing {' '.join(requirements)} into it (the first time takes a few minutes)")
+    args = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--upgrade-strategy", "only-if-needed"]
+    _run([*args, *requirements], "pip install", verbose=verbose)
+    folders = [r for r in requirements if Path(r).is_dir()]
+    if folders:  # a local project of the same version counts as installed: take its current code anyway
+        _run([*args, "--force-reinstall", "--no-deps", *folders], "pip install (the project)", verbose=verbose)
+
+
+def _run(command: list[str], what: str, *, verbose: bool = False) -> None:
+    result = subprocess.run(command, capture_output=not verbose, text=True)
+    if result.returncode:
+        tail = (result.stdout or "") + (result.stderr or "")
+        lines = [line for line in tail.splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("ERROR")] or lines[-8:]
+        raise VerifiersInstallError(f"{what} failed (exit {result.returncode}): " + " | ".join(errors[-8:]))
+
+
+def installed_modules(python: Path, distribution: str) -> list[str]:
+    """The top-level modules a distribution installed in the venv (read from its RECORD there)."""
+    script = (
+        "import json, sys\nfrom importlib import metadata\n"
+        "files = metadata.distribution(sys.argv[1]).files or []\n"
+        "tops = set()\n"
+        "for f in files:\n"
+        "    parts = f.parts\n"
+        "    if '.dist-info' in parts[0] or parts[0].startswith('..') or parts[0] == '__pycache__':\n"
+        "        continue\n"
+        "    if len(parts) == 1 and parts[0].endswith('.py'):\n"
+        "        tops.add(parts[0][:-3])\n"
+        "    elif len(parts) > 1 and parts[-1] == '__init__.py' and len(parts) == 2:\n"
+        "        tops.add(parts[0])\n"
+        "print(json.dumps(sorted(tops)))\n"
+    )
+    result = subprocess.run([str(python), "-c", script, distribution], capture_output=True, text=True)
+    if result.returncode:
+        raise VerifiersInstallError(
+            f"{distribution} is not installed in {python.parent.parent}: {result.stderr[-300:]}"
+        )
+    return list(json.loads(result.stdout))
+
+
+def choose_module(modules: list[str], distribution: str) -> str:
+    wanted = _module_name(distribution)
+    if wanted in modules:
+        return wanted
+    if len(modules) == 1:
+        return modules[0]
+    raise VerifiersInstallError(
+        f"{distribution} installs {', '.join(modules) or 'no module'}: which one is the environment is unclear"
+    )
+
+
+def domain_of(declared: str | None, keywords: list[str]) -> Domain | None:
+    """``--domain`` when given, else the first package keyword/tag that is an ngym domain."""
+    if declared:
+        return Domain.parse(declared)
+    for word in keywords:
+        try:
+            return Domain.parse(word.strip().lower())
+        except Exception:  # not a domain name: the next keyword may be
+            continue
+    return None
+
+
+def package_keywords(python: Path, distribution: str | None, folder: Path | None) -> list[str]:
+    """Keywords (or a verifiers pyproject's ``tags``) the environment's package declares."""
+    if folder is not None:
+        project = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+        return [str(k) for k in [*project.get("keywords", []), *project.get("tags", [])]]
+    if distribution is None:
+        return []
+    script = (
+        "import json, sys\nfrom importlib import metadata\n"
+        "m = metadata.metadata(sys.argv[1])\n"
+        "print(json.dumps((m.get('Keywords') or '').replace(',', ' ').split()))\n"
+    )
+    result = subprocess.run([str(python), "-c", script, distribution], capture_output=True, text=True)
+    return list(json.loads(result.stdout)) if result.returncode == 0 else []
+
+
+def _option_value(text: str) -> Any:
+    """``-o KEY=VALUE``'s value: JSON when it parses (numbers, booleans, lists), else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def install_source(
+    text: str,
+    *,
+    as_name: str | None = None,
+    domain: str | None = None,
+    options: dict[str, str] | None = None,
+    verbose: bool = False,
+    echo: Echo = print,
+    args: dict[str, Any] | None = None,
+) -> records.Record:
+    """Install one verifiers environment and record it for ngym's registry; the record.
+
+    ``options`` (``ngym install -o KEY=VALUE``) are arguments of the environment's ``load_environment`` (or its
+    taskset's config): each value is read as JSON when it parses (``-o max_turns=3``), else kept as text.
+    """
+    args = {**(args or {}), **{key: _option_value(value) for key, value in (options or {}).items()}} or None
+    source = parse_source(text)
+    name = as_name or source.name
+    if not records.NAME.match(name):
+        raise VerifiersInstallError(f"{name!r} is not a usable environment name (letters, digits, _; --as NAME)")
+    venv = venv_for(source.name if source.kind != "module" else "modules", source.requirements)
+    python = ensure_venv(venv, echo)
+    pip_install(python, source.requirements, verbose=verbose, echo=echo)
+    module = source.module
+    if source.kind == "module":
+        assert source.module_file is not None
+        _copy_module(python, source.module_file)
+    elif source.distribution is not None:
+        module = choose_module(installed_modules(python, source.distribution), source.distribution)
+    assert module is not None
+    folder = Path(source.requirements[0]) if source.kind == "folder" else None
+    keywords = package_keywords(python, source.distribution, folder)
+    resolved = domain_of(domain, keywords)
+    if resolved is None and source.distribution in KNOWN:  # ngym list --available's table knows it
+        resolved = Domain.parse(KNOWN[source.distribution][0])
+    if resolved is None:
+        raise VerifiersInstallError(
+            f"{name}: its package declares no domain (keywords: {', '.join(keywords) or 'none'}); say which with"
+            f" --domain ({', '.join(d.value for d in Domain)})"
+        )
+    echo(f"ngym: asking {module} what it serves")
+    try:
+        described = describe_sync(str(python), module, args)
+    except WorkerError as exc:
+        reason = "refused" if exc.kind == "refused" else "failed to load"
+        detail = f"\n{exc.trace}" if exc.trace and verbose else ""
+        raise VerifiersInstallError(f"{name}: {reason}: {exc}{detail}") from exc
+    record = records.Record(
+        name=name,
+        module=module,
+        python=str(python),
+        source=text,
+        distribution=source.distribution,
+        domain=resolved.value,
+        api=str(described["api"]),
+        args=args or {},
+        tools=list(described.get("tools", [])),
+        rewards=list(described.get("rewards", [])),
+        examples=list(described.get("examples", [])),
+        description=_description(described, module),
+    )
+    records.write(record)
+    tools = ", ".join(t["name"] for t in record.tools) or "no tools"
+    rewards = ", ".join(f"{r['name']}×{r['weight']:g}" for r in record.rewards) or "no rewards"
+    echo(f"ngym: installed {name} ({record.domain}; verifiers {record.api} API; tools: {tools}; rewards: {rewards})")
+    echo(f"      try: ngym run {name}")
+    return record
+
+
+def _description(described: dict[str, Any], module: str) -> str:
+    kind = described.get("kind") or ("Taskset" if described.get("api") == "v1" else "Environment")
+    return f"verifiers {kind} {module} ({described.get('num_tasks', 0)} tasks)"
+
+
+def _copy_module(python: Path, module_file: Path) -> None:
+    """Put a single-module environment into the venv's site-packages (a copy: the venv is self-contained)."""
+    result = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    target = Path(result.stdout.strip()) / module_file.name
+    target.write_bytes(module_file.read_bytes())
+
+
+def uninstall(name: str, *, echo: Echo = print) -> bool:
+    """Remove installed environment ``name`` (its record and its venv); False when it is not one of ours."""
+    try:
+        record = records.read(name)
+    except KeyError:
+        return False
+    records.remove(name)
+    venv = Path(record.python).parent.parent
+    shared = any(other.python == record.python for other in records.all_records())
+    if venv.parent == venvs_dir() and not shared:
+        import shutil
+
+        shutil.rmtree(venv, ignore_errors=True)
+    kept = " kept: other environments use it" if shared else " removed"
+    echo(f"ngym: uninstalled {name} (verifiers environment; its virtualenv {venv}{kept})")
+    return True

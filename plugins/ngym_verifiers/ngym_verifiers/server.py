@@ -1,0 +1,170 @@
+"""The resources server of an installed verifiers environment: ngym's routes in front of its worker.
+
+- ``POST /seed_session`` with ``{"verifiers": {"idx": N}}`` (the N-th task of the environment's own
+  dataset / taskset) or ``{"verifiers": {"task": {...}}}`` (v1 task data) / ``{"verifiers": {"prompt": ...,
+  "answer": ..., "info": ...}}`` (a <= 0.3 row): the worker seeds the rollout's state with the environment's
+  own code.
+- ``POST /<tool>`` for each tool, its body the tool's arguments (the JSON schema is on ``/docs``): the tool's
+  output as text (``{"output": "..."}``), computed on that rollout's state.
+- ``POST /verify``: the Responses output turned into verifiers' messages, scored by the environment's own
+  reward functions; ``reward`` is their weighted sum, ``reward_components`` each function's score and
+  ``reward_weights`` its weight. A reward function that fails, or a worker that died, is a masked sample
+  (``mask_sample``, ``failure_kind: verifier_error``) with the reason, never a silent 0.0.
+
+The worker is one process per server (it holds every rollout's state), so the server needs session affinity
+and its state is not serialisable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, ClassVar
+
+from fastapi import Body, FastAPI, HTTPException, Request
+from pydantic import Field
+
+from ngym import (
+    BaseMultiRewardVerifyResponse,
+    BaseResourcesServerConfig,
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
+    BaseVerifyRequest,
+    Domain,
+    SimpleResourcesServer,
+)
+from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
+from ngym_verifiers.messages import chat_messages
+from ngym_verifiers.process import Worker, WorkerError, WorkerGone
+from ngym_verifiers.records import Record
+
+log = logging.getLogger(__name__)
+
+
+class VerifiersSeed(BaseSeedSessionRequest):
+    verifiers: dict[str, Any] = Field(
+        default_factory=lambda: {"idx": 0},
+        description="Which task: {'idx': N} (the environment's own N-th task) or the task's data.",
+    )
+
+
+class VerifiersVerifyRequest(BaseVerifyRequest):
+    verifiers: dict[str, Any] = Field(default_factory=dict)
+
+
+class VerifiersVerifyResponse(BaseMultiRewardVerifyResponse):
+    verifiers: dict[str, Any] = Field(default_factory=dict)
+    reward_weights: dict[str, float] = Field(default_factory=dict)
+
+
+class VerifiersSeedResponse(BaseSeedSessionResponse):
+    prompt: list[dict[str, Any]] = Field(default_factory=list, description="The task's prompt messages.")
+
+
+class VerifiersServer(SimpleResourcesServer):
+    """Serves one installed verifiers environment (``record``) through its worker."""
+
+    config: BaseResourcesServerConfig
+    record: ClassVar[Record]
+    session_affinity_required = True
+    _worker: Worker | None = None
+
+    @classmethod
+    def describe(cls) -> str:
+        return cls.record.description
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        for tool in self.record.tools:
+            app.post(
+                f"/{tool['name']}",
+                summary=(tool.get("description") or tool["name"]).splitlines()[0],
+                openapi_extra={
+                    "requestBody": {"content": {"application/json": {"schema": tool.get("parameters", {})}}}
+                },
+            )(self._tool_route(tool["name"]))
+        return app
+
+    def _tool_route(self, name: str) -> Any:
+        async def call_tool(request: Request, body: dict[str, Any] = Body(default_factory=dict)) -> dict[str, Any]:  # noqa: B008 - FastAPI's idiom
+            self.session_state(request)  # 409 with the explanation when the rollout was not seeded
+            answer = await self._ask("tool", session=self.session_id(request), name=name, arguments=body)
+            return {"output": answer["output"]}
+
+        call_tool.__name__ = name
+        return call_tool
+
+    async def on_startup(self) -> None:
+        self._worker = await Worker.start(self.record.python, self.record.module, self.record.args)
+
+    async def on_shutdown(self) -> None:
+        if self._worker is not None:
+            await self._worker.stop()
+            self._worker = None
+
+    async def _ask(self, op: str, **fields: Any) -> dict[str, Any]:
+        """The worker's answer; its refusals and bad requests are 4xx, its failures 502, a dead worker 503."""
+        if self._worker is None:
+            raise HTTPException(503, "the verifiers worker is not running (the server is starting or stopping)")
+        try:
+            return await self._worker.ask(op, **fields)
+        except WorkerGone as exc:
+            raise HTTPException(503, f"{exc}: this rollout's state is lost") from exc
+        except WorkerError as exc:
+            if exc.kind in ("refused", "bad_request"):
+                raise HTTPException(422, str(exc)) from exc
+            log.warning("verifiers environment %s failed in %s: %s\n%s", self.record.name, op, exc, exc.trace or "")
+            raise HTTPException(502, f"the environment failed: {exc}") from exc
+
+    # ngym reads the row model from the annotation (as every built-in does), hence the narrower parameter types
+    async def seed_session(self, request: Request, body: VerifiersSeed) -> VerifiersSeedResponse:  # type: ignore[override]
+        answer = await self._ask("seed", session=self.session_id(request), row=body.verifiers)
+        self.set_session_state(request, {"seeded": True})  # the state itself lives in the worker
+        return VerifiersSeedResponse(prompt=answer.get("prompt") or [])
+
+    async def verify(self, request: Request, body: VerifiersVerifyRequest) -> VerifiersVerifyResponse:  # type: ignore[override]
+        echoed = body.model_dump()
+        if self.session_state(request, required=False) is None:
+            return VerifiersVerifyResponse(
+                **echoed,
+                reward=0.0,
+                reward_components={},
+                mask_sample=True,
+                failure_kind=VERIFIER_ERROR,
+                failure_reason="no seeded session: the rollout's verifiers state is gone (seed, then verify)",
+            )
+        output = [item.model_dump(mode="json") for item in body.response.output]
+        try:
+            assert self._worker is not None
+            answer = await self._worker.ask("verify", session=self.session_id(request), messages=chat_messages(output))
+        except (WorkerError, AssertionError) as exc:
+            # The environment's reward code could not score this rollout: a masked sample, loud, never 0.0.
+            return VerifiersVerifyResponse(
+                **echoed,
+                reward=0.0,
+                reward_components={},
+                mask_sample=True,
+                failure_kind=VERIFIER_ERROR,
+                failure_reason=f"verifiers could not score the rollout: {exc}"[:2000],
+            )
+        rewards = answer.get("rewards") or {}
+        return VerifiersVerifyResponse(
+            **echoed,
+            reward=float(answer["reward"]),
+            reward_components={name: float(r["score"]) for name, r in rewards.items()},
+            reward_weights={name: float(r["weight"]) for name, r in rewards.items()},
+        )
+
+    async def on_session_closed(self, session_id: str, state: Any) -> None:
+        if self._worker is not None:
+            with contextlib.suppress(WorkerError):  # a dead worker holds nothing any more
+                await self._worker.ask("close", session=session_id)
+
+
+def server_class(record: Record) -> type[VerifiersServer]:
+    """A server class for one installed environment (its tools, domain and description from the record)."""
+    return type(
+        record.name,
+        (VerifiersServer,),
+        {"record": record, "domain": Domain.parse(record.domain), "__doc__": record.description},
+    )

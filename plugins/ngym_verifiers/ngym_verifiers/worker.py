@@ -1,0 +1,560 @@
+"""The worker: one verifiers environment, served over JSON lines, inside that environment's own interpreter.
+
+Process model: ngym's server starts ``<env venv>/bin/python worker.py SOURCE`` and talks to it over a pipe
+(one JSON object per line each way, answered in order). This file runs in the environment's virtualenv,
+where verifiers (any version the environment pins, 0.3.x or 0.4.x) and the environment are installed and
+ngym is not: it imports only the standard library and verifiers. The environment's own ``print``s go to
+stderr, so they cannot corrupt the protocol on stdout.
+
+Requests: ``describe``, ``seed`` (session, row), ``tool`` (session, name, arguments), ``verify`` (session,
+messages in chat form), ``close`` (session). Each answer is ``{"ok": true, ...}`` or ``{"ok": false,
+"error": "...", "kind": "refused" | "bad_request" | "failed"}``.
+
+Two APIs are served, each with the environment's own code doing the work:
+
+- verifiers 0.4 (``verifiers.v1``): a package exporting a ``Taskset``. Seed builds the task (by ``idx`` from
+  the taskset's ``load()``, or from ``task`` data), a ``Trace`` with the task's ``State``, and runs
+  ``task.setup``; a tool is a ``@vf.tool`` method of one of the task's ``Toolset``s, run with the rollout's
+  state pulled in and pushed back exactly as verifiers' state channel does around each call; verify builds
+  the trace's messages and runs ``task.score`` (every ``@vf.reward`` with its weight; the reward is the
+  weighted sum, ``trace.reward``).
+- verifiers <= 0.3 (``load_environment(**kwargs) -> vf.Environment``): seed runs ``init_state`` and
+  ``setup_state`` on the row; a tool call is the environment's own ``env_response`` on an assistant message
+  carrying that one call (so a ``StatefulToolEnv``'s ``update_tool_args`` injects state as it would);
+  verify sets the completion and runs ``rubric.score_rollout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+
+class Refused(Exception):
+    """The environment (or this request) does not map onto a resources server; the message says why."""
+
+
+class BadRequest(Exception):
+    """The request names something the environment does not have (a task, a tool)."""
+
+
+def _import_source(source: str) -> Any:
+    """The environment's module: ``source`` is an importable module name (dashes read as underscores)."""
+    return importlib.import_module(source.replace("-", "_"))
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-friendly copy of a tool result or message content."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _text(content: Any) -> str:
+    """A tool message's content as the model sees it (text parts joined)."""
+    content = _plain(content)
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return json.dumps(content)
+
+
+# ---- verifiers 0.4: a Taskset ----------------------------------------------------------------------------
+
+
+class TasksetEnvironment:
+    api = "v1"
+
+    def __init__(self, taskset_id: str, args: dict[str, Any]) -> None:
+        import verifiers.v1 as vf
+
+        self.vf = vf
+        # verifiers' own loader, by id (the module that exports one Taskset), as vf-eval loads it
+        config_class = vf.taskset_config_type(taskset_id)
+        self.taskset = vf.load_taskset(config_class.model_validate({**args, "id": taskset_id}))
+        self.taskset_class = type(self.taskset)
+        self.task_class = self.taskset_class.task_type()
+        if self.taskset_class.toolsets(self.taskset.config):
+            raise Refused(
+                f"{self.taskset_class.__name__} declares taskset-wide toolsets (one server shared by every rollout),"
+                " whose state is not a rollout's: not served as a resources server"
+            )
+        self.tasks: list[Any] | None = None
+        self.sessions: dict[str, dict[str, Any]] = {}
+
+    def _all_tasks(self) -> list[Any]:
+        if self.tasks is None:
+            if not self.taskset.bounded:
+                raise Refused(f"{self.taskset_class.__name__} is infinite: seed with task data, not an idx")
+            self.tasks = list(self.taskset)
+        return self.tasks
+
+    def _toolsets(self, task: Any) -> list[Any]:
+        return list(type(task).toolsets(task.config))
+
+    def _tools(self, toolset: Any) -> dict[str, Any]:
+        from verifiers.v1.utils.decorators import discover_decorated
+
+        prefix = toolset.server_name
+        tools = {}
+        for fn in discover_decorated(toolset, "tool"):
+            bare = getattr(fn, "tool_name", None) or fn.__name__
+            tools[f"{prefix}_{bare}" if prefix else bare] = fn
+        return tools
+
+    def describe(self) -> dict[str, Any]:
+        tasks = self._all_tasks()
+        sample = tasks[0] if tasks else None
+        tools: list[dict[str, Any]] = []
+        rewards: list[dict[str, Any]] = []
+        if sample is not None:
+            for toolset in self._toolsets(sample):
+                for name, fn in self._tools(toolset).items():
+                    tools.append({"name": name, "description": (fn.__doc__ or "").strip(), "parameters": _schema(fn)})
+            for fn in sample.hooks("reward"):
+                rewards.append({"name": fn.__name__, "weight": getattr(fn, "_vf_weight", 1.0)})
+            if sample.plugged_judges():
+                raise Refused("judges (LLM-as-judge rewards) need a model client: not served yet")
+        examples = [_v1_example(task, tools) for task in tasks[:5]]
+        return {"api": self.api, "tools": tools, "rewards": rewards, "num_tasks": len(tasks), "examples": examples}
+
+    async def seed(self, session: str, row: dict[str, Any]) -> dict[str, Any]:
+        vf = self.vf
+        from verifiers.v1.state import state_cls
+        from verifiers.v1.utils.decorators import invoke
+
+        if "idx" in row:
+            tasks = self._all_tasks()
+            idx = row["idx"]
+            if not isinstance(idx, int) or not 0 <= idx < len(tasks):
+                raise BadRequest(f"idx {idx!r} is not a task of this taskset (0..{len(tasks) - 1})")
+            task = tasks[idx]
+        elif isinstance(row.get("task"), dict):
+            data = self.task_class.data_type().model_validate(row["task"])
+            config = getattr(self.taskset.config, "task", None)
+            task = self.task_class(data, config) if config is not None else self.task_class(data)
+        else:
+            raise BadRequest("seed with the task's idx ({'idx': N}) or its data ({'task': {...}})")
+        trace = vf.Trace(
+            task=vf.TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
+            state=state_cls(type(task))(),
+            agent=vf.AgentInfo(config=vf.AgentConfig(), name="ngym", trainable=False),
+        )
+        # No runtime (container, sandbox) is provided: a setup that uses one fails, and the seed says so.
+        try:
+            await invoke(task.setup, {"trace": trace, "runtime": None})
+        except AttributeError as exc:
+            if "NoneType" in str(exc):
+                raise Refused(f"{type(task).__name__}.setup uses a runtime (a container or sandbox): {exc}") from exc
+            raise
+        toolsets = {}
+        for toolset in self._toolsets(task):
+            await toolset.setup()
+            await toolset.setup_task(task.data)
+            for name, fn in self._tools(toolset).items():
+                toolsets[name] = (toolset, fn)
+        self.sessions[session] = {"task": task, "trace": trace, "tools": toolsets}
+        return {"prompt": _plain(_v1_prompt(task))}
+
+    async def tool(self, session: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        live = self._session(session)
+        if name not in live["tools"]:
+            raise BadRequest(f"no tool {name!r} (tools: {', '.join(sorted(live['tools'])) or 'none'})")
+        toolset, fn = live["tools"][name]
+        trace = live["trace"]
+        # Exactly verifiers' state channel around a call: the tool server pulls the rollout's state (as JSON,
+        # validated into its own State class), runs the tool with it as `self.state`, and pushes it back
+        # when it changed (validated into the trace's State class). Its context variable is private to
+        # verifiers.v1.mcp.server; the pin to verifiers 0.4.x is checked at describe.
+        from verifiers.v1.mcp import server as mcp_server
+
+        state = toolset._state_adapter.validate_json(type(trace.state).__pydantic_serializer__.to_json(trace.state))
+        before = toolset._state_adapter.dump_json(state)
+        token = mcp_server._call_state.set(state)
+        try:
+            result = fn(**arguments)
+            if inspect.isawaitable(result):
+                result = await result
+        except TypeError as exc:
+            raise BadRequest(f"{name}: {exc}") from exc
+        finally:
+            mcp_server._call_state.reset(token)
+        after = toolset._state_adapter.dump_json(state)
+        if after != before:
+            trace.state = type(trace.state).model_validate_json(after)
+        return {"output": _tool_text(result)}
+
+    async def verify(self, session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        from pydantic import TypeAdapter
+
+        live = self._session(session)
+        task, trace = live["task"], live["trace"]
+        adapter = TypeAdapter(self.vf.Message)
+        prompt = [adapter.validate_python(m) for m in _v1_prompt_dicts(task)]
+        completion = [adapter.validate_python(m) for m in messages]
+        nodes = []
+        for i, message in enumerate([*prompt, *completion]):
+            sampled = i >= len(prompt) and message.role == "assistant"
+            nodes.append(self.vf.MessageNode(parent=i - 1 if i else None, message=message, sampled=sampled))
+        trace.nodes = nodes
+        unscorable = [fn.__name__ for fn in task.hooks("reward") if _needs_runtime(fn)]
+        if unscorable:
+            raise Refused(f"rewards {', '.join(unscorable)} need a runtime (a container or sandbox): not served yet")
+        await task.score(trace, None)
+        rewards = {
+            name: (None if r is None else {"score": r.score, "weight": r.weight}) for name, r in trace.rewards.items()
+        }
+        missing = [name for name, r in rewards.items() if r is None]
+        if missing:
+            raise Refused(f"reward functions did not score: {', '.join(missing)}")
+        return {"reward": trace.reward, "rewards": rewards, "metrics": dict(trace.metrics)}
+
+    async def close(self, session: str) -> dict[str, Any]:
+        self.sessions.pop(session, None)
+        return {}
+
+    def _session(self, session: str) -> dict[str, Any]:
+        if session not in self.sessions:
+            raise BadRequest(f"session {session!r} was not seeded (or is closed)")
+        return self.sessions[session]
+
+
+def _needs_runtime(fn: Any) -> bool:
+    param = inspect.signature(fn).parameters.get("runtime")
+    return param is not None and param.default is inspect.Parameter.empty and _overridden(fn)
+
+
+def _overridden(fn: Any) -> bool:
+    """False for verifiers' own no-op ``Task.setup`` (it accepts a runtime but never uses one)."""
+    import verifiers.v1 as vf
+
+    return getattr(fn, "__func__", fn) is not getattr(vf.Task, getattr(fn, "__name__", ""), None)
+
+
+def _v1_prompt_dicts(task: Any) -> list[dict[str, Any]]:
+    data = task.data
+    messages: list[dict[str, Any]] = []
+    if data.system_prompt:
+        messages.append({"role": "system", "content": data.system_prompt})
+    if isinstance(data.prompt, str):
+        messages.append({"role": "user", "content": data.prompt})
+    elif data.prompt:
+        messages.extend(_plain(m) for m in data.prompt)
+    return messages
+
+
+def _v1_prompt(task: Any) -> list[dict[str, Any]]:
+    return _v1_prompt_dicts(task)
+
+
+def _v1_example(task: Any, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"seed": {"idx": task.data.idx}, "prompt": _v1_prompt_dicts(task), "tools": tools}
+
+
+def _schema(fn: Any) -> dict[str, Any]:
+    """A tool's JSON schema from its signature, as the MCP server verifiers uses advertises it."""
+    from pydantic import create_model
+
+    fields: dict[str, Any] = {}
+    hints = _hints(fn)
+    for name, param in inspect.signature(fn).parameters.items():
+        if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[name] = (hints.get(name, Any), default)
+    # named as the MCP server verifiers runs names it, so the schema is the one its model sees, titles included
+    return create_model(f"{fn.__name__}Arguments", **fields).model_json_schema()
+
+
+def _hints(fn: Any) -> dict[str, Any]:
+    import typing
+
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # an unresolvable annotation: the parameter is then untyped in the schema
+        return {}
+
+
+def _tool_text(result: Any) -> str:
+    """A tool's result as text, as an MCP tool result's text content carries it."""
+    if isinstance(result, str):
+        return result
+    return json.dumps(_plain(result)) if not isinstance(result, (int, float, bool)) else json.dumps(result)
+
+
+# ---- verifiers <= 0.3: load_environment -> Environment ------------------------------------------------------
+
+
+class LegacyEnvironment:
+    api = "legacy"
+
+    def __init__(self, module: Any, args: dict[str, Any]) -> None:
+        import verifiers as vf
+
+        self.vf = vf
+        os.environ.setdefault("OPENAI_API_KEY", "ngym-no-model")  # init_state builds a client it never calls here
+        self.env = module.load_environment(**args)
+        env = self.env
+        if getattr(env, "requires_group_rollouts", False) or _has_group_rewards(env.rubric):
+            raise Refused(
+                f"{type(env).__name__}'s rubric has group-level reward functions (they score several rollouts"
+                " together), which one rollout's /verify cannot compute"
+            )
+        if isinstance(env, vf.ToolEnv) or type(env).__name__ in ("SingleTurnEnv",):
+            self.kind = type(env).__name__
+        elif isinstance(env, vf.MultiTurnEnv) and not isinstance(env, vf.SingleTurnEnv):
+            raise Refused(
+                f"{type(env).__name__} is a MultiTurnEnv whose env_response speaks between model turns: a"
+                " resources server only answers tool calls, so this game is not served"
+            )
+        else:
+            self.kind = type(env).__name__
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self._rows: list[dict[str, Any]] | None = None
+
+    def _dataset(self) -> list[dict[str, Any]]:
+        if self._rows is None:
+            dataset = None
+            for getter in ("get_eval_dataset", "get_dataset"):
+                try:
+                    dataset = getattr(self.env, getter)()
+                except Exception:  # no such split: try the other
+                    continue
+                if dataset is not None:
+                    break
+            self._rows = [dict(row) for row in dataset] if dataset is not None else []
+        return self._rows
+
+    def _tool_defs(self) -> list[dict[str, Any]]:
+        defs = []
+        for tool in getattr(self.env, "tool_defs", None) or []:
+            tool = _plain(tool)
+            defs.append(
+                {
+                    "name": tool["name"],
+                    "description": tool.get("description", ""),
+                    "parameters": tool.get("parameters", {}),
+                }
+            )
+        return defs
+
+    def describe(self) -> dict[str, Any]:
+        rubric = self.env.rubric
+        rewards = [{"name": name, "weight": weight} for name, weight in _rubric_weights(rubric)]
+        rows = self._dataset()
+        tools = self._tool_defs()
+        examples = [
+            {"seed": {"idx": i}, "prompt": _plain(_legacy_prompt(self.env, row)), "tools": tools}
+            for i, row in enumerate(rows[:5])
+        ]
+        return {
+            "api": self.api,
+            "kind": self.kind,
+            "tools": tools,
+            "rewards": rewards,
+            "num_tasks": len(rows),
+            "examples": examples,
+        }
+
+    async def seed(self, session: str, row: dict[str, Any]) -> dict[str, Any]:
+        if "idx" in row:
+            rows = self._dataset()
+            idx = row["idx"]
+            if not isinstance(idx, int) or not 0 <= idx < len(rows):
+                raise BadRequest(f"idx {idx!r} is not a row of this environment's dataset (0..{len(rows) - 1})")
+            source = dict(rows[idx])
+        else:
+            source = {k: row[k] for k in ("prompt", "answer", "info", "task", "example_id", "question") if k in row}
+            if "prompt" not in source and "question" not in source:
+                raise BadRequest("seed with a dataset row's idx ({'idx': N}) or a row (prompt, answer, info)")
+        source.setdefault("example_id", row.get("idx", 0))
+        if "prompt" not in source:
+            source["prompt"] = _legacy_prompt(self.env, source)
+        state = await self.env.init_state(source, self.vf.ClientConfig(), "ngym")
+        setup = await self.env.setup_state(state)
+        if setup is not None:
+            state = setup
+        self.sessions[session] = {"state": state, "history": []}
+        return {"prompt": _plain(state["prompt"])}
+
+    async def tool(self, session: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        live = self._session(session)
+        tool_map = getattr(self.env, "tool_map", {}) or {}
+        if name not in tool_map:
+            raise BadRequest(f"no tool {name!r} (tools: {', '.join(sorted(tool_map)) or 'none'})")
+        state = live["state"]
+        call_id = f"ngym_{len(live['history'])}"
+        assistant = self.vf.AssistantMessage(
+            content=None, tool_calls=[self.vf.ToolCall(id=call_id, name=name, arguments=json.dumps(arguments))]
+        )
+        messages = [*state["prompt"], *live["history"], assistant]
+        # The environment's own env_response: parsing, a StatefulToolEnv's update_tool_args, its error formatter.
+        replies = await self.env.env_response(messages, state)
+        live["history"].extend([assistant, *replies])
+        reply = next((r for r in replies if getattr(r, "tool_call_id", None) == call_id), replies[0])
+        return {"output": _text(reply.content)}
+
+    async def verify(self, session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        from verifiers.legacy.utils.message_utils import normalize_messages
+
+        live = self._session(session)
+        state = live["state"]
+        completion = normalize_messages(messages, field_name="completion")
+        state["completion"] = completion
+        state["is_completed"] = True
+        # One trajectory step per model turn, as the rollout loop records them (num_turns and friends count it).
+        prompt = list(state["prompt"])
+        steps = []
+        for i, message in enumerate(completion):
+            if message.role == "assistant":
+                steps.append(
+                    {
+                        "prompt": prompt + completion[:i],
+                        "completion": [message],
+                        "response": None,
+                        "tokens": None,
+                        "reward": None,
+                        "advantage": None,
+                        "is_truncated": False,
+                        "trajectory_id": state.get("trajectory_id"),
+                        "extras": {},
+                    }
+                )
+        state["trajectory"] = steps
+        await self.env.rubric.score_rollout(state)
+        metrics = dict(state.get("metrics") or {})
+        weights = dict(_rubric_weights(self.env.rubric))
+        rewards = {name: {"score": metrics[name], "weight": weights.get(name, 0.0)} for name in metrics}
+        return {"reward": state["reward"], "rewards": rewards, "metrics": metrics}
+
+    async def close(self, session: str) -> dict[str, Any]:
+        self.sessions.pop(session, None)
+        return {}
+
+    def _session(self, session: str) -> dict[str, Any]:
+        if session not in self.sessions:
+            raise BadRequest(f"session {session!r} was not seeded (or is closed)")
+        return self.sessions[session]
+
+
+def _legacy_prompt(env: Any, row: dict[str, Any]) -> Any:
+    if row.get("prompt") is not None:
+        return row["prompt"]
+    messages = []
+    if getattr(env, "system_prompt", None):
+        messages.append({"role": "system", "content": env.system_prompt})
+    messages.append({"role": "user", "content": row.get("question", "")})
+    return messages
+
+
+def _rubric_weights(rubric: Any) -> list[tuple[str, float]]:
+    """(function name, weight) of every function a rubric (or a RubricGroup's rubrics) scores with."""
+    rubrics = getattr(rubric, "rubrics", None)
+    if rubrics:
+        return [pair for sub in rubrics for pair in _rubric_weights(sub)]
+    return [(fn.__name__, float(w)) for fn, w in zip(rubric.funcs, rubric.weights, strict=False)]
+
+
+def _has_group_rewards(rubric: Any) -> bool:
+    rubrics = getattr(rubric, "rubrics", None)
+    if rubrics:
+        return any(_has_group_rewards(sub) for sub in rubrics)
+    return bool(getattr(rubric, "has_group_rewards", False))
+
+
+# ---- the loop ---------------------------------------------------------------------------------------------
+
+
+def load(source: str, args: dict[str, Any]) -> Any:
+    module = _import_source(source)
+    if hasattr(module, "load_environment") and callable(module.load_environment):
+        return LegacyEnvironment(module, args)
+    return TasksetEnvironment(module.__name__, args)
+
+
+async def handle(env: Any, request: dict[str, Any]) -> dict[str, Any]:
+    op = request.get("op")
+    session = str(request.get("session", ""))
+    if op == "describe":
+        return env.describe()
+    if op == "seed":
+        return await env.seed(session, request.get("row") or {})
+    if op == "tool":
+        arguments = request.get("arguments") or {}
+        if not isinstance(arguments, dict):
+            raise BadRequest("a tool's arguments are a JSON object")
+        return await env.tool(session, str(request.get("name")), arguments)
+    if op == "verify":
+        return await env.verify(session, request.get("messages") or [])
+    if op == "close":
+        return await env.close(session)
+    raise BadRequest(f"unknown op {op!r}")
+
+
+async def serve(source: str, args: dict[str, Any], out: Any) -> None:
+    def answer(payload: dict[str, Any]) -> None:
+        out.write(json.dumps(payload, default=str) + "\n")
+        out.flush()
+
+    try:
+        env = load(source, args)
+    except Refused as exc:
+        answer({"ok": False, "kind": "refused", "error": str(exc)})
+        return
+    except Exception as exc:
+        answer(
+            {
+                "ok": False,
+                "kind": "failed",
+                "error": f"loading {source}: {type(exc).__name__}: {exc}",
+                "trace": traceback.format_exc(),
+            }
+        )
+        return
+    answer({"ok": True, "api": env.api})
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        try:
+            request = json.loads(line)
+            result = await handle(env, request)
+            answer({"ok": True, **result})
+        except Refused as exc:
+            answer({"ok": False, "kind": "refused", "error": str(exc)})
+        except BadRequest as exc:
+            answer({"ok": False, "kind": "bad_request", "error": str(exc)})
+        except Exception as exc:  # the environment's own failure: reported, never a reward
+            answer(
+                {
+                    "ok": False,
+                    "kind": "failed",
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "trace": traceback.format_exc(),
+                }
+            )
+
+
+def main() -> None:
+    source = sys.argv[1]
+    args = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the environment's prints go to stderr
+    sys.stdout = sys.stderr
+    asyncio.run(serve(source, args, out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Reading ``verifiers:<what>`` (no venv is made here), the CLI's dispatch and its errors."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from ngym_verifiers.install import (
+    VerifiersInstallError,
+    domain_of,
+    inline_requirements,
+    parse_source,
+)
+
+from ngym import installer
+from ngym.cli import cli as main
+from ngym.errors import NgymError
+
+FIXTURES = Path(__file__).with_name("fixtures")
+
+
+def test_a_vf_init_folder_is_its_project_and_package() -> None:
+    source = parse_source(f"verifiers:{FIXTURES / 'vf_notes'}")
+    assert (source.kind, source.distribution, source.name) == ("folder", "vf-notes", "vf_notes")
+    assert source.requirements == [str((FIXTURES / "vf_notes").resolve())]
+
+
+def test_a_module_file_brings_its_pep_723_requirements() -> None:
+    source = parse_source(f"verifiers:{FIXTURES / 'vf_ledger.py'}")
+    assert (source.kind, source.module, source.requirements) == ("module", "vf_ledger", ["verifiers==0.3.1"])
+    assert inline_requirements("import verifiers\n") == []
+
+
+def test_a_name_is_a_distribution_on_the_index() -> None:
+    source = parse_source("verifiers:catapult-verifiers==0.1.0")
+    assert (source.kind, source.distribution) == ("distribution", "catapult-verifiers")
+    assert source.name == "catapult_verifiers"
+    assert source.requirements == ["catapult-verifiers==0.1.0"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("verifiers:", "give what to install"), ("verifiers:./no/such/dir", "no such folder"),
+     ("verifiers:/tmp/none.py", "no such module file"), ("verifiers:$$$", "not a distribution name")],
+)  # fmt: skip
+def test_bad_sources_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(VerifiersInstallError, match=message):
+        parse_source(text)
+
+
+def test_a_folder_without_pyproject_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(VerifiersInstallError, match="pyproject.toml"):
+        parse_source(f"verifiers:{tmp_path}")
+
+
+def test_domain_from_flag_else_first_keyword_that_is_one() -> None:
+    assert domain_of("math", ["agent"]).value == "math"  # type: ignore[union-attr]
+    assert domain_of(None, ["rl", "Agent"]).value == "agent"  # type: ignore[union-attr]
+    assert domain_of(None, ["rl", "eval"]) is None
+
+
+def test_cli_dispatches_verifiers_sources_and_fails_in_one_line() -> None:
+    done = subprocess.run([sys.executable, "-m", "ngym.cli", "install", "verifiers:"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "ngym: error: give what to install: verifiers:<folder>, verifiers:<module.py> or verifiers:<distribution>"
+        " (ngym list --available verifiers)"
+    ]
+
+
+def test_domain_is_only_for_adapted_sources() -> None:
+    result = CliRunner().invoke(main, ["install", "--domain", "math", "some-package"])
+    assert result.exit_code == 2
+    assert "--domain and --option apply to environments of another ecosystem" in result.output
+
+
+def test_a_missing_adapter_plugin_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(
+        installer.SOURCE_ADAPTERS,
+        "verifiers",
+        installer.SourceAdapter("ngym-nowhere", "ngym_nowhere.install:go", "ngym_nowhere:a", "ngym_nowhere:u"),
+    )
+    with pytest.raises(NgymError, match="installed by the ngym-nowhere plugin, which is not installed"):
+        installer.adapter_function("verifiers", "install")
+
+
+def test_list_available_verifiers_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("NGYM_OFFLINE", "1")
+    monkeypatch.setenv("NGYM_VERIFIERS_RECORDS", str(tmp_path))
+    result = CliRunner().invoke(main, ["list", "--available", "verifiers"])
+    assert result.exit_code == 0, result.output
+    assert "catapult-verifiers  games" in result.output
+    assert "not checked" in result.output
+    assert "install one: ngym install verifiers:NAME" in result.output

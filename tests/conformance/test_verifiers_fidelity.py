@@ -1,0 +1,242 @@
+"""verifiers environments under ngym, measured against verifiers itself (issue 24, item 3).
+
+Two environments, installed with ``ngym install verifiers:...`` into their own cached venvs:
+
+- ``vf_notes``: made with verifiers 0.4.0's ``vf-init vf_notes -T``, given a stateful tool (a notebook in the
+  rollout's ``State``) and two weighted rewards (0.75 / 0.25);
+- ``vf_ledger``: a verifiers 0.3.1 ``load_environment`` module: a ``StatefulToolEnv`` (the balance in its
+  state, injected by ``update_tool_args``) with a ``Rubric`` of two weighted functions (0.6 / 0.4).
+
+The same scripted rollouts (``scripted_model.ScriptedModel``, an OpenAI-compatible model answering by
+script) are played twice: by verifiers itself (``vf-eval`` with its own harness, tool server and reward
+functions for 0.4; ``Environment.evaluate`` for 0.3.1), and through ngym (``/seed_session``, one tool route
+per call, ``/verify``). Tool outputs must be equal call by call, and every reward function's score, its
+weight and the reward equal, function by function.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ngym.plugins.registry import reset_registry
+from ngym.testing import RolloutClient, app_for, serve_in_process
+from tests.conformance.scripted_model import ScriptedModel, Turn
+
+FIXTURES = Path(__file__).resolve().parents[2] / "plugins" / "ngym_verifiers" / "tests" / "fixtures"
+DRIVER = Path(__file__).with_name("verifiers_driver.py")
+
+NOTES_SCRIPTS: dict[str, list[Turn]] = {
+    "apple": [[("vf_notes_add_note", {"text": "apple"})], "apple"],  # both rewards: 1.0
+    "river": ["river"],  # answers, never wrote it down: 0.75
+    "lantern": [[("vf_notes_add_note", {"text": "lamp"}), ("vf_notes_read_notes", {})], "lamp"],  # 0.0
+}
+LEDGER_SCRIPTS: dict[str, list[Turn]] = {
+    "Start at 5": [[("deposit", {"amount": 3})], [("deposit", {"amount": 4}), ("balance", {})], "It is 12"],  # 1.0
+    "Start at 0": [[("deposit", {"amount": 10})], [("deposit", {"amount": -4})], "It is 4"],  # ledger only: 0.4
+    "Start at 2": [[("balance", {})], "It is 3"],  # answer only: 0.6
+}
+
+
+@pytest.fixture(scope="module")
+def records_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Installed records in a scratch folder (the venvs stay cached under ~/.cache/ngym/verifiers)."""
+    folder = tmp_path_factory.mktemp("verifiers-records")
+    old = os.environ.get("NGYM_VERIFIERS_RECORDS")
+    os.environ["NGYM_VERIFIERS_RECORDS"] = str(folder)
+    reset_registry()
+    yield folder
+    if old is None:
+        os.environ.pop("NGYM_VERIFIERS_RECORDS", None)
+    else:
+        os.environ["NGYM_VERIFIERS_RECORDS"] = old
+    reset_registry()
+
+
+@pytest.fixture(scope="module")
+def notes_record(records_dir: Path) -> Any:
+    return install(str(FIXTURES / "vf_notes"), records_dir)
+
+
+@pytest.fixture(scope="module")
+def ledger_record(records_dir: Path) -> Any:
+    return install(str(FIXTURES / "vf_ledger.py"), records_dir, domain="math")  # a module has no metadata
+
+
+def install(source: str, records_dir: Path, domain: str | None = None) -> Any:
+    from ngym_verifiers.install import install_source
+
+    record = install_source(f"verifiers:{source}", domain=domain, echo=lambda line: None)
+    reset_registry()
+    return record
+
+
+async def play_through_ngym(name: str, scripts: dict[str, list[Turn]]) -> dict[str, dict[str, Any]]:
+    """Each script as one ngym rollout: the tool calls through the tool routes, then /verify."""
+    results: dict[str, dict[str, Any]] = {}
+    async with serve_in_process(app_for(name)) as http:
+        for idx in range(len(scripts)):
+            client = RolloutClient(http)
+            seeded = await client.call("/seed_session", {"verifiers": {"idx": idx}})
+            prompt = " ".join(str(m.get("content")) for m in seeded["prompt"])
+            key = next(k for k in scripts if k in prompt)
+            output: list[dict[str, Any]] = []
+            tool_outputs: list[str] = []
+            for turn_index, turn in enumerate(scripts[key]):
+                if isinstance(turn, str):
+                    output.append(
+                        {"type": "message", "id": f"msg_{turn_index}", "role": "assistant", "status": "completed",
+                         "content": [{"type": "output_text", "text": turn, "annotations": []}]}
+                    )  # fmt: skip
+                    continue
+                # One model turn: its calls first, then their outputs (how the Responses API lays out parallel calls).
+                outputs = []
+                for call_index, (tool, arguments) in enumerate(turn):
+                    call_id = f"call_{turn_index}_{call_index}"
+                    answer = await client.call(f"/{tool}", arguments)
+                    tool_outputs.append(answer["output"])
+                    output.append({"type": "function_call", "name": tool, "arguments": json.dumps(arguments),
+                                   "call_id": call_id, "id": f"fc_{call_id}", "status": "completed"})  # fmt: skip
+                    outputs.append({"type": "function_call_output", "call_id": call_id, "output": answer["output"]})
+                output.extend(outputs)
+            response = {"id": "resp", "created_at": 0.0, "model": "scripted", "object": "response",
+                        "output": output, "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}  # fmt: skip
+            verified = await client.call(
+                "/verify", {"responses_create_params": {"input": []}, "response": response, "verifiers": {"idx": idx}}
+            )
+            assert not verified.get("mask_sample"), verified.get("failure_reason")
+            results[key] = {"tool_outputs": tool_outputs, "verify": verified}
+    return results
+
+
+def run_in_venv(python: str, *args: str, timeout: float = 600) -> Any:
+    done = subprocess.run(
+        [python, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, "NGYM_SCRIPTED_KEY": "x"}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def by_script(rows: list[dict[str, Any]], scripts: dict[str, list[Turn]]) -> dict[str, dict[str, Any]]:
+    return {next(k for k in scripts if k in row["prompt"]): row for row in rows}
+
+
+def compare(verifiers_rows: dict[str, dict[str, Any]], ngym_rows: dict[str, dict[str, Any]]) -> None:
+    assert verifiers_rows.keys() == ngym_rows.keys()
+    for key, theirs in verifiers_rows.items():
+        ours = ngym_rows[key]
+        assert ours["tool_outputs"] == theirs["tool_outputs"], key
+        components = ours["verify"]["reward_components"]
+        assert components == pytest.approx(theirs["rewards"]), key  # every function's score, by name
+        if "weights" in theirs:
+            assert ours["verify"]["reward_weights"] == pytest.approx(theirs["weights"]), key
+        assert ours["verify"]["reward"] == pytest.approx(theirs["reward"]), key
+
+
+async def test_verifiers_0_4_taskset_matches_vf_eval(notes_record: Any, tmp_path: Path) -> None:
+    record = notes_record
+    assert record.api == "v1" and record.domain == "agent"
+    assert [r["name"] for r in record.rewards] == ["noted", "reward"]
+    vf_eval = str(Path(record.python).with_name("vf-eval"))
+    with ScriptedModel(NOTES_SCRIPTS) as model:
+        done = subprocess.run(
+            [vf_eval, "vf_notes", "--model", "scripted", "--client.base-url", model.base_url,
+             "--client.api-key-var", "NGYM_SCRIPTED_KEY", "-n", "3", "-c", "1", "--push", "false",
+             "--output-dir", str(tmp_path), "--rich", "None", "--env.agent.runtime.type", "subprocess"],
+            capture_output=True, text=True, timeout=900, env={**os.environ, "NGYM_SCRIPTED_KEY": "x"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    traces = next(tmp_path.glob("*/traces.jsonl"))
+    theirs = by_script(run_in_venv(record.python, str(DRIVER), "v1", str(traces)), NOTES_SCRIPTS)
+    assert [theirs[k]["reward"] for k in NOTES_SCRIPTS] == [1.0, 0.75, 0.0]  # the scripts play what they claim
+    assert all(not row["errors"] for row in theirs.values())
+    ours = await play_through_ngym(record.name, NOTES_SCRIPTS)
+    compare(theirs, ours)
+    # the tools' schemas are the ones verifiers' own tool server advertised to the model
+    advertised = theirs["apple"]["tools"]
+    for tool in record.tools:
+        assert tool["parameters"] == advertised[tool["name"]], tool["name"]
+
+
+async def test_verifiers_0_3_stateful_tool_env_matches_evaluate(ledger_record: Any) -> None:
+    record = ledger_record
+    assert record.api == "legacy"
+    with ScriptedModel(LEDGER_SCRIPTS) as model:
+        rows = run_in_venv(record.python, str(DRIVER), "legacy", record.module, model.base_url, "3")
+    theirs = by_script(rows, LEDGER_SCRIPTS)
+    assert [theirs[k]["reward"] for k in LEDGER_SCRIPTS] == pytest.approx([1.0, 0.4, 0.6])
+    assert all(row["error"] is None for row in theirs.values())
+    ours = await play_through_ngym(record.name, LEDGER_SCRIPTS)
+    compare(theirs, ours)
+
+
+COUNTER_DATA = Path(__file__).resolve().parents[2] / "resources_servers/example_session_state_mgmt/data/example.jsonl"
+COUNTER_SCRIPTS: dict[str, list[Turn]] = {
+    "starts at 3. Add 3,": [[("increment_counter", {"count": 3})], "It is 6"],  # ends at 6 == expected: 1.0
+    "starts at 0. Add 2 then add 5": [[("increment_counter", {"count": 2})], [("increment_counter", {"count": 5})],
+                                      [("get_counter_value", {})], "It is 7"],  # 7 == expected: 1.0
+    "starts at 10. Add -4": [[("increment_counter", {"count": -3})], "It is 7"],  # 7 != 6: 0.0
+}  # fmt: skip
+
+
+def test_verifiers_nemo_gym_taskset_drives_ngym_builtin(notes_record: Any, tmp_path: Path) -> None:
+    """The other direction: verifiers 0.4's own ``nemo_gym`` taskset, configured by file (``vf-eval @ eval.toml``;
+    its ``--env.taskset...`` flag form fails in verifiers itself), drives ngym's built-in counter served by
+    ``ngym run``: seed, tools and verify over NeMo Gym's wire, the reward ngym's verify gives."""
+    from ngym.child_server import free_port, stop_process, wait_healthy
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ngym.cli", "run", "example_session_state_mgmt", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", server, 60)
+        vf_eval = str(Path(notes_record.python).with_name("vf-eval"))
+        with ScriptedModel(COUNTER_SCRIPTS) as model:
+            config = tmp_path / "eval.toml"
+            config.write_text(
+                f'model = "scripted"\nmax_concurrent = 1\npush = false\noutput_dir = "{tmp_path / "out"}"\n'
+                f'[client]\nbase_url = "{model.base_url}"\napi_key_var = "NGYM_SCRIPTED_KEY"\n'
+                f"[select]\nlimit = 3\n"
+                f'[env.taskset]\nid = "nemo_gym"\ndataset = "{COUNTER_DATA}"\n'
+                f'[env.taskset.task]\nresources_url = "http://127.0.0.1:{port}"\n'
+                f'[env.agent.runtime]\ntype = "subprocess"\n'
+            )
+            done = subprocess.run(
+                [vf_eval, "@", str(config)], capture_output=True, text=True, timeout=900,
+                env={**os.environ, "NGYM_SCRIPTED_KEY": "x"},
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr[-3000:]
+        traces = next((tmp_path / "out").glob("*/traces.jsonl"))
+        rows = by_script(run_in_venv(notes_record.python, str(DRIVER), "v1", str(traces)), COUNTER_SCRIPTS)
+        assert {key: row["rewards"] for key, row in rows.items()} == {
+            key: {"nemo_gym": expected} for key, expected in zip(COUNTER_SCRIPTS, [1.0, 1.0, 0.0], strict=True)
+        }
+        assert all(not row["errors"] for row in rows.values())
+        # the counter's tools answered through ngym's routes: the outputs the model saw
+        assert rows["starts at 0. Add 2 then add 5"]["tool_outputs"][-1] == '{"count":7}'
+    finally:
+        stop_process(server)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "reason"),
+    [("vf_guess.py", "env_response speaks between model turns"), ("vf_ranked.py", "group-level reward functions")],
+)
+def test_what_does_not_map_is_refused_at_install(
+    ledger_record: Any, records_dir: Path, fixture: str, reason: str
+) -> None:
+    """A MultiTurnEnv game and a group reward are refused with the reason (same cached venv as vf_ledger)."""
+    from ngym_verifiers.install import VerifiersInstallError, install_source
+
+    with pytest.raises(VerifiersInstallError, match=reason):
+        install_source(f"verifiers:{FIXTURES / fixture}", domain="games", echo=lambda line: None)
+    assert not (records_dir / f"{Path(fixture).stem}.json").exists()
