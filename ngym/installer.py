@@ -135,8 +135,8 @@ def adapter_function(prefix: str, which: str) -> Callable[..., Any] | None:
         if exc.name and module.startswith(exc.name):
             raise NgymError(
                 f"{prefix}: environments are installed by the {adapter.distribution} plugin, which is not installed"
-                f" (pip install {adapter.distribution}, or pip install -e plugins/{adapter.distribution.replace('-', '_')}"
-                " in a checkout)"
+                f" (pip install {adapter.distribution}, or in a checkout"
+                f" pip install -e plugins/{adapter.distribution.replace('-', '_')})"
             ) from None
         raise
     function: Callable[..., Any] = getattr(loaded, name)

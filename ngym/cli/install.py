@@ -62,7 +62,9 @@ def install(
         _install_adapted(adapted, packages, as_name, domain, options, verbose)
         return
     if domain or options:
-        raise click.UsageError("--domain and --option apply to environments of another ecosystem (openenv:, verifiers:)")
+        raise click.UsageError(
+            "--domain and --option apply to environments of another ecosystem (openenv:, verifiers:)"
+        )
     nemo = [p for p in packages if is_nemo_source(p)]
     if nemo:
         _install_nemo(nemo, [p for p in packages if p not in nemo], as_name=as_name, replace=replace, verbose=verbose)
@@ -123,22 +125,6 @@ def _install_quietly(args: list[str], what: str) -> None:
         click.echo(f"installed {', '.join(installed)}")
     else:
         click.echo(f"{what}: already installed (nothing to do; -U upgrades)")
-
-
-def _install_adapted(
-    sources: list[str], others: list[str], *, as_name: str | None, domain: str | None, verbose: bool
-) -> None:
-    """Environments of another ecosystem (``verifiers:...``), each installed by its adapter plugin."""
-    if others:
-        raise click.UsageError(f"install {sources[0].partition(':')[0]} environments and other packages separately")
-    if as_name and len(sources) > 1:
-        raise click.UsageError("--as names one environment: install them one at a time")
-    for source in sources:
-        prefix = installer.adapter_prefix(source)
-        assert prefix is not None
-        installer.adapter_function(prefix, "install")(
-            source, as_name=as_name, domain=domain, verbose=verbose, echo=click.echo
-        )
 
 
 def _install_nemo(sources: list[str], others: list[str], *, as_name: str | None, replace: bool, verbose: bool) -> None:

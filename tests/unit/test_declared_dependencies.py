@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: Modules an adapter runs in the environment's own virtualenv (``python probe.py``): what they import is that
 #: venv's business (OpenEnv, verifiers), never a dependency of the plugin's distribution.
 OTHER_INTERPRETER = {
-    "plugins/ngym_openenv/ngym_openenv/probe.py",
-    "plugins/ngym_verifiers/ngym_verifiers/worker.py",
+    (REPO / "plugins/ngym_openenv/ngym_openenv/probe.py").as_posix(),
+    (REPO / "plugins/ngym_verifiers/ngym_verifiers/worker.py").as_posix(),
 }
 
 
@@ -33,7 +33,7 @@ def imported_top_level_modules(package: Path) -> dict[str, Path]:
     (what tests import is the dev extra's business)."""
     found: dict[str, Path] = {}
     for path in sorted(package.rglob("*.py")):
-        if "tests" in path.relative_to(package).parts or path.relative_to(REPO).as_posix() in OTHER_INTERPRETER:
+        if "tests" in path.relative_to(package).parts or path.as_posix() in OTHER_INTERPRETER:
             continue
         tree = ast.parse(path.read_text(), str(path))
         optional = {id(node) for node in ast.walk(tree) for node in _optional_imports(node)}

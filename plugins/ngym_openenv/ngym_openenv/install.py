@@ -33,7 +33,7 @@ import yaml
 
 from ngym.domain import Domain
 from ngym_openenv import launch
-from ngym_openenv.catalog import available, render
+from ngym_openenv.catalog import available
 from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.manifest import Manifest, ToolSpec
 from ngym_openenv.project import check_name_free, install_project

@@ -98,7 +98,7 @@ def test_missing_plugin_says_what_to_install(monkeypatch: pytest.MonkeyPatch) ->
         (["openenv:x", "-o", "python=/no/such/python"], "no such interpreter"),
         (["openenv:x", "-o", "oops"], "expected KEY=VALUE"),
         (["openenv:x", "ngym-redis"], "separate commands"),
-        (["ngym-redis", "--domain", "games"], "apply to plugin sources"),
+        (["ngym-redis", "--domain", "games"], "apply to environments of another ecosystem"),
         (["openenv:x", "--as", "bad name"], "a name is letters"),
     ],
 )
