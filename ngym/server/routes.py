@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from ngym.errors import JudgeError
-from ngym.server.input_errors import parse_json
+from ngym.server.input_errors import parse_json, reject_non_finite
 from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
@@ -131,9 +131,11 @@ async def _read_json(request: Request) -> Any:
     if not raw.strip():
         return {}
     try:
-        return parse_json(raw)
+        data = parse_json(raw)
     except ValueError as exc:
         raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
+    reject_non_finite(raw, data)
+    return data
 
 
 def _validate(model: type[BaseModel], data: Any) -> BaseModel:
@@ -145,6 +147,7 @@ def _validate(model: type[BaseModel], data: Any) -> BaseModel:
 
 def _validate_json(model: type[BaseModel], raw: bytes) -> BaseModel:
     """Validate straight from bytes (pydantic's own JSON parser: no intermediate dict)."""
+    reject_non_finite(raw)
     try:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as exc:

@@ -236,8 +236,8 @@ def _parse(source: str, live: bool) -> ToolCall:
 def _parse_code(source: str, live: bool) -> ToolCall:
     if len(source) > MAX_CODE_CHARS:
         raise ActionError(
-            f"the call is {len(source)} characters of Python (it is not a plain name.func(k=\"v\", ...) call, e.g. "
-            f"a \" in a value ends its string literal); at most {MAX_CODE_CHARS} are read"
+            f'the call is {len(source)} characters of Python (it is not a plain name.func(k="v", ...) call, e.g. '
+            f'a " in a value ends its string literal); at most {MAX_CODE_CHARS} are read'
         )
     try:
         with warnings.catch_warnings():  # "invalid escape sequence" is a warning in eval too, never an error

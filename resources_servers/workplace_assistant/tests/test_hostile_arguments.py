@@ -127,7 +127,7 @@ def test_a_hostile_call_through_the_server_is_a_readable_200_and_memory_stays_fl
 
 # --- fidelity: the data path gives exactly what eval of WorkBench's call string gives ------------------------
 
-ALPHABET = st.sampled_from(list('abN{}uxU0123789\\"\'\n\r\t \x00é€東\U0001f600,=()+*') + ["\\N{BULLET}", "\\u00e9"])
+ALPHABET = st.sampled_from(list("abN{}uxU0123789\\\"'\n\r\t \x00é€東\U0001f600,=()+*") + ["\\N{BULLET}", "\\u00e9"])
 TEXT = st.lists(ALPHABET, max_size=12).map("".join)
 
 
@@ -192,9 +192,9 @@ def test_call_strings_read_as_data_equal_the_call_string_read_as_code(arguments:
 
 def test_plain_call_strings_take_the_data_path_and_others_are_read_as_small_code() -> None:
     plain = 'email.send_email.func(recipient="a@b.io", subject="Hi", body="one\ntwo")'
-    assert read_simple_call(workbench_source(plain)) == ("email", "send_email", {"recipient": "a@b.io",
-                                                                               "subject": "Hi", "body": "one\ntwo"})  # fmt: skip
-    quoted = "calendar.update_event.func(event_id='00000013', field=\"duration\", new_value=\"30\")"
+    values = {"recipient": "a@b.io", "subject": "Hi", "body": "one\ntwo"}
+    assert read_simple_call(workbench_source(plain)) == ("email", "send_email", values)
+    quoted = 'calendar.update_event.func(event_id=\'00000013\', field="duration", new_value="30")'
     assert read_simple_call(workbench_source(quoted)) is None  # single quotes: not the plain shape
     assert parse_workbench_action(quoted).kwargs["event_id"] == "00000013"
 
