@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 import sys
 import warnings
 from collections.abc import Iterable, Mapping
@@ -145,6 +146,16 @@ ALL_MODULES = frozenset(
 #: imports all six toolkits, the company directory included (read-only: it never changes a reward, only
 #: whether a directory call counts in ``failed_calls``).
 EVAL_MODULES = ALL_MODULES
+
+
+_HEAP_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def error_text(exc: BaseException, *, with_type: bool = True) -> str:
+    """What a model or a client reads about a failed call: the error, less any heap address an object's repr
+    put in it (``<... object at 0x7fc5...>`` tells about the server's memory, nothing about the call)."""
+    text = f"{type(exc).__name__}: {exc}" if with_type else str(exc)
+    return _HEAP_ADDRESS.sub("", text)
 
 
 class ActionError(Exception):
@@ -404,7 +415,7 @@ def replay(
             if run_reads or call.dotted in WRITE_TOOLS:
                 outcome = run_call(result.workspace, call)
         except Exception as exc:  # noqa: BLE001 - WorkBench skips any call that raises
-            result.failed.append((i, _label(action)[:200], f"{type(exc).__name__}: {exc}"[:300]))
+            result.failed.append((i, _label(action)[:200], error_text(exc)[:300]))
             continue
         if check_writes and call.dotted in WRITE_TOOLS and not write_done(call.dotted, outcome):
             result.refused.append((i, _label(action)[:200], f"the tool answered {str(outcome)[:200]!r}"))

@@ -204,3 +204,25 @@ def test_errors_carry_no_heap_addresses() -> None:
         to_tool_call({"name": SEARCH, "arguments": {"query": 'x" + str(13) + "'}}, live=True)
     assert " at 0x" not in str(caught.value)
     assert "Call" in str(caught.value)  # says what was not a literal
+
+
+async def test_tool_output_and_verify_errors_carry_no_heap_addresses() -> None:
+    from workplace_assistant.app import WorkplaceAssistantResourcesServer
+    from workplace_assistant.workspace import SAMPLE_DIR
+
+    from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
+
+    app = app_for_class(WorkplaceAssistantResourcesServer, name="workplace_assistant", data_dir=str(SAMPLE_DIR))
+    code = 'x" + str(13) + "'
+    async with serve_in_process(app) as http:
+        rollout = RolloutClient(http)
+        await rollout.call("/seed_session", {})
+        output = (await rollout.call(f"/{SEARCH}", {"query": code}))["output"]
+        assert output.startswith("Error executing tool") and " at 0x" not in output
+        truth = ["email.search_emails.func(query=str(13))", "email.delete_email.func(email_id=[x for x in y])"]
+        response = make_response(calls=[(SEARCH, {"query": code})])
+        verified = await rollout.call("/verify", {"responses_create_params": {"input": "x"}, "ground_truth": truth,
+                                                  "response": response})  # fmt: skip
+    texts = verified["ground_truth_errors"] + verified["failed_call_errors"] + [verified["failure_reason"]]
+    assert len(verified["ground_truth_errors"]) == 2 and verified["mask_sample"] is True
+    assert all(" at 0x" not in text for text in texts), texts  # was "<ast.Call object at 0x7fc5...>"
