@@ -82,7 +82,7 @@ def _tool_texts(output: Any) -> list[str]:
         return []
     try:
         decoded = json.loads(output)
-    except (json.JSONDecodeError, ValueError):
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's stack (model-made text)
         return [output]
     if isinstance(decoded, dict):
         return [str(decoded[k]) for k in ("result", "stdout") if isinstance(decoded.get(k), str)]

@@ -125,3 +125,9 @@ def test_many_unclosed_boxes_cost_linear_time() -> None:
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, previous)
+
+
+def test_a_deeply_nested_tool_output_is_read_as_text_not_a_crash() -> None:
+    # json.loads raised RecursionError on it: /verify answered 500
+    deep = "[" * 100_000 + "\\boxed{7}"
+    assert find_answer([{"type": "function_call_output", "call_id": "c", "output": deep}]) == ("7", "tool")
