@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import tracemalloc
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -226,3 +227,30 @@ async def test_tool_output_and_verify_errors_carry_no_heap_addresses() -> None:
     texts = verified["ground_truth_errors"] + verified["failed_call_errors"] + [verified["failure_reason"]]
     assert len(verified["ground_truth_errors"]) == 2 and verified["mask_sample"] is True
     assert all(" at 0x" not in text for text in texts), texts  # was "<ast.Call object at 0x7fc5...>"
+
+
+def test_a_query_of_one_word_repeated_costs_one_search_per_email(tmp_path: Path) -> None:
+    """A query of 1,000,000 repeats of one word was 1,000,000 substring searches per email: ~20 s of CPU on the
+    event loop with 600 emails. A generous CPU budget (not wall time) stops the test if that comes back."""
+    import shutil
+    import signal
+
+    from workplace_assistant.workspace import SAMPLE_DIR, WorkBenchData
+
+    shutil.copytree(SAMPLE_DIR, tmp_path / "data")
+    emails = tmp_path / "data" / "processed" / "emails.csv"
+    header, *rows = emails.read_text().splitlines(keepends=True)
+    emails.write_text(header + "".join(rows * (600 // len(rows) + 1)))  # WorkBench's size: 500 and more
+    workspace = WorkBenchData.from_dir(tmp_path / "data").new_workspace()
+    expected = workspace.email_search_emails(query="@")  # in every email (its address)
+
+    def over_budget(*_: object) -> None:
+        raise TimeoutError("search_emails used more than 4 s of CPU")
+
+    previous = signal.signal(signal.SIGPROF, over_budget)
+    signal.setitimer(signal.ITIMER_PROF, 4.0)
+    try:
+        assert workspace.email_search_emails(query="@ " * 1_000_000) == expected
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
