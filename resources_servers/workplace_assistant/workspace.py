@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +19,7 @@ from typing import Any
 
 from ngym.errors import ConfigError
 
+from .bounded_regex import BoundedPattern
 from .tables import Table, is_missing, read_csv_as_strings
 
 #: WorkBench's clock: Thursday 2023-11-30 00:00:00.
@@ -108,14 +108,14 @@ def _next_id(table: Table, column: str) -> int:
 
 def _contains_mask(table: Table, positions: list[int], column: str, pattern: Any, *, case: bool) -> list[int]:
     """Rows whose ``column`` matches regex ``pattern`` (``Series.str.contains(pattern, case=...)``)."""
-    regex = re.compile(pattern, 0 if case else re.IGNORECASE)
+    regex = BoundedPattern(pattern, ignore_case=not case)
     ci = table.col(column)
     out = []
     for p in positions:
         cell = table.rows[p][ci]
         if not isinstance(cell, str):
             raise ValueError("Cannot mask with non-boolean array containing NA / NaN values")
-        if regex.search(cell) is not None:
+        if regex.search(cell):
             out.append(p)
     return out
 
@@ -214,8 +214,8 @@ class Workspace:
         if name == "":
             return "Name not provided."
         name = name.lower()
-        regex = re.compile(name)
-        return [addr for addr in self.data.directory if isinstance(addr, str) and regex.search(addr) is not None]
+        regex = BoundedPattern(name)
+        return [addr for addr in self.data.directory if isinstance(addr, str) and regex.search(addr)]
 
     # ------------------------------------------------------------------ email
     def email_get_email_information_by_id(self, email_id: Any = None, field: Any = None) -> Any:

@@ -230,9 +230,9 @@ def machine_for(url: str, rows: list[dict[str, Any]]) -> type[RuleBasedStateMach
 
         @rule(data=st.data(), raw=st.sampled_from(HOSTILE_RAW))
         def hostile_json_numbers_and_nesting_are_4xx(self, data: st.DataObject, raw: bytes) -> None:
-            targets = sorted(fields) + ["/verify", "/seed_session"]
+            targets = [path for path in sorted(fields) if fields[path]] + ["/verify", "/seed_session"]
             path = data.draw(st.sampled_from(targets))
-            names = fields.get(path) or ["count"]
+            names = fields.get(path) or ["count"]  # a route without a body model never reads it: left out above
             body = b"{" + b", ".join(b'"%s": %s' % (name.encode(), raw) for name in names) + b"}"
             headers = {**JSON, **({"cookie": self.cookie} if self.cookie else {})}
             answer = http.post(path, content=body, headers=headers)
