@@ -3,13 +3,15 @@
 Calls come in two shapes:
 
 - WorkBench strings, ``email.delete_email.func(email_id="00000479")``: what WorkBench's dataset holds as ground
-  truth and what its agent runner records for a model. WorkBench ``eval``\\ s them; here they are parsed with
-  :mod:`ast` (same syntax, same string escapes) and dispatched without ``eval``.
+  truth and what its agent runner records for a model. WorkBench ``eval``\\ s them; here the plain shape is read
+  as data (:func:`call_strings.read_simple_call`: one linear regular expression, Python's own literal decoding)
+  and anything else is parsed with :mod:`ast`, bounded (same syntax, same string escapes); nothing is ``eval``\\ ed.
 - NeMo Gym function calls, ``{"name": "email_delete_email", "arguments": "<json object>"}``. By default
-  (``workbench_strings=True``) each is first rendered the way WorkBench's runner renders a model's action,
-  ``name.func(k="v", ...)`` with every value formatted by an f-string, and that string is replayed: a value
-  holding a ``"`` (or a carriage return) breaks the call and ``\\n`` in a value becomes a newline, as in
-  WorkBench. With ``workbench_strings=False`` the decoded JSON values are passed to the tool as they are.
+  (``workbench_strings=True``) each means what WorkBench's runner makes of it: ``name.func(k="v", ...)`` with
+  every value formatted by an f-string, then ``eval``: a value holding a ``"`` (or a carriage return) breaks the
+  call and ``\\n`` in a value becomes a newline. The values are passed as data (:func:`structured_call`); only
+  a value that breaks out of its literal makes the call text be read as (bounded) code. With
+  ``workbench_strings=False`` the decoded JSON values are passed to the tool as they are.
   Ground truth and predictions go through the same reading, so identical calls always give identical states.
 
 Before parsing, every line break in a call string becomes the two characters ``\\n``, as WorkBench's scorer
