@@ -4,9 +4,9 @@ uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``, but o
 a connection that opens and sends nothing, or trickles its headers, stays open for good (200 such
 connections were still open hours later). Here each connection must complete a request's headers within
 ``request_header_timeout_seconds`` of opening, and again of each response; a request whose line and headers
-are still incomplete after ``max_request_header_bytes`` is answered 431 (as h11 caps an incomplete event:
-what is bounded is how much a client can make the server buffer). The body is the application's business
-(``ngym.server.request_limits``).
+are longer than ``max_request_header_bytes`` is answered 431, whether they are complete or not and however few
+socket reads carried them (h11 also caps an incomplete event: what is bounded is how much a client can make the
+server buffer). The body is the application's business (``ngym.server.request_limits``).
 
 The settings travel on the ``uvicorn.Config`` object (attributes ``ngym_header_timeout`` and
 ``ngym_max_header_bytes``), because uvicorn builds one protocol per connection from its config, in worker
@@ -63,6 +63,7 @@ class HeaderDeadline:
 
     def _arm(self) -> None:
         self._ngym_header_bytes = 0
+        self._ngym_tail = b""
         self._ngym_deadline = self.loop.time() + self._ngym_seconds
         self._ngym_armed = True
         if self._ngym_timer is None:
@@ -72,7 +73,19 @@ class HeaderDeadline:
         if not self._ngym_armed:  # a request's body, or a pipelined request behind one in progress
             super().data_received(data)  # type: ignore[misc]
             return
+        before = self._ngym_header_bytes
         self._ngym_header_bytes += len(data)
+        if self._ngym_header_bytes > self._ngym_max_bytes:
+            # Over the cap so far: measure where the header block ends before the parser sees it. Checking only
+            # while the headers were incomplete let a block that completes within one or two socket reads
+            # through at any size (100,000 bytes served with a 65,536 cap).
+            tail = self._ngym_tail
+            end = _header_block_end(tail + data, skip_blank_lines=before == 0)
+            size = before - len(tail) + end if end >= 0 else self._ngym_header_bytes
+            if size > self._ngym_max_bytes:
+                self._too_large(size)
+                return
+        self._ngym_tail = data[-2:]
         super().data_received(data)  # type: ignore[misc]
         if not self._ngym_armed:
             return
@@ -83,12 +96,13 @@ class HeaderDeadline:
                 # Its whole body came with its headers, and its app has not run yet (it starts after this call),
                 # so all of the body is still in the cycle: nothing is left for the body limits to bound.
                 cycle.scope[BODY_BYTES_KEY] = len(cycle.body)
-        elif self._ngym_header_bytes > self._ngym_max_bytes:
-            self._ngym_armed = False
-            log.info("%s: request headers over %d bytes; answered 431", _peer(self.client), self._ngym_header_bytes)
-            if not self.transport.is_closing():
-                self.transport.write(_TOO_LARGE)
-                self.transport.close()
+
+    def _too_large(self, size: int) -> None:
+        self._ngym_armed = False
+        log.info("%s: request headers over %d bytes; answered 431", _peer(self.client), size)
+        if not self.transport.is_closing():
+            self.transport.write(_TOO_LARGE)
+            self.transport.close()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
@@ -96,6 +110,7 @@ class HeaderDeadline:
         # Armed again unless closing or a pipelined request is starting (its headers are in).
         if (cycle is None or cycle.response_complete) and not self.transport.is_closing():
             self._ngym_header_bytes = 0
+            self._ngym_tail = b""
             self._ngym_deadline = self.loop.time() + self._ngym_seconds
             self._ngym_armed = True
             if self._ngym_timer is None:
@@ -124,6 +139,15 @@ class HeaderDeadline:
             return  # a request is in progress
         log.info("%s: no complete request headers in time; connection closed", _peer(self.client))
         self.transport.close()
+
+
+def _header_block_end(data: bytes, *, skip_blank_lines: bool = False) -> int:
+    """The offset just past the blank line that ends a header block in ``data``, or -1 if it holds none. Both
+    parsers accept a bare LF as a line end, so ``\\n\\n`` and ``\\n\\r\\n`` both end one (``\\r\\n\\r\\n`` holds the
+    latter). ``skip_blank_lines``: ``data`` starts a request, whose leading empty lines end nothing."""
+    start = len(data) - len(data.lstrip(b"\r\n")) if skip_blank_lines else 0
+    ends = [i + len(blank) for blank in (b"\n\r\n", b"\n\n") if (i := data.find(blank, start)) >= 0]
+    return min(ends, default=-1)
 
 
 def _peer(client: Any) -> str:

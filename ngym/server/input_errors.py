@@ -10,17 +10,22 @@
   need ``APIRouter(route_class=StrictJSONRoute)`` to get it.)
 - ``validation_error_handler``: FastAPI's 422 with each error's ``input`` cut to a short preview, so a 50 MB
   body that fails validation is not sent back whole (nor anything that is not valid UTF-8).
+- ``reject_non_finite``: ``NaN``, ``Infinity``, ``-Infinity`` (not JSON, but parsers accept them) and numbers
+  beyond a double's range (``1e400``: JSON syntax, read as infinity) are a 422 ``finite_number`` naming where
+  they are. Let through, they reached the 422 handler (which cannot serialise them: a 500 a client retries)
+  or an environment and its responses.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pydantic_core
-from fastapi import Request
+from fastapi import HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -76,12 +81,66 @@ def _offset(text: str, message: str) -> int:
     return min(start + max(column - 1, 0), len(text))
 
 
+#: What a body holding a non-finite number must contain: a NaN/Infinity token, a 3-digit exponent or 300 digits
+#: in a row. Only a body that matches is walked, so the common body costs one scan in C.
+_MAYBE_NON_FINITE = re.compile(rb"[:\[,]\s*-?(?:NaN|Infinity)|[eE][+]?[0-9]{3}|[0-9]{300}")
+_NOT_PARSED = object()
+
+
+def non_finite_errors(raw: bytes, data: Any = _NOT_PARSED) -> list[dict[str, Any]]:
+    """422 errors (``finite_number``, with their ``loc``) for each non-finite number in the JSON body ``raw``
+    (``data``: its parsed value, when already parsed); at most ``MAX_ERRORS``. Nothing for a body that is not
+    JSON (its own error reports that)."""
+    if not _MAYBE_NON_FINITE.search(raw):
+        return []
+    if data is _NOT_PARSED:
+        try:
+            data = parse_json(raw)
+        except ValueError:
+            return []
+    errors: list[dict[str, Any]] = []
+    stack: list[tuple[tuple[str | int, ...], Any]] = [(("body",), data)]
+    while stack and len(errors) < MAX_ERRORS:
+        loc, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            errors.append(
+                {
+                    "type": "finite_number",
+                    "loc": list(loc),
+                    "msg": "Input should be a finite number (JSON has no NaN or Infinity; a number beyond "
+                    "±1.8e308 is out of range)",
+                    "input": _number_text(value),
+                }
+            )
+        elif isinstance(value, dict):
+            stack += [((*loc, key), item) for key, item in reversed(value.items())]
+        elif isinstance(value, list):
+            stack += [((*loc, index), item) for index, item in reversed(list(enumerate(value)))]
+    return errors
+
+
+def reject_non_finite(raw: bytes, data: Any = _NOT_PARSED) -> None:
+    """A 422 (``{"detail": [errors]}``, the shape of every validation error) if the body holds a non-finite
+    number: see :func:`non_finite_errors`."""
+    errors = non_finite_errors(raw, data)
+    if errors:
+        raise HTTPException(422, detail=errors)
+
+
+def _number_text(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
 class StrictJSONRequest(Request):
-    """A request whose ``json()`` is ``parse_json``."""
+    """A request whose ``json()`` is ``parse_json``, non-finite numbers refused (422)."""
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = parse_json(await self.body())
+            raw = await self.body()
+            data = parse_json(raw)
+            # An HTTPException, which FastAPI lets through from here (any other exception would become its 400)
+            reject_non_finite(raw, data)
+            self._json = data
         return self._json
 
 
@@ -121,6 +180,8 @@ def preview(value: Any, depth: int = 0) -> Any:
         if len(value) > PREVIEW_ITEMS:
             shown.append(f"… {len(value) - PREVIEW_ITEMS} more items")
         return shown
+    if isinstance(value, float) and not math.isfinite(value):
+        return _number_text(value)  # JSON cannot carry it: the 422 itself would fail to serialise
     if value is None or isinstance(value, bool | int | float):
         return value
     return preview(repr(value), depth)

@@ -37,6 +37,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from ngym.errors import ConfigError
+from ngym.server.input_errors import parse_json
 from ngym.server.protocol.bodies import MCPServerMetadata
 
 if TYPE_CHECKING:
@@ -177,11 +178,14 @@ class MCPExposure:
 
     async def _call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         types = self._types
+        claims = self._request_claims()
         if name not in self.tools:
             # Models invent tool names: answer with an error result the model can read, not a protocol error.
-            text = f"Unknown tool: {name!r}. Available tools: {sorted(self.tools)}"
+            # It lists what this rollout may call (as tools/list does), never tools outside its allow-list.
+            allowed_here = claims[1] if claims else None
+            available = sorted(t for t in self.tools if allowed_here is None or t in allowed_here)
+            text = f"Unknown tool: {name!r}. Available tools: {available}"
             return types.CallToolResult(content=[types.TextContent(type="text", text=text)], isError=True)
-        claims = self._request_claims()
         if claims is None:
             raise ValueError(f"missing or invalid {TOKEN_HEADER} header: use the one the seed response gave")
         session_id, allowed = claims
@@ -203,6 +207,18 @@ class MCPExposure:
     # ---- wiring ------------------------------------------------------------------------------------
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("method") == "POST":
+            # The SDK parses with json.loads, whose RecursionError on deep nesting it answers as a 500. Read the
+            # body (already bounded by the request limits) with the parser every other route uses, which
+            # refuses nesting deeper than 200 levels, and answer what the SDK answers for invalid JSON: HTTP 400
+            # with a JSON-RPC parse error. Then hand the same bytes on.
+            body = await _read_body(receive)
+            try:
+                parse_json(body)
+            except ValueError as exc:
+                await _parse_error(str(exc))(scope, receive, send)
+                return
+            receive = _replay(body, receive)
         await self._manager.handle_request(scope, receive, send)
 
     @contextlib.asynccontextmanager
@@ -214,6 +230,41 @@ class MCPExposure:
             async with self._manager.run():
                 yield
         self._http = None
+
+
+async def _read_body(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # a disconnect: the SDK reads it again and gives up
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """A ``receive`` that gives ``body`` once, then defers to the connection's (for its disconnect)."""
+    sent = False
+
+    async def replayed() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        message: dict[str, Any] = await receive()
+        return message
+
+    return replayed
+
+
+def _parse_error(reason: str) -> Any:
+    """The MCP SDK's own answer to a body that is not JSON: HTTP 400, JSON-RPC error -32700."""
+    from starlette.responses import JSONResponse
+
+    error = {"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32700, "message": f"Parse error: {reason}"}}
+    return JSONResponse(error, status_code=400)
 
 
 def install(server: SimpleResourcesServer, app: FastAPI) -> MCPExposure:

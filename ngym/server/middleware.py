@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -26,6 +27,7 @@ from ngym.server.sessions.manager import SCOPE_KEY, SESSION_ID_KEY, SessionManag
 from ngym.server.sessions.store import SessionLimitReached
 
 log = logging.getLogger("ngym.server")
+_HEAP_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 ROLLOUT_PREFIX = "/ng-rollout/"
 _STATELESS_METHODS = {"GET", "HEAD", "OPTIONS"}
@@ -174,7 +176,9 @@ class NgymMiddleware:
             log.exception("%s %s failed", scope["method"], scope["path"])
             if started:
                 raise
-            body = json.dumps(repr(exc)).encode()
+            # repr(exc) as the protocol says, less any heap address an object's repr put in it (it tells a
+            # client about the server's memory layout and nothing about the error)
+            body = json.dumps(_HEAP_ADDRESS.sub("", repr(exc))).encode()
             await send_with_session(
                 {
                     "type": "http.response.start",

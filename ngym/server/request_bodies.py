@@ -1,4 +1,5 @@
-"""Request bodies as every standard route reads them: strict JSON, 400 when it is not JSON, 422 with field errors.
+"""Request bodies as every standard route reads them: strict JSON, 400 when it is not JSON, 422 with field errors
+(non-finite numbers included).
 
 Public through ``ngym.plugin_api`` (``read_json``, ``validate_body``), so a plugin's own routes answer bad input
 exactly as ngym's do.
@@ -14,7 +15,7 @@ from fastapi import HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
-from ngym.server.input_errors import parse_json
+from ngym.server.input_errors import parse_json, reject_non_finite
 from ngym.server.protocol.bodies import BaseSeedSessionRequest, ResourcesSeedSessionRequest
 
 if TYPE_CHECKING:
@@ -28,9 +29,11 @@ def parse_body(raw: bytes) -> Any:
     if not raw.strip():
         return {}
     try:
-        return parse_json(raw)
+        data = parse_json(raw)
     except ValueError as exc:
         raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
+    reject_non_finite(raw, data)  # NaN, Infinity, 1e400: a 422 naming where, never a 500 (issue 25)
+    return data
 
 
 async def read_json(request: Request) -> Any:
@@ -48,6 +51,7 @@ def validate_body(model: type[M], data: Any) -> M:
 
 def validate_json(model: type[M], raw: bytes) -> M:
     """Validate straight from bytes (pydantic's own JSON parser: no intermediate dict); 400 / 422 as above."""
+    reject_non_finite(raw)
     try:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as exc:

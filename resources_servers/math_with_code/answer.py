@@ -20,27 +20,41 @@ def last_boxed(text: str) -> str | None:
     """The content of the last complete `\\boxed{...}` (or `\\fbox{...}`) in `text`, nested braces allowed.
 
     Escaped braces (`\\{`, `\\}`) are content, not grouping. A box whose braces never close is skipped.
+    One pass over `text` pairs every brace (linear time: scanning to the end from each unclosed box was
+    quadratic, 11 s of CPU for 8,000 of them in 56 KB of model output).
     """
-    for match in reversed(list(_BOX.finditer(text))):
+    boxes = list(_BOX.finditer(text))
+    if not boxes:
+        return None
+    closing = _brace_pairs(text, boxes[0].end() - 1)
+    for match in reversed(boxes):
         start = match.end()
-        depth = 1
-        i = start
-        while i < len(text):
-            ch = text[i]
-            if ch == "\\":
-                i += 2
-                continue
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    content = text[start:i].strip()
-                    if content:
-                        return content
-                    break
-            i += 1
+        end = closing.get(start - 1)
+        if end is not None:
+            content = text[start:end].strip()
+            if content:
+                return content
     return None
+
+
+_BRACE_OR_ESCAPE = re.compile(r"\\.|[{}]", re.DOTALL)
+
+
+def _brace_pairs(text: str, start: int) -> dict[int, int]:
+    """``{position of an opening brace: position of its closing brace}`` from ``start`` on, escapes skipped.
+
+    A box's ``{`` is never escaped (the box pattern puts a letter or a space before it), so from it on this pass
+    reads the text as a scan starting just after it would: the pairs are the same.
+    """
+    pairs: dict[int, int] = {}
+    opened: list[int] = []
+    for token in _BRACE_OR_ESCAPE.finditer(text, start):
+        char = token.group()
+        if char == "{":
+            opened.append(token.start())
+        elif char == "}" and opened:
+            pairs[opened.pop()] = token.start()
+    return pairs
 
 
 def _item(item: Any) -> dict[str, Any]:
@@ -68,7 +82,7 @@ def _tool_texts(output: Any) -> list[str]:
         return []
     try:
         decoded = json.loads(output)
-    except (json.JSONDecodeError, ValueError):
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's stack (model-made text)
         return [output]
     if isinstance(decoded, dict):
         return [str(decoded[k]) for k in ("result", "stdout") if isinstance(decoded.get(k), str)]

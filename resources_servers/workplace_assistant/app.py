@@ -28,7 +28,7 @@ from ngym import (
     SimpleResourcesServer,
 )
 
-from .replay import run_call, score, to_tool_call
+from .replay import error_text, run_call, score, to_tool_call
 from .tools import TOOLS, ToolOutput, ToolSpec, request_model
 from .truth_check import VERIFIER_ERROR, ReportOnce, problem_reason, truth_problem, warn_about_datasets
 from .workspace import DATA_DIR_ENV, WorkBenchData, Workspace, chosen_data_dir, data_dir_problem
@@ -176,7 +176,7 @@ class WorkplaceAssistantResourcesServer(SimpleResourcesServer):
             )
             return jsonable(run_call(workspace, call))
         except Exception as exc:  # noqa: BLE001 - the model gets the error as the tool's output
-            return f"Error executing tool '{name}': {exc}"
+            return f"Error executing tool '{name}': {error_text(exc, with_type=False)}"
 
     async def seed_session(self, request: Request, body: WorkplaceSeedSessionRequest) -> BaseSeedSessionResponse:
         problem = truth_problem(self.data, body.ground_truth, workbench_strings=self.config.workbench_strings)

@@ -3,13 +3,15 @@
 Calls come in two shapes:
 
 - WorkBench strings, ``email.delete_email.func(email_id="00000479")``: what WorkBench's dataset holds as ground
-  truth and what its agent runner records for a model. WorkBench ``eval``\\ s them; here they are parsed with
-  :mod:`ast` (same syntax, same string escapes) and dispatched without ``eval``.
+  truth and what its agent runner records for a model. WorkBench ``eval``\\ s them; here the plain shape is read
+  as data (:func:`call_strings.read_simple_call`: one linear regular expression, Python's own literal decoding)
+  and anything else is parsed with :mod:`ast`, bounded (same syntax, same string escapes); nothing is ``eval``\\ ed.
 - NeMo Gym function calls, ``{"name": "email_delete_email", "arguments": "<json object>"}``. By default
-  (``workbench_strings=True``) each is first rendered the way WorkBench's runner renders a model's action,
-  ``name.func(k="v", ...)`` with every value formatted by an f-string, and that string is replayed: a value
-  holding a ``"`` (or a carriage return) breaks the call and ``\\n`` in a value becomes a newline, as in
-  WorkBench. With ``workbench_strings=False`` the decoded JSON values are passed to the tool as they are.
+  (``workbench_strings=True``) each means what WorkBench's runner makes of it: ``name.func(k="v", ...)`` with
+  every value formatted by an f-string, then ``eval``: a value holding a ``"`` (or a carriage return) breaks the
+  call and ``\\n`` in a value becomes a newline. The values are passed as data (:func:`structured_call`); only
+  a value that breaks out of its literal makes the call text be read as (bounded) code. With
+  ``workbench_strings=False`` the decoded JSON values are passed to the tool as they are.
   Ground truth and predictions go through the same reading, so identical calls always give identical states.
 
 Before parsing, every line break in a call string becomes the two characters ``\\n``, as WorkBench's scorer
@@ -31,15 +33,27 @@ this rule on WorkBench's data.
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
 import json
+import re
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .bounded_cache import ByteBoundedLRU
+from .call_strings import (
+    MAX_CODE_CHARS,
+    Budget,
+    CallTextError,
+    decode_literal_body,
+    evaluate,
+    keyword_name,
+    literal_text,
+    read_simple_call,
+)
 from .tables import Table, tables_equal
 from .workspace import STATE_TABLES, WorkBenchData, Workspace
 
@@ -136,6 +150,16 @@ ALL_MODULES = frozenset(
 EVAL_MODULES = ALL_MODULES
 
 
+_HEAP_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def error_text(exc: BaseException, *, with_type: bool = True) -> str:
+    """What a model or a client reads about a failed call: the error, less any heap address an object's repr
+    put in it (``<... object at 0x7fc5...>`` tells about the server's memory, nothing about the call)."""
+    text = f"{type(exc).__name__}: {exc}" if with_type else str(exc)
+    return _HEAP_ADDRESS.sub("", text)
+
+
 class ActionError(Exception):
     """A call that WorkBench's replay would skip (it raised)."""
 
@@ -153,33 +177,36 @@ class ToolCall:
         return DOTTED_NAMES[self.method]
 
 
-#: Longest string or sequence a ``*`` in a call's arguments may build. Values come from model output; without a
-#: bound ``"x" * 10**10`` would allocate gigabytes in the server (WorkBench's ``eval`` would try to).
-MAX_REPEAT_LENGTH = 1_000_000
+#: Bytes of parsed call strings kept (ground truth is replayed at every verify); an entry larger than
+#: :data:`MAX_CACHED_CALL_BYTES` is not kept. Model-made calls (structured arguments) are never cached.
+CACHE_BYTES = 8 * 1024 * 1024
+MAX_CACHED_CALL_BYTES = 64 * 1024
 
-
-def _value(node: ast.AST) -> Any:
-    """Evaluate an argument expression made of literals (and ``+``/``*`` between them, as ``eval`` would)."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
-        left, right = _value(node.left), _value(node.right)
-        if isinstance(node.op, ast.Add):
-            return left + right
-        for seq, times in ((left, right), (right, left)):
-            if hasattr(seq, "__len__") and isinstance(times, int) and len(seq) * times > MAX_REPEAT_LENGTH:
-                raise ValueError(f"a repeated value longer than {MAX_REPEAT_LENGTH} is refused")
-        return left * right
-    return ast.literal_eval(node)
+_cache: ByteBoundedLRU[tuple[str, bool], ToolCall] = ByteBoundedLRU(CACHE_BYTES, MAX_CACHED_CALL_BYTES)
 
 
 def parse_workbench_action(action: str, *, live: bool = False) -> ToolCall:
     """Parse ``toolkit.function.func(...)`` the way WorkBench's ``eval`` would run it; ActionError if it would fail.
 
     By default the scorer's scope applies (:data:`EVAL_MODULES`); ``live=True`` is a session's tool call,
-    where every toolkit is available. Parses are cached: a task's ground truth is replayed at every verify.
+    where every toolkit is available. Parses are cached, in at most :data:`CACHE_BYTES`: a task's ground truth
+    is replayed at every verify.
     """
     if not isinstance(action, str):
         raise ActionError(f"an action must be a string, not {type(action).__name__}")
-    return _parse_cached(action, live)
+    key = (action, live)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    call = _parse(workbench_source(action), live)  # an error is not cached (nor was it before)
+    _cache.put(key, call, sys.getsizeof(action) + _call_bytes(call))
+    return call
+
+
+def _call_bytes(call: ToolCall) -> int:
+    """About what a parsed call holds in memory (strings and sequences by their own size; a repeated
+    sequence's items are shared references)."""
+    return 200 + sum(sys.getsizeof(v) for v in (*call.args, *call.kwargs.values()))
 
 
 def workbench_source(action: str) -> str:
@@ -192,17 +219,50 @@ def workbench_source(action: str) -> str:
     return action.replace("\n", "\\n").lstrip(" \t")
 
 
-@functools.lru_cache(maxsize=4096)
-def _parse_cached(action: str, live: bool) -> ToolCall:
+def _method(module: str, function: str, live: bool) -> str:
+    """The workspace method of ``module.function``, or the error ``eval`` would raise for it."""
+    dotted = f"{module}.{function}"
+    if module not in (ALL_MODULES if live else EVAL_MODULES):
+        raise ActionError(f"NameError: name {module!r} is not defined")
+    if dotted not in TOOL_METHODS:
+        raise ActionError(f"AttributeError: unknown tool {dotted!r}")
+    return TOOL_METHODS[dotted]
+
+
+def _parse(source: str, live: bool) -> ToolCall:
+    """A call string as ``eval`` would read it (``source`` after :func:`workbench_source`).
+
+    The plain shape (every WorkBench ground truth) is read as data (:func:`call_strings.read_simple_call`);
+    anything else as Python, bounded (:data:`call_strings.MAX_CODE_CHARS` of source,
+    :data:`call_strings.MAX_BUILT_CHARS` built).
+    """
+    try:
+        simple = read_simple_call(source)
+    except CallTextError as exc:
+        raise ActionError(str(exc)) from None
+    if simple is not None:
+        module, function, values = simple
+        return ToolCall(_method(module, function, live), (), MappingProxyType(values))
+    return _parse_code(source, live)
+
+
+def _parse_code(source: str, live: bool) -> ToolCall:
+    if len(source) > MAX_CODE_CHARS:
+        raise ActionError(
+            f'the call is {len(source)} characters of Python (it is not a plain name.func(k="v", ...) call, e.g. '
+            f'a " in a value ends its string literal); at most {MAX_CODE_CHARS} are read'
+        )
     try:
         with warnings.catch_warnings():  # "invalid escape sequence" is a warning in eval too, never an error
             warnings.simplefilter("ignore")
-            tree = ast.parse(workbench_source(action), mode="eval")
+            tree = ast.parse(source, mode="eval")
             # eval also compiles: the compiler rejects what the parser lets through (a repeated keyword
             # argument). Compiling runs nothing.
             compile(tree, "<action>", "eval", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:  # ValueError: a null byte (3.11)
         raise ActionError(f"SyntaxError: {getattr(exc, 'msg', exc)}") from exc
+    except (RecursionError, MemoryError) as exc:  # a chain of thousands of terms: the parser's own limit
+        raise ActionError(f"{type(exc).__name__}: the call's arguments nest too deeply") from None
     call = tree.body
     if not isinstance(call, ast.Call):
         raise ActionError("not a function call")
@@ -214,26 +274,52 @@ def _parse_cached(action: str, live: bool) -> ToolCall:
         and isinstance(func.value.value, ast.Name)
     ):
         raise ActionError("expected <toolkit>.<function>.func(...)")
-    module, function = func.value.value.id, func.value.attr
-    dotted = f"{module}.{function}"
-    if module not in (ALL_MODULES if live else EVAL_MODULES):
-        raise ActionError(f"NameError: name {module!r} is not defined")
-    if dotted not in TOOL_METHODS:
-        raise ActionError(f"AttributeError: unknown tool {dotted!r}")
+    method = _method(func.value.value.id, func.value.attr, live)
+    budget = Budget()  # one for the whole call: all its arguments together build at most MAX_BUILT_CHARS
     try:
         args = []
         for a in call.args:
             if isinstance(a, ast.Starred):
                 raise ActionError("starred arguments are not supported")
-            args.append(_value(a))
+            args.append(evaluate(a, budget))
         kwargs: dict[str, Any] = {}
         for kw in call.keywords:
             if kw.arg is None:
                 raise ActionError("** arguments are not supported")
-            kwargs[kw.arg] = _value(kw.value)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
+            kwargs[kw.arg] = evaluate(kw.value, budget)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, OverflowError) as exc:
         raise ActionError(f"{type(exc).__name__}: {exc}") from exc
-    return ToolCall(TOOL_METHODS[dotted], tuple(args), MappingProxyType(kwargs))  # shared by the cache: read-only
+    return ToolCall(method, tuple(args), MappingProxyType(kwargs))  # shared by the cache: read-only
+
+
+def structured_call(name: str, arguments: Mapping[str, Any], *, live: bool = False) -> ToolCall:
+    """A NeMo Gym function call as WorkBench's runner would run it, with its arguments passed as data.
+
+    WorkBench renders ``name.func(k="v", ...)`` (:func:`render_workbench_action`) and ``eval``\\ s it: each value
+    is its text (``f"{v}"``, line breaks as ``\\n``) read as a string literal. When every name is an identifier
+    and every value's text stays inside its literal (:func:`call_strings.literal_text`), that is all it is,
+    and the values are decoded directly (:func:`call_strings.decode_literal_body`): nothing is rendered or
+    parsed. Otherwise (a ``"`` in a value ends its literal, and the rest is read as Python, as ``eval`` reads
+    it) the rendered call is parsed, bounded as :func:`_parse` says; such calls are never cached.
+    """
+    dotted = DOTTED_NAMES.get(name)
+    if dotted is not None:
+        kwargs: dict[str, Any] = {}
+        for key, value in arguments.items():
+            name_text = keyword_name(str(key))
+            text = f"{value}".replace("\n", "\\n")
+            if name_text is None or not literal_text(text):
+                break
+            if name_text in kwargs:
+                raise ActionError(f"SyntaxError: keyword argument repeated: {name_text}")
+            try:
+                kwargs[name_text] = decode_literal_body(text)
+            except CallTextError as exc:
+                raise ActionError(str(exc)) from None
+        else:
+            module, function = dotted.split(".")
+            return ToolCall(_method(module, function, live), (), MappingProxyType(kwargs))
+    return _parse(workbench_source(render_workbench_action(name, arguments)), live)
 
 
 def render_workbench_action(name: str, arguments: Mapping[str, Any]) -> str:
@@ -276,7 +362,7 @@ def to_tool_call(action: Any, *, workbench_strings: bool = True, live: bool = Fa
     args = decode_arguments(arguments)
     if workbench_strings:
         try:
-            return parse_workbench_action(render_workbench_action(name, args), live=live)
+            return structured_call(name, args, live=live)
         except ActionError as exc:
             quoted = [k for k, v in args.items() if any(c in str(v) for c in '"\r\\')]
             if quoted:
@@ -331,7 +417,7 @@ def replay(
             if run_reads or call.dotted in WRITE_TOOLS:
                 outcome = run_call(result.workspace, call)
         except Exception as exc:  # noqa: BLE001 - WorkBench skips any call that raises
-            result.failed.append((i, _label(action)[:200], f"{type(exc).__name__}: {exc}"[:300]))
+            result.failed.append((i, _label(action)[:200], error_text(exc)[:300]))
             continue
         if check_writes and call.dotted in WRITE_TOOLS and not write_done(call.dotted, outcome):
             result.refused.append((i, _label(action)[:200], f"the tool answered {str(outcome)[:200]!r}"))

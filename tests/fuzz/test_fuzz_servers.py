@@ -55,6 +55,29 @@ STEPS = int(os.environ.get("NGYM_FUZZ_STEPS", "15"))
 SEED = int(os.environ.get("NGYM_FUZZ_SEED", "20261123"))
 BIN = Path(sys.executable).parent
 JSON = {"content-type": "application/json"}
+#: Strings a hostile model puts in tool arguments: text that breaks out of a quoted literal and builds (a chain of
+#: repeats, the probe of issue 25), escapes and NULs, format and template syntax, regex bombs, unclosed boxes,
+#: huge and deeply repeated text. Every built-in must answer them below 500 (a readable error or a result).
+HOSTILE_TEXT = [
+    'x" + "y"*1000000 + "y"*1000000 + "y"*1000000 + "y"*1000000 + "y"*1000000 + "',
+    'x", query="a" * 10 ** 9, y="',
+    '" + str(13) + "',
+    "\\N{BULLET}\\x4\\U00110000\\",
+    "a\x00b\rc\\",
+    "{0.__class__.__mro__}{question}%s%n",
+    "(a+)+$" + "a" * 40 + "!",
+    "((((((((((x))))))))))" * 50,
+    "\\boxed{" * 5000,
+    "__import__('os').system('true')",
+    "[" * 3000,
+    "é\u202e\ufeff\U0001f600" * 1000,
+    "w " * 100_000,
+    "z" * 1_000_000,
+]
+HOSTILE = st.sampled_from(HOSTILE_TEXT) | st.text(st.characters(codec=None, exclude_categories=()), max_size=200)
+#: Raw JSON values that are not JSON numbers, or too deep: each must be a 4xx on any route.
+HOSTILE_RAW = [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"[" * 5000 + b"]" * 5000, b"9" * 5000]
+
 #: Caller-chosen session ids: any text (lone surrogates, controls and all), and the ones outside testing used.
 ANY_ID = st.text(st.characters(codec=None, exclude_categories=()), max_size=300) | st.sampled_from(
     ["a;b", "a,b", 'a"b', "a\tb", "é", "a\r\nX-Evil: 1", "x" * 9000, "\ud800"]
@@ -65,6 +88,7 @@ ANY_ID = st.text(st.characters(codec=None, exclude_categories=()), max_size=300)
 class Fleet:
     urls: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
+    pids: dict[str, int] = field(default_factory=dict)
 
     def start(self, name: str, cmd: list[str], port: int, ready: str = "/") -> str:
         log = open(os.devnull, "w")  # noqa: SIM115 - the process owns it
@@ -73,6 +97,7 @@ class Fleet:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, proc, 60, path=ready)
         self.urls[name] = url
+        self.pids[name] = proc.pid  # `ngym run NAME` serves in this very process
         return url
 
 
@@ -133,6 +158,7 @@ def machine_for(url: str, rows: list[dict[str, Any]]) -> type[RuleBasedStateMach
     schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     tools = [op for op in operations if op.method.upper() == "POST" and op.path not in STANDARD]
+    fields = tool_fields(httpx.get(f"{url}/openapi.json", timeout=60).json())
     verify = next(op for op in operations if op.path == "/verify")
     modes = st.sampled_from([GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
     http = httpx.Client(base_url=url, timeout=120)
@@ -192,6 +218,27 @@ def machine_for(url: str, rows: list[dict[str, Any]]) -> type[RuleBasedStateMach
             case = data.draw(operation.as_strategy(generation_mode=data.draw(modes)))
             self.tool_statuses.append(self.send(operation.path, case=case).status_code)
 
+        @rule(data=st.data(), text=HOSTILE)
+        def call_tool_with_hostile_strings(self, data: st.DataObject, text: str) -> None:
+            """Every argument of a tool a hostile string (or the field names it does not have)."""
+            if not tools:
+                return
+            path = data.draw(st.sampled_from(sorted(fields)))
+            names = fields[path] or ["query", "code", "city"]
+            answer = self.send(path, {name: text for name in names})
+            self.tool_statuses.append(answer.status_code)
+
+        @rule(data=st.data(), raw=st.sampled_from(HOSTILE_RAW))
+        def hostile_json_numbers_and_nesting_are_4xx(self, data: st.DataObject, raw: bytes) -> None:
+            targets = [path for path in sorted(fields) if fields[path]] + ["/verify", "/seed_session"]
+            path = data.draw(st.sampled_from(targets))
+            names = fields.get(path) or ["count"]  # a route without a body model never reads it: left out above
+            body = b"{" + b", ".join(b'"%s": %s' % (name.encode(), raw) for name in names) + b"}"
+            headers = {**JSON, **({"cookie": self.cookie} if self.cookie else {})}
+            answer = http.post(path, content=body, headers=headers)
+            shown = f"POST {path} {body[:200]!r} → {answer.status_code}: {answer.text[:500]}"
+            assert 400 <= answer.status_code < 500, shown
+
         @rule(data=st.data())
         def verify_drawn(self, data: st.DataObject) -> None:
             case = data.draw(verify.as_strategy(generation_mode=data.draw(modes)))
@@ -230,6 +277,21 @@ def machine_for(url: str, rows: list[dict[str, Any]]) -> type[RuleBasedStateMach
     return Rollout
 
 
+def tool_fields(openapi: dict[str, Any]) -> dict[str, list[str]]:
+    """Each tool route's JSON body property names, from the server's OpenAPI document."""
+    fields: dict[str, list[str]] = {}
+    schemas = openapi.get("components", {}).get("schemas", {})
+    for path, item in openapi.get("paths", {}).items():
+        if path in STANDARD or "post" not in item:
+            continue
+        content = item["post"].get("requestBody", {}).get("content", {}).get("application/json", {})
+        schema = content.get("schema", {})
+        if "$ref" in schema:
+            schema = schemas.get(schema["$ref"].rsplit("/", 1)[-1], {})
+        fields[path] = sorted(schema.get("properties", {}))
+    return fields
+
+
 @pytest.mark.parametrize("name", SERVERS)
 def test_seeded_rollouts_with_fuzzed_tools_and_verify_never_answer_5xx(fleet: Fleet, name: str) -> None:
     machine = machine_for(fleet.urls[name], example_rows(name))
@@ -245,3 +307,53 @@ def test_seeded_rollouts_with_fuzzed_tools_and_verify_never_answer_5xx(fleet: Fl
     statuses = machine.tool_statuses  # type: ignore[attr-defined]
     if name != "equivalence_llm_judge":  # the judge has no tools
         assert any(200 <= status < 300 for status in statuses), f"no tool call got through a seeded session: {statuses}"
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident memory (``VmRSS`` in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time (/proc/PID/stat), which other load on the machine does not inflate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: Distinct hostile calls the probe makes, and what the server may grow or spend on them. Measured here (2 shared
+#: cores): +0–3 MB in all and ~2 ms of CPU a call; before the fix, 10 such calls grew RSS by 220 MB (kept by the
+#: parse cache) and one 60-term call took 0.7 s of CPU. The bounds leave a wide margin either way.
+PROBE_CALLS = int(os.environ.get("NGYM_FUZZ_PROBE_CALLS", "200"))
+PROBE_MAX_GROWTH = 64 * 1024 * 1024
+PROBE_MAX_CPU_PER_CALL = 0.1
+
+
+def test_workplace_assistant_memory_and_cpu_stay_bounded_under_distinct_hostile_arguments(fleet: Fleet) -> None:
+    """Issue 25's probe, as an attacker sends it: many distinct argument strings that build (a quote ends the
+    string literal, then chains of repeats), through a real server. Memory must not grow with the number of
+    distinct strings, and each call's CPU stays small; every answer is a readable 200."""
+    url, pid = fleet.urls["workplace_assistant"], fleet.pids["workplace_assistant"]
+    http = httpx.Client(base_url=url, timeout=120)
+    cookie = http.post("/seed_session", json={}).headers["set-cookie"].split(";", 1)[0]
+    headers = {"cookie": cookie}
+    shapes = [
+        lambda i: f'x{i}"' + ' + "y"*1000000' * 20 + ' + "',  # the 342-byte, 20 MB call
+        lambda i: f'x{i}"' + ' + "y"*1000000' * 60 + ' + "',  # 0.75 s of CPU, quadratic in the term count
+        lambda i: f'x{i}", date_min="' + "2" * 50_000 + '", date_max="',  # a quote swallowing other arguments
+        lambda i: f"q{i} " + "w" * 200_000,  # a long plain value: read as data
+    ]
+    warm = http.post("/email_search_emails", json={"query": shapes[0](-1)}, headers=headers)
+    assert warm.status_code == 200, warm.text[:300]
+    rss_before, cpu_before = rss_bytes(pid), cpu_seconds(pid)
+    for i in range(PROBE_CALLS):
+        query = shapes[i % len(shapes)](i)
+        answer = http.post("/email_search_emails", json={"query": query}, headers=headers)
+        assert answer.status_code == 200, answer.text[:300]
+        assert isinstance(answer.json()["output"], str | list)
+    growth, cpu = rss_bytes(pid) - rss_before, cpu_seconds(pid) - cpu_before
+    print(f"probe: {PROBE_CALLS} calls, RSS +{growth / 2**20:.1f} MiB, CPU {cpu / PROBE_CALLS * 1000:.1f} ms a call")
+    assert growth < PROBE_MAX_GROWTH, f"RSS grew {growth / 2**20:.0f} MiB over {PROBE_CALLS} distinct hostile calls"
+    assert cpu / PROBE_CALLS < PROBE_MAX_CPU_PER_CALL, f"{cpu / PROBE_CALLS:.3f} s of server CPU a call"

@@ -127,6 +127,18 @@ def test_headers_still_incomplete_past_the_limit_are_431(server: Served) -> None
     assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"reset", answer[:100]
 
 
+def test_a_complete_header_block_over_the_limit_sent_at_once_is_431(server: Served) -> None:
+    # Before, a block that completed within two socket reads was never counted (12,000 bytes: 200 with 8,192)
+    with connect(server) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nhost: t\r\nx-big: " + b"a" * 12_000 + b"\r\n\r\n")
+        try:
+            answer = read_until_closed(sock)
+        except ConnectionResetError:
+            answer = b"reset"
+    assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"reset", answer[:100]
+    assert httpx.get(f"{server.url}/", headers={"x-ok": "a" * 6_000}, timeout=PATIENCE).status_code == 200
+
+
 def test_a_client_leaving_mid_body_is_one_info_line(server: Served) -> None:
     for path in ("/verify", "/seed_session", "/close_session", "/get_weather"):
         with connect(server) as sock:

@@ -158,3 +158,30 @@ async def test_mcp_tools_chooses_what_is_exposed() -> None:
         listed, hidden = await mcp_session_call(url, seeded["mcp"]["headers"], ("get_counter_value", {}))
     assert [tool.name for tool in listed.tools] == ["increment_counter"]
     assert hidden.isError and "Unknown tool" in hidden.content[0].text
+
+
+MCP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+def test_deeply_nested_json_is_a_parse_error_not_a_500(counter_url: str) -> None:
+    seeded, _ = seed(counter_url, ROW)
+    nested = "[" * 5000 + "]" * 5000
+    body = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
+        f'"params": {{"name": "increment_counter", "arguments": {{"count": {nested}}}}}}}'
+    )
+    answered = httpx.post(f"{counter_url}/mcp", content=body, headers={**MCP_HEADERS, **seeded["mcp"]["headers"]})
+    assert answered.status_code == 400, answered.text  # was 500, with a RecursionError traceback in the log
+    assert answered.json()["error"]["code"] == -32700
+    assert "Parse error" in answered.json()["error"]["message"]
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    assert httpx.post(f"{counter_url}/mcp", json=ping, headers=MCP_HEADERS).status_code == 200  # still serving
+
+
+async def test_an_unknown_tool_lists_only_the_sessions_allowed_tools() -> None:
+    with serve_app_in_thread(app_for_class(ReadOnlyCounter, "counter", expose_tools_over_mcp=True)) as url:
+        limited, _ = seed(url, {**ROW, "read_only": True})
+        _, unknown = await mcp_session_call(url, limited["mcp"]["headers"], ("launch_rockets", {}))
+    text = unknown.content[0].text
+    assert unknown.isError and "Unknown tool" in text
+    assert "get_counter_value" in text and "increment_counter" not in text  # was every tool of the server

@@ -34,6 +34,8 @@ class FlakyServer(SimpleResourcesServer):
             raise HTTPException(418, "teapot")
         if body.kind == "value":
             raise ValueError("bad thing 'quoted'")
+        if body.kind == "object":
+            raise TypeError(f"cannot use {object()!r}")
         return {"ok": True}
 
     async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:
@@ -60,6 +62,13 @@ async def test_handler_exception_is_500_with_repr_and_server_keeps_serving() -> 
         assert (await http.post("/boom", json={"kind": "fine"})).json() == {"ok": True}
         teapot = await http.post("/boom", json={"kind": "http"})
         assert teapot.status_code == 418 and teapot.json() == {"detail": "teapot"}
+
+
+async def test_a_500_body_carries_no_heap_address() -> None:
+    async with serve_in_process(app_for_class(FlakyServer)) as http:
+        failed = await http.post("/boom", json={"kind": "object"})
+    assert failed.status_code == 500
+    assert failed.json() == "TypeError('cannot use <object object>')"  # was '... object at 0x7f...>'
 
 
 async def test_judge_failure_is_reward_zero_with_failure_class() -> None:

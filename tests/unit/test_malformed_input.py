@@ -124,3 +124,44 @@ def test_preview_is_small_whatever_the_input() -> None:
     assert len(shown) < 5000
     assert preview("a\ud800b") == "a?b"
     assert preview([[[[[1]]]]]) == [[["… (list of 1)"]]]
+
+
+NON_FINITE = [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1E+400", b"1" + b"0" * 400 + b".5"]
+
+
+@pytest.mark.parametrize("number", NON_FINITE, ids=lambda n: n.decode()[:12])
+async def test_a_non_finite_number_is_422_on_tools_seed_verify_and_close(
+    counter_http: httpx.AsyncClient, number: bytes
+) -> None:
+    """Before: the parser accepted them and the 422 handler could not serialise them (a 500, which clients retry)."""
+    rollout = RolloutClient(counter_http)
+    await rollout.call("/seed_session", {"initial_count": 0})
+    cookie = {**JSON, "cookie": rollout.cookie or ""}
+    bodies = [
+        ("/increment_counter", b'{"count": %s}' % number),
+        ("/seed_session", b'{"initial_count": %s}' % number),
+        ("/seed_session", typed_seed(task_data=f'{{"initial_count": {number.decode()}}}')),
+        ("/verify", b'{"responses_create_params": {"input": "x", "temperature": %s}, "expected_count": 0}' % number),
+        ("/close_session", b'{"resources_session_id": "a", "episode_id": {"rollout_id": "r", "attempt": %s}}' % number),
+    ]
+    for path, body in bodies:
+        answered = await counter_http.post(path, content=body, headers=cookie)
+        assert answered.status_code == 422, (path, answered.text)
+        error = answered.json()["detail"][0]
+        assert error["type"] == "finite_number" and error["loc"][0] == "body", (path, error)
+        assert error["input"] in ("NaN", "Infinity", "-Infinity"), error
+    assert (await rollout.call("/get_counter_value")) == {"count": 0}  # nothing reached the environment
+
+
+async def test_finite_numbers_and_look_alikes_pass(counter_http: httpx.AsyncClient) -> None:
+    rollout = RolloutClient(counter_http)
+    await rollout.call("/seed_session", {"initial_count": 0})
+    for body in (b'{"count": 1e2}', b'{"count": 1, "note": "NaN, Infinity and 1e400 in text"}', b'{"count": 1E-400}'):
+        cookie = {**JSON, "cookie": rollout.cookie or ""}
+        answered = await counter_http.post("/increment_counter", content=body, headers=cookie)
+        assert answered.status_code == 200, answered.text
+    assert (await rollout.call("/get_counter_value")) == {"count": 101}  # 1e2 + 1 + 1E-400 (0.0)
+
+
+def test_a_non_finite_input_in_a_validation_error_is_previewed_as_text() -> None:
+    assert preview([float("nan"), float("inf"), -float("inf"), 1.5]) == ["NaN", "Infinity", "-Infinity", 1.5]

@@ -69,3 +69,65 @@ async def test_checker_processes_compare_and_survive_hard_inputs() -> None:
         assert await checker.check(r"2\sqrt{2}", r"\sqrt{8}") == (True, None)
     finally:
         await checker.close()
+
+
+def _scan_from_each_box(text: str) -> str | None:
+    """The former reading (a scan from every box to its closing brace or the end): the reference for the pass."""
+    import re
+
+    for match in reversed(list(re.finditer(r"\\(?:boxed|fbox)\s*\{", text))):
+        start, depth, i = match.end(), 1, match.end()
+        while i < len(text):
+            if text[i] == "\\":
+                i += 2
+                continue
+            if text[i] in "{}":
+                depth += 1 if text[i] == "{" else -1
+                if depth == 0:
+                    content = text[start:i].strip()
+                    if content:
+                        return content
+                    break
+            i += 1
+    return None
+
+
+def test_last_boxed_reads_as_a_scan_from_each_box_would() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    pieces = st.sampled_from(["\\boxed{", "\\fbox {", "{", "}", "\\", "\\{", "\\}", "\\\\", "a", " ", "\n", "\\boxed"])
+
+    @settings(max_examples=2000, deadline=None, database=None)
+    @given(st.lists(pieces, max_size=14).map("".join))
+    def same(text: str) -> None:
+        assert last_boxed(text) == _scan_from_each_box(text)
+
+    same()
+
+
+def test_many_unclosed_boxes_cost_linear_time() -> None:
+    """Model output of 20,000 unclosed boxes (140 KB): the scan from each box took ~70 s of CPU (quadratic), on the
+    event loop. A generous CPU budget (not wall time) stops the test instead of hanging it if that comes back."""
+    import resource
+    import signal
+
+    def over_budget(*_: object) -> None:
+        raise TimeoutError("last_boxed used more than 10 s of CPU")
+
+    previous = signal.signal(signal.SIGPROF, over_budget)
+    signal.setitimer(signal.ITIMER_PROF, 10.0)
+    try:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+        assert last_boxed("\\boxed{" * 20_000 + "\\boxed{42}") == "42"
+        assert last_boxed("\\boxed{" * 20_000) is None
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - before < 10.0
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def test_a_deeply_nested_tool_output_is_read_as_text_not_a_crash() -> None:
+    # json.loads raised RecursionError on it: /verify answered 500
+    deep = "[" * 100_000 + "\\boxed{7}"
+    assert find_answer([{"type": "function_call_output", "call_id": "c", "output": deep}]) == ("7", "tool")

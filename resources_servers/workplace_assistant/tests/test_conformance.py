@@ -10,13 +10,17 @@ import os
 from pathlib import Path
 
 import pytest
+from workplace_assistant.call_strings import read_simple_call
 from workplace_assistant.importer import iter_rows
 from workplace_assistant.replay import (
+    TOOL_METHODS,
+    _parse_code,
     changes_state,
     check_ground_truth,
     parse_workbench_action,
     render_workbench_action,
     score,
+    workbench_source,
 )
 from workplace_assistant.workspace import WorkBenchData
 
@@ -50,6 +54,19 @@ def test_ground_truth_scores_one(data, tasks) -> None:
             if not verdict.correct or verdict.predicted_failed:
                 failures.append((query, verdict))
     assert not failures, failures[:3]
+
+
+def test_every_ground_truth_is_read_as_data_with_the_values_eval_gives(tasks) -> None:
+    # The plain-shape reader (no ast, no code) must cover WorkBench's whole task set and agree with the
+    # ast reading of the same string, value for value.
+    for _, answer, _ in tasks:
+        for action in answer:
+            simple = read_simple_call(workbench_source(action))
+            assert simple is not None, action
+            module, function, values = simple
+            as_code = _parse_code(workbench_source(action), False)
+            assert (TOOL_METHODS[f"{module}.{function}"], (), values) == (as_code.method, as_code.args,
+                                                                         dict(as_code.kwargs)), action  # fmt: skip
 
 
 def _nemo_style(answer: list[str]) -> list[dict]:

@@ -276,13 +276,17 @@ def _pandas2() -> bool:
 
 
 #: WorkBench's pandas (its requirements pin 2.1.4; numpy 1.x is what that pandas was built against)
-PANDAS2_REQUIREMENTS = ("pandas==2.1.4", "numpy<2")
+PANDAS2_REQUIREMENTS = ("pandas==2.1.4", "numpy<2", "regex>=2022.1.18")  # regex: the engine's searches
 PANDAS2_VENV = Path.home() / ".cache" / "ngym" / "pandas-2.1.4-venv"
 
 
 def _pandas2_python() -> Path | None:
     """A Python with pandas 2.1.4: the cached venv, made here when CI=true (outside CI: only if already made)."""
     python = PANDAS2_VENV / "bin" / "python"
+    if python.is_file() and subprocess.run([str(python), "-c", "import regex"], capture_output=True).returncode:
+        # a venv made before the engine needed regex: add it (CI reuses the cached venv)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PANDAS2_REQUIREMENTS[2:]], check=True,
+                       capture_output=True, timeout=900)  # fmt: skip
     if not python.is_file():
         if os.environ.get("CI", "").lower() not in ("true", "1", "yes"):
             return None
