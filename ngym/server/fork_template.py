@@ -1,0 +1,98 @@
+"""Prepare the serving process as a warm template for the processes an environment forks.
+
+Many environments verify in a child process made per call (NeMo Gym's ``math_with_judge`` forks one per
+``/verify`` with ``multiprocessing.get_context("fork")``, so a wedged SymPy call can be killed). A forked child
+starts with a copy of the server's memory: whatever the server has already built, the child gets for free;
+whatever it has not, every child builds again and throws away. Profiling math_with_judge (pyinstrument, see
+docs/performance.md) shows that most of a verify child's time is ANTLR building its parsing DFA for
+``latex2sympy2`` on the first parse (~0.4 s), not the comparison itself (~0.04–0.1 s).
+
+So, once, before the server accepts connections, :func:`prepare_fork_template`
+
+* runs a *warmer* for each well-known library the environment has already imported (only then: it never
+  imports a library an environment does not use). A warmer calls the library's pure functions on fixed inputs
+  to fill its caches (ANTLR's DFA is a memo: results are unchanged, only the first parse is faster);
+* freezes the garbage collector's view of everything made so far (``gc.freeze``), so the collector in a
+  child does not touch (and copy) those pages, as CPython's documentation recommends for pre-fork servers.
+
+The environment's code is not touched; it sees only that its children finish sooner.
+Set ``NGYM_FORK_WARMUP=0`` to turn it off (for a comparison, or to rule it out).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("ngym.server")
+
+WARMUP_ENV = "NGYM_FORK_WARMUP"
+
+#: LaTeX and plain expressions covering what math answers are made of (integers, fractions, roots, powers,
+#: pi, intervals, sets, decimals, negative numbers, text in boxes): each fills part of the parser's DFA.
+MATH_SAMPLES: tuple[tuple[str, str], ...] = (
+    ("\\boxed{32}", "The answer is \\boxed{32}."),
+    ("\\boxed{\\frac{333}{1997}}", "So $p = \\boxed{\\dfrac{333}{1997}}$"),
+    ("\\boxed{\\sqrt{2}}", "\\(\\boxed{\\sqrt{2}}\\)"),
+    ("\\boxed{-3}", "Hence \\boxed{-4}"),
+    ("\\boxed{\\frac{(3-\\sqrt{3})^{4}}{6}}", "\\boxed{\\frac{3+\\sqrt{3}}{6}}"),
+    ("\\boxed{2\\pi}", "\\boxed{6.28}"),
+    ("\\boxed{(0, 1]}", "\\boxed{[0,1)}"),
+    ("\\boxed{\\{1, 2, 3\\}}", "\\boxed{1,2,3}"),
+    ("\\boxed{x^2 + 2x + 1}", "\\boxed{(x+1)^2}"),
+    ("\\boxed{\\text{(B)}}", "\\boxed{B}"),
+    ("\\boxed{0.5}", "\\boxed{\\frac{1}{2}}"),
+    ("\\boxed{\\infty}", "\\boxed{\\log_2 8 \\cdot \\sin(\\theta) \\leq 1}"),
+)
+
+
+def _warm_math_verify() -> None:
+    """Parse and compare :data:`MATH_SAMPLES` with math-verify's own entry points, with the extraction configs
+    environments use (LaTeX gold; expression and LaTeX predictions), so latex2sympy's ANTLR DFA is built."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    gold_config = (LatexExtractionConfig(),)
+    pred_config = (ExprExtractionConfig(), LatexExtractionConfig())
+    for gold_text, pred_text in MATH_SAMPLES:
+        gold = parse(gold_text, extraction_config=gold_config)
+        pred = parse(pred_text, extraction_config=pred_config)
+        verify(gold, pred)
+
+
+#: Library module → its warmer. A warmer runs only when the module is already in ``sys.modules``.
+WARMERS: dict[str, Callable[[], None]] = {"math_verify": _warm_math_verify}
+
+
+def enabled() -> bool:
+    return os.environ.get(WARMUP_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def prepare_fork_template() -> list[str]:
+    """Warm the imported libraries' caches and freeze the collector's generations; the warmed libraries' names.
+
+    Called once per serving process, after the environment is built and before it serves. A warmer that fails
+    is logged and skipped: warming is an optimisation, never a reason not to serve.
+    """
+    if not enabled():
+        return []
+    warmed = []
+    for module, warm in WARMERS.items():
+        if module not in sys.modules:
+            continue
+        began = time.perf_counter()
+        try:
+            warm()
+        except BaseException as exc:  # math-verify's timeouts subclass BaseException
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            log.warning("fork warm-up of %s failed, skipped: %r", module, exc)
+            continue
+        warmed.append(module)
+        log.debug("fork warm-up of %s: %.0f ms", module, (time.perf_counter() - began) * 1e3)
+    gc.collect()
+    gc.freeze()
+    return warmed
