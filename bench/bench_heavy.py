@@ -40,6 +40,12 @@ import httpx  # noqa: E402
 from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
+#: ngym's runtime as shipped, and with each of its fork-template measures turned off (the last: the runtime before).
+VARIANTS: dict[str, dict[str, str]] = {
+    "ngym": {},
+    "ngym, children not lowered": {"NGYM_FORK_CHILD_NICE": "0"},
+    "ngym, no fork template (before)": {"NGYM_FORK_WARMUP": "0"},
+}
 DEFAULT_ENVS = "math_with_judge,equivalence_llm_judge,math_with_code,code_gen"
 
 
@@ -114,11 +120,11 @@ def start_servers(item: ne.Env, pythons: dict[str, Path], urls: dict[str, str], 
                                     stderr=subprocess.STDOUT), f"http://127.0.0.1:{port}")
     model_urls = [a for name, url in urls.items() for a in ("--model-url", f"{name}={url}")]
     venv = pythons["ngym"].parent.parent
-    for label, warm in (("ngym", "1"), ("ngym, warm-up off", "0")):
+    for number, (label, variant) in enumerate(VARIANTS.items()):
         port = ne.free_port()
-        env = {**os.environ, "NGYM_CACHE_DIR": str(venv / "ngym-cache"), "NGYM_FORK_WARMUP": warm}
+        env = {**os.environ, "NGYM_CACHE_DIR": str(venv / "ngym-cache"), **variant}
         cmd = [str(pythons["ngym"]), "-m", "ngym.cli", "run", item.name, "--port", str(port), *model_urls, *values]
-        log = (logs / f"ngym-warm{warm}.serve.log").open("w")
+        log = (logs / f"ngym-{number}.serve.log").open("w")
         servers[label] = (ne.spawn(cmd, cwd=logs, env=env, stdout=log, stderr=subprocess.STDOUT),
                           f"http://127.0.0.1:{port}")
     for proc, url in servers.values():

@@ -12,6 +12,9 @@ So, once, before the server accepts connections, :func:`prepare_fork_template`
 * runs a *warmer* for each well-known library the environment has already imported (only then: it never
   imports a library an environment does not use). A warmer calls the library's pure functions on fixed inputs
   to fill its caches (ANTLR's DFA is a memo: results are unchanged, only the first parse is faster);
+* lowers the scheduling priority of the processes the server forks (``os.nice``, ``NGYM_FORK_CHILD_NICE``,
+  default 5) so that, when a burst of verify children saturates the cores, the event loop that answers every
+  other rollout (seeds, tools, ``/health``) is scheduled first: CPU-bound children no longer starve it;
 * freezes the garbage collector's view of everything made so far (``gc.freeze``), so the collector in a
   child does not touch (and copy) those pages, as CPython's documentation recommends for pre-fork servers.
 
@@ -31,6 +34,8 @@ from collections.abc import Callable
 log = logging.getLogger("ngym.server")
 
 WARMUP_ENV = "NGYM_FORK_WARMUP"
+CHILD_NICE_ENV = "NGYM_FORK_CHILD_NICE"
+DEFAULT_CHILD_NICE = 5
 
 #: LaTeX and plain expressions covering what math answers are made of (integers, fractions, roots, powers,
 #: pi, intervals, sets, decimals, negative numbers, text in boxes): each fills part of the parser's DFA.
@@ -71,6 +76,37 @@ def enabled() -> bool:
     return os.environ.get(WARMUP_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def child_niceness() -> int:
+    """How much lower forked children run than the server (``NGYM_FORK_CHILD_NICE``; 0 = the same)."""
+    value = os.environ.get(CHILD_NICE_ENV, "").strip()
+    try:
+        return max(0, min(19, int(value))) if value else DEFAULT_CHILD_NICE
+    except ValueError:
+        log.warning("%s=%r is not an integer; using %d", CHILD_NICE_ENV, value, DEFAULT_CHILD_NICE)
+        return DEFAULT_CHILD_NICE
+
+
+_registered_for: set[int] = set()
+
+
+def lower_forked_children(increment: int) -> None:
+    """Make every process this process forks from now on run ``increment`` nice levels lower (its own children
+    only: a child's own forks keep the child's level). Registered once per process."""
+    server_pid = os.getpid()
+    if increment <= 0 or server_pid in _registered_for:
+        return
+    _registered_for.add(server_pid)
+
+    def after_in_child() -> None:
+        if os.getppid() == server_pid:  # hooks are inherited: a grandchild is not lowered twice
+            try:
+                os.nice(increment)
+            except OSError:  # never a reason for the child to fail
+                pass
+
+    os.register_at_fork(after_in_child=after_in_child)
+
+
 def prepare_fork_template() -> list[str]:
     """Warm the imported libraries' caches and freeze the collector's generations; the warmed libraries' names.
 
@@ -79,6 +115,7 @@ def prepare_fork_template() -> list[str]:
     """
     if not enabled():
         return []
+    lower_forked_children(child_niceness())
     warmed = []
     for module, warm in WARMERS.items():
         if module not in sys.modules:
