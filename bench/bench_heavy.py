@@ -99,25 +99,40 @@ def prepare(item: ne.Env, bases: dict[str, Path]) -> dict[str, Path]:
     if not (venv / ".ready").exists():
         ngym_python = ne.make_overlay(venv, [bases["ngym"]])
         env = {**os.environ, "NGYM_CACHE_DIR": str(venv / "ngym-cache")}
-        done = ne.run([str(ngym_python), "-m", "ngym.cli", "install", f"nemo-gym:{item.name}"],
-                      logs / "ngym.install.log", ne.INSTALL_TIMEOUT, env=env, cwd=logs)
+        done = ne.run(
+            [str(ngym_python), "-m", "ngym.cli", "install", f"nemo-gym:{item.name}"],
+            logs / "ngym.install.log",
+            ne.INSTALL_TIMEOUT,
+            env=env,
+            cwd=logs,
+        )
         if done.returncode:
             raise SystemExit(f"{item.name}: ngym install failed, see {logs / 'ngym.install.log'}")
         (venv / ".ready").write_text("")
     return {"nemo": nemo_python, "ngym": ngym_python}
 
 
-def start_servers(item: ne.Env, pythons: dict[str, Path], urls: dict[str, str], values: list[str],
-                  logs: Path) -> dict[str, tuple[subprocess.Popen, str]]:
+def start_servers(
+    item: ne.Env, pythons: dict[str, Path], urls: dict[str, str], values: list[str], logs: Path
+) -> dict[str, tuple[subprocess.Popen, str]]:
     servers = {}
     run_root, folder = ne.nemo_run_root(item)
     config = str(folder / item.env.config.relative_to(item.env.folder))
     port = ne.free_port()
-    cmd = [str(pythons["nemo"]), str(ROOT / "bench/nemo_serve.py"), item.env.target, item.instance_name(), config,
-           str(port), json.dumps(urls)]
+    cmd = [
+        str(pythons["nemo"]),
+        str(ROOT / "bench/nemo_serve.py"),
+        item.env.target,
+        item.instance_name(),
+        config,
+        str(port),
+        json.dumps(urls),
+    ]
     env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
-    servers["NeMo Gym"] = (ne.spawn(cmd, cwd=folder, env=env, stdout=(logs / "nemo.serve.log").open("w"),
-                                    stderr=subprocess.STDOUT), f"http://127.0.0.1:{port}")
+    servers["NeMo Gym"] = (
+        ne.spawn(cmd, cwd=folder, env=env, stdout=(logs / "nemo.serve.log").open("w"), stderr=subprocess.STDOUT),
+        f"http://127.0.0.1:{port}",
+    )
     model_urls = [a for name, url in urls.items() for a in ("--model-url", f"{name}={url}")]
     venv = pythons["ngym"].parent.parent
     for number, (label, variant) in enumerate(VARIANTS.items()):
@@ -125,8 +140,10 @@ def start_servers(item: ne.Env, pythons: dict[str, Path], urls: dict[str, str], 
         env = {**os.environ, "NGYM_CACHE_DIR": str(venv / "ngym-cache"), **variant}
         cmd = [str(pythons["ngym"]), "-m", "ngym.cli", "run", item.name, "--port", str(port), *model_urls, *values]
         log = (logs / f"ngym-{number}.serve.log").open("w")
-        servers[label] = (ne.spawn(cmd, cwd=logs, env=env, stdout=log, stderr=subprocess.STDOUT),
-                          f"http://127.0.0.1:{port}")
+        servers[label] = (
+            ne.spawn(cmd, cwd=logs, env=env, stdout=log, stderr=subprocess.STDOUT),
+            f"http://127.0.0.1:{port}",
+        )
     for proc, url in servers.values():
         wait_up(url, proc)
     return servers
@@ -171,8 +188,10 @@ def summarise(name: str, outcome: dict) -> list[str]:
     med = {}
     rewards: dict[str, dict[str, list]] = {}
     for label, rounds in outcome["results"].items():
-        m = {key: statistics.median(r[key] for r in rounds) for key in
-             ("rollouts_per_s", "p50_ms", "p99_ms", "cpu_ms_per_rollout", "health_p50_ms", "health_p99_ms")}
+        m = {
+            key: statistics.median(r[key] for r in rounds)
+            for key in ("rollouts_per_s", "p50_ms", "p99_ms", "cpu_ms_per_rollout", "health_p50_ms", "health_p99_ms")
+        }
         m["health_max_ms"] = max(r["health_max_ms"] for r in rounds)
         m["errors"] = sum(r["errors"] for r in rounds)
         med[label] = m
@@ -205,10 +224,16 @@ def main() -> None:
         "nemo": ne.base_venv("nemo-base", ne.build_nemo_base, f"overlay of {ne.nemo_venv()}"),
         "ngym": ne.base_venv("ngym-base", ne.build_ngym_base, f"ngym editable from {ROOT}"),
     }
-    print(f"machine: {os.cpu_count()} cores, shared; load average {os.getloadavg()[0]:.1f}; {args.rounds} alternating "
-          f"rounds of {args.seconds:.0f}s, {args.concurrency} concurrent rollouts (seed → verify)", flush=True)
-    print("| environment | server | rollouts/s | vs NeMo Gym | p50 / p99 ms | CPU ms/rollout | /health p50 / p99 / "
-          "max ms | errors |\n|---|---|---|---|---|---|---|---|", flush=True)
+    print(
+        f"machine: {os.cpu_count()} cores, shared; load average {os.getloadavg()[0]:.1f}; {args.rounds} alternating "
+        f"rounds of {args.seconds:.0f}s, {args.concurrency} concurrent rollouts (seed → verify)",
+        flush=True,
+    )
+    print(
+        "| environment | server | rollouts/s | vs NeMo Gym | p50 / p99 ms | CPU ms/rollout | /health p50 / p99 / "
+        "max ms | errors |\n|---|---|---|---|---|---|---|---|",
+        flush=True,
+    )
     for item in ne.load_envs(names):
         try:
             outcome = bench_env(item, bases, args)

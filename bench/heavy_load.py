@@ -24,8 +24,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def rollouts(session: aiohttp.ClientSession, url: str, rows: list[dict], start: int, deadline: float,
-                   out: dict) -> None:
+async def rollouts(
+    session: aiohttp.ClientSession, url: str, rows: list[dict], start: int, deadline: float, out: dict
+) -> None:
     index = start
     while time.monotonic() < deadline:
         row_index = index % len(rows)

@@ -24,6 +24,7 @@ Set ``NGYM_FORK_WARMUP=0`` to turn it off (for a comparison, or to rule it out).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -58,10 +59,11 @@ MATH_SAMPLES: tuple[tuple[str, str], ...] = (
 def _warm_math_verify() -> None:
     """Parse and compare :data:`MATH_SAMPLES` with math-verify's own entry points, with the extraction configs
     environments use (LaTeX gold; expression and LaTeX predictions), so latex2sympy's ANTLR DFA is built."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    math_verify = sys.modules["math_verify"]  # imported by the environment (the warmer runs only then)
+    parse, verify = math_verify.parse, math_verify.verify
+    gold_config = (math_verify.LatexExtractionConfig(),)
+    pred_config = (math_verify.ExprExtractionConfig(), math_verify.LatexExtractionConfig())
 
-    gold_config = (LatexExtractionConfig(),)
-    pred_config = (ExprExtractionConfig(), LatexExtractionConfig())
     for gold_text, pred_text in MATH_SAMPLES:
         gold = parse(gold_text, extraction_config=gold_config)
         pred = parse(pred_text, extraction_config=pred_config)
@@ -99,10 +101,8 @@ def lower_forked_children(increment: int) -> None:
 
     def after_in_child() -> None:
         if os.getppid() == server_pid:  # hooks are inherited: a grandchild is not lowered twice
-            try:
+            with contextlib.suppress(OSError):  # never a reason for the child to fail
                 os.nice(increment)
-            except OSError:  # never a reason for the child to fail
-                pass
 
     os.register_at_fork(after_in_child=after_in_child)
 
