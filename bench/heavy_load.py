@@ -1,4 +1,4 @@
-"""Closed-loop load of whole rollouts (seed → verify, one session per rollout) with a /health prober beside it.
+"""Closed-loop load of whole rollouts (seed → recorded tool calls → verify, one session each) and a /health prober.
 
 Prints one JSON line: rollouts/s, rollout latency p50/p99, the rewards each row scored (to compare servers),
 and ``GET /health`` latency p50/p99/max measured every 50 ms during the load (the event loop's responsiveness).
@@ -33,12 +33,22 @@ async def rollouts(
         row = rows[row_index]
         index += 1
         seed = {k: v for k, v in row.items() if k != "response"}
+        calls = [
+            (item["name"], json.loads(item["arguments"]))
+            for item in (row.get("response") or {}).get("output") or []
+            if item.get("type") == "function_call"
+        ]
         began = time.monotonic()
         try:
             async with session.post(f"{url}/seed_session", json=seed) as response:
                 await response.read()
                 cookie = response.headers.get("set-cookie")
             headers = {"cookie": cookie.split(";", 1)[0]} if cookie else {}
+            for name, arguments in calls:  # the recorded tool calls, in order (a code sandbox runs them)
+                async with session.post(f"{url}/{name}", json=arguments, headers=headers) as response:
+                    await response.read()
+                    cookie = response.headers.get("set-cookie")
+                    headers = {"cookie": cookie.split(";", 1)[0]} if cookie else headers
             async with session.post(f"{url}/verify", json=row, headers=headers) as response:
                 body = await response.read()
                 status = response.status

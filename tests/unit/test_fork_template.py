@@ -140,3 +140,15 @@ print(json.dumps({"warmed": fork_template.prepare_fork_template()}))
     assert done.returncode == 0, done.stderr
     assert "fork warm-up of broken_lib failed, skipped: RuntimeError('no parser today')" in done.stdout
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"warmed": []}
+
+
+def test_scipy_subpackages_are_imported_only_for_an_environment_that_imported_scipy() -> None:
+    code = """
+import json, sys
+from ngym.server.fork_template import prepare_fork_template
+warmed = prepare_fork_template()
+print(json.dumps({"warmed": warmed, "optimize": "scipy.optimize" in sys.modules, "stats": "scipy.stats" in sys.modules}))
+"""
+    pytest.importorskip("scipy")
+    assert run_python("import scipy\n" + code) == {"warmed": ["scipy"], "optimize": True, "stats": True}
+    assert run_python(code) == {"warmed": [], "optimize": False, "stats": False}
