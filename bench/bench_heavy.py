@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -130,7 +131,14 @@ def start_servers(
     ]
     env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
     servers["NeMo Gym"] = (
-        ne.spawn(cmd, cwd=folder, env=env, stdout=(logs / "nemo.serve.log").open("w"), stderr=subprocess.STDOUT),
+        ne.spawn(
+            cmd,
+            cwd=folder,
+            env=env,
+            stdout=(logs / "nemo.serve.log").open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        ),
         f"http://127.0.0.1:{port}",
     )
     model_urls = [a for name, url in urls.items() for a in ("--model-url", f"{name}={url}")]
@@ -141,12 +149,24 @@ def start_servers(
         cmd = [str(pythons["ngym"]), "-m", "ngym.cli", "run", item.name, "--port", str(port), *model_urls, *values]
         log = (logs / f"ngym-{number}.serve.log").open("w")
         servers[label] = (
-            ne.spawn(cmd, cwd=logs, env=env, stdout=log, stderr=subprocess.STDOUT),
+            ne.spawn(cmd, cwd=logs, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
             f"http://127.0.0.1:{port}",
         )
     for proc, url in servers.values():
         wait_up(url, proc)
     return servers
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group (its verify children, sandboxes, Ray), SIGKILL after 15 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def load(url: str, rows_file: Path, seconds: float, concurrency: int) -> dict:
@@ -175,11 +195,7 @@ def bench_env(item: ne.Env, bases: dict[str, Path], args: argparse.Namespace) ->
                     results.setdefault(label, []).append(result)
         finally:
             for proc, _ in servers.values():
-                ne.stop_process(proc) if hasattr(ne, "stop_process") else proc.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=15)
-                if proc.poll() is None:
-                    proc.kill()
+                stop_group(proc)
     return {"rows": len(rows), "skipped_rows": sorted(skip), "results": results}
 
 
@@ -200,12 +216,13 @@ def summarise(name: str, outcome: dict) -> list[str]:
             for row, values in r["rewards"].items():
                 merged.setdefault(row, set()).update(json.dumps(v) for v in values)
         rewards[label] = {row: sorted(v) for row, v in sorted(merged.items(), key=lambda kv: int(kv[0]))}
-    base = med["NeMo Gym"]["rollouts_per_s"]
+    base = med["NeMo Gym"]
     for label, m in med.items():
         lines.append(
-            f"| {name} | {label} | {m['rollouts_per_s']:.1f} | {m['rollouts_per_s'] / base:.2f}x | {m['p50_ms']:.0f} / "
-            f"{m['p99_ms']:.0f} | {m['cpu_ms_per_rollout']:.1f} | {m['health_p50_ms']:.1f} / {m['health_p99_ms']:.1f} "
-            f"/ {m['health_max_ms']:.0f} | {m['errors']} |"
+            f"| {name} | {label} | {m['rollouts_per_s']:.1f} | {m['rollouts_per_s'] / base['rollouts_per_s']:.2f}x | "
+            f"{m['p50_ms']:.0f} / {m['p99_ms']:.0f} | {m['cpu_ms_per_rollout']:.1f} | "
+            f"{base['cpu_ms_per_rollout'] / m['cpu_ms_per_rollout']:.2f}x | {m['health_p50_ms']:.1f} / "
+            f"{m['health_p99_ms']:.1f} / {m['health_max_ms']:.0f} | {m['errors']} |"
         )
     same = len({json.dumps(r, sort_keys=True) for r in rewards.values()}) == 1
     lines.append(f"rewards per row, all servers {'IDENTICAL' if same else 'DIFFER'}: " + json.dumps(rewards))
@@ -226,12 +243,12 @@ def main() -> None:
     }
     print(
         f"machine: {os.cpu_count()} cores, shared; load average {os.getloadavg()[0]:.1f}; {args.rounds} alternating "
-        f"rounds of {args.seconds:.0f}s, {args.concurrency} concurrent rollouts (seed → verify)",
+        f"rounds of {args.seconds:.0f}s, {args.concurrency} concurrent rollouts (seed → recorded tool calls → verify)",
         flush=True,
     )
     print(
-        "| environment | server | rollouts/s | vs NeMo Gym | p50 / p99 ms | CPU ms/rollout | /health p50 / p99 / "
-        "max ms | errors |\n|---|---|---|---|---|---|---|---|",
+        "| environment | server | rollouts/s | vs NeMo Gym | p50 / p99 ms | CPU ms/rollout | vs NeMo Gym (CPU) | "
+        "/health p50 / p99 / max ms | errors |\n|---|---|---|---|---|---|---|---|---|",
         flush=True,
     )
     for item in ne.load_envs(names):

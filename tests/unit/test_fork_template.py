@@ -147,7 +147,8 @@ def test_scipy_subpackages_are_imported_only_for_an_environment_that_imported_sc
 import json, sys
 from ngym.server.fork_template import prepare_fork_template
 warmed = prepare_fork_template()
-print(json.dumps({"warmed": warmed, "optimize": "scipy.optimize" in sys.modules, "stats": "scipy.stats" in sys.modules}))
+loaded = {name: f"scipy.{name}" in sys.modules for name in ("optimize", "stats")}
+print(json.dumps({"warmed": warmed, **loaded}))
 """
     pytest.importorskip("scipy")
     assert run_python("import scipy\n" + code) == {"warmed": ["scipy"], "optimize": True, "stats": True}
