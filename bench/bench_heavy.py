@@ -9,7 +9,8 @@ rewards on each side (they must agree).
 
 * NeMo Gym side: NeMo Gym 0.7.0's Python 3.13 venv (``tools/nemo_venv.sh``) plus the environment's
   requirements, the environment's app served by ``bench/nemo_serve.py`` (uvicorn, one worker).
-* ngym side: a Python 3.13 venv with this checkout (editable) and ``ngym-nemo-gym``, the environment installed
+* ngym side (as shipped; with forked children lowered 5 nice levels; with the fork template off, i.e. the
+  runtime before it): a Python 3.13 venv with this checkout (editable) and ``ngym-nemo-gym``, the environment installed
   with ``ngym install nemo-gym:NAME``, served with ``ngym run NAME``.
 * Judges: ``tools/nemo_scripted_judge.py`` (a fixed verdict) on both sides, as ``make nemo-envs`` replays them.
 
@@ -44,7 +45,7 @@ from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 #: ngym's runtime as shipped, and with each of its fork-template measures turned off (the last: the runtime before).
 VARIANTS: dict[str, dict[str, str]] = {
     "ngym": {},
-    "ngym, children not lowered": {"NGYM_FORK_CHILD_NICE": "0"},
+    "ngym, children lowered": {"NGYM_FORK_CHILD_NICE": "5"},
     "ngym, no fork template (before)": {"NGYM_FORK_WARMUP": "0"},
 }
 DEFAULT_ENVS = "math_with_judge,equivalence_llm_judge,math_with_code,code_gen"

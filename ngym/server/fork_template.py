@@ -14,9 +14,11 @@ So, once, before the server accepts connections, :func:`prepare_fork_template`
   to fill its caches (ANTLR's DFA is a memo: results are unchanged, only the first parse is faster), or imports
   the submodules children import (scipy's: a code sandbox forked per session imports ``scipy.optimize`` in
   each child otherwise, ~1 s of CPU; NeMo Gym's heavier server process happens to have them loaded);
-* lowers the scheduling priority of the processes the server forks (``os.nice``, ``NGYM_FORK_CHILD_NICE``,
-  default 5) so that, when a burst of verify children saturates the cores, the event loop that answers every
-  other rollout (seeds, tools, ``/health``) is scheduled first: CPU-bound children no longer starve it;
+* if asked (``NGYM_FORK_CHILD_NICE=N``, default 0: off), lowers the scheduling priority of the processes the
+  server forks by N nice levels, so that when a burst of verify children saturates the cores the event loop that
+  answers every other rollout (seeds, tools, ``/health``) is scheduled first. Off by default: on a machine shared
+  with other work, lowered children also run later than that work, and an environment whose verify has a
+  wall-clock timeout (math_with_judge's 10 s) would time out, and score 0.0, sooner under such load;
 * freezes the garbage collector's view of everything made so far (``gc.freeze``), so the collector in a
   child does not touch (and copy) those pages, as CPython's documentation recommends for pre-fork servers.
 
@@ -38,7 +40,7 @@ log = logging.getLogger("ngym.server")
 
 WARMUP_ENV = "NGYM_FORK_WARMUP"
 CHILD_NICE_ENV = "NGYM_FORK_CHILD_NICE"
-DEFAULT_CHILD_NICE = 5
+DEFAULT_CHILD_NICE = 0
 
 #: LaTeX and plain expressions covering what math answers are made of (integers, fractions, roots, powers,
 #: pi, intervals, sets, decimals, negative numbers, text in boxes): each fills part of the parser's DFA.

@@ -121,6 +121,12 @@ print(json.dumps({"warmed": warmed, "imported": "math_verify" in sys.modules, "f
 """
     plain = run_python(code)
     assert plain["warmed"] == [] and plain["imported"] is False and plain["frozen"] > 0
+    default = run_python(
+        "import os\nfrom ngym.server.fork_template import prepare_fork_template\nprepare_fork_template()\n"
+        "own = os.nice(0)\npid = os.fork()\nif pid == 0: os._exit(os.nice(0) - own)\n"
+        "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))"
+    )
+    assert default == 0  # children are lowered only when NGYM_FORK_CHILD_NICE asks
     off = run_python("import math_verify\n" + code, NGYM_FORK_WARMUP="0")
     assert off == {"warmed": [], "imported": True, "frozen": 0}
 
