@@ -1,5 +1,6 @@
-"""Issue 22's workers scale: the weather environment (CPU-bound in the server: every request is parsed,
-validated and answered in Python) at ``ngym run --workers 2`` vs ``--workers 1``, side by side in one run.
+"""Issue 22's workers scale: the counter environment (example_session_state_mgmt: CPU-bound in the server, every
+request parsed, validated, its state read and written in Python) at ``ngym run --workers 2`` vs ``--workers 1``,
+side by side in one run. (The weather example keeps no declared session state, so it cannot use a shared store.)
 
 Sessions live in a real ``redis-server`` (its own port and folder) for both, so the two differ only in the number
 of worker processes. wrk (bench/rollout.lua: whole rollouts, cookie copied by hand) is pinned to CPU 1 with
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -27,8 +29,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_core import pinned, write_plan  # noqa: E402
+from bench.bench_core import pinned  # noqa: E402
 from ngym.child_server import free_port, stop_process, wait_healthy  # noqa: E402
+
+ENVIRONMENT = "example_session_state_mgmt"
+ROLLOUTS = ROOT / "resources_servers" / ENVIRONMENT / "data" / "example_rollouts.jsonl"
+
+
+def write_plan(path: Path) -> int:
+    """The first recorded rollout as wrk's request plan (seed, tool calls, verify); the number of requests."""
+    rollout = json.loads(ROLLOUTS.read_text().splitlines()[0])
+    row = {k: v for k, v in rollout.items() if k not in ("response", "reward")}
+    steps = [("/seed_session", row)]
+    steps += [
+        (f"/{item['name']}", json.loads(item["arguments"]))
+        for item in rollout["response"]["output"]
+        if item.get("type") == "function_call"
+    ]
+    steps.append(("/verify", {**row, "response": rollout["response"]}))
+    path.write_text("".join(f"{route}\t{json.dumps(body)}\n" for route, body in steps))
+    return len(steps)
 
 
 def tree_cpu(pid: int) -> float:
@@ -47,7 +67,7 @@ def tree_cpu(pid: int) -> float:
 def start(workers: int, redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "NGYM_SESSION_STORE": redis_url, "NGYM_SESSION_SECRET": "bench-workers"}
-    cmd = [sys.executable, "-m", "ngym.cli", "run", "example_single_tool_call", "--port", str(port)]
+    cmd = [sys.executable, "-m", "ngym.cli", "run", ENVIRONMENT, "--port", str(port)]
     proc = subprocess.Popen(
         [*cmd, "--workers", str(workers)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -56,10 +76,12 @@ def start(workers: int, redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
-def wrk(url: str, server_pid: int, plan: Path, steps: int, seconds: float, connections: int) -> dict[str, float]:
+def wrk(
+    url: str, server_pid: int, redis_pid: int, plan: Path, steps: int, seconds: float, connections: int
+) -> dict[str, float]:
     cmd = pinned(1, ["wrk", f"-t{connections}", f"-c{connections}", f"-d{seconds:.0f}s", "-s",
                      str(ROOT / "bench/rollout.lua"), url, "--", str(plan)])  # fmt: skip
-    server_before, began = tree_cpu(server_pid), time.monotonic()
+    server_before, redis_before, began = tree_cpu(server_pid), tree_cpu(redis_pid), time.monotonic()
     usage_before = os.times()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     usage = os.times()
@@ -72,6 +94,8 @@ def wrk(url: str, server_pid: int, plan: Path, steps: int, seconds: float, conne
         "rollouts_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)) / steps,  # type: ignore[union-attr]
         "server_cores": (tree_cpu(server_pid) - server_before) / elapsed,
         "wrk_cores": wrk_cpu / elapsed,
+        "redis_cores": (tree_cpu(redis_pid) - redis_before) / elapsed,
+        "load_average": os.getloadavg()[0],
         "errors": int(bad.group(1)) if bad else 0,
     }
 
@@ -89,16 +113,18 @@ def main() -> None:
     results: dict[int, list[dict[str, float]]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory(prefix="i22-bench-workers-") as scratch:
         redis = RedisServer.start(Path(scratch) / "redis")
+        assert redis.process is not None
+        redis_pid = redis.process.pid
         servers = {}
         try:
             servers = {n: start(n, redis.url) for n in (1, 2)}
             plan = Path(scratch) / "plan.tsv"
             steps = write_plan(plan)
             for proc, url in servers.values():
-                wrk(url, proc.pid, plan, steps, 2, args.connections)  # warm-up
+                wrk(url, proc.pid, redis_pid, plan, steps, 2, args.connections)  # warm-up
             for _ in range(args.rounds):
                 for n, (proc, url) in servers.items():
-                    results[n].append(wrk(url, proc.pid, plan, steps, args.seconds, args.connections))
+                    results[n].append(wrk(url, proc.pid, redis_pid, plan, steps, args.seconds, args.connections))
         finally:
             for proc, _ in servers.values():
                 stop_process(proc)
@@ -106,11 +132,18 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, shared with other users (load average {os.getloadavg()[0]:.1f}); "
           f"wrk pinned to CPU 1, servers free; sessions in redis-server; {args.rounds} alternating rounds of "
           f"{args.seconds:.0f}s, {args.connections} connections")  # fmt: skip
-    print("| workers | rollouts/s (median) | server cores used | wrk cores used | non-2xx |\n|---|---|---|---|---|")
+    print(
+        "| workers | rollouts/s (median) | server cores used | redis-server cores | wrk cores | load average | non-2xx |"
+        "\n|---|---|---|---|---|---|---|"
+    )
     for n, rounds in results.items():
-        med = {k: statistics.median(r[k] for r in rounds) for k in ("rollouts_per_s", "server_cores", "wrk_cores")}
+        keys = ("rollouts_per_s", "server_cores", "redis_cores", "wrk_cores", "load_average")
+        med = {k: statistics.median(r[k] for r in rounds) for k in keys}
         errors = sum(int(r["errors"]) for r in rounds)
-        print(f"| {n} | {med['rollouts_per_s']:.0f} | {med['server_cores']:.2f} | {med['wrk_cores']:.2f} | {errors} |")
+        print(
+            f"| {n} | {med['rollouts_per_s']:.0f} | {med['server_cores']:.2f} | {med['redis_cores']:.2f} | "
+            f"{med['wrk_cores']:.2f} | {med['load_average']:.1f} | {errors} |"
+        )
     ratios = [b["rollouts_per_s"] / a["rollouts_per_s"] for a, b in zip(results[1], results[2], strict=True)]
     print(f"2 workers / 1 worker: median {statistics.median(ratios):.2f}x (pairs {min(ratios):.2f}-{max(ratios):.2f})")
 
