@@ -133,7 +133,7 @@ def main() -> None:
           f"wrk pinned to CPU 1, servers free; sessions in redis-server; {args.rounds} alternating rounds of "
           f"{args.seconds:.0f}s, {args.connections} connections")  # fmt: skip
     print(
-        "| workers | rollouts/s (median) | server cores used | redis-server cores | wrk cores | load average | non-2xx |"
+        "| workers | rollouts/s (median) | server cores used | redis cores | wrk cores | load average | non-2xx |"
         "\n|---|---|---|---|---|---|---|"
     )
     for n, rounds in results.items():
