@@ -27,6 +27,7 @@ from ngym.errors import ConfigError, run_guarded
 from ngym.server import http_protocol
 from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.base import CLASS_OVERRIDES_ENV
+from ngym.server.fork_template import prepare_fork_template
 from ngym.server.resources import SimpleResourcesServer
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 
@@ -128,6 +129,7 @@ def serve_one(
         else:  # newer uvicorn builds each worker's server from the config itself
             Multiprocess(config, sockets=[sock]).run()
         return
+    prepare_fork_template()  # after the environment is built, before it serves: its forked children start warm
     config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
     _graceful_server(config).run(sockets=[sock])
 

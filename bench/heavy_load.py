@@ -1,0 +1,110 @@
+"""Closed-loop load of whole rollouts (seed → recorded tool calls → verify, one session each) and a /health prober.
+
+Prints one JSON line: rollouts/s, rollout latency p50/p99, the rewards each row scored (to compare servers),
+and ``GET /health`` latency p50/p99/max measured every 50 ms during the load (the event loop's responsiveness).
+
+    python bench/heavy_load.py URL ROWS_JSONL SECONDS CONCURRENCY
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+
+import aiohttp
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def rollouts(
+    session: aiohttp.ClientSession, url: str, rows: list[dict], start: int, deadline: float, out: dict
+) -> None:
+    index = start
+    while time.monotonic() < deadline:
+        row_index = index % len(rows)
+        row = rows[row_index]
+        index += 1
+        seed = {k: v for k, v in row.items() if k != "response"}
+        calls = [
+            (item["name"], json.loads(item["arguments"]))
+            for item in (row.get("response") or {}).get("output") or []
+            if item.get("type") == "function_call"
+        ]
+        began = time.monotonic()
+        try:
+            async with session.post(f"{url}/seed_session", json=seed) as response:
+                await response.read()
+                cookie = response.headers.get("set-cookie")
+            headers = {"cookie": cookie.split(";", 1)[0]} if cookie else {}
+            for name, arguments in calls:  # the recorded tool calls, in order (a code sandbox runs them)
+                async with session.post(f"{url}/{name}", json=arguments, headers=headers) as response:
+                    await response.read()
+                    cookie = response.headers.get("set-cookie")
+                    headers = {"cookie": cookie.split(";", 1)[0]} if cookie else headers
+            async with session.post(f"{url}/verify", json=row, headers=headers) as response:
+                body = await response.read()
+                status = response.status
+        except aiohttp.ClientError:
+            out["errors"] += 1
+            continue
+        if status != 200:
+            out["errors"] += 1
+            continue
+        out["latencies"].append(time.monotonic() - began)
+        reward = json.loads(body).get("reward")
+        out["rewards"].setdefault(str(row_index), set()).add(reward)
+
+
+async def probe(session: aiohttp.ClientSession, url: str, deadline: float, out: list[float]) -> None:
+    while time.monotonic() < deadline:
+        began = time.monotonic()
+        async with session.get(f"{url}/health") as response:
+            await response.read()
+        out.append(time.monotonic() - began)
+        await asyncio.sleep(0.05)
+
+
+async def run(url: str, rows: list[dict], seconds: float, concurrency: int) -> dict:
+    out: dict = {"latencies": [], "rewards": {}, "errors": 0}
+    health: list[float] = []
+    connector = aiohttp.TCPConnector(limit=concurrency + 1)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(), timeout=timeout) as s:
+        began = time.monotonic()
+        deadline = began + seconds
+        await asyncio.gather(
+            probe(s, url, deadline, health), *(rollouts(s, url, rows, i, deadline, out) for i in range(concurrency))
+        )
+        elapsed = time.monotonic() - began
+    lat = out["latencies"]
+    return {
+        "rollouts": len(lat),
+        "errors": out["errors"],
+        "seconds": elapsed,
+        "rollouts_per_s": len(lat) / elapsed,
+        "p50_ms": statistics.median(lat) * 1e3 if lat else float("nan"),
+        "p99_ms": percentile(lat, 0.99) * 1e3,
+        "health_p50_ms": statistics.median(health) * 1e3 if health else float("nan"),
+        "health_p99_ms": percentile(health, 0.99) * 1e3,
+        "health_max_ms": max(health) * 1e3 if health else float("nan"),
+        "rewards": {k: sorted(v, key=str) for k, v in out["rewards"].items()},
+    }
+
+
+def main() -> None:
+    url, path, seconds, concurrency = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+    with open(path) as lines:
+        rows = [json.loads(line) for line in lines if line.strip()]
+    print(json.dumps(asyncio.run(run(url, rows, seconds, concurrency))))
+
+
+if __name__ == "__main__":
+    main()

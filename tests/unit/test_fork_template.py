@@ -1,0 +1,161 @@
+"""The serving process as a fork template (ngym/server/fork_template.py): warmed libraries, lowered children.
+
+Each case runs in a fresh interpreter: warming, ``gc.freeze`` and at-fork hooks change the whole process, and the
+test process must not carry them into later tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("math_verify")
+
+
+def run_python(code: str, **env: str) -> dict:
+    import os
+
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+DFA_STATES = """
+def dfa_states():
+    from latex2sympy2_extended.antlr_parser import PSParser
+    return sum(len(d._states) for d in PSParser.decisionsToDFA)
+"""
+
+# A verify child as math_with_judge makes one: forked per call, the answer sent back over a pipe.
+FORKED_VERIFY = """
+import multiprocessing as mp
+def child(gold, pred, conn):
+    from math_verify import parse, verify
+    conn.send((bool(verify(parse(gold), parse(pred))), __import__("os").nice(0), dfa_states()))
+def forked(gold, pred):
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=child, args=(gold, pred, send))
+    process.start()
+    result = recv.recv()
+    process.join()
+    return result
+"""
+
+PAIRS = [
+    ("\\\\boxed{\\\\frac{1}{2}}", "so \\\\boxed{0.5}"),
+    ("\\\\boxed{\\\\sqrt{2}}", "\\\\boxed{2^{1/2}}"),
+    ("\\\\boxed{-3}", "\\\\boxed{-4}"),
+    ("\\\\boxed{(0,1]}", "\\\\boxed{(0,1]}"),
+]
+
+
+def test_forked_children_start_with_the_parser_built_and_score_the_same() -> None:
+    code = (
+        DFA_STATES
+        + FORKED_VERIFY
+        + f"""
+import math_verify, os
+pairs = {PAIRS!r}
+cold = [forked(g, p) for g, p in pairs]
+from ngym.server.fork_template import prepare_fork_template
+warmed = prepare_fork_template()
+template_states = dfa_states()
+warm = [forked(g, p) for g, p in pairs]
+print(json.dumps({{"warmed": warmed, "template_states": template_states, "cold": cold, "warm": warm,
+                   "own_nice": os.nice(0)}}))
+"""
+    )
+    result = run_python("import json\n" + code, NGYM_FORK_CHILD_NICE="3")
+    assert result["warmed"] == ["math_verify"]
+    assert result["template_states"] > 0  # the server itself now holds the DFA its children inherit
+    # the same verdicts from children of a cold and of a warm server (the DFA is a memo, not a rule)
+    assert [r[0] for r in result["cold"]] == [r[0] for r in result["warm"]] == [True, True, False, True]
+    assert all(r[2] >= result["template_states"] for r in result["warm"])
+    # children forked before the template was prepared run at the server's level, those after 3 lower
+    assert {r[1] for r in result["cold"]} == {result["own_nice"]}
+    assert {r[1] for r in result["warm"]} == {result["own_nice"] + 3}
+
+
+def test_a_grandchild_is_not_lowered_twice_and_zero_turns_lowering_off() -> None:
+    code = """
+import json, os
+from ngym.server.fork_template import prepare_fork_template
+prepare_fork_template()
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    child = os.nice(0)
+    inner = os.fork()
+    if inner == 0:
+        os.write(write, json.dumps([child, os.nice(0)]).encode())
+        os._exit(0)
+    os.waitpid(inner, 0)
+    os._exit(0)
+os.waitpid(pid, 0)
+child, grandchild = json.loads(os.read(read, 100))
+print(json.dumps({"own": os.nice(0), "child": child, "grandchild": grandchild}))
+"""
+    lowered = run_python(code, NGYM_FORK_CHILD_NICE="4")
+    assert lowered["child"] == lowered["grandchild"] == lowered["own"] + 4
+    same = run_python(code, NGYM_FORK_CHILD_NICE="0")
+    assert same["child"] == same["grandchild"] == same["own"]
+
+
+def test_unused_libraries_are_not_imported_and_the_switch_turns_it_all_off() -> None:
+    code = """
+import gc, json, sys
+from ngym.server.fork_template import prepare_fork_template
+warmed = prepare_fork_template()
+print(json.dumps({"warmed": warmed, "imported": "math_verify" in sys.modules, "frozen": gc.get_freeze_count()}))
+"""
+    plain = run_python(code)
+    assert plain["warmed"] == [] and plain["imported"] is False and plain["frozen"] > 0
+    default = run_python(
+        "import os\nfrom ngym.server.fork_template import prepare_fork_template\nprepare_fork_template()\n"
+        "own = os.nice(0)\npid = os.fork()\nif pid == 0: os._exit(os.nice(0) - own)\n"
+        "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))"
+    )
+    assert default == 0  # children are lowered only when NGYM_FORK_CHILD_NICE asks
+    off = run_python("import math_verify\n" + code, NGYM_FORK_WARMUP="0")
+    assert off == {"warmed": [], "imported": True, "frozen": 0}
+
+
+def test_a_failing_warmer_is_logged_and_serving_goes_on() -> None:
+    code = """
+import json, logging, sys, types
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+sys.modules["broken_lib"] = types.ModuleType("broken_lib")
+from ngym.server import fork_template
+def broken() -> None:
+    raise RuntimeError("no parser today")
+fork_template.WARMERS["broken_lib"] = broken
+print(json.dumps({"warmed": fork_template.prepare_fork_template()}))
+"""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "fork warm-up of broken_lib failed, skipped: RuntimeError('no parser today')" in done.stdout
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"warmed": []}
+
+
+def test_scipy_subpackages_are_imported_only_for_an_environment_that_imported_scipy() -> None:
+    code = """
+import json, sys
+from ngym.server.fork_template import prepare_fork_template
+warmed = prepare_fork_template()
+loaded = {name: f"scipy.{name}" in sys.modules for name in ("optimize", "stats")}
+print(json.dumps({"warmed": warmed, **loaded}))
+"""
+    pytest.importorskip("scipy")
+    assert run_python("import scipy\n" + code) == {"warmed": ["scipy"], "optimize": True, "stats": True}
+    assert run_python(code) == {"warmed": [], "optimize": False, "stats": False}
