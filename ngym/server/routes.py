@@ -37,6 +37,7 @@ from ngym.server.protocol.bodies import (
 from ngym.server.provenance import distribution_of
 from ngym.server.request_only_route import RequestOnlyRoute
 from ngym.server.sessions.ids import SessionIdRule
+from ngym.server.sessions.lost import is_lost, keeps_session_state, lost_reason, session_lost_body
 from ngym.server.sessions.manager import (
     RequestSession,
     SessionConflict,
@@ -295,11 +296,19 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
         declared = None
     if not (isinstance(declared, type) and issubclass(declared, BaseModel)):
         declared = None
+    stateful = keeps_session_state(type(server))
 
     @functools.wraps(verify)
     async def endpoint(*args: Any, **kwargs: Any) -> Any:
         result: Any
         emitted: dict[str, str] = {}
+        if stateful:  # a rollout whose state is gone is masked, never scored (ngym.server.sessions.lost)
+            session = current_request_session.get()
+            if session is not None and is_lost(session):
+                body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)
+                reason = lost_reason(session)
+                log.warning("verify of a lost session, masked: %s", reason)
+                return JSONResponse(session_lost_body(body, reason))
         mcp = _mcp(server)
         if mcp is not None:
             kwargs, emitted = _bare_tool_names(kwargs, mcp.server_name)

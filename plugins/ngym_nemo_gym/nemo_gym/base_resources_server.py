@@ -46,6 +46,7 @@ from ngym.server.middleware import raise_server_exceptions
 from ngym.server.routes import _read_json as read_json_body
 from ngym.server.routes import _validate as validated
 from ngym.server.sessions import current_request_session
+from ngym.server.sessions.lost import keeps_no_state
 
 __all__ = [
     "AggregateMetrics",
@@ -224,6 +225,7 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
 
         return close_session
 
+    @keeps_no_state
     async def seed_session(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Keep no state: a typed seed gets its id back, a dataset row an empty answer."""
         body = kwargs.get("body", args[-1] if args else None)
