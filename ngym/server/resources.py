@@ -41,7 +41,7 @@ from ngym.server.routes import add_standard_routes
 from ngym.server.sessions.cookies import CookieSigner, resolve_secret
 from ngym.server.sessions.factory import create_session_store
 from ngym.server.sessions.ids import DEFAULT_SESSION_ID_MAX_LENGTH, DEFAULT_SESSION_ID_PATTERN
-from ngym.server.sessions.lost import LostSessionGuard, keeps_no_state, keeps_session_state
+from ngym.server.sessions.lost import LostSessionGuard, keeps_no_state, keeps_session_state, note_lost_session_read
 from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, SessionManager, current_request_session
 from ngym.server.sessions.store import SessionStore
 
@@ -322,6 +322,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         session = request.scope.get(SCOPE_KEY) if request is not None else current_request_session.get()
         if session is None:
             raise RuntimeError("no ngym session bound: is NgymMiddleware installed (call super().setup_webserver())?")
+        if session.record is None:  # a verify reading a lost session is masked (ngym.server.sessions.lost)
+            note_lost_session_read("session_state()")
         return session
 
 

@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI, HTTPException, Request
@@ -37,7 +37,13 @@ from ngym.server.protocol.bodies import (
 from ngym.server.provenance import distribution_of
 from ngym.server.request_only_route import RequestOnlyRoute
 from ngym.server.sessions.ids import SessionIdRule
-from ngym.server.sessions.lost import is_lost, keeps_session_state, lost_reason, session_lost_body
+from ngym.server.sessions.lost import (
+    is_lost,
+    keeps_session_state,
+    lost_reason,
+    session_lost_body,
+    watching_session_reads,
+)
 from ngym.server.sessions.manager import (
     RequestSession,
     SessionConflict,
@@ -300,15 +306,15 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
 
     @functools.wraps(verify)
     async def endpoint(*args: Any, **kwargs: Any) -> Any:
-        result: Any
-        emitted: dict[str, str] = {}
         if stateful:  # a rollout whose state is gone is masked, never scored (ngym.server.sessions.lost)
             session = current_request_session.get()
             if session is not None and is_lost(session):
-                body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)
-                reason = lost_reason(session)
-                log.warning("verify of a lost session, masked: %s", reason)
-                return JSONResponse(session_lost_body(body, reason))
+                return await _verify_lost(session, score(args, kwargs), args, kwargs)
+        return await score(args, kwargs)
+
+    async def score(args: Any, kwargs: Any) -> Any:
+        result: Any
+        emitted: dict[str, str] = {}
         mcp = _mcp(server)
         if mcp is not None:
             kwargs, emitted = _bare_tool_names(kwargs, mcp.server_name)
@@ -333,6 +339,25 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
         return result
 
     return endpoint
+
+
+async def _verify_lost(session: RequestSession, scoring: Awaitable[Any], args: Any, kwargs: Any) -> Any:
+    """Verify of a session not held here: score it watching whether the environment reads the session; if it
+    does (or fails after reading it, as ``self.sessions[id]`` does), the answer is masked ``session_lost``, else
+    it stands (a verify that scores from the request alone does not depend on the lost state)."""
+    request = next((v for v in (*args, *kwargs.values()) if isinstance(v, Request)), None)
+    body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)
+    with watching_session_reads(request.scope if request is not None else None) as reads:
+        try:
+            result = await scoring
+        except Exception:
+            if not reads:
+                raise
+    if not reads:
+        return result
+    reason = lost_reason(session)
+    log.warning("verify read a session this server does not hold (%s); masked session_lost: %s", reads[0], reason)
+    return JSONResponse(session_lost_body(body, reason))
 
 
 def judge_failure_body(body: BaseModel | None, exc: JudgeError) -> dict[str, Any]:

@@ -150,3 +150,20 @@ def test_which_environments_keep_state() -> None:
         "example_single_tool_call": False,
         "equivalence_llm_judge": False,
     }
+
+
+async def test_a_verify_that_scores_from_the_request_alone_is_not_masked() -> None:
+    """workplace_assistant replays the response's calls on fresh databases: its reward does not rest on the
+    session, so a verify whose session is gone is scored as usual."""
+    from ngym.examples import read_example_rollouts
+    from ngym.targets import resolve
+
+    folder = resolve("workplace_assistant").folder
+    assert folder is not None
+    rollouts = read_example_rollouts(folder / "data" / "example_rollouts.jsonl")
+    assert rollouts
+    row = rollouts[0]
+    async with serve_in_process(app_for("workplace_assistant")) as http:
+        answer = await RolloutClient(http).post("/verify", {k: v for k, v in row.items() if k != "reward"})
+    assert answer.status_code == 200 and answer.json()["reward"] == row["reward"]
+    assert not answer.json().get("mask_sample")

@@ -4,9 +4,12 @@ A session is *lost* when a request of a stateful environment names no session th
 closed (``/close_session``, or an earlier ``/verify``), it expired (idle past ``session_ttl_seconds``), or the
 worker or replica that held it is gone (its requests now reach another process). What happens then:
 
-- ``/verify`` answers 200 with ``reward: 0.0`` and ``mask_sample: true``, ``failure_kind: "session_lost"`` and a
+- ``/verify`` whose code looks at its session (``session_state()``, ``session_id()``, ``request.session[...]``)
+  answers 200 with ``reward: 0.0`` and ``mask_sample: true``, ``failure_kind: "session_lost"`` and a
   ``failure_reason`` (NeMo Gym 0.7.0's fields): the trainer leaves the sample out instead of learning from a 0.0
-  the model did not earn; ``/aggregate_metrics`` leaves it out too. The environment's ``verify`` is not called.
+  the model did not earn; ``/aggregate_metrics`` leaves it out too. A verify that scores from the request alone
+  (workplace_assistant replays the calls on fresh databases, math_with_code checks the answer) never looks at
+  the session, so it is scored as usual: its reward does not depend on the lost state.
 - a tool call that carried a session cookie this process does not hold answers **410 Gone** before the tool
   runs (one without any session is the environment's to answer: ``session_state()`` says 409).
 
@@ -17,9 +20,11 @@ decided here, so the routes and the middleware only ask.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -79,6 +84,47 @@ def lost_reason(session: RequestSession) -> str:
     )
 
 
+#: Set while a verify of a lost session runs: whether its code looked at the session.
+_reads: ContextVar[list[str] | None] = ContextVar("ngym_lost_session_reads", default=None)
+
+
+def note_lost_session_read(how: str) -> None:
+    """Called where environment code reads a session that has no live record (``SimpleResourcesServer``'s
+    ``session_state`` / ``session_id``): inside a watched verify, that verify's reward would rest on lost state."""
+    probe = _reads.get()
+    if probe is not None:
+        probe.append(how)
+
+
+class _WatchedSessionDict(dict[str, Any]):
+    """``request.session`` during a watched verify: reading the session id counts as reading the session."""
+
+    def __getitem__(self, key: str) -> Any:
+        note_lost_session_read(f"request.session[{key!r}]")
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        note_lost_session_read(f"request.session.get({key!r})")
+        return super().get(key, default)
+
+
+@contextlib.contextmanager
+def watching_session_reads(scope: dict[str, Any] | None) -> Iterator[list[str]]:
+    """Record whether the code run inside reads the (lost) session: through ngym's accessors or through
+    ``request.session`` (NeMo Gym's ``self.sessions[request.session["session_id"]]``)."""
+    probe: list[str] = []
+    token = _reads.set(probe)
+    original = scope.get("session") if scope is not None else None
+    if scope is not None and isinstance(original, dict):
+        scope["session"] = _WatchedSessionDict(original)
+    try:
+        yield probe
+    finally:
+        _reads.reset(token)
+        if scope is not None and isinstance(original, dict):
+            scope["session"] = original
+
+
 def session_lost_body(body: Any, reason: str) -> dict[str, Any]:
     """The verify answer for a lost session: the request echoed back, reward 0.0, masked, ``session_lost``."""
     echoed: dict[str, Any] = body.model_dump(mode="json") if hasattr(body, "model_dump") else {}
@@ -125,5 +171,7 @@ __all__ = [
     "keeps_no_state",
     "keeps_session_state",
     "lost_reason",
+    "note_lost_session_read",
     "session_lost_body",
+    "watching_session_reads",
 ]
