@@ -42,6 +42,21 @@ WORKER_INDEX_ENV = "NGYM_WORKER_INDEX"
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
 STOP_GRACE_S = 10.0
+READY_TIMEOUT_S = 300.0  # an environment may load models or data at start-up
+
+
+class WorkerFailed(Exception):
+    """A worker could not start: ``ngym run`` reports it in one line."""
+
+
+def _answers_livez(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as conn:
+            conn.settimeout(1.0)
+            conn.sendall(b"GET /livez HTTP/1.1\r\nHost: ngym\r\nConnection: close\r\n\r\n")
+            return conn.recv(16).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
 
 
 def _die_with_parent() -> None:
@@ -118,7 +133,10 @@ class AffineWorkers:
         }
         cmd = [sys.executable, "-m", "ngym.server.host", "1", "1" if self.access_log else "0"]
         worker.process = subprocess.Popen(
-            cmd, env=env, pass_fds=(worker.sock.fileno(),), preexec_fn=_die_with_parent  # noqa: PLW1509
+            cmd,
+            env=env,
+            pass_fds=(worker.sock.fileno(),),
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
         )
 
     def _start_haproxy(self) -> None:
@@ -137,10 +155,26 @@ class AffineWorkers:
         )
 
     def start(self) -> None:
-        """Start the workers, then HAProxy (a worker still starting is health-checked until it answers)."""
+        """Start the workers, wait until each answers ``/livez``, then start HAProxy in front of them."""
         for worker in self.workers:
             self._start_worker(worker)
+        self._wait_ready()
         self._start_haproxy()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        pending = list(self.workers)
+        while pending and not self._stopping:
+            for worker in list(pending):
+                assert worker.process is not None
+                if worker.process.poll() is not None:
+                    raise WorkerFailed(f"worker {worker.index} exited with code {worker.process.returncode} at start")
+                if _answers_livez(worker.port):
+                    pending.remove(worker)
+            if pending and time.monotonic() > deadline:
+                raise WorkerFailed(f"{len(pending)} worker(s) did not answer /livez within {READY_TIMEOUT_S:.0f} s")
+            if pending:
+                time.sleep(0.1)
 
     def request_stop(self, *_: Any) -> None:
         """The SIGINT/SIGTERM handler: the supervision loop stops everything once it sees this."""
@@ -194,7 +228,11 @@ class AffineWorkers:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
         try:
-            self.start()
+            try:
+                self.start()
+            except (WorkerFailed, RuntimeError) as exc:
+                print(f"ngym: error: {exc}", file=sys.stderr, flush=True)
+                return 1
             while not self._stopping:
                 time.sleep(0.2)
                 if self._stopping:

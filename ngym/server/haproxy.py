@@ -61,6 +61,7 @@ def haproxy_config(
     """The HAProxy configuration: listen on the inherited socket ``listen_fd``, route session-affinely."""
     ttl = max(1, int(session_ttl_seconds) + 60)  # outlives the session's own idle TTL
     size = max(1024, 2 * max_sessions * max(1, len(backends)))  # every cookie ngym hands out takes an entry
+    typed_paths = "path_end /seed_session /close_session"
     servers = "\n".join(
         f"    server {b.name} {b.host}:{b.port} check inter 1s fall 2 rise 1 observe layer4 error-limit 1 "
         "on-error mark-down"
@@ -99,7 +100,9 @@ backend workers
     stick match req.cook({cookie_name})
     stick store-response res.cook({cookie_name})
     stick on path,field(3,/) table rollout_ids if {{ path_beg /ng-rollout/ }}
-    stick on req.body,json_query('$.resources_session_id') table typed_ids if {{ path_end /seed_session /close_session }}
+    stick on req.body,json_query('$.resources_session_id') table typed_ids if {{ {typed_paths} }}
+    # which worker answered: for logs and tests (set by HAProxy, costs the workers nothing)
+    http-response set-header X-Ngym-Worker %s
 {servers}
 
 backend rollout_ids

@@ -136,13 +136,18 @@ async def test_nemo_style_in_process_state_is_stateful_and_guarded() -> None:
 
 
 def test_which_environments_keep_state() -> None:
-    from ngym.testing import app_for as _  # noqa: F401  (the built-ins are importable)
     from ngym.targets import resolve
 
-    stateful = {name: keeps_session_state(resolve(name).server_class) for name in (
-        "example_session_state_mgmt", "math_with_code", "workplace_assistant", "example_single_tool_call",
-        "equivalence_llm_judge",
-    )}
+    stateful = {
+        name: keeps_session_state(resolve(name).server_class)
+        for name in (
+            "example_session_state_mgmt",
+            "math_with_code",
+            "workplace_assistant",
+            "example_single_tool_call",
+            "equivalence_llm_judge",
+        )
+    }
     assert stateful == {
         "example_session_state_mgmt": True,
         "math_with_code": True,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -38,7 +38,9 @@ SESSION_LOST = "session_lost"  # NeMo Gym 0.7.0's failure kind (ngym.server.prot
 _REASON_MAX = 2000
 _STATELESS_MARK = "__ngym_keeps_no_state__"
 #: Routes of the protocol itself (not tools): they handle a missing session on their own terms.
-PROTOCOL_PATHS = frozenset({"/seed_session", "/verify", "/close_session", "/aggregate_metrics", "/reverify_mode", "/mcp"})
+PROTOCOL_PATHS = frozenset(
+    {"/seed_session", "/verify", "/close_session", "/aggregate_metrics", "/reverify_mode", "/mcp"}
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -109,7 +111,7 @@ class _WatchedSessionDict(dict[str, Any]):
 
 
 @contextlib.contextmanager
-def watching_session_reads(scope: dict[str, Any] | None) -> Iterator[list[str]]:
+def watching_session_reads(scope: MutableMapping[str, Any] | None) -> Iterator[list[str]]:
     """Record whether the code run inside reads the (lost) session: through ngym's accessors or through
     ``request.session`` (NeMo Gym's ``self.sessions[request.session["session_id"]]``)."""
     probe: list[str] = []
