@@ -18,23 +18,27 @@ connection could not be made (it was never sent), so no tool call or verify ever
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
 
 HAPROXY_INSTALL_HINT = "apt-get install haproxy (Debian/Ubuntu) or dnf install haproxy"
+#: The HAProxy executable to use instead of the one on ``PATH``.
+HAPROXY_ENV = "NGYM_HAPROXY"
 
 
 def haproxy_binary() -> str:
-    """The ``haproxy`` executable (``ConfigError`` naming how to install it when it is missing)."""
-    found = shutil.which("haproxy") or next(
-        (p for p in ("/usr/sbin/haproxy", "/usr/local/sbin/haproxy") if shutil.which(p)), None
-    )
+    """The ``haproxy`` executable: ``NGYM_HAPROXY`` when set, else from ``PATH`` (``ConfigError`` naming how to
+    install it when it is missing)."""
+    chosen = os.environ.get(HAPROXY_ENV)
+    found = shutil.which(chosen) if chosen else shutil.which("haproxy") or shutil.which("/usr/sbin/haproxy")
     if found is None:
+        where = f" ({HAPROXY_ENV}={chosen} is not an executable)" if chosen else ""
         raise ConfigError(
             "--workers N for an environment whose sessions stay in the process routes each rollout to its worker "
-            f"through HAProxy, which is not installed: {HAPROXY_INSTALL_HINT} (or keep sessions in Redis: "
+            f"through HAProxy, which is not installed{where}: {HAPROXY_INSTALL_HINT} (or keep sessions in Redis: "
             "NGYM_SESSION_STORE=redis://...)"
         )
     return found
@@ -113,4 +117,4 @@ backend typed_ids
 """
 
 
-__all__ = ["Backend", "HAPROXY_INSTALL_HINT", "haproxy_binary", "haproxy_config"]
+__all__ = ["Backend", "HAPROXY_ENV", "HAPROXY_INSTALL_HINT", "haproxy_binary", "haproxy_config"]
