@@ -19,7 +19,9 @@ from ngym.child_server import free_port
 from ngym.testing import make_response
 from tests.integration.conftest import VENV_BIN, HandCookieClient
 
-pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed (apt-get install haproxy)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("haproxy") is None, reason="haproxy is not installed (apt-get install haproxy)"
+)
 
 COUNTER = "example_session_state_mgmt"
 
@@ -98,9 +100,11 @@ def test_a_killed_worker_loses_its_rollouts_loudly_and_is_restarted(serve) -> No
     right = [r for r in results if r.get("reward") == 1.0 and not r.get("mask_sample")]
     assert lost and right and len(lost) + len(right) == len(results)
     for r in lost:  # never an unmasked wrong reward: a tool call 410/502, or a verify masked session_lost
-        assert r.get("tool_status") in (410, 502, 503) or (
-            r.get("mask_sample") is True and r.get("failure_kind") == "session_lost"
-        ) or r.get("verify_status") in (502, 503), r
+        assert (
+            r.get("tool_status") in (410, 502, 503)
+            or (r.get("mask_sample") is True and r.get("failure_kind") == "session_lost")
+            or r.get("verify_status") in (502, 503)
+        ), r
     assert len({r["worker"] for r in lost}) == 1  # only the killed worker's rollouts
     # the worker is restarted and serves new rollouts
     deadline = time.monotonic() + 30

@@ -109,7 +109,7 @@ async def test_idle_sessions_expire_and_run_the_close_hook() -> None:
         await rollout.call("/seed_session", {"initial_count": 1})
         await asyncio.sleep(0.6)
         assert (await http.get("/health")).json()["live_sessions"] == 0
-        assert (await rollout.post("/get_counter_value")).status_code == 410  # expired: gone (ngym.server.sessions.lost)
+        assert (await rollout.post("/get_counter_value")).status_code == 410  # expired: gone (sessions.lost)
 
 
 async def test_session_bound_gives_503_with_retry_after() -> None:

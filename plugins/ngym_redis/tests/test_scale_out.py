@@ -1,7 +1,8 @@
 """Scale-out with real parts: real ``ngym run`` processes on loopback ports sharing one real redis-server.
 
 Round-robin rollouts across three replicas, a replica SIGKILLed mid-rollout, Redis restarted under live
-replicas, ``--workers 2`` on Redis, and the startup refusals (affinity-required env on Redis; memory store + workers without HAProxy).
+replicas, ``--workers 2`` on Redis, and the startup refusals (affinity-required env on Redis; memory store +
+workers without HAProxy).
 """
 
 from __future__ import annotations
