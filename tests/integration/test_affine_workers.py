@@ -19,9 +19,8 @@ from ngym.child_server import free_port
 from ngym.testing import make_response
 from tests.integration.conftest import VENV_BIN, HandCookieClient
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("haproxy") is None, reason="haproxy is not installed (apt-get install haproxy)"
-)
+HAPROXY = shutil.which("haproxy") or shutil.which("/usr/sbin/haproxy")
+pytestmark = pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (apt-get install haproxy)")
 
 COUNTER = "example_session_state_mgmt"
 
@@ -31,8 +30,9 @@ def counter_rollout(url: str, i: int, steps: int = 3, pause: float = 0.0) -> dic
     client = HandCookieClient(url)
     row = {"responses_create_params": {"input": "count"}, "initial_count": i, "expected_count": i + steps}
     seeded = client.post("/seed_session", row)
-    assert seeded.status_code == 200, seeded.text
-    worker = seeded.headers["x-ngym-worker"]
+    worker = seeded.headers.get("x-ngym-worker", "?")
+    if seeded.status_code != 200:  # the worker died with the seed in flight: the proxy's 502 (never retried)
+        return {"worker": worker, "seed_status": seeded.status_code}
     for _ in range(steps):
         time.sleep(pause)
         step = client.post("/increment_counter", {"count": 1})
