@@ -160,6 +160,7 @@ class AffineWorkers:
             self._start_worker(worker)
         self._wait_ready()
         self._start_haproxy()
+        print(f"ngym: {len(self.workers)} workers ready behind HAProxy", flush=True)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
