@@ -21,6 +21,7 @@ def assert_masked_lost(answer: httpx.Response) -> None:
     body = answer.json()
     assert body["reward"] == 0.0 and body["mask_sample"] is True
     assert body["failure_kind"] == "session_lost" and body["failure_reason"]
+    assert body["_ng_failure_class"] == "session_lost"  # NeMo Gym 0.7.0's collector: failures sidecar, retried
     assert body["expected_count"] == 3  # the request is echoed back, as for any verify
 
 

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ngym.server.protocol.bodies import FAILURE_CLASS_KEY
 from ngym.server.sessions.manager import SCOPE_KEY, RequestSession
 
 log = logging.getLogger("ngym.sessions")
@@ -139,6 +140,9 @@ def session_lost_body(body: Any, reason: str) -> dict[str, Any]:
         "failure_reason": reason[:_REASON_MAX],
         # NeMo Gym 0.7.0 keeps the older spelling of the mask for consumers that read it (as for judge failures)
         "instance_config": {**(instance_config if isinstance(instance_config, dict) else {}), "mask_sample": True},
+        # and its rollout collector sends a row with a failure class to the failures sidecar, retried on resume,
+        # instead of storing it as a finished rollout
+        FAILURE_CLASS_KEY: SESSION_LOST,
     }
 
 
