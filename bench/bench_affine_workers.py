@@ -37,7 +37,7 @@ SECONDS = float(os.environ.get("NGYM_BENCH_SECONDS", "5"))
 ROUNDS = int(os.environ.get("NGYM_BENCH_ROUNDS", "2"))
 CONCURRENCY = int(os.environ.get("NGYM_BENCH_CONCURRENCY", "16"))
 ENVIRONMENTS = os.environ.get("NGYM_BENCH_ENVS", "example_session_state_mgmt,math_with_code").split(",")
-LOADGEN = Path(__file__).with_name("loadgen.py")
+LOADGEN = Path(__file__).resolve().with_name("loadgen.py")
 LOADGEN_CPU = str((os.cpu_count() or 1) - 1)
 
 
@@ -69,7 +69,7 @@ def start(name: str, mode: str, log: Path) -> tuple[subprocess.Popen[bytes], str
     if mode == "proxy 1":
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, __file__, "--serve-proxied", name, str(port)],
+                [sys.executable, str(Path(__file__).resolve()), "--serve-proxied", name, str(port)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **env},
@@ -126,6 +126,9 @@ def main() -> None:
     print(f"load generator pinned to CPU {LOADGEN_CPU}; {CONCURRENCY} rollouts in flight; {SECONDS:g} s per point")
     with tempfile.TemporaryDirectory(prefix="ngym-bench-affine-") as tmp:
         work = Path(tmp)
+        # `python -m` puts the current directory first on sys.path: in the repository, its resources_servers/
+        # folder would shadow an installed NeMo Gym environment of the same name (nemo_counter)
+        os.chdir(work)
         for name in ENVIRONMENTS:
             folder = resolve(name).folder
             assert folder is not None

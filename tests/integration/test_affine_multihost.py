@@ -127,8 +127,10 @@ def test_a_host_killed_mid_run_loses_only_its_rollouts_and_loudly() -> None:
                 elif r.get("reward") == 1.0:
                     continue  # finished before the kill
                 else:
-                    assert r.get("tool_status") in (410, 502, 503) or r.get("verify_status") in (502, 503) or (
-                        r.get("mask_sample") is True and r.get("failure_kind") == "session_lost"
+                    assert (
+                        r.get("tool_status") in (410, 502, 503)
+                        or r.get("verify_status") in (502, 503)
+                        or (r.get("mask_sample") is True and r.get("failure_kind") == "session_lost")
                     ), r
             lost = [r for r in results if r["worker"] == dead and r.get("reward") != 1.0]
             assert lost, "no rollout was on the killed host mid-run"
