@@ -186,9 +186,10 @@ async def seed_session_route(server: SimpleResourcesServer, request: Request, se
     if session.record is not None:  # a new seed on a live cookie restarts that rollout
         await sessions.close(session.id)
     await sessions.ensure_capacity()  # SessionLimitReached: the middleware answers 503
-    if not session.is_new:  # a cookie's id is never reused; a request without one already got a fresh id
-        session.id, session.is_new = new_session_id(), True
-        request.scope["session"]["session_id"] = session.id
+    # A cookie's id is never reused, nor the unseeded id of a request without one: a seeded session's id says it was
+    # seeded, so a later request naming it on a process that does not hold it is a lost session (sessions.lost)
+    session.id, session.is_new = new_session_id(), True
+    request.scope["session"]["session_id"] = session.id
     session.record = SessionRecord()
     result = await server.seed_session(request, body)  # type: ignore[arg-type]  # the author's row model
     await sessions.admit(session.id, session.record)  # refused (503): the seed's state is freed

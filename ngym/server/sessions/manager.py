@@ -48,6 +48,23 @@ def new_session_id() -> str:
     return os.urandom(16).hex()
 
 
+#: The first character of an id handed to a request that carried no session (``unseeded_session_id``). A seed never
+#: keeps such an id (it makes a ``new_session_id``), so a cookie with one names a session nothing was ever seeded
+#: under: ported NeMo Gym code may keep state under it lazily, and it is never reported lost
+#: (``ngym.server.sessions.lost``). Still letters and digits: the cookie needs no quoting.
+UNSEEDED_MARK = "u"
+
+
+def unseeded_session_id() -> str:
+    """The id of a request without a session: ``u`` + 128 random bits in hex (33 characters)."""
+    return UNSEEDED_MARK + os.urandom(16).hex()
+
+
+def is_unseeded_id(session_id: str) -> bool:
+    """Whether ``session_id`` was made by ``unseeded_session_id`` (never seeded, so never lost)."""
+    return len(session_id) == 33 and session_id[0] == UNSEEDED_MARK
+
+
 class SessionManager:
     """Owns a store, a cookie signer and the environment's close hook."""
 
@@ -62,7 +79,7 @@ class SessionManager:
         """The request's session: the cookie's verified id (its record loaded when ``load``) or a fresh id."""
         session_id = self.signer.session_id_from_header(cookie_header) if cookie_header else None
         if session_id is None:
-            return RequestSession(new_session_id(), None, is_new=True)
+            return RequestSession(unseeded_session_id(), None, is_new=True)
         record = await self.store.load(session_id) if load else None
         return RequestSession(session_id, record, is_new=False)
 
@@ -173,5 +190,7 @@ __all__ = [
     "SessionLimitReached",
     "SessionManager",
     "current_request_session",
+    "is_unseeded_id",
     "new_session_id",
+    "unseeded_session_id",
 ]
