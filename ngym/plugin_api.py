@@ -11,6 +11,8 @@ is here keeps its name and meaning across releases; what is not may move.
   ``SessionStoreError``, ``redact_url``, ``SESSION_SECRET_ENV``.
 - **Request bodies**: ``read_json`` / ``parse_body`` (400 when not JSON), ``validate_body`` (422 with field
   errors): a plugin's routes answer bad input as ngym's do.
+- **Lost sessions**: ``keeps_no_state`` marks a ``seed_session`` that keeps no per-rollout state (a verify
+  without a live session is then scored, not masked ``session_lost``).
 - **Serving**: ``raise_server_exceptions`` (errors reach a test client, as NeMo Gym's bare apps do),
   ``strip_rollout_prefix``, ``add_health_routes``, MCP exposure (``install_mcp``, ``MCP_PATH``, ...).
 - **Wire vocabulary**: ``judge_failure_body``, ``AggregateMetrics``/``AggregateMetricsRequest``,
@@ -55,6 +57,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from ngym.server.routes import add_health_routes, judge_failure_body
     from ngym.server.sessions.cookies import SESSION_SECRET_ENV
     from ngym.server.sessions.factory import redact_url
+    from ngym.server.sessions.lost import keeps_no_state
     from ngym.server.sessions.manager import (
         RequestSession,
         SessionConflict,
@@ -79,6 +82,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "install_mcp": ("ngym.server.mcp_exposure", "install"),
     "aggregate_metrics": ("ngym.metrics.aggregate", "aggregate_metrics"),
     "raise_server_exceptions": ("ngym.server.middleware", "raise_server_exceptions"),
+    "keeps_no_state": ("ngym.server.sessions.lost", "keeps_no_state"),
     "strip_rollout_prefix": ("ngym.server.middleware", "strip_rollout_prefix"),
     "failure_kinds": ("ngym.server.protocol.failure_kinds", None),
     "ROLLOUT_INDEX_KEY": ("ngym.server.protocol.bodies", "ROLLOUT_INDEX_KEY"),
@@ -129,6 +133,7 @@ __all__ = [
     "install_mcp",
     "judge_failure_body",
     "parse_body",
+    "keeps_no_state",
     "raise_server_exceptions",
     "read_global_config",
     "read_json",

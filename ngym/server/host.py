@@ -1,8 +1,10 @@
 """Serve a spec with uvicorn: one server in this process, several as supervised children, or N workers.
 
 ``ngym run`` and ``SimpleServer.run_webserver()`` both end here. One server runs in this process; several
-run as child processes (one per instance) supervised here; ``--workers N`` runs uvicorn's worker processes,
-each building the app from the spec passed in ``NGYM_SERVE_SPEC`` (``ngym.server.app.app_from_env``).
+run as child processes (one per instance) supervised here; ``--workers N`` runs uvicorn's worker processes when
+the session store is shared (Redis), each building the app from the spec passed in ``NGYM_SERVE_SPEC``
+(``ngym.server.app.app_from_env``), and otherwise N single-worker processes behind HAProxy, which routes each
+rollout to the worker holding its session (``ngym.server.affinity``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from uvicorn.supervisors import Multiprocess
 from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
 from ngym.server import http_protocol
+from ngym.server.affinity import LISTEN_FD_ENV, AffineWorkers
 from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.base import CLASS_OVERRIDES_ENV
 from ngym.server.fork_template import prepare_fork_template
@@ -55,22 +58,14 @@ def _listen_line(spec: ServeSpec, host: str, port: int, domain: str | None, work
     return f"ngym: serving {spec.name} ({domain or '?'}{extra}) at http://{bound}:{port}{every}  (docs: /docs)"
 
 
-def check_workers(server: SimpleResourcesServer, workers: int) -> None:
-    """Refuse several workers where they would not share sessions."""
+def needs_affine_workers(server: SimpleResourcesServer, workers: int) -> bool:
+    """Whether ``workers`` > 1 must be separate processes behind a session-affine proxy (``ngym.server.affinity``):
+    the sessions stay in each process (the memory store, or live state that cannot be serialised). With a store
+    the workers share (Redis), uvicorn's own workers serve any request of any rollout."""
     if workers <= 1:
-        return
+        return False
     store = server.sessions.store
-    if not store.shared_between_processes:
-        raise ConfigError(
-            f"{server.config.name}: --workers {workers} needs a session store the workers share: the memory store "
-            "is per process, so a rollout's requests would reach workers that do not hold its session. Set "
-            "NGYM_SESSION_STORE=redis://HOST:6379/0 (pip install ./plugins/ngym_redis) or run one worker."
-        )
-    if type(server).session_affinity_required:
-        raise ConfigError(
-            f"{server.config.name}: {type(server).__name__} keeps live per-session state (session affinity "
-            "required); run one worker per replica and route each session to one replica."
-        )
+    return not store.shared_between_processes or type(server).session_affinity_required
 
 
 def _graceful_server(config: Any) -> Any:
@@ -112,12 +107,35 @@ def serve_one(
     enter_working_directory(spec.target)
     server = build_server(spec, cls)
     app = build_app(server, app_plugins=spec.app_plugins)
-    check_workers(server, workers)
-    share_secret_between_workers(spec, workers)  # after the checks: no "made a shared secret" before a refusal
+    affine = needs_affine_workers(server, workers)
+    share_secret_between_workers(spec, workers)
+    inherited = os.environ.pop(LISTEN_FD_ENV, None)  # a worker of an affine set: its socket comes from the supervisor
+    if inherited is not None:
+        sock = socket.socket(fileno=int(inherited))
+        config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
+        _graceful_server(config).run(sockets=[sock])
+        return
     host, port = server.config.host, server.config.port
     sock = _bind(host, port)
     port = sock.getsockname()[1]
     domain = server.resolved_domain()
+    if affine:
+        settings = server.config
+        supervisor = AffineWorkers(
+            spec,
+            workers,
+            sock,
+            cookie_name=settings.session_cookie_name,
+            session_ttl_seconds=settings.session_ttl_seconds,
+            max_sessions=settings.max_sessions,
+            access_log=access_log,
+        )
+        line = _listen_line(spec, host, port, domain.value if domain else None, workers)
+        print(f"{line}  [session-affine: HAProxy in front of {workers} single-worker processes]", flush=True)
+        code = supervisor.run()
+        if code:
+            raise SystemExit(code)
+        return
     print(_listen_line(spec, host, port, domain.value if domain else None, workers), flush=True)
     if workers > 1:
         os.environ[SPEC_ENV] = spec.to_json()

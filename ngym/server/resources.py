@@ -46,6 +46,7 @@ from ngym.server.routes import add_health_routes, add_standard_routes
 from ngym.server.sessions.cookies import CookieSigner, resolve_secret
 from ngym.server.sessions.factory import create_session_store
 from ngym.server.sessions.ids import DEFAULT_SESSION_ID_MAX_LENGTH, DEFAULT_SESSION_ID_PATTERN
+from ngym.server.sessions.lost import LostSessionGuard, keeps_no_state, keeps_session_state, note_lost_session_read
 from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, SessionManager, current_request_session
 from ngym.server.sessions.store import SessionStore
 
@@ -124,6 +125,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     - ``session_state_model``: a pydantic model class when the session state is one (lets serialising
       stores such as Redis share it across workers and replicas).
     - ``session_affinity_required``: True when state is live and cannot be shared (a process, a socket).
+    - ``keeps_session_state``: whether a lost session loses the rollout (verify masked ``session_lost``, tool
+      calls 410); default: True when the class declares a state model, needs affinity or writes ``seed_session``.
     - ``reverify_mode``: ``"stateless"`` when re-running verify on a stored response is meaningful.
     - ``always_full_reward``: True when the reward does not depend on the response (``ngym validate``'s
       soundness pass then skips its "must not score 1.0" checks).
@@ -146,6 +149,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     # ---- for environment authors -------------------------------------------------------------------
 
+    @keeps_no_state
     async def seed_session(self, request: Request, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
         """Start a rollout's state from its dataset row. The default keeps no state."""
         return BaseSeedSessionResponse()
@@ -236,6 +240,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         session = request.scope.get(SCOPE_KEY) if request is not None else current_request_session.get()
         if session is None:
             raise RuntimeError("no ngym session bound: is NgymMiddleware installed (call super().setup_webserver())?")
+        if session.record is None:  # a verify reading a lost session is masked (ngym.server.sessions.lost)
+            note_lost_session_read("session_state()")
         return session
 
     @property
@@ -262,6 +268,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         app.add_exception_handler(RequestValidationError, validation_error_handler)
         self._ngym_sessions = self._make_session_manager()
         config = self.config
+        if keeps_session_state(type(self)):  # innermost: a tool call of a lost session is 410 before it runs
+            app.add_middleware(LostSessionGuard)
         # Added first, so it runs inside NgymMiddleware: its 413/408 answers carry the session cookie too.
         app.add_middleware(
             RequestLimitsMiddleware,

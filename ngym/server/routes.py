@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -34,6 +34,13 @@ from ngym.server.provenance import distribution_of
 from ngym.server.request_bodies import parse_body, seed_body_model, validate_body, validate_json
 from ngym.server.request_only_route import RequestOnlyRoute
 from ngym.server.sessions.ids import SessionIdRule
+from ngym.server.sessions.lost import (
+    is_lost,
+    keeps_session_state,
+    lost_reason,
+    session_lost_body,
+    watching_session_reads,
+)
 from ngym.server.sessions.manager import RequestSession, SessionConflict, SessionManager, current_request_session
 
 if TYPE_CHECKING:
@@ -217,9 +224,17 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
         declared = None
     if not (isinstance(declared, type) and issubclass(declared, BaseModel)):
         declared = None
+    stateful = keeps_session_state(type(server))
 
     @functools.wraps(verify)
     async def endpoint(*args: Any, **kwargs: Any) -> Any:
+        if stateful:  # a rollout whose state is gone is masked, never scored (ngym.server.sessions.lost)
+            session = current_request_session.get()
+            if session is not None and is_lost(session):
+                return await _verify_lost(session, score(args, kwargs), args, kwargs)
+        return await score(args, kwargs)
+
+    async def score(args: Any, kwargs: Any) -> Any:
         result: Any
         emitted: dict[str, str] = {}
         mcp = server.mcp_exposure
@@ -246,6 +261,25 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
         return result
 
     return endpoint
+
+
+async def _verify_lost(session: RequestSession, scoring: Awaitable[Any], args: Any, kwargs: Any) -> Any:
+    """Verify of a session not held here: score it watching whether the environment reads the session; if it
+    does (or fails after reading it, as ``self.sessions[id]`` does), the answer is masked ``session_lost``, else
+    it stands (a verify that scores from the request alone does not depend on the lost state)."""
+    request = next((v for v in (*args, *kwargs.values()) if isinstance(v, Request)), None)
+    body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)
+    with watching_session_reads(request.scope if request is not None else None) as reads:
+        try:
+            result = await scoring
+        except Exception:
+            if not reads:
+                raise
+    if not reads:
+        return result
+    reason = lost_reason(session)
+    log.warning("verify read a session this server does not hold (%s); masked session_lost: %s", reads[0], reason)
+    return JSONResponse(session_lost_body(body, reason))
 
 
 def judge_failure_body(body: BaseModel | None, exc: JudgeError) -> dict[str, Any]:

@@ -16,7 +16,9 @@ and receives, as it would in a NeMo Gym training run:
 - ``rollout <i> <flow> <paths>``: each recorded rollout driven by NeMo's ``ServerClient`` and its Simple
   Agent's cookie handling: seed (the dataset-row body of an agent's ``/run``, or the Environment Server's
   typed body) → the recorded tool calls → verify (→ close for the typed flow), on plain paths and on
-  ``/ng-rollout/<id>/`` paths (NeMo's own prefixing, observability on); the reward must be the recorded one.
+  ``/ng-rollout/<id>/`` paths (NeMo's own prefixing, observability on); the reward must be the recorded one;
+- ``verify after close``: a rollout's verify once its session was closed: masked ``session_lost`` where the
+  verify reads the session, else scored as recorded; NeMo Gym's ``BaseVerifyResponse`` reads the answer.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 import httpx
 from nemo_gym.base_resources_server import (
+    BaseVerifyResponse,
     ResourcesCloseSessionRequest,
     ResourcesCloseSessionResponse,
     ResourcesSeedSessionRequest,
@@ -247,6 +250,35 @@ async def run_rollout(env: dict[str, Any], index: int, line: dict[str, Any], flo
     return f"reward {result.reward} reproduced"
 
 
+async def verify_after_close(env: dict[str, Any], index: int, line: dict[str, Any]) -> str:
+    """A rollout driven to its end, its session closed, then verified again with the same cookie: the server no
+    longer holds the session. NeMo Gym's own BaseVerifyResponse reads the answer: either scored as recorded (a
+    verify that does not read the session) or masked with failure_kind session_lost, never an unmasked other
+    reward. The detail says which; the ngym side asserts it per environment."""
+    name, url = env["name"], env["url"]
+    client = server_client(name, url, observability=False)
+    row = {k: v for k, v in line.items() if k not in RECORDED_KEYS}
+    run_request = SimpleAgentRunRequest.model_validate({**row, "_ng_task_index": index, "_ng_rollout_index": 0})
+    seeded = await post(client, name, "/seed_session", run_request.model_dump(), {})
+    await raise_for_status(seeded)
+    cookies = _cookies(seeded)
+    for call in function_calls(line["response"]):
+        tool = await post(client, name, f"/{call['name']}", json.loads(call["arguments"]), cookies)
+        await tool.content.read()
+        cookies = {**cookies, **_cookies(tool)}
+    closed = await post(client, name, "/close_session", {}, cookies)
+    await raise_for_status(closed)
+    verify_body = run_request.model_dump() | {"response": line["response"]}
+    verified = await post(client, name, "/verify", verify_body, cookies)
+    await raise_for_status(verified)
+    result = BaseVerifyResponse.model_validate(await get_response_json(verified))
+    if result.mask_sample:
+        assert result.failure_kind == "session_lost" and result.failure_reason, result
+        return "masked session_lost"
+    assert result.failure_kind is None and result.reward == line["reward"], result
+    return "scored as recorded"
+
+
 async def aggregate(env: dict[str, Any], lines: list[dict[str, Any]]) -> str:
     """The recorded rollouts as two repeats of the run: NeMo Gym's own AggregateMetrics model reads the answer,
     with a repeat-level row per repeat and the spread across them (both repeats alike, so no spread)."""
@@ -329,6 +361,7 @@ async def check_environment(env: dict[str, Any]) -> list[dict[str, Any]]:
             for prefixed in (False, True):
                 paths = "/ng-rollout/<id>/" if prefixed else "plain"
                 await record(f"rollout {index} {flow} {paths}", run_rollout(env, index, line, flow, prefixed))
+    await record("verify after close", verify_after_close(env, 0, lines[0]))
     await record("aggregate_metrics", aggregate(env, lines))
     return results
 

@@ -110,6 +110,19 @@ def test_nemo_gym_drives_the_environment(report: dict[str, Any], name: str) -> N
     assert "session" in names and "aggregate_metrics" in names
 
 
+#: Environments whose verify reads the rollout's session: a verify after close is masked session_lost. The others
+#: score from the request alone (workplace_assistant replays the calls, math_with_code checks the answer).
+VERIFY_READS_SESSION = {"example_session_state_mgmt"}
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_a_verify_after_close_is_masked_where_it_needs_the_lost_state(report: dict[str, Any], name: str) -> None:
+    check = next(c for c in report[name] if c["check"] == "verify after close")
+    assert check["ok"], check["detail"]
+    expected = "masked session_lost" if name in VERIFY_READS_SESSION else "scored as recorded"
+    assert check["detail"] == expected
+
+
 def test_llm_judge_passes_nemo_gyms_own_hle_verifier_cases(report: dict[str, Any]) -> None:
     verifiers = {c["check"]: c for c in report[JUDGE_ENV] if c["check"].startswith("verifier ")}
     hle = [check for check in verifiers if check.endswith("hle_verified_verifier_cases.jsonl")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -122,14 +123,19 @@ def test_port_in_use_is_a_clear_error(serve) -> None:  # type: ignore[no-untyped
     assert result.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in result.stderr
 
 
-def test_memory_store_refuses_several_workers() -> None:
+def test_several_workers_on_the_memory_store_without_haproxy_is_one_clear_line(tmp_path: Path) -> None:
+    """With the memory store, --workers N runs behind HAProxy (tests/integration/test_affine_workers.py); when it
+    is not installed, one line says how to get it (exit 2), nothing is left running."""
     result = subprocess.run(
         [str(VENV_BIN / "ngym"), "run", "example_session_state_mgmt", "--workers", "2", "--port", "0"],
         capture_output=True,
         text=True,
         timeout=30,
+        env={**os.environ, "NGYM_HAPROXY": str(tmp_path / "no-haproxy")},
     )
-    assert result.returncode == 2 and "needs a session store the workers share" in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert "HAProxy, which is not installed" in result.stderr and "apt-get install haproxy" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_health_names_the_plugin(serve) -> None:  # type: ignore[no-untyped-def]

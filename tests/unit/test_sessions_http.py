@@ -98,7 +98,7 @@ async def test_close_session_frees_state_and_reports_it(counter_http: httpx.Asyn
     assert (await counter_http.get("/health")).json()["live_sessions"] == 1
     assert (await rollout.call("/close_session"))["closed"] is True
     assert (await rollout.call("/close_session"))["closed"] is False
-    assert (await rollout.post("/get_counter_value")).status_code == 409
+    assert (await rollout.post("/get_counter_value")).status_code == 410  # closed: gone (ngym.server.sessions.lost)
     assert (await counter_http.get("/health")).json()["live_sessions"] == 0
 
 
@@ -109,7 +109,7 @@ async def test_idle_sessions_expire_and_run_the_close_hook() -> None:
         await rollout.call("/seed_session", {"initial_count": 1})
         await asyncio.sleep(0.6)
         assert (await http.get("/health")).json()["live_sessions"] == 0
-        assert (await rollout.post("/get_counter_value")).status_code == 409
+        assert (await rollout.post("/get_counter_value")).status_code == 410  # expired: gone (sessions.lost)
 
 
 async def test_session_bound_gives_503_with_retry_after() -> None:

@@ -57,6 +57,23 @@ def new_session_id() -> str:
     return os.urandom(16).hex()
 
 
+#: The first character of an id handed to a request that carried no session (``unseeded_session_id``). A seed never
+#: keeps such an id (it makes a ``new_session_id``), so a cookie with one names a session nothing was ever seeded
+#: under: ported NeMo Gym code may keep state under it lazily, and it is never reported lost
+#: (``ngym.server.sessions.lost``). Still letters and digits: the cookie needs no quoting.
+UNSEEDED_MARK = "u"
+
+
+def unseeded_session_id() -> str:
+    """The id of a request without a session: ``u`` + 128 random bits in hex (33 characters)."""
+    return UNSEEDED_MARK + os.urandom(16).hex()
+
+
+def is_unseeded_id(session_id: str) -> bool:
+    """Whether ``session_id`` was made by ``unseeded_session_id`` (never seeded, so never lost)."""
+    return len(session_id) == 33 and session_id[0] == UNSEEDED_MARK
+
+
 class SessionManager:
     """Owns a store, a cookie signer and the environment's close hook."""
 
@@ -73,7 +90,7 @@ class SessionManager:
         """The request's session: the cookie's verified id (its record loaded when ``load``) or a fresh id."""
         session_id = self.signer.session_id_from_header(cookie_header) if cookie_header else None
         if session_id is None:
-            return RequestSession(new_session_id(), None, is_new=True)
+            return RequestSession(unseeded_session_id(), None, is_new=True)
         record = await self.store.load(session_id) if load else None
         return RequestSession(session_id, record, is_new=False)
 
@@ -128,14 +145,15 @@ class SessionManager:
         """Seed the request's session from a dataset row: ``seed()`` is the environment's ``seed_session``.
 
         A live cookie's session is closed first (a new seed restarts that rollout) and never reused: the seed
-        gets a fresh id. ``SessionLimitReached`` when the store is full (before ``seed`` runs, and when the
-        store refuses the record after it: then the close hook frees what ``seed`` made).
+        gets a fresh id, as does a request without a cookie (its ``unseeded_session_id`` says nothing was seeded
+        under it; a seeded id, named later on a process that does not hold it, is a lost session:
+        ``ngym.server.sessions.lost``). ``SessionLimitReached`` when the store is full (before ``seed`` runs, and
+        when the store refuses the record after it: then the close hook frees what ``seed`` made).
         """
         if session.record is not None:
             await self.close(session.id)
         await self.ensure_capacity()
-        if not session.is_new:  # a request without a cookie already has a fresh, unused id
-            self.rebind(session, new_session_id(), None, is_new=True)
+        self.rebind(session, new_session_id(), None, is_new=True)
         record = session.record = SessionRecord()
         try:
             result = await seed()
@@ -300,5 +318,7 @@ __all__ = [
     "SessionLimitReached",
     "SessionManager",
     "current_request_session",
+    "is_unseeded_id",
     "new_session_id",
+    "unseeded_session_id",
 ]

@@ -41,7 +41,7 @@ from ngym import (
     ResourcesCloseSessionResponse,
     ResourcesSeedSessionRequest,
 )
-from ngym.plugin_api import raise_server_exceptions
+from ngym.plugin_api import keeps_no_state, raise_server_exceptions
 
 __all__ = [
     "AggregateMetrics",
@@ -189,6 +189,7 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
             return await self.seed_session(request, body)
         return await super().seed_resources_session(request, body)
 
+    @keeps_no_state
     async def seed_session(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Keep no state: a typed seed gets its id back, a dataset row an empty answer."""
         body = kwargs.get("body", args[-1] if args else None)

@@ -85,7 +85,7 @@ async def test_a_rollout_spread_over_three_apps_gets_its_reward(redis_url: str) 
             ).json()
             assert verified["reward"] == 1.0 and verified["final_count"] == start + sum(adds)
             # closed after verify, for every replica
-            assert (await rollout.post("/get_counter_value")).status_code == 409
+            assert (await rollout.post("/get_counter_value")).status_code == 410  # gone: a lost session (sessions.lost)
 
 
 async def test_health_reports_the_shared_live_sessions(redis_url: str) -> None:
@@ -137,7 +137,7 @@ async def test_redis_down_is_a_clear_503_and_recovery_follows(own_redis: RedisSe
             assert health.status_code == 503 and "unavailable" in health.json()["detail"]
             assert (await http.get("/livez")).status_code == 200  # the process itself is alive
             server.restart()  # empty Redis: the old session is gone, new rollouts work
-            assert (await client.post("/get_counter_value")).status_code == 409
+            assert (await client.post("/get_counter_value")).status_code == 410  # its session is gone: lost
             await client.call("/seed_session", {"initial_count": 2})
             await client.call("/increment_counter", {"count": 3})
             assert await client.call("/get_counter_value") == {"count": 5}

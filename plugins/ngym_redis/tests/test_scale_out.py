@@ -1,7 +1,8 @@
 """Scale-out with real parts: real ``ngym run`` processes on loopback ports sharing one real redis-server.
 
 Round-robin rollouts across three replicas, a replica SIGKILLed mid-rollout, Redis restarted under live
-replicas, ``--workers 2`` on Redis, and the startup refusals (affinity-required env, memory store + workers).
+replicas, ``--workers 2`` on Redis, and the startup refusals (affinity-required env on Redis; memory store +
+workers without HAProxy).
 """
 
 from __future__ import annotations
@@ -234,6 +235,10 @@ def test_an_env_that_needs_affinity_is_refused_at_startup_naming_it(tmp_path: Pa
     assert "session affinity is required" in done.stderr + done.stdout
 
 
-def test_memory_store_with_workers_is_refused() -> None:
-    done = _run_refused([COUNTER, "--workers", "2"], {"NGYM_SESSION_STORE": "memory"})
-    assert done.returncode == 2 and "needs a session store the workers share" in done.stderr + done.stdout
+def test_memory_store_with_workers_needs_haproxy_not_redis(tmp_path: Path) -> None:
+    """The memory store with --workers 2 is served by session-affine workers behind HAProxy (tested in
+    tests/integration/test_affine_workers.py); without HAProxy, the one line names it and Redis as the two ways."""
+    env = {"NGYM_SESSION_STORE": "memory", "NGYM_HAPROXY": str(tmp_path / "none")}
+    done = _run_refused([COUNTER, "--workers", "2"], env)
+    assert done.returncode == 2 and "HAProxy, which is not installed" in done.stderr + done.stdout
+    assert "NGYM_SESSION_STORE=redis://" in done.stderr + done.stdout

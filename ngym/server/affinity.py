@@ -1,0 +1,258 @@
+"""``ngym run NAME --workers N`` for environments whose sessions stay in the process: N workers behind HAProxy.
+
+uvicorn's own workers share one socket and the kernel hands each connection to any of them, so a rollout's
+requests would reach workers that do not hold its session. Environments whose state cannot leave the process
+(NeMo Gym's ``self.sessions[...]``, math_with_code's live sandbox, workplace_assistant's databases) and every
+environment on the memory store therefore run as N single-worker processes, each on its own loopback socket,
+behind HAProxy, which sends every request of a rollout to the worker that seeded it (``ngym.server.haproxy``).
+
+This process is the supervisor: it binds the public socket (so ``--port 0`` works and the port is known before
+anything starts) and each worker's socket, hands them to HAProxy and the workers as inherited descriptors,
+restarts a worker that dies (its sessions are lost: their verifies are masked ``session_lost``), and on
+SIGINT/SIGTERM stops them all. Children get SIGTERM if this process dies (``PR_SET_PDEATHSIG``), so none is
+left behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ngym.server.app import SPEC_ENV, ServeSpec
+from ngym.server.haproxy import Backend, haproxy_binary, haproxy_config
+
+log = logging.getLogger("ngym.serve")
+
+#: The listening socket a worker serves on, inherited from the supervisor (its descriptor number).
+LISTEN_FD_ENV = "NGYM_LISTEN_FD"
+#: Set in a worker of a set: its index (its own "serving at" line is left out; the supervisor prints the URL).
+WORKER_INDEX_ENV = "NGYM_WORKER_INDEX"
+#: A worker that dies this many times within ``RESTART_WINDOW_S`` is not restarted again (reported instead).
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
+STOP_GRACE_S = 10.0
+READY_TIMEOUT_S = 300.0  # an environment may load models or data at start-up
+
+
+class WorkerFailed(Exception):
+    """A worker could not start: ``ngym run`` reports it in one line."""
+
+
+def _answers_livez(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as conn:
+            conn.settimeout(1.0)
+            conn.sendall(b"GET /livez HTTP/1.1\r\nHost: ngym\r\nConnection: close\r\n\r\n")
+            return conn.recv(16).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the supervisor dies, however it dies (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: Ctrl-C still reaches the whole process group
+        pass
+
+
+def _loopback_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)  # listening before any worker runs: a connection made during a restart waits, not refused
+    sock.set_inheritable(True)
+    return sock
+
+
+@dataclass
+class _Worker:
+    index: int
+    sock: socket.socket
+    process: subprocess.Popen[bytes] | None = None
+    deaths: deque[float] = field(default_factory=deque)
+    given_up: bool = False
+
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+
+class AffineWorkers:
+    """N single-worker ``ngym`` processes and the HAProxy in front of them; ``run()`` supervises until stopped."""
+
+    def __init__(
+        self,
+        spec: ServeSpec,
+        workers: int,
+        public: socket.socket,
+        *,
+        cookie_name: str,
+        session_ttl_seconds: float,
+        max_sessions: int,
+        access_log: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.public = public
+        self.access_log = access_log
+        self.haproxy_bin = haproxy_binary()  # ConfigError with the install hint, before anything starts
+        self.workers = [_Worker(i, _loopback_socket()) for i in range(workers)]
+        self.haproxy: subprocess.Popen[bytes] | None = None
+        self._stopping = False
+        self._dir = Path(tempfile.mkdtemp(prefix="ngym-haproxy-"))
+        self.config_path = self._dir / "haproxy.cfg"
+        public.set_inheritable(True)
+        self.config_path.write_text(
+            haproxy_config(
+                listen_fd=public.fileno(),
+                backends=[Backend(f"w{w.index}", "127.0.0.1", w.port) for w in self.workers],
+                cookie_name=cookie_name,
+                session_ttl_seconds=session_ttl_seconds,
+                max_sessions=max_sessions,
+            )
+        )
+
+    def _start_worker(self, worker: _Worker) -> None:
+        env = {
+            **os.environ,
+            SPEC_ENV: self.spec.to_json(),  # never on the command line: it may hold session_secret
+            LISTEN_FD_ENV: str(worker.sock.fileno()),
+            WORKER_INDEX_ENV: str(worker.index),
+        }
+        cmd = [sys.executable, "-m", "ngym.server.host", "1", "1" if self.access_log else "0"]
+        worker.process = subprocess.Popen(
+            cmd,
+            env=env,
+            pass_fds=(worker.sock.fileno(),),
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
+        )
+
+    def _start_haproxy(self) -> None:
+        check = subprocess.run(
+            [self.haproxy_bin, "-c", "-q", "-f", str(self.config_path)],
+            pass_fds=(self.public.fileno(),),
+            capture_output=True,
+            text=True,
+        )
+        if check.returncode != 0:
+            raise RuntimeError(f"HAProxy refused ngym's configuration: {check.stderr.strip() or check.stdout.strip()}")
+        self.haproxy = subprocess.Popen(
+            [self.haproxy_bin, "-db", "-f", str(self.config_path)],
+            pass_fds=(self.public.fileno(),),
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
+        )
+
+    def start(self) -> None:
+        """Start the workers, wait until each answers ``/livez``, then start HAProxy in front of them."""
+        for worker in self.workers:
+            self._start_worker(worker)
+        self._wait_ready()
+        self._start_haproxy()
+        print(f"ngym: {len(self.workers)} workers ready behind HAProxy", flush=True)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        pending = list(self.workers)
+        while pending and not self._stopping:
+            for worker in list(pending):
+                assert worker.process is not None
+                if worker.process.poll() is not None:
+                    raise WorkerFailed(f"worker {worker.index} exited with code {worker.process.returncode} at start")
+                if _answers_livez(worker.port):
+                    pending.remove(worker)
+            if pending and time.monotonic() > deadline:
+                raise WorkerFailed(f"{len(pending)} worker(s) did not answer /livez within {READY_TIMEOUT_S:.0f} s")
+            if pending:
+                time.sleep(0.1)
+
+    def request_stop(self, *_: Any) -> None:
+        """The SIGINT/SIGTERM handler: the supervision loop stops everything once it sees this."""
+        self._stopping = True
+
+    def stop(self) -> None:
+        """Stop HAProxy and every worker (SIGTERM; SIGKILL after ``STOP_GRACE_S``)."""
+        self._stopping = True
+        processes = [p for p in (self.haproxy, *(w.process for w in self.workers)) if p is not None]
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for process in processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def _check_workers(self) -> None:
+        for worker in self.workers:
+            process = worker.process
+            if self._stopping or worker.given_up or process is None or process.poll() is None:
+                continue
+            now = time.monotonic()
+            worker.deaths.append(now)
+            while worker.deaths and worker.deaths[0] < now - RESTART_WINDOW_S:
+                worker.deaths.popleft()
+            if len(worker.deaths) > MAX_RESTARTS:
+                worker.given_up = True
+                worker.sock.close()  # HAProxy's checks now fail at once: the worker is left out for good
+                print(
+                    f"ngym: error: worker {worker.index} exited {len(worker.deaths)} times within "
+                    f"{RESTART_WINDOW_S:.0f} s (last code {process.returncode}); not restarting it, serving with "
+                    "the others",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                continue
+            print(
+                f"ngym: worker {worker.index} (pid {process.pid}) exited with code {process.returncode}; restarting "
+                "it. The sessions it held are lost: their verifies answer masked session_lost, their tool calls 410",
+                file=sys.stderr,
+                flush=True,
+            )
+            self._start_worker(worker)
+
+    def run(self) -> int:
+        """Start everything and supervise until SIGINT/SIGTERM (0) or HAProxy / every worker is gone (1)."""
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        try:
+            try:
+                self.start()
+            except (WorkerFailed, RuntimeError) as exc:
+                print(f"ngym: error: {exc}", file=sys.stderr, flush=True)
+                return 1
+            while not self._stopping:
+                time.sleep(0.2)
+                if self._stopping:
+                    break
+                assert self.haproxy is not None
+                if self.haproxy.poll() is not None:
+                    print(f"ngym: error: HAProxy exited with code {self.haproxy.returncode}", file=sys.stderr)
+                    return 1
+                self._check_workers()
+                if all(w.given_up for w in self.workers):
+                    print("ngym: error: every worker failed; stopping", file=sys.stderr)
+                    return 1
+            return 0
+        finally:
+            self.stop()
+            for worker in self.workers:
+                worker.sock.close()
+            self.config_path.unlink(missing_ok=True)
+            self._dir.rmdir()
+
+
+__all__ = ["AffineWorkers", "LISTEN_FD_ENV", "WORKER_INDEX_ENV"]
