@@ -70,8 +70,7 @@ def global_config(head: str, timeout: float = 10.0) -> dict[str, Any]:
             f"no fleet head server answers at {head} ({type(exc).__name__}): is the fleet up (`ngym status`)?"
         ) from None
     if response.status_code != 200:
-        detail = response.text.strip().splitlines()[0][:200] if response.text.strip() else ""
-        raise FleetLookupError(f"the head server at {head} answered {response.status_code} {detail}".rstrip())
+        raise FleetLookupError(f"the head server at {head} answered {response.status_code}{_detail(response)}")
     try:
         text = json.loads(response.text)  # NeMo Gym's head server returns the YAML text as a JSON string
         config = yaml.safe_load(text) if isinstance(text, str) else None
@@ -106,6 +105,16 @@ def server_url(fleet: str, name: str, server_type: str = "resources_servers") ->
         )
     host, port = address
     return f"http://{_reachable(host, urlsplit(head).hostname or '127.0.0.1')}:{port}"
+
+
+def _detail(response: httpx.Response) -> str:
+    """``": <detail>"`` of an error answer (FastAPI's ``{"detail": ...}``, else its first line), or ``""``."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    text = str(detail) if detail else (response.text.strip().splitlines() or [""])[0]
+    return f": {text[:200]}" if text else ""
 
 
 def _address(entry: Any, server_type: str) -> tuple[str, int] | None:
