@@ -12,6 +12,13 @@ def _progress(line: str) -> None:
     click.echo(line, err=True)
 
 
+def _fleet_target(target: str, fleet: str | None) -> str:
+    """TARGET, or with --fleet the URL of the fleet's environment so named (imported after Locust patched)."""
+    from ngym.fleet.lookup import fleet_target
+
+    return fleet_target(target, fleet)
+
+
 @click.command(short_help="Load-test an environment with Locust.")
 @click.argument("target")
 @click.option(
@@ -66,6 +73,13 @@ def _progress(line: str) -> None:
     show_default=True,
     help="Seconds to wait for a started environment's /health.",
 )
+@click.option(
+    "--fleet",
+    default=None,
+    metavar="FLEET",
+    help="TARGET is an environment of this running fleet, by its name there: FLEET is the fleet's head server "
+    "URL (http://HOST:PORT, as `ngym up` prints), its fleet file or its state dir.",
+)
 def profile(
     target: str,
     users: int,
@@ -80,18 +94,21 @@ def profile(
     p99_ms: float,
     sweep_users: str | None,
     startup_timeout: float,
+    fleet: str | None,
 ) -> None:
     """Load-test an environment with Locust: simulated users performing whole rollouts.
 
     TARGET is an installed environment name or a config file (ngym starts it on 127.0.0.1 with `ngym run`
-    and stops it afterwards) or the URL of a running server. Each rollout: /seed_session with a dataset
-    row, the recorded tool calls of its example rollout, /verify with the recorded response,
+    and stops it afterwards) or the URL of a running server; with --fleet, the name of an environment of a
+    running fleet (`ngym up`), found through its head server's global config. Each rollout: /seed_session
+    with a dataset row, the recorded tool calls of its example rollout, /verify with the recorded response,
     /close_session, with the rollout's own session cookie.
 
     \b
     Examples:
       ngym profile example_single_tool_call --users 20 --duration 10s --report out/
       ngym profile http://127.0.0.1:8000 --data rows.jsonl --json
+      ngym profile counter --fleet http://127.0.0.1:11000 --users 50 --duration 30s
       ngym profile example_single_tool_call --sweep --p99-ms 200 --duration 5s --report sweep/
     """
     from ngym.profiling import runner  # noqa: F401  (first: Locust gevent-patches the process on import)
@@ -101,7 +118,7 @@ def profile(
     from ngym.profiling.sweep import check_sweep, parse_user_steps, render_sweep
 
     options = ProfileOptions(
-        target=target,
+        target=_fleet_target(target, fleet),
         users=users,
         spawn_rate=spawn_rate,
         duration_s=parse_duration(duration),

@@ -11,6 +11,7 @@ import click
 from click._termui_impl import ProgressBar
 
 from ngym.cli.progress import Ticker
+from ngym.fleet.lookup import fleet_target
 from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
 
 
@@ -70,6 +71,13 @@ from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
     help="With --model replay: recorded rollouts to replay (default: the environment's example rollouts, "
     "else example_rollouts.jsonl beside --data).",
 )
+@click.option(
+    "--fleet",
+    default=None,
+    metavar="FLEET",
+    help="TARGET is an environment of this running fleet, by its name there: FLEET is the fleet's head server "
+    "URL (http://HOST:PORT, as `ngym up` prints), its fleet file or its state dir.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of progress and text.")
 def rollout(
     target: str,
@@ -86,10 +94,12 @@ def rollout(
     max_retries: int,
     overrides: tuple[str, ...],
     replay_data: tuple[Path, ...],
+    fleet: str | None,
     as_json: bool,
 ) -> None:
     """Roll out every row of --data (× --repeats) through TARGET, an installed environment (started with
-    `ngym run` on a free port and stopped after) or the URL of a running one.
+    `ngym run` on a free port and stopped after) or the URL of a running one; with --fleet, the name of an
+    environment of a running fleet (`ngym up`), found through its head server's global config.
 
     \b
     Examples:
@@ -97,12 +107,13 @@ def rollout(
       ngym rollout workplace_assistant --data rows.jsonl --model replay --output out.jsonl
       ngym rollout http://127.0.0.1:9000 --data rows.jsonl --model-url https://api.openai.com/v1 \\
           --model gpt-4.1 --api-key-env OPENAI_API_KEY --repeats 4 --resume
+      ngym rollout weather --fleet fleet.yaml --data rows.jsonl --model-url http://127.0.0.1:8000/v1
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Retries are worth seeing: the openai client logs each one ("Retrying request in ...") at INFO.
     logging.getLogger("openai._base_client").setLevel(logging.INFO)
     options = RolloutOptions(
-        target=target,
+        target=fleet_target(target, fleet),
         data=data,
         model_url=model_url,
         model=model,
