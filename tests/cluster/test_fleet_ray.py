@@ -212,22 +212,28 @@ def test_a_fleet_on_a_ray_cluster_survives_a_lost_node_without_a_wrong_reward(cl
         assert rollout(urls["counter"], 4) == 1.0 and rollout(urls["weather"], 0) == 1.0
         outcomes: dict[str, list[str]] = {"weather": [], "counter": []}
 
+        # Rollouts run back to back until 3 s after the kill, so the node dies with rollouts in flight however
+        # fast this machine is (a fixed number of them could all finish before it).
+        deadline = [float("inf")]
+
         def run(name: str) -> None:
-            try:
-                reward = rollout(urls[name], 4 if name == "counter" else 0)
-                outcomes[name].append("right" if reward == 1.0 else f"WRONG {reward}")
-            except (httpx.HTTPError, KeyError) as exc:
-                outcomes[name].append(f"failed: {type(exc).__name__}")
+            while time.monotonic() < deadline[0]:
+                try:
+                    reward = rollout(urls[name], 4 if name == "counter" else 0)
+                    outcomes[name].append("right" if reward == 1.0 else f"WRONG {reward}")
+                except (httpx.HTTPError, KeyError) as exc:
+                    outcomes[name].append(f"failed: {type(exc).__name__}")
 
         with ThreadPoolExecutor(8) as pool:
-            futures = [pool.submit(run, name) for _ in range(30) for name in ("weather", "counter")]
+            futures = [pool.submit(run, name) for _ in range(4) for name in ("weather", "counter")]
             time.sleep(1.0)
             cluster.kill(holder["counter"])  # mid-run
             started = time.monotonic()
+            deadline[0] = started + 3.0
             for future in futures:
                 future.result(timeout=120)  # never a hang
         assert time.monotonic() - started < 120
-        assert outcomes["weather"] == ["right"] * 30  # the surviving node: every rollout right
+        assert outcomes["weather"] and set(outcomes["weather"]) == {"right"}  # the surviving node: every one right
         assert not [o for o in outcomes["counter"] if o.startswith("WRONG")]  # the lost node: loud, never wrong
         assert any(o.startswith("failed") for o in outcomes["counter"])
         print("ray fleet outcomes:", {n: {o: v.count(o) for o in set(v)} for n, v in outcomes.items()})
