@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ngym.cli.fleet_target import fleet_option
+
 
 def _progress(line: str) -> None:
     click.echo(line, err=True)
@@ -73,13 +75,7 @@ def _fleet_target(target: str, fleet: str | None) -> str:
     show_default=True,
     help="Seconds to wait for a started environment's /health.",
 )
-@click.option(
-    "--fleet",
-    default=None,
-    metavar="FLEET",
-    help="TARGET is an environment of this running fleet, by its name there: FLEET is the fleet's head server "
-    "URL (http://HOST:PORT, as `ngym up` prints), its fleet file or its state dir.",
-)
+@fleet_option
 def profile(
     target: str,
     users: int,

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from click._termui_impl import ProgressBar
 
+from ngym.cli.fleet_target import fleet_option
 from ngym.cli.progress import Ticker
 from ngym.fleet.lookup import fleet_target
 from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
@@ -71,13 +72,7 @@ from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
     help="With --model replay: recorded rollouts to replay (default: the environment's example rollouts, "
     "else example_rollouts.jsonl beside --data).",
 )
-@click.option(
-    "--fleet",
-    default=None,
-    metavar="FLEET",
-    help="TARGET is an environment of this running fleet, by its name there: FLEET is the fleet's head server "
-    "URL (http://HOST:PORT, as `ngym up` prints), its fleet file or its state dir.",
-)
+@fleet_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of progress and text.")
 def rollout(
     target: str,
