@@ -57,15 +57,16 @@ def test_environment_image_builds_runs_and_rolls_out(
     proc = ngym("containerize", name, "--base-image", base_image, "--tag", image_tag, "--run", "--keep", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
-    assert "step 3/" in proc.stderr, "build progress (RUN steps) is streamed to the terminal"
-    assert "Successfully installed" not in proc.stderr and len(proc.stderr.splitlines()) < 40  # quiet without -v
-    assert result["tag"] == image_tag and result["domain"] == "agent"
     run = result["run"]
-    assert run["health"] == "healthy" and run["kept"] is True
-    assert run["rollout"]["reward"] == 1.0 == run["rollout"]["expected_reward"]
-
-    container = docker_client.containers.get(run["container_id"])
+    container = docker_client.containers.get(run["container_id"])  # kept (--keep): removed whatever fails below
     try:
+        assert "step 3/" in proc.stderr, "build progress (RUN steps) is streamed to the terminal"
+        # quiet without -v: pip's own lines are not printed (a progress line may quote pip's latest, mid-line)
+        pips = [line for line in proc.stderr.splitlines() if line.lstrip().startswith("Successfully installed")]
+        assert not pips and len(proc.stderr.splitlines()) < 40, proc.stderr[-3000:]
+        assert result["tag"] == image_tag and result["domain"] == "agent"
+        assert run["health"] == "healthy" and run["kept"] is True
+        assert run["rollout"]["reward"] == 1.0 == run["rollout"]["expected_reward"]
         # Docker's own view: healthy, non-root, port published
         container.reload()
         assert container.attrs["State"]["Health"]["Status"] == "healthy"
