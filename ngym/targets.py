@@ -28,7 +28,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ngym.config import InstanceConfig, instances_from_files, module_file, resolve_entrypoint
+from ngym.config import InstanceConfig, instances_in_tree, module_file, resolve_entrypoint, server_fields
+from ngym.config_tree import ConfigTree, load_tree
 from ngym.domain import Domain
 from ngym.errors import ConfigError, PluginError
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
@@ -61,6 +62,9 @@ class Environment:
     #: why its config's fields cannot be resolved (a ``${...}`` nothing sets): serving it fails with this, while
     #: what needs no fields (its folder, its own tests, its image) still works, as under NeMo Gym
     config_error: str | None = None
+    #: the config tree its ``fields`` were read from, as loaded (files and overrides): ``ngym run`` passes it on
+    #: to what needs the whole tree (the global config) instead of merging the files again
+    tree: ConfigTree | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def server_class(self) -> type[SimpleResourcesServer]:
@@ -145,12 +149,18 @@ def resolve(target: str, overrides: list[str] | None = None) -> Environment:
 
 
 def environments_in_configs(
-    paths: list[Path], overrides: list[str] | None = None, on_skip: Callable[[InstanceConfig], None] | None = None
+    paths: list[Path],
+    overrides: list[str] | None = None,
+    on_skip: Callable[[InstanceConfig], None] | None = None,
+    *,
+    tree: ConfigTree | None = None,
 ) -> list[Environment]:
     """Every ``resources_servers`` instance of the merged config files (``ngym run a.yaml b.yaml``); the other
-    instances (agents, models) go to ``on_skip``."""
+    instances (agents, models) go to ``on_skip``. ``tree``: those files already loaded with ``overrides``."""
+    if tree is None or not tree.is_of(paths, overrides):
+        tree = load_tree(paths, overrides or [])
     found: list[Environment] = []
-    for instance in instances_from_files(paths, overrides or []):
+    for instance in instances_in_tree(tree):
         if instance.server_type != "resources_servers":
             if on_skip is not None:
                 on_skip(instance)
@@ -158,7 +168,7 @@ def environments_in_configs(
         entrypoint = resolve_entrypoint(instance)
         folder = Path(entrypoint).parent if entrypoint.endswith(".py") else instance.entrypoint_base()
         fields = {k: v for k, v in instance.fields.items() if k != "entrypoint"}
-        found.append(Environment(instance.name, entrypoint, folder, instance.source, fields))
+        found.append(Environment(instance.name, entrypoint, folder, instance.source, fields, tree=tree))
     if not found:
         shown = ", ".join(str(p) for p in paths)
         raise ConfigError(f"{shown}: no resources_servers instance")
@@ -168,20 +178,24 @@ def environments_in_configs(
 def installed(name: str, overrides: list[str] | None = None) -> Environment:
     """The installed environment ``name`` (``EnvironmentNotFound`` lists the installed ones)."""
     entry = _entry(name)
+    config = entry.config_file()
+    # loaded once: its fields are read from it, and ngym run passes it on to the global config
+    tree = load_tree([config], overrides or []) if config is not None else None
     try:
-        fields, config_error = entry.config_fields(overrides), None
+        fields, config_error = (server_fields(tree) if tree is not None else {}), None
     except ConfigError as exc:
-        fields, config_error = entry.config_fields(overrides, resolve=False), str(exc)
+        fields, config_error = server_fields(tree, resolve=False) if tree is not None else {}, str(exc)
     return Environment(
         name=entry.name,
         target=entry.target,
         folder=entry.package_dir(),
-        config=entry.config_file(),
+        config=config,
         fields=fields,
         distribution=entry.distribution,
         version=entry.version,
         registered_domain=entry.declared_domain,
         config_error=config_error,
+        tree=tree,
     )
 
 
