@@ -13,9 +13,11 @@ or passes to ``ngym.testing.app_for``:
 
 A running server's **URL** is not an environment: commands that can drive one check ``is_url`` first.
 
-Resolving an installed name reads only the ``ngym.resources_servers`` entry points when no hook plugin is
-installed (the usual case in an image): no plugin manager, no registry. With hook plugins installed, the
-registry answers, since one of them may register servers (or the same name: a clash is an error).
+An installed name is resolved by the registry (``ngym.plugins.registry``) and nothing else, so a name means
+the same thing to every command, with the same registration rules, whether or not hook plugins are installed.
+With none installed (the usual case in an image) the registry holds only the ``ngym.resources_servers`` entry
+points and costs ~1 ms over reading them (no hook plugin is imported); a hook plugin may register servers (or
+the same name: a clash is an error).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from ngym.config import InstanceConfig, instances_in_tree, module_file, resolve_
 from ngym.config_tree import ConfigTree, load_tree
 from ngym.domain import Domain
 from ngym.errors import ConfigError, PluginError
-from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
-from ngym.plugins.manager import HOOK_PLUGIN_GROUP, origin_of_entry_point
+from ngym.plugins.entrypoints import installed_entry_points
+from ngym.plugins.manager import HOOK_PLUGIN_GROUP
 from ngym.plugins.registry import ServerEntry, get_registry
 
 if TYPE_CHECKING:
@@ -205,17 +207,11 @@ def installed_names() -> list[str]:
 
 
 def _entry(name: str) -> ServerEntry:
-    """The name's entry point directly when no hook plugin could register servers, else the registry's entry."""
-    if not installed_entry_points(HOOK_PLUGIN_GROUP):
-        matches = [ep for ep in installed_entry_points(ENVIRONMENT_GROUP) if ep.name == name]
-        if len(matches) == 1:
-            return ServerEntry(name, matches[0].value.strip(), origin_of_entry_point(matches[0]))
+    """The registry's entry for ``name`` (``EnvironmentNotFound``; ``PluginError`` for a clash)."""
     return get_registry().entry(name)
 
 
 def _is_installed(name: str) -> bool:
-    if not installed_entry_points(HOOK_PLUGIN_GROUP):
-        return any(ep.name == name for ep in installed_entry_points(ENVIRONMENT_GROUP))
     return name in get_registry().entries
 
 
