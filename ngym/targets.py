@@ -40,7 +40,7 @@ from ngym.plugins.registry import ServerEntry, get_registry
 
 if TYPE_CHECKING:
     from ngym.server.app import ServeSpec
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
 
 # The server runtime (FastAPI, ~0.5 s to import) is imported where a class is loaded or a spec made, not at the
 # top: naming an environment must stay cheap for callers that never serve it in this process (the Locust
@@ -76,14 +76,21 @@ class Environment:
         return load_server_class(self.target)
 
     @cached_property
-    def domain(self) -> Domain:
-        """The domain, decided by the registration rules (imports the class; ``PluginError`` when broken)."""
+    def registration(self) -> tuple[Domain, type[BaseResourcesServerConfig]]:
+        """The registration rules' answer for the class with this environment's config fields: its domain and
+        config class (imports the class; ``PluginError`` naming the rule it breaks). The one place a resolved
+        environment is validated: ``domain``, ``ngym validate`` and the other commands read it from here."""
         from ngym.server.rules import validate_server_class
 
+        return validate_server_class(
+            self.server_class, name=self.name, domain=self.registered_domain, config_fields=self.fields
+        )
+
+    @cached_property
+    def domain(self) -> Domain:
+        """The domain, decided by the registration rules (imports the class; ``PluginError`` when broken)."""
         try:
-            domain, _config_class = validate_server_class(
-                self.server_class, name=self.name, domain=self.registered_domain, config_fields=self.fields
-            )
+            domain, _config_class = self.registration
         except PluginError as exc:
             dist = self.distribution or "no distribution"
             raise PluginError(f"environment {self.name!r} ({dist}) is broken: {exc}") from None
@@ -107,7 +114,9 @@ class Environment:
         if self.config_error is not None:
             raise ConfigError(self.config_error)
         app_plugins = bool(installed_entry_points(HOOK_PLUGIN_GROUP))  # only hook plugins can extend apps
-        return ServeSpec(target=self.target, name=self.name, fields={**self.fields, **fields}, app_plugins=app_plugins)
+        loaded = self.__dict__.get("server_class")  # the cached_property's value, when the class was imported
+        fields = {**self.fields, **fields}
+        return ServeSpec(self.target, self.name, fields, app_plugins=app_plugins, server_class=loaded)
 
     def data_file(self, name: str) -> Path | None:
         """``data/<name>`` in the environment's folder, when it exists."""

@@ -16,7 +16,7 @@ import pytest
 import ngym.config_tree as config_tree
 from ngym.cli.run import build_specs
 from ngym.run_carriers import GLOBAL_CONFIG_ENV
-from ngym.server.app import ServeSpec
+from ngym.server.app import ServeSpec, build_server
 
 REPO = Path(__file__).resolve().parents[2]
 WEATHER_CONFIG = REPO / "resources_servers" / "example_single_tool_call" / "configs" / "example_single_tool_call.yaml"
@@ -82,3 +82,22 @@ def test_an_installed_name_is_merged_once(merges: list[list[Path]]) -> None:
     assert spec.name == "example_single_tool_call"
     assert [[p.resolve() for p in paths] for paths in merges] == [[WEATHER_CONFIG.resolve()]]
     assert "example_single_tool_call" in _global_config()
+
+
+def test_a_class_imported_while_planning_is_served_without_importing_it_again(
+    merges: list[list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain override is checked against the config class (the class is imported then); serving in this
+    process builds the server from that class, and the spec's JSON (for a child process) leaves it out."""
+    (spec,) = _specs("example_single_tool_call", "description=planned once")
+    assert spec.server_class is not None
+
+    def imported_again(target: str) -> None:
+        raise AssertionError(f"{target} imported again")
+
+    monkeypatch.setattr("ngym.server.app.load_server_class", imported_again)
+    server = build_server(spec)
+    assert type(server) is spec.server_class and server.config.description == "planned once"
+    carried = json.loads(spec.to_json())
+    assert "server_class" not in carried and carried["fields"]["description"] == "planned once"
+    assert ServeSpec.from_json(spec.to_json()) == spec  # the class is not part of what the spec is
