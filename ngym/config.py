@@ -19,7 +19,7 @@ from typing import Any
 
 from ngym.config_tree import CONFIG_PATHS_KEY as _CONFIG_PATHS_KEY
 from ngym.config_tree import SERVER_TYPES as SERVER_TYPES
-from ngym.config_tree import load_tree
+from ngym.config_tree import ConfigTree, load_tree
 from ngym.errors import ConfigError
 
 
@@ -74,14 +74,19 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def instances_from_files(paths: list[Path], overrides: list[str], *, resolve: bool = True) -> list[InstanceConfig]:
     """Every server instance of the merged config files (NeMo Gym's tree: ``ngym.config_tree``), overrides
-    applied; a ``resources_servers`` instance's fields have every ``${...}`` resolved (ngym serves those).
+    applied: ``instances_in_tree`` of ``load_tree(paths, overrides)``."""
+    return instances_in_tree(load_tree(paths, overrides), resolve=resolve)
+
+
+def instances_in_tree(config: ConfigTree, *, resolve: bool = True) -> list[InstanceConfig]:
+    """Every server instance of a loaded tree (a caller that needs the tree again passes the one it loaded);
+    a ``resources_servers`` instance's fields have every ``${...}`` resolved (ngym serves those).
 
     As in NeMo Gym, a top-level key is a server instance only when its value is a mapping with a server-type
     key; any other (``judge_base_url: null``, ``responses_create_params: {...}``) is a value the tree's
     interpolations may use. A model or agent instance NeMo Gym would not start (no single implementation) is
     skipped, as NeMo Gym skips it; a malformed resources-server instance is an error, since it is what ngym
     would serve. ``resolve=False`` leaves every ``${...}`` as written (to look at a config's shape)."""
-    config = load_tree(paths, overrides)
     instances = []
     for name, body in config.top_level():
         if not config.is_mapping(body):
@@ -150,8 +155,13 @@ def environment_config_fields(
     """The fields of the first resources-server instance in an environment's ``configs/<name>.yaml`` (empty
     when it has none), after dotted ``overrides`` of the YAML tree; ``entrypoint`` is left out (the
     environment's entry point names the class). ``resolve=False`` keeps ``${...}`` as written (for the domain)."""
-    instances = instances_from_files([config_file], overrides or [], resolve=resolve)
-    instances = [i for i in instances if i.server_type == "resources_servers"]
+    return server_fields(load_tree([config_file], overrides or []), resolve=resolve)
+
+
+def server_fields(config: ConfigTree, *, resolve: bool = True) -> dict[str, Any]:
+    """The fields of a loaded tree's first resources-server instance (empty when it has none), ``entrypoint``
+    left out: ``environment_config_fields`` for a caller holding the tree already."""
+    instances = [i for i in instances_in_tree(config, resolve=resolve) if i.server_type == "resources_servers"]
     return {k: v for k, v in instances[0].fields.items() if k != "entrypoint"} if instances else {}
 
 

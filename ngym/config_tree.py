@@ -112,6 +112,13 @@ class ConfigTree:
     tree: Any
     origin: dict[str, Path] = field(default_factory=dict)
     plain_data: bool = False
+    #: what it was loaded from: the files given (resolved) and the dotted overrides (``is_of`` compares them)
+    loaded_from: tuple[tuple[Path, ...], tuple[str, ...]] = ((), ())
+
+    def is_of(self, paths: list[Path], overrides: list[str] | None = None) -> bool:
+        """True when this is the tree ``load_tree(paths, overrides)`` would load: a caller holding it passes it
+        on instead of merging the same files again."""
+        return self.loaded_from == _loaded_from(paths, overrides)
 
     def top_level(self) -> Iterator[tuple[str, Any]]:
         """``(key, node)`` for every top-level key but the reserved ones, nothing resolved."""
@@ -177,9 +184,10 @@ def load_tree(paths: list[Path], overrides: list[str] | None = None) -> ConfigTr
     """The merged tree of ``paths`` (each with its ``config_paths`` includes first), ``overrides`` on top, with
     inheritance applied (module docstring). ``ConfigError`` for a missing file, bad YAML or a bad override."""
     files = _files_in_merge_order(paths)
+    loaded_from = _loaded_from(paths, overrides)
     if not overrides and len(files) == 1 and not _needs_omegaconf(files[0][1]):
         path, data = files[0]  # its config_paths already consumed by _files_in_merge_order
-        return ConfigTree(data, {str(key): path for key in data}, plain_data=True)
+        return ConfigTree(data, {str(key): path for key in data}, plain_data=True, loaded_from=loaded_from)
 
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -206,7 +214,11 @@ def load_tree(paths: list[Path], overrides: list[str] | None = None) -> ConfigTr
     assert isinstance(tree, DictConfig)  # merged mappings: a mapping
     tree.pop(CONFIG_PATHS_KEY, None)  # consumed: includes are merged already
     _apply_inheritance(tree)
-    return ConfigTree(tree, origin)
+    return ConfigTree(tree, origin, loaded_from=loaded_from)
+
+
+def _loaded_from(paths: list[Path], overrides: list[str] | None) -> tuple[tuple[Path, ...], tuple[str, ...]]:
+    return tuple(p.resolve() for p in paths), tuple(overrides or ())
 
 
 def check_override_paths(tree: Any, overrides: list[str]) -> None:

@@ -20,7 +20,7 @@ is here keeps its name and meaning across releases; what is not may move.
 - **The run's carriers**: ``SERVER_URLS_ENV`` / ``GLOBAL_CONFIG_ENV`` and their readers and writers
   (``read_server_urls``, ``write_server_urls``, ``read_global_config``, ``write_global_config``).
 - **Statistics**: ``aggregate_metrics`` (what ``/aggregate_metrics`` answers).
-- **Tests**: ``free_port``.
+- **Tests**: ``free_port``; ``environment_test_command`` (how ``gym env test`` runs an environment's tests).
 
 Names load on first use (as ``ngym``'s do): a plugin registering a hook at start-up pulls in no server runtime.
 """
@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from ngym.child_server import free_port
     from ngym.errors import SessionStoreError
     from ngym.metrics.aggregate import aggregate_metrics
+    from ngym.nemo.envtest import pytest_command as environment_test_command
     from ngym.run_carriers import (
         GLOBAL_CONFIG_ENV,
         SERVER_URLS_ENV,
@@ -81,6 +82,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "TOKEN_HEADER": ("ngym.server.mcp_exposure", "TOKEN_HEADER"),
     "install_mcp": ("ngym.server.mcp_exposure", "install"),
     "aggregate_metrics": ("ngym.metrics.aggregate", "aggregate_metrics"),
+    "environment_test_command": ("ngym.nemo.envtest", "pytest_command"),
     "raise_server_exceptions": ("ngym.server.middleware", "raise_server_exceptions"),
     "keeps_no_state": ("ngym.server.sessions.lost", "keeps_no_state"),
     "strip_rollout_prefix": ("ngym.server.middleware", "strip_rollout_prefix"),
@@ -128,6 +130,7 @@ __all__ = [
     "add_health_routes",
     "aggregate_metrics",
     "current_request_session",
+    "environment_test_command",
     "failure_kinds",
     "free_port",
     "install_mcp",

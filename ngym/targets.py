@@ -13,9 +13,11 @@ or passes to ``ngym.testing.app_for``:
 
 A running server's **URL** is not an environment: commands that can drive one check ``is_url`` first.
 
-Resolving an installed name reads only the ``ngym.resources_servers`` entry points when no hook plugin is
-installed (the usual case in an image): no plugin manager, no registry. With hook plugins installed, the
-registry answers, since one of them may register servers (or the same name: a clash is an error).
+An installed name is resolved by the registry (``ngym.plugins.registry``) and nothing else, so a name means
+the same thing to every command, with the same registration rules, whether or not hook plugins are installed.
+With none installed (the usual case in an image) the registry holds only the ``ngym.resources_servers`` entry
+points and costs ~1 ms over reading them (no hook plugin is imported); a hook plugin may register servers (or
+the same name: a clash is an error).
 """
 
 from __future__ import annotations
@@ -28,16 +30,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ngym.config import InstanceConfig, instances_from_files, module_file, resolve_entrypoint
+from ngym.config import InstanceConfig, instances_in_tree, module_file, resolve_entrypoint, server_fields
+from ngym.config_tree import ConfigTree, load_tree
 from ngym.domain import Domain
 from ngym.errors import ConfigError, PluginError
-from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
-from ngym.plugins.manager import HOOK_PLUGIN_GROUP, origin_of_entry_point
+from ngym.plugins.entrypoints import installed_entry_points
+from ngym.plugins.manager import HOOK_PLUGIN_GROUP
 from ngym.plugins.registry import ServerEntry, get_registry
 
 if TYPE_CHECKING:
     from ngym.server.app import ServeSpec
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
 
 # The server runtime (FastAPI, ~0.5 s to import) is imported where a class is loaded or a spec made, not at the
 # top: naming an environment must stay cheap for callers that never serve it in this process (the Locust
@@ -61,6 +64,9 @@ class Environment:
     #: why its config's fields cannot be resolved (a ``${...}`` nothing sets): serving it fails with this, while
     #: what needs no fields (its folder, its own tests, its image) still works, as under NeMo Gym
     config_error: str | None = None
+    #: the config tree its ``fields`` were read from, as loaded (files and overrides): ``ngym run`` passes it on
+    #: to what needs the whole tree (the global config) instead of merging the files again
+    tree: ConfigTree | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def server_class(self) -> type[SimpleResourcesServer]:
@@ -70,14 +76,21 @@ class Environment:
         return load_server_class(self.target)
 
     @cached_property
-    def domain(self) -> Domain:
-        """The domain, decided by the registration rules (imports the class; ``PluginError`` when broken)."""
+    def registration(self) -> tuple[Domain, type[BaseResourcesServerConfig]]:
+        """The registration rules' answer for the class with this environment's config fields: its domain and
+        config class (imports the class; ``PluginError`` naming the rule it breaks). The one place a resolved
+        environment is validated: ``domain``, ``ngym validate`` and the other commands read it from here."""
         from ngym.server.rules import validate_server_class
 
+        return validate_server_class(
+            self.server_class, name=self.name, domain=self.registered_domain, config_fields=self.fields
+        )
+
+    @cached_property
+    def domain(self) -> Domain:
+        """The domain, decided by the registration rules (imports the class; ``PluginError`` when broken)."""
         try:
-            domain, _config_class = validate_server_class(
-                self.server_class, name=self.name, domain=self.registered_domain, config_fields=self.fields
-            )
+            domain, _config_class = self.registration
         except PluginError as exc:
             dist = self.distribution or "no distribution"
             raise PluginError(f"environment {self.name!r} ({dist}) is broken: {exc}") from None
@@ -101,7 +114,9 @@ class Environment:
         if self.config_error is not None:
             raise ConfigError(self.config_error)
         app_plugins = bool(installed_entry_points(HOOK_PLUGIN_GROUP))  # only hook plugins can extend apps
-        return ServeSpec(target=self.target, name=self.name, fields={**self.fields, **fields}, app_plugins=app_plugins)
+        loaded = self.__dict__.get("server_class")  # the cached_property's value, when the class was imported
+        fields = {**self.fields, **fields}
+        return ServeSpec(self.target, self.name, fields, app_plugins=app_plugins, server_class=loaded)
 
     def data_file(self, name: str) -> Path | None:
         """``data/<name>`` in the environment's folder, when it exists."""
@@ -145,12 +160,18 @@ def resolve(target: str, overrides: list[str] | None = None) -> Environment:
 
 
 def environments_in_configs(
-    paths: list[Path], overrides: list[str] | None = None, on_skip: Callable[[InstanceConfig], None] | None = None
+    paths: list[Path],
+    overrides: list[str] | None = None,
+    on_skip: Callable[[InstanceConfig], None] | None = None,
+    *,
+    tree: ConfigTree | None = None,
 ) -> list[Environment]:
     """Every ``resources_servers`` instance of the merged config files (``ngym run a.yaml b.yaml``); the other
-    instances (agents, models) go to ``on_skip``."""
+    instances (agents, models) go to ``on_skip``. ``tree``: those files already loaded with ``overrides``."""
+    if tree is None or not tree.is_of(paths, overrides):
+        tree = load_tree(paths, overrides or [])
     found: list[Environment] = []
-    for instance in instances_from_files(paths, overrides or []):
+    for instance in instances_in_tree(tree):
         if instance.server_type != "resources_servers":
             if on_skip is not None:
                 on_skip(instance)
@@ -158,7 +179,7 @@ def environments_in_configs(
         entrypoint = resolve_entrypoint(instance)
         folder = Path(entrypoint).parent if entrypoint.endswith(".py") else instance.entrypoint_base()
         fields = {k: v for k, v in instance.fields.items() if k != "entrypoint"}
-        found.append(Environment(instance.name, entrypoint, folder, instance.source, fields))
+        found.append(Environment(instance.name, entrypoint, folder, instance.source, fields, tree=tree))
     if not found:
         shown = ", ".join(str(p) for p in paths)
         raise ConfigError(f"{shown}: no resources_servers instance")
@@ -168,20 +189,24 @@ def environments_in_configs(
 def installed(name: str, overrides: list[str] | None = None) -> Environment:
     """The installed environment ``name`` (``EnvironmentNotFound`` lists the installed ones)."""
     entry = _entry(name)
+    config = entry.config_file()
+    # loaded once: its fields are read from it, and ngym run passes it on to the global config
+    tree = load_tree([config], overrides or []) if config is not None else None
     try:
-        fields, config_error = entry.config_fields(overrides), None
+        fields, config_error = (server_fields(tree) if tree is not None else {}), None
     except ConfigError as exc:
-        fields, config_error = entry.config_fields(overrides, resolve=False), str(exc)
+        fields, config_error = server_fields(tree, resolve=False) if tree is not None else {}, str(exc)
     return Environment(
         name=entry.name,
         target=entry.target,
         folder=entry.package_dir(),
-        config=entry.config_file(),
+        config=config,
         fields=fields,
         distribution=entry.distribution,
         version=entry.version,
         registered_domain=entry.declared_domain,
         config_error=config_error,
+        tree=tree,
     )
 
 
@@ -191,17 +216,11 @@ def installed_names() -> list[str]:
 
 
 def _entry(name: str) -> ServerEntry:
-    """The name's entry point directly when no hook plugin could register servers, else the registry's entry."""
-    if not installed_entry_points(HOOK_PLUGIN_GROUP):
-        matches = [ep for ep in installed_entry_points(ENVIRONMENT_GROUP) if ep.name == name]
-        if len(matches) == 1:
-            return ServerEntry(name, matches[0].value.strip(), origin_of_entry_point(matches[0]))
+    """The registry's entry for ``name`` (``EnvironmentNotFound``; ``PluginError`` for a clash)."""
     return get_registry().entry(name)
 
 
 def _is_installed(name: str) -> bool:
-    if not installed_entry_points(HOOK_PLUGIN_GROUP):
-        return any(ep.name == name for ep in installed_entry_points(ENVIRONMENT_GROUP))
     return name in get_registry().entries
 
 

@@ -30,7 +30,6 @@ from ngym.rollout.gymnasium import RESET, STEP, ModelRequest, Recording, drive_a
 from ngym.server.app import create_app, in_working_directory
 from ngym.server.protocol import FAILURE_CLASS_KEY, FAILURE_JUDGE_ERROR_KEY
 from ngym.server.resources import SimpleResourcesServer
-from ngym.server.rules import validate_server_class
 from ngym.targets import Environment, resolve
 from ngym.testing import RolloutClient, run_recorded_rollout, serve_in_process
 
@@ -293,9 +292,7 @@ async def validate_async(target: str, progress: Progress = lambda stage: None) -
         subject.check_config_domain()
         cls = subject.server_class
         report.server_class = f"{cls.__module__}:{cls.__qualname__}"
-        domain, _config = validate_server_class(
-            cls, name=subject.name, domain=subject.registered_domain, config_fields=subject.fields
-        )
+        domain, _config = subject.registration
         report.domain = domain.value
     except (PluginError, ConfigError) as exc:
         report.add("registration", False, str(exc))

@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ngym.nemo import wheel as nemo_wheel  # noqa: E402
+from ngym.nemo.envtest import pytest_command  # noqa: E402
 from ngym.nemo.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, NemoEnvironment, read_environment  # noqa: E402
 from tools.nemo_replay_inprocess import is_server_error, replay_row, verify_payloads  # noqa: E402
 
@@ -506,17 +507,7 @@ def measure_nemo(item: Env, base: Path) -> dict[str, Any]:
     junit.unlink(missing_ok=True)
     start = time.monotonic()
     log = logs / "nemo.test.log"
-    args = [
-        str(python),
-        "-m",
-        "pytest",
-        "-o",
-        "asyncio_mode=auto",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        f"--junitxml={junit}",
-    ]
+    args = pytest_command(["-q", f"--junitxml={junit}"], python=str(python))  # as `gym env test` runs them
     code = run(args, log, TEST_TIMEOUT, cwd=folder, env=env).returncode
     result.update(junit_counts(junit), exit_code=code, seconds=round(time.monotonic() - start, 1))
     result["status"] = "pass" if code == 0 else ("no tests" if code == 5 else "fail")

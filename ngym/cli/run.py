@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ngym.config import InstanceConfig, apply_overrides, split_overrides
-from ngym.config_tree import load_tree
+from ngym.config_tree import ConfigTree, load_tree
 from ngym.errors import ConfigError
 from ngym.nemo.model_urls import export_global_config, export_model_instances, export_model_urls
 from ngym.readiness import needs
@@ -41,20 +41,25 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
 
     config_paths = [p for p in paths if p.suffix in (".yaml", ".yml") or p.is_file() and p.suffix != ".py"]
     try:
-        environments, unresolved = _environments(paths, config_paths, tree_overrides), None
+        from_files, others = _environments(paths, config_paths, tree_overrides)
+        environments, unresolved = [*from_files, *others], None
     except ConfigError as exc:  # perhaps a ${value} a plain override below gives
-        environments, unresolved = [], exc
+        environments, others, unresolved = [], [], exc
     # servers' calls by name resolve against the configs served (NeMo Gym's global config): the files given,
-    # and an installed environment's own configs/<name>.yaml
-    served = [*config_paths, *(e.config for e in environments if e.config is not None)]
-    top_level = tree_values(load_tree(served).plain(), [o.partition("=")[0] for o in plain]) if served else set()
+    # and an installed environment's own configs/<name>.yaml (the config of an instance of the files given is
+    # one of them or one they include: in their tree already)
+    served = [*config_paths, *(e.config for e in others if e.config is not None)]
+    # the plan's tree: loaded once (by resolving the environments) and passed on, not merged again
+    tree = _served_tree(served, environments, tree_overrides)
+    top_level = tree_values(tree.plain(), [o.partition("=")[0] for o in plain]) if tree is not None else set()
     values = [o for o in plain if o.partition("=")[0] in top_level]
     if values:
         tree_overrides += values
-        environments = _environments(paths, config_paths, tree_overrides)
+        environments = [e for group in _environments(paths, config_paths, tree_overrides) for e in group]
+        tree = _served_tree(served, environments, tree_overrides)
     elif unresolved is not None:
         raise unresolved
-    export_global_config(served, overrides=tree_overrides)
+    export_global_config(served, overrides=tree_overrides, tree=tree)
     for environment in environments:
         environment.check_config_domain()
         check_override_keys(environment, {k: v for k, v in field_overrides.items() if k not in top_level})
@@ -89,11 +94,21 @@ def tree_values(tree: dict[str, Any], keys: list[str]) -> set[str]:
     return set(tree) | referenced
 
 
-def _environments(paths: list[Path], config_paths: list[Path], tree_overrides: list[str]) -> list[Environment]:
-    environments = []
-    if config_paths:
-        environments += environments_in_configs(config_paths, tree_overrides, on_skip=_say_skipped)
-    return environments + [resolve(str(p), tree_overrides) for p in paths if p not in config_paths]
+def _environments(
+    paths: list[Path], config_paths: list[Path], tree_overrides: list[str]
+) -> tuple[list[Environment], list[Environment]]:
+    """The instances of the config files given, and the environments the other targets name."""
+    from_files = environments_in_configs(config_paths, tree_overrides, on_skip=_say_skipped) if config_paths else []
+    return from_files, [resolve(str(p), tree_overrides) for p in paths if p not in config_paths]
+
+
+def _served_tree(served: list[Path], environments: list[Environment], overrides: list[str]) -> ConfigTree | None:
+    """The merged tree of the configs served: the one resolving an environment loaded when it is of the same
+    files (``ngym run NAME``, ``ngym run a.yaml``: the usual starts merge their YAML once), else loaded here."""
+    if not served:
+        return None
+    loaded = [e.tree for e in environments if e.tree is not None and e.tree.is_of(served, overrides)]
+    return loaded[0] if loaded else load_tree(served, overrides)
 
 
 def override_keys(environment: Environment) -> set[str]:

@@ -73,8 +73,12 @@ def _installed_folder(name: str) -> Path:
     )
 
 
-def pytest_command(extra_args: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "pytest", *PYTEST_OPTIONS, *extra_args]
+def pytest_command(extra_args: Sequence[str] = (), *, python: str = sys.executable) -> list[str]:
+    """The command ``gym env test`` runs an environment's tests with (from inside its folder): pytest under
+    ``python`` (default: this interpreter) with NeMo Gym's options, then ``extra_args``. The one definition:
+    ``ngym test``, the compat plugin's ``run_environment_tests`` (``ngym.plugin_api.environment_test_command``)
+    and ``tools/nemo_envs.py`` all run this."""
+    return [python, "-m", "pytest", *PYTEST_OPTIONS, *extra_args]
 
 
 def check_test_tools() -> None:

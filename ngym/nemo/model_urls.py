@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ngym.config_tree import load_tree
+from ngym.config_tree import ConfigTree, load_tree
 from ngym.errors import ConfigError
 from ngym.run_carriers import SERVER_URLS_ENV as MODEL_URLS_ENV
 from ngym.run_carriers import read_global_config, read_server_urls, write_global_config, write_server_urls
@@ -100,14 +100,20 @@ def _instance_fields(node: Any) -> dict[str, Any] | None:
 
 
 def export_global_config(
-    config_files: Iterable[Path], environ: MutableMapping[str, str] | None = None, *, overrides: list[str] | None = None
+    config_files: Iterable[Path],
+    environ: MutableMapping[str, str] | None = None,
+    *,
+    overrides: list[str] | None = None,
+    tree: ConfigTree | None = None,
 ) -> None:
     """Put the merged tree of ``config_files`` (NeMo Gym's: includes, ``overrides``, inheritance; ``${...}`` kept
     as written, each server resolves what it reads, as NeMo Gym's do) in ``NGYM_NEMO_GLOBAL_CONFIG``; nothing
-    when no file is given."""
+    when no file is given. ``tree``: those files already loaded with ``overrides`` (not merged again)."""
     files = list(dict.fromkeys(config_files))
     if not files:
         return
-    tree = load_tree(files, overrides).plain()
-    if tree:
-        write_global_config(tree, environ)
+    if tree is None or not tree.is_of(files, overrides):
+        tree = load_tree(files, overrides)
+    plain = tree.plain()
+    if plain:
+        write_global_config(plain, environ)

@@ -148,7 +148,9 @@ class Register:
         """
         if isinstance(server, str):
             if ":" not in server:
-                raise PluginError(f"{server!r}: a server target is 'module:Class'")
+                message = f"{server!r}: a server target is 'module:Class'"
+                # named: a RegistrationError, reported against this server while the others still register
+                raise RegistrationError(name, message) if name else PluginError(message)
             if not name:
                 raise PluginError(f"{server}: a server registered by its 'module:Class' target needs name=")
             entry = ServerEntry(name, server, self._origin, _domain_text(domain), description)

@@ -38,9 +38,19 @@ class ServeSpec:
     #: False when no hook plugin is installed (``ngym.targets``), so none can implement ``ngym_extend_app``:
     #: the app is then built without loading the plugin system at all.
     app_plugins: bool = True
+    #: the class, when whoever made the spec imported it already (``ngym run`` checking an override): serving
+    #: in this process uses it instead of importing it again from ``target``; not in the JSON (a child
+    #: process imports it)
+    server_class: type[SimpleResourcesServer] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        data = asdict(self)
+        del data["server_class"]
+        return json.dumps(data)
+
+    def load_class(self) -> type[SimpleResourcesServer]:
+        """The server class: the one already imported, else imported from ``target``."""
+        return self.server_class or load_server_class(self.target)
 
     @classmethod
     def from_json(cls, text: str) -> ServeSpec:
@@ -100,7 +110,7 @@ def load_server_class(target: str) -> type[SimpleResourcesServer]:
 
 def build_server(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None) -> SimpleResourcesServer:
     """Instantiate the server with its validated config (errors become one readable ConfigError)."""
-    cls = cls or load_server_class(spec.target)
+    cls = cls or spec.load_class()
     fields = {**spec.fields, "name": spec.fields.get("name") or spec.name}
     # The registration rules (the one domain decision, the config, a real async verify) on the class about to
     # be served: it may have changed since it was registered.

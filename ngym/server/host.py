@@ -103,7 +103,7 @@ def serve_one(
     spec: ServeSpec, workers: int = 1, access_log: bool = False, cls: type[SimpleResourcesServer] | None = None
 ) -> None:
     """Serve one spec in this process (uvicorn workers when ``workers`` > 1) until SIGINT/SIGTERM."""
-    cls = cls or load_server_class(spec.target)
+    cls = cls or spec.load_class()
     enter_working_directory(spec.target)
     server = build_server(spec, cls)
     app = build_app(server, app_plugins=spec.app_plugins)

@@ -20,7 +20,8 @@ from ngym.cli.run import build_specs
 from ngym.containerize.spec import resolve_plugin
 from ngym.domain import Domain
 from ngym.errors import ConfigError, EnvironmentNotFound
-from ngym.plugins.registry import reset_registry
+from ngym.plugins.manager import BUILTIN_PLUGINS
+from ngym.plugins.registry import get_registry, reset_registry
 from ngym.targets import is_url, resolve
 from tests.unit.test_plugins import SERVER_MODULE, env_dist, lenient, make_dist, site, unique
 
@@ -126,20 +127,42 @@ def test_a_hook_registered_environment_resolves_serves_and_containerizes(site: P
     assert (plugin.name, plugin.domain, plugin.distribution) == (env, "games", f"dist-{env}".replace("_", "-"))
 
 
+def without_hook_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in an image with no hook plugin installed (this test venv has some)."""
+    real = __import__("ngym.targets", fromlist=["installed_entry_points"]).installed_entry_points
+    hide = lambda group: [] if group == "ngym" else real(group)  # noqa: E731
+    monkeypatch.setattr("ngym.targets.installed_entry_points", hide)
+    monkeypatch.setattr("ngym.plugins.manager.installed_entry_points", hide)
+    reset_registry()
+
+
 def test_without_hook_plugins_a_name_is_read_from_its_entry_point_alone(
     site: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``ngym run NAME`` then builds no plugin manager and no registry (and serves without app plugins)."""
+    """``ngym run NAME`` then loads no hook plugin: the registry holds the entry points alone (and the app is
+    served without app plugins)."""
     env = installed_env(site)
-    real = __import__("ngym.targets", fromlist=["installed_entry_points"]).installed_entry_points
-    monkeypatch.setattr("ngym.targets.installed_entry_points", lambda group: [] if group == "ngym" else real(group))
-
-    def forbidden() -> None:
-        raise AssertionError("the registry was built although no hook plugin is installed")
-
-    monkeypatch.setattr("ngym.targets.get_registry", forbidden)
+    without_hook_plugins(monkeypatch)
     spec = serve_spec(env)
     assert spec.fields["description"] == "first" and spec.app_plugins is False
+    builtins = {module.__name__ for module in BUILTIN_PLUGINS}
+    assert {name for name, _plugin in get_registry().pm.list_name_plugin()} == builtins
+
+
+def test_a_name_breaking_a_registration_rule_is_refused_with_or_without_hook_plugins(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry is the one way to resolve a name: an entry point it refuses (no ``:Class``) is not an
+    environment to serve because no hook plugin happens to be installed."""
+    env, module = unique("tenv"), unique("envmod")
+    make_dist(site, f"dist-{env}".replace("_", "-"), {module: "X = 1\n"}, {"ngym.resources_servers": {env: module}})
+    with pytest.raises(EnvironmentNotFound):
+        resolve(env)
+    without_hook_plugins(monkeypatch)
+    with pytest.raises(EnvironmentNotFound):
+        resolve(env)
+    (problem,) = [p for p in get_registry().problems if p.plugin == env]
+    assert "module:Class" in problem.reason
 
 
 def test_plain_overrides_apply_on_top_of_config_fields(site: Path) -> None:

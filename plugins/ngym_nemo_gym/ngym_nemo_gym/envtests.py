@@ -17,6 +17,8 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ngym.plugin_api import environment_test_command
+
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".venv")
 
 
@@ -82,20 +84,9 @@ def stage_environment(source: Path, root: Path) -> Path:
 
 
 def pytest_command(python: str, junit_xml: Path, extra: list[str] | None = None) -> list[str]:
-    return [
-        python,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-o",
-        "asyncio_mode=auto",
-        "-o",
-        "asyncio_default_fixture_loop_scope=function",
-        f"--junitxml={junit_xml}",
-        *(extra or []),
-    ]
+    """``gym env test``'s command (ngym's one definition), quiet, with a JUnit report for the counts."""
+    options = ["-q", "-o", "asyncio_default_fixture_loop_scope=function", f"--junitxml={junit_xml}", *(extra or [])]
+    return environment_test_command(options, python=python)
 
 
 def run_environment_tests(

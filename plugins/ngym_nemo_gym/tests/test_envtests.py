@@ -33,3 +33,17 @@ def test_an_environment_with_a_sibling_base_runs_its_own_tests(tmp_path: Path) -
     assert not result.ok
     assert any("on purpose" in failure for failure in result.failures)
     assert sorted(p.name for p in (source / "game").rglob("*") if p.is_dir()) == ["tests"]  # no caches left behind
+
+
+def test_the_compat_runner_runs_ngyms_one_gym_env_test_command(tmp_path: Path) -> None:
+    """One definition of how ``gym env test`` runs pytest (``ngym test``'s): the compat runner adds only its
+    report options after it."""
+    from ngym_nemo_gym.envtests import pytest_command
+
+    from ngym.nemo.envtest import pytest_command as ngym_test_command
+
+    junit = tmp_path / "junit.xml"
+    command = pytest_command("/some/python", junit, ["-x"])
+    base = ngym_test_command(python="/some/python")
+    assert command[: len(base)] == base and "asyncio_mode=auto" in base
+    assert command[-2:] == [f"--junitxml={junit}", "-x"]
