@@ -32,6 +32,8 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
+from ngym.server.direct_body import direct_body_handler
+
 #: Longest string kept in a 422's ``input``; longer ones end in "…".
 PREVIEW_CHARS = 200
 #: At most this many items of each list or object, and this much nesting, in a 422's ``input``.
@@ -156,7 +158,9 @@ class StrictJSONRoute(APIRoute):
             request.__class__ = StrictJSONRequest
             return await handler(request)
 
-        return strict
+        # A tool or verify taking one body model validates it straight from the bytes; anything else (and any
+        # request the fast road does not take) goes through FastAPI with StrictJSONRequest as before.
+        return direct_body_handler(self, strict, _MAYBE_NON_FINITE.search) or strict
 
 
 def preview(value: Any, depth: int = 0) -> Any:
