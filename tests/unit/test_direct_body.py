@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict
 
 from ngym.server import input_errors
-from ngym.server.input_errors import StrictJSONRoute, validation_error_handler
+from ngym.server.input_errors import _MAYBE_NON_FINITE, StrictJSONRoute, may_hold_non_finite, validation_error_handler
 from ngym.testing import RolloutClient, make_response
 
 JSON = {"content-type": "application/json"}
@@ -86,6 +86,10 @@ CASES: list[tuple[str, bytes, dict[str, str]]] = [
     ("/answer", b'{"days": 3}', JSON),  # 422, missing field
     ("/answer", b'{"city": "Paris", "days": NaN}', JSON),  # 422 finite_number
     ("/answer", b'{"city": "Paris", "days": 1e400}', JSON),
+    ("/answer", b'{"city": "Paris", "days": 1E+400}', JSON),
+    ("/answer", b'{"city": "Paris", "days": -Infinity}', JSON),
+    ("/answer", b'{"city": "Paris", "days": 1%s}' % (b"0" * 320), JSON),
+    ("/answer", b'{"city": "Paris", "days": 1e30}', JSON),  # finite, but not an int: the same 422
     ("/answer", b'{"city": "a\\ud800b"}', JSON),  # lone surrogate: U+FFFD
     ("/answer", b'{"city": ', JSON),  # 422 json_invalid
     ("/answer", b"", JSON),  # 422 missing body
@@ -141,3 +145,27 @@ async def test_a_tool_call_and_verify_parse_their_body_once_from_the_bytes(
     verified = await rollout.call("/verify", {"responses_create_params": {"input": "weather?"}, "response": response})
     assert verified["reward"] == 1.0
     assert calls[0] == 0  # validated straight from the bytes: no dict built first
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": NaN}',
+        b"[-Infinity]",
+        b'{"a": 1e400}',
+        b'{"a": 1E+308}',
+        b'{"a": 1.5e0400}',
+        b"[%s]" % (b"7" * 300),
+        b'{"a": 1e30, "b": "file123", "c": -1e-400}',
+        b'{"text": "the word NaN in model output"}',
+    ],
+)
+def test_the_quick_non_finite_check_misses_nothing_the_exact_one_finds(raw: bytes) -> None:
+    """Each sample matches the exact check (or is a harmless false alarm: the word NaN): the quick one says maybe."""
+    assert _MAYBE_NON_FINITE.search(raw) or b"NaN" in raw
+    assert may_hold_non_finite(raw)
+
+
+@pytest.mark.parametrize("raw", [b'{"a": 1e30, "b": [1.5, -2, 3e-99]}', b'{"city": "Paris", "days": 12}', b"{}"])
+def test_the_quick_non_finite_check_passes_plain_numbers(raw: bytes) -> None:
+    assert not may_hold_non_finite(raw)
