@@ -20,7 +20,6 @@ from typing import Any, cast
 from fastapi import params
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.routing import APIRoute, serialize_response
-from fastapi.telemetry import get_telemetry_data
 from fastapi.utils import is_body_allowed_for_status_code
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -28,6 +27,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Scope
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+try:  # FastAPI's request telemetry (newer FastAPI): a request it records goes FastAPI's road, which records it
+    import fastapi.telemetry as _fastapi_telemetry
+
+    get_telemetry_data: Callable[[], Any] = _fastapi_telemetry.get_telemetry_data
+except ImportError:  # pragma: no cover - an older FastAPI (the lower bound is 0.115)
+    get_telemetry_data = lambda: None  # noqa: E731
+
+
+#: The FastAPI this road was written against serialises a declared answer straight to JSON (``dump_json``); with
+#: an older one every route keeps FastAPI's road.
+_SUPPORTED = "dump_json" in inspect.signature(serialize_response).parameters
 
 _JSON = b"application/json"
 
@@ -47,6 +59,8 @@ def direct_body_handler(
     """A handler for ``route`` that validates its one body model from the bytes, or None when the route is not the
     plain case. ``fallback`` is FastAPI's own handler (taken for any request off the fast road);
     ``may_be_non_finite(raw)`` is true for a body that might hold NaN/Infinity (those go the checked road)."""
+    if not _SUPPORTED:
+        return None
     dependant = route.dependant
     call = dependant.call
     if call is None or not inspect.iscoroutinefunction(call):
