@@ -126,12 +126,17 @@ async def seed_session_route(server: SimpleResourcesServer, request: Request, se
     typed = _typed_seed_body(raw)
     if typed is not None:
         return await _typed_seed(server, request, session, typed[0], sessions)
-    body = validate_json(seed_body_model(type(server)), raw.strip())
-    result = await sessions.seed_row(session, lambda: server.seed_session(request, body))  # type: ignore[arg-type]  # the author's row model
     mcp = server.mcp_exposure
+    model = seed_body_model(type(server))
+    row: Any = None
+    if mcp is None:
+        body = validate_json(model, raw.strip())  # straight from the bytes: the row itself is not needed
+    else:  # the row's own keys go into the MCP metadata: parsed once, validated from the parsed value
+        row = parse_body(raw)
+        body = validate_body(model, row)
+    result = await sessions.seed_row(session, lambda: server.seed_session(request, body))  # type: ignore[arg-type]  # the author's row model
     if mcp is not None:
         answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
-        row = parse_body(raw)
         answer.setdefault(MCP_SEED_KEY, mcp.seed_metadata(session.id, row if isinstance(row, dict) else {}))
         return answer
     if isinstance(result, BaseModel):
