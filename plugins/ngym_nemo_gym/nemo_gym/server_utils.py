@@ -74,9 +74,15 @@ class ServerCallError(JudgeError):
 
 
 class ServerResponseError(ClientResponseError, JudgeError):
-    """Another server answered with a non-2xx status; ``response_content`` holds its body."""
+    """Another server answered with a non-2xx status; ``response_content`` holds its body.
+
+    Its message carries the start of that body (what says why: a verify's ``failure_reason`` is built from it);
+    ``nemo_text`` is the text NeMo Gym's own error would have (aiohttp's alone), which the rollout collector
+    writes so that its failures file matches NeMo Gym's line for line.
+    """
 
     response_content: bytes | None = None
+    nemo_text: str | None = None
 
 
 # Reported under aiohttp's name, as NeMo Gym's (plain aiohttp) error is: environments and their tests record and
@@ -215,6 +221,7 @@ async def raise_for_status(response: ClientResponse, content: bytes | None = Non
         message = f"{exc.message}: {said}" if said else exc.message
         error = ServerResponseError(exc.request_info, exc.history, status=exc.status, message=message)
         error.response_content = content
+        error.nemo_text = str(exc)
         raise error from exc
 
 

@@ -305,7 +305,8 @@ def request_failure_row(exc: BaseException, status: int | None) -> dict[str, Any
     return {
         NG_FAILURE_CLASS_KEY: AGENT_RUN_ERROR_FAILURE_CLASS if ran else AGENT_REQUEST_FAILED_FAILURE_CLASS,
         "_ng_failure_type": type(exc).__name__,
-        "_ng_failure_message": str(exc) or repr(exc),
+        # NeMo Gym's own text of the error (ours adds the answer's body, which the next field carries already)
+        "_ng_failure_message": getattr(exc, "nemo_text", None) or str(exc) or repr(exc),
         "_ng_failure_http_status": status,
         "_ng_failure_response_body": _shortened(getattr(exc, "response_content", None)),
     }
