@@ -73,9 +73,10 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def write_plan(path: Path) -> int:
-    """The weather example's first recorded rollout as wrk's request plan (seed, tool calls, verify)."""
-    rollout = json.loads(ROLLOUTS.read_text().splitlines()[0])
+def write_plan(path: Path, rollouts: Path = ROLLOUTS) -> int:
+    """The first recorded rollout of ``rollouts`` (default: the weather example's) as wrk's request plan (seed,
+    tool calls, verify); the number of requests."""
+    rollout = json.loads(rollouts.read_text().splitlines()[0])
     row = {k: v for k, v in rollout.items() if k not in ("response", "reward")}
     steps = [("/seed_session", row)]
     steps += [

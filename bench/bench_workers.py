@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -29,26 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_core import pinned  # noqa: E402
+from bench.bench_core import pinned, write_plan  # noqa: E402
 from ngym.child_server import free_port, stop_process, wait_healthy  # noqa: E402
 
 ENVIRONMENT = "example_session_state_mgmt"
 ROLLOUTS = ROOT / "resources_servers" / ENVIRONMENT / "data" / "example_rollouts.jsonl"
-
-
-def write_plan(path: Path) -> int:
-    """The first recorded rollout as wrk's request plan (seed, tool calls, verify); the number of requests."""
-    rollout = json.loads(ROLLOUTS.read_text().splitlines()[0])
-    row = {k: v for k, v in rollout.items() if k not in ("response", "reward")}
-    steps = [("/seed_session", row)]
-    steps += [
-        (f"/{item['name']}", json.loads(item["arguments"]))
-        for item in rollout["response"]["output"]
-        if item.get("type") == "function_call"
-    ]
-    steps.append(("/verify", {**row, "response": rollout["response"]}))
-    path.write_text("".join(f"{route}\t{json.dumps(body)}\n" for route, body in steps))
-    return len(steps)
 
 
 def tree_cpu(pid: int) -> float:
@@ -119,7 +103,7 @@ def main() -> None:
         try:
             servers = {n: start(n, redis.url) for n in (1, 2)}
             plan = Path(scratch) / "plan.tsv"
-            steps = write_plan(plan)
+            steps = write_plan(plan, ROLLOUTS)
             for proc, url in servers.values():
                 wrk(url, proc.pid, redis_pid, plan, steps, 2, args.connections)  # warm-up
             for _ in range(args.rounds):
