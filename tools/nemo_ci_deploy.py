@@ -151,8 +151,12 @@ def deploy_one(case: DeployCase, ngym: Path, work: Path, nemo_src: Path) -> dict
         )
         if run.get("health") != "healthy":
             problems.append(f"container health {run.get('health')!r}, not 'healthy'")
-        if rollout.get("reward") != rewards[0]:
-            problems.append(f"containerize --run: reward {rollout.get('reward')} != NeMo Gym's {rewards[0]} (row 0)")
+        # the smoke rollout replays the first line recorded at 1.0 (else the first): compare with NeMo's for it
+        line = int(rollout.get("example_line") or 1)
+        if rollout.get("reward") != rewards[line - 1]:
+            problems.append(
+                f"containerize --run: reward {rollout.get('reward')} != NeMo Gym's {rewards[line - 1]} (line {line})"
+            )
 
     rows = profile_rows(nemo_src / "resources_servers" / case.name, rewards, logs / f"{case.name}.profile-data")
     profile = [str(ngym), "profile", case.name, "--users", "5", "--duration", "5s", "--json", "--data", str(rows)]
