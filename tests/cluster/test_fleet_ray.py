@@ -13,6 +13,7 @@ never a hang; ``ngym status`` shows it down; ``ngym down`` leaves nothing. ``mak
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -73,7 +74,13 @@ def make_hosts() -> None:
 
 
 def drop_hosts() -> None:
+    """Remove what ``make_hosts`` made, processes left in the namespaces included (best effort: also run before
+    ``make_hosts``, so a run killed outright, whose ``finally`` never ran, leaves nothing to the next)."""
     for i in HOSTS.values():
+        pids = subprocess.run(["ip", "netns", "pids", f"i20f-h{i}"], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
         sh("ip", "netns", "del", f"i20f-h{i}")
         sh("ip", "link", "del", f"i20f-v{i}")
     sh("iptables", "-D", "FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT")
@@ -138,6 +145,7 @@ class Cluster:
 def cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.fail("the Ray cluster test needs root and iproute2 (network namespaces)")
+    drop_hosts()  # what a killed earlier run left
     make_hosts()
     made = Cluster()
     try:
