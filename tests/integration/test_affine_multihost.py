@@ -46,6 +46,11 @@ def hosts(count: int) -> Iterator[list[tuple[str, str]]]:
     """``count`` namespaces, each reached from this one over its own veth pair: [(namespace, address)]."""
     tag, subnet = secrets.token_hex(2), random.randrange(16, 250)
     made: list[tuple[str, str]] = []
+    # hosts of an earlier run killed outright (its `finally` never ran): their processes, veths and namespaces
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    for stale in [name for name in listed if name.startswith("i20w-")]:
+        kill_host(stale)
+        subprocess.run(["ip", "netns", "del", stale], capture_output=True)  # its veth pair goes with it
     try:
         for i in range(count):
             ns, near, far = f"i20w-{tag}-h{i}", f"i20w{tag}a{i}", f"i20w{tag}b{i}"
