@@ -179,6 +179,21 @@ async def test_verify_masks_a_ground_truth_call_that_raises() -> None:
         assert out["reward"] == 0.0 and out["mask_sample"] is True and "no_such_tool" in out["ground_truth_errors"][0]
 
 
+async def test_a_ground_truth_refused_by_the_size_bounds_is_masked_and_logged_never_a_match(caplog) -> None:
+    """A state-changing ground truth the bounded reader refuses (issue 25: it would build 2,000,002 characters)
+    must not leave "nothing happened" to match an empty trajectory: masked, with the reason, and logged."""
+    caplog.set_level(logging.ERROR, logger="workplace_assistant")
+    hostile = 'email.delete_email.func(email_id="0" + "y"*1000000 + "y"*1000000 + "")'
+    row = {**FULL_DATA_ROW, "ground_truth": [hostile]}
+    async with serve_in_process(_app()) as http:
+        client = RolloutClient(http)
+        await client.call("/seed_session", row)
+        out = await client.call("/verify", {**row, "response": EMPTY_RESPONSE})
+    assert out["reward"] == 0.0 and out["mask_sample"] is True and out["failure_kind"] == "verifier_error"
+    assert out["ground_truth_failed_calls"] == 1 and out["ground_truth_errors"]
+    assert any("verify masked a sample" in r.getMessage() for r in caplog.records)
+
+
 async def test_a_scorable_row_is_not_masked() -> None:
     row = read_jsonl(DATA / "example.jsonl")[0]
     async with serve_in_process(_app()) as http:
