@@ -73,7 +73,23 @@ def _text(content: Any) -> str:
 # ---- verifiers 0.4: a Taskset ----------------------------------------------------------------------------
 
 
-class TasksetEnvironment:
+class Sessions:
+    """The rollouts a worker holds, by ngym's session id: what both environment kinds share."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, dict[str, Any]] = {}
+
+    async def close(self, session: str) -> dict[str, Any]:
+        self.sessions.pop(session, None)
+        return {}
+
+    def _session(self, session: str) -> dict[str, Any]:
+        if session not in self.sessions:
+            raise BadRequest(f"session {session!r} was not seeded (or is closed)")
+        return self.sessions[session]
+
+
+class TasksetEnvironment(Sessions):
     api = "v1"
 
     def __init__(self, taskset_id: str, args: dict[str, Any]) -> None:
@@ -91,7 +107,7 @@ class TasksetEnvironment:
                 " whose state is not a rollout's: not served as a resources server"
             )
         self.tasks: list[Any] | None = None
-        self.sessions: dict[str, dict[str, Any]] = {}
+        super().__init__()
 
     def _all_tasks(self) -> list[Any]:
         if self.tasks is None:
@@ -220,15 +236,6 @@ class TasksetEnvironment:
             raise Refused(f"reward functions did not score: {', '.join(missing)}")
         return {"reward": trace.reward, "rewards": rewards, "metrics": dict(trace.metrics)}
 
-    async def close(self, session: str) -> dict[str, Any]:
-        self.sessions.pop(session, None)
-        return {}
-
-    def _session(self, session: str) -> dict[str, Any]:
-        if session not in self.sessions:
-            raise BadRequest(f"session {session!r} was not seeded (or is closed)")
-        return self.sessions[session]
-
 
 def _needs_runtime(fn: Any) -> bool:
     param = inspect.signature(fn).parameters.get("runtime")
@@ -296,7 +303,7 @@ def _tool_text(result: Any) -> str:
 # ---- verifiers <= 0.3: load_environment -> Environment ------------------------------------------------------
 
 
-class LegacyEnvironment:
+class LegacyEnvironment(Sessions):
     api = "legacy"
 
     def __init__(self, module: Any, args: dict[str, Any]) -> None:
@@ -320,7 +327,7 @@ class LegacyEnvironment:
             )
         else:
             self.kind = type(env).__name__
-        self.sessions: dict[str, dict[str, Any]] = {}
+        super().__init__()
         self._rows: list[dict[str, Any]] | None = None
 
     def _dataset(self) -> list[dict[str, Any]]:
@@ -437,15 +444,6 @@ class LegacyEnvironment:
         weights = dict(_rubric_weights(self.env.rubric))
         rewards = {name: {"score": metrics[name], "weight": weights.get(name, 0.0)} for name in metrics}
         return {"reward": state["reward"], "rewards": rewards, "metrics": metrics}
-
-    async def close(self, session: str) -> dict[str, Any]:
-        self.sessions.pop(session, None)
-        return {}
-
-    def _session(self, session: str) -> dict[str, Any]:
-        if session not in self.sessions:
-            raise BadRequest(f"session {session!r} was not seeded (or is closed)")
-        return self.sessions[session]
 
 
 def _legacy_prompt(env: Any, row: dict[str, Any]) -> Any:
