@@ -4,9 +4,12 @@
 It brings up a fleet of two built-ins with ``ngym up`` (the counter environment, whose state lives in the
 session, and the weather example), then keeps SESSIONS rollouts open at once: each seeds, calls tools with
 pauses, and either verifies (the reward must be the right one), closes without verifying, or is abandoned to the
-idle TTL (churn). Every 10 s it samples each environment's process group (RSS, open files, from ``/proc``) and its
-live sessions (``/health``). After warm-up (the first quarter) RSS may grow at most 20 %, open files at most 64,
-and live sessions stay under SESSIONS plus what the TTL keeps; any wrong reward fails. ``ngym down`` at the end.
+idle TTL (churn). Every 10 s it samples each environment's process group (RSS, open files and open sockets, from
+``/proc``) and its live sessions (``/health``). After warm-up (the first quarter) RSS may grow at most 20 %, open
+files other than sockets at most 16, sockets stay under one per concurrent rollout (they follow the load), and live
+sessions stay under SESSIONS plus what the TTL keeps. When every rollout has ended and the idle TTL has passed, the
+servers must hold no session and no more descriptors than before the load. Any wrong reward fails, and so does a
+lost session scored as an unmasked 0.0. ``ngym down`` at the end.
 Prints one JSON report; exit 1 when a bound is broken.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -43,9 +47,13 @@ RESPONSE = {
 }  # fmt: skip
 
 
-def group_usage(pgid: int) -> tuple[int, int]:
-    """(RSS bytes, open files) of every process in the group."""
-    rss = files = 0
+def group_usage(pgid: int) -> tuple[int, int, int]:
+    """(RSS bytes, open files other than sockets, open sockets) of every process in the group.
+
+    Sockets are counted apart: they follow the load (one per client connection the server holds at that moment),
+    so they may rise and fall with it; every other descriptor (files, pipes) must stay flat.
+    """
+    rss = files = sockets = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -54,10 +62,15 @@ def group_usage(pgid: int) -> tuple[int, int]:
             if int(stat[2]) != pgid:
                 continue
             rss += int((entry / "statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            files += len(os.listdir(entry / "fd"))
+            for fd in (entry / "fd").iterdir():
+                with contextlib.suppress(OSError):  # closed between the listing and the read
+                    if os.readlink(fd).startswith("socket:"):
+                        sockets += 1
+                    else:
+                        files += 1
         except (OSError, ValueError, IndexError):
             continue
-    return rss, files
+    return rss, files, sockets
 
 
 class Soak:
@@ -149,21 +162,35 @@ async def drive(state: FleetState, sessions: int, seconds: float) -> dict[str, A
     # one rollout's session cookie with another's seed (the jar does not tell ports apart), which re-seeds that
     # session under the first rollout: found by the first runs of this soak as 409s and 0.0 rewards.
     no_jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+    started = time.monotonic()
+
+    async def sample(http: httpx.AsyncClient) -> dict[str, Any]:
+        taken: dict[str, Any] = {"t": round(time.monotonic() - started, 1), **soak.counts}
+        for name, record in state.servers.items():
+            assert record.process is not None
+            rss, files, sockets = group_usage(record.process.pid)
+            health = (await http.get(f"{urls[name]}/health")).json()
+            taken[name] = {
+                "rss_mb": round(rss / 2**20, 1), "files": files, "sockets": sockets, "live": health["live_sessions"],
+            }  # fmt: skip
+        print(json.dumps(taken), file=sys.stderr)
+        return taken
+
     async with httpx.AsyncClient(timeout=60, limits=limits, cookies=no_jar) as http:
+        idle = await sample(http)  # before any load: what the drained servers must come back to
         users = [asyncio.create_task(soak.user(http)) for _ in range(sessions)]
-        started = time.monotonic()
         while any(not u.done() for u in users):
             await asyncio.sleep(min(10, max(0.5, soak.deadline - time.monotonic())))
-            sample: dict[str, Any] = {"t": round(time.monotonic() - started, 1), **soak.counts}
-            for name, record in state.servers.items():
-                assert record.process is not None
-                rss, files = group_usage(record.process.pid)
-                health = (await http.get(f"{urls[name]}/health")).json()
-                sample[name] = {"rss_mb": round(rss / 2**20, 1), "files": files, "live": health["live_sessions"]}
-            samples.append(sample)
-            print(json.dumps(sample), file=sys.stderr)
+            samples.append(await sample(http))
         await asyncio.gather(*users)
-    return {"counts": soak.counts, "wrong": soak.wrong[:10], "lost": soak.lost[:10], "samples": samples}
+    # Drained: every client connection closed and the idle TTL passed, so what the servers still hold is a leak.
+    await asyncio.sleep(TTL + 15)
+    async with httpx.AsyncClient(timeout=60, cookies=no_jar) as http:
+        drained = await sample(http)
+    return {
+        "counts": soak.counts, "wrong": soak.wrong[:10], "lost": soak.lost[:10], "samples": samples,
+        "idle": idle, "drained": drained,
+    }  # fmt: skip
 
 
 def judge(report: dict[str, Any], sessions: int) -> list[str]:
@@ -174,14 +201,22 @@ def judge(report: dict[str, Any], sessions: int) -> list[str]:
         broken.append(f"{report['counts']['wrong']} wrong reward(s): {report['wrong']}")
     if report["counts"]["lost_unmasked"]:  # lost to the TTL, but scored 0.0 without mask_sample: a wrong reward too
         broken.append(f"{report['counts']['lost_unmasked']} expired session(s) verified as an unmasked 0.0")
+    first, drained = report["idle"], report["drained"]
     for name in ("counter", "weather"):
-        base, peak = warm[0][name], {k: max(s[name][k] for s in warm) for k in ("rss_mb", "files", "live")}
+        base, peak = warm[0][name], {k: max(s[name][k] for s in warm) for k in ("rss_mb", "files", "sockets", "live")}
         if peak["rss_mb"] > base["rss_mb"] * 1.2 + 5:
             broken.append(f"{name}: RSS grew {base['rss_mb']} -> {peak['rss_mb']} MB after warm-up")
-        if peak["files"] > base["files"] + 64:
-            broken.append(f"{name}: open files grew {base['files']} -> {peak['files']} after warm-up")
+        if peak["files"] > base["files"] + 16:
+            broken.append(f"{name}: open files (not sockets) grew {base['files']} -> {peak['files']} after warm-up")
+        if peak["sockets"] > sessions + 64:  # at most one connection per concurrent rollout
+            broken.append(f"{name}: {peak['sockets']} open sockets for {sessions} concurrent rollouts")
         if peak["live"] > sessions * 1.5 + 50:
             broken.append(f"{name}: {peak['live']} live sessions for {sessions} concurrent rollouts")
+        # after the drain the servers hold what they held before any load: no session, no connection kept
+        if drained[name]["live"]:
+            broken.append(f"{name}: {drained[name]['live']} live session(s) after every rollout ended and the TTL")
+        if drained[name]["sockets"] > first[name]["sockets"] + 4 or drained[name]["files"] > first[name]["files"] + 4:
+            broken.append(f"{name}: descriptors after the drain {drained[name]} vs before the load {first[name]}")
     return broken
 
 
