@@ -73,6 +73,23 @@ def group_usage(pgid: int) -> tuple[int, int, int]:
     return rss, files, sockets
 
 
+async def live_sessions(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    """``GET /health`` on a connection of its own, retried: the sampler must not die of a keep-alive race.
+
+    (A pooled connection the server closes as idle just as a request goes out is dropped without an answer; on a
+    machine loaded to a load average of 20-30 that happened to one sample in a 30-minute run.)
+    """
+    for attempt in range(3):
+        try:
+            answer = await http.get(f"{url}/health", headers={"connection": "close"})
+            return dict(answer.raise_for_status().json())
+        except httpx.HTTPError:
+            if attempt == 2:
+                raise
+            await asyncio.sleep(1)
+    raise AssertionError("unreachable")
+
+
 class Soak:
     def __init__(self, urls: dict[str, str], deadline: float) -> None:
         self.urls, self.deadline = urls, deadline
@@ -169,7 +186,7 @@ async def drive(state: FleetState, sessions: int, seconds: float) -> dict[str, A
         for name, record in state.servers.items():
             assert record.process is not None
             rss, files, sockets = group_usage(record.process.pid)
-            health = (await http.get(f"{urls[name]}/health")).json()
+            health = await live_sessions(http, urls[name])
             taken[name] = {
                 "rss_mb": round(rss / 2**20, 1), "files": files, "sockets": sockets, "live": health["live_sessions"],
             }  # fmt: skip
@@ -184,7 +201,8 @@ async def drive(state: FleetState, sessions: int, seconds: float) -> dict[str, A
             samples.append(await sample(http))
         await asyncio.gather(*users)
     # Drained: every client connection closed and the idle TTL passed, so what the servers still hold is a leak.
-    await asyncio.sleep(TTL + 15)
+    # (the sweeper runs every TTL/4, at most 30 s: a session expires at TTL and is closed by the next sweep)
+    await asyncio.sleep(TTL + min(TTL / 4, 30) + 15)
     async with httpx.AsyncClient(timeout=60, cookies=no_jar) as http:
         drained = await sample(http)
     return {
