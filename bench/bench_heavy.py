@@ -286,7 +286,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--judge", choices=("haproxy", "uvicorn"), default="haproxy", help="the scripted judge's server")
+    parser.add_argument(
+        "--judge", choices=("haproxy", "uvicorn"), default="haproxy", help="the scripted judge's server"
+    )
     parser.add_argument(
         "--shipped-only", action="store_true", help="only NeMo Gym and ngym as shipped (not the fork-template variants)"
     )
@@ -304,7 +306,7 @@ def main() -> None:
     )
     print(
         "| environment | server | rollouts/s | vs NeMo Gym | p50 / p99 ms | CPU ms/rollout | vs NeMo Gym (CPU) | "
-        "/health p50 / p99 / max ms | errors | load gen cores | judge cores |\n|---|---|---|---|---|---|---|---|---|---|---|",
+        "/health p50 / p99 / max ms | errors | load gen cores | judge cores |\n" + "|---" * 11 + "|",
         flush=True,
     )
     for item in ne.load_envs(names):

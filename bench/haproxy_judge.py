@@ -34,6 +34,8 @@ from ngym.rollout.fixed_judge import MODELS_ANSWER, chat_answer, responses_answe
 CONFIG = """\
 global
     nbthread {threads}
+    # a request is answered once its whole body is in one buffer (below): room for long judge prompts
+    tune.bufsize 262144
 defaults
     mode http
     timeout client 120s
@@ -44,9 +46,12 @@ defaults
     option http-buffer-request
 frontend judge
     bind 127.0.0.1:{port}
-    http-request return status 200 content-type application/json file {folder}/responses.json if {{ path_end /v1/responses }}
-    http-request return status 200 content-type application/json file {folder}/chat.json if {{ path_end /v1/chat/completions }}
-    http-request return status 200 content-type application/json file {folder}/models.json if {{ path_end /v1/models }}
+    acl responses path_end /v1/responses
+    acl chat path_end /v1/chat/completions
+    acl models path_end /v1/models
+    http-request return status 200 content-type application/json file {folder}/responses.json if responses
+    http-request return status 200 content-type application/json file {folder}/chat.json if chat
+    http-request return status 200 content-type application/json file {folder}/models.json if models
     http-request return status 404 content-type application/json string '{{"detail":"Not Found"}}'
 """
 
