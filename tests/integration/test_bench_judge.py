@@ -26,7 +26,7 @@ from bench.haproxy_judge import haproxy_judge  # noqa: E402
 
 HAPROXY = shutil.which("haproxy") or shutil.which("/usr/sbin/haproxy")
 needs_haproxy = pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (apt-get install haproxy)")
-VERDICT = "[[A=B]] it's \"equal\""  # quotes of both kinds: the answer files must carry them unchanged
+VERDICT = '[[A=B]] it\'s "equal"'  # quotes of both kinds: the answer files must carry them unchanged
 
 
 def comparable(body: dict[str, Any]) -> dict[str, Any]:
