@@ -164,7 +164,14 @@ def _client_session() -> aiohttp.ClientSession:
     loop = asyncio.get_running_loop()
     session = _client_sessions.get(loop)
     if session is None or session.closed:
-        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+        # Bounded as NeMo Gym bounds its process-wide client (``global_aiohttp_connector_limit*``: 1,024 connections
+        # per judge by default), not by aiohttp's default of 100 in all: with more rollouts than that verifying at
+        # once, judge calls would queue here for a connection while NeMo Gym sends them to the judge's batcher.
+        cfg = GlobalAIOHTTPAsyncClientConfig.model_validate(dict(global_config()))
+        connector = aiohttp.TCPConnector(
+            limit=cfg.global_aiohttp_connector_limit, limit_per_host=cfg.global_aiohttp_connector_limit_per_host
+        )
+        session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
         _client_sessions[loop] = session
     return session
 
