@@ -140,8 +140,9 @@ def report(path: str, results: dict[int, list[dict[str, float]]]) -> list[str]:
     # What two workers could have had: both cores, less what wrk and redis-server used beside them; one worker can
     # use at most one core (less, when the machine gave it less).
     room_two = min(2.0, 2.0 - two["wrk_cores"] - two["redis_cores"])
-    ceiling = efficiency * room_two / min(1.0, one["server_cores"]) if one["server_cores"] > 0 else float("nan")
-    idle_ceiling = efficiency * room_two
+    # a measured efficiency above 1.0 is noise between rounds (a second worker cannot make rollouts cheaper)
+    ceiling = min(efficiency, 1.0) * room_two / min(1.0, one["server_cores"]) if one["server_cores"] > 0 else 0.0
+    idle_ceiling = min(efficiency, 1.0) * room_two
     lines.append(
         f"{path}: 2 workers / 1 worker **{statistics.median(ratios):.2f}x** rollouts/s (pairs "
         f"{min(ratios):.2f}-{max(ratios):.2f}) = per-CPU efficiency {efficiency:.2f} (rollouts per server "
