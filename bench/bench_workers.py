@@ -52,14 +52,17 @@ ROLLOUTS = ROOT / "resources_servers" / ENVIRONMENT / "data" / "example_rollouts
 PATHS = ("redis", "affinity")
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and its live descendants (uvicorn's supervisor and its workers, HAProxy)."""
+def tree_cpu(pid: int, only: str | None = None) -> float:
+    """CPU seconds of ``pid`` and its live descendants (uvicorn's supervisor and its workers, HAProxy); with
+    ``only``, of those whose command name is ``only``."""
     total, pending = 0.0, [pid]
     while pending:
         current = pending.pop()
         with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            name, _, rest = Path(f"/proc/{current}/stat").read_text().partition(" (")[2].rpartition(")")
+            fields = rest.split()
+            if only is None or name == only:
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             for task in Path(f"/proc/{current}/task").iterdir():
                 pending.extend(int(c) for c in (task / "children").read_text().split())
     return total
@@ -90,7 +93,7 @@ def wrk(
     """One round of wrk against ``url``: rollouts/s and the cores every side used during it."""
     cmd = pinned(1, ["wrk", f"-t{connections}", f"-c{connections}", f"-d{seconds:.0f}s", "-s",
                      str(ROOT / "bench/rollout.lua"), url, "--", str(plan)])  # fmt: skip
-    server_before, began = tree_cpu(server_pid), time.monotonic()
+    server_before, proxy_before, began = tree_cpu(server_pid), tree_cpu(server_pid, "haproxy"), time.monotonic()
     redis_before = tree_cpu(redis_pid) if redis_pid else 0.0
     usage_before, busy_before = os.times(), machine_busy()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -102,6 +105,7 @@ def wrk(
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)) / steps  # type: ignore[union-attr]
     server_cores = (tree_cpu(server_pid) - server_before) / elapsed
+    proxy_cores = (tree_cpu(server_pid, "haproxy") - proxy_before) / elapsed
     redis_cores = (tree_cpu(redis_pid) - redis_before) / elapsed if redis_pid else 0.0
     wrk_cores = wrk_cpu / elapsed
     busy_cores = (busy - busy_before) / elapsed
@@ -109,6 +113,7 @@ def wrk(
         "rollouts_per_s": rate,
         "server_cores": server_cores,
         "rollouts_per_cpu_s": rate / server_cores if server_cores > 0 else float("nan"),
+        "proxy_cores": proxy_cores,
         "wrk_cores": wrk_cores,
         "redis_cores": redis_cores,
         "others_cores": max(0.0, busy_cores - server_cores - wrk_cores - redis_cores),
@@ -117,8 +122,35 @@ def wrk(
     }
 
 
-KEYS = ("rollouts_per_s", "server_cores", "rollouts_per_cpu_s", "redis_cores", "wrk_cores", "others_cores",
-        "load_average")  # fmt: skip
+#: A fixed pure-Python loop: what one process does with one core, to compare with two at once.
+SPIN = (
+    "import time; t = time.process_time(); x = 0\nfor i in range(6_000_000): x += i % 7\nprint(time.process_time() - t)"
+)
+
+
+def machine_scaling(rounds: int = 3) -> dict[str, float]:
+    """The machine's own 2-process scaling, no server involved: one copy of a fixed CPU-bound loop, then two at
+    once (pinned to CPU 0 and CPU 1); median over ``rounds``. ``cpu_ratio``: CPU time per loop, 2 at once over 1
+    alone (above 1.0: the two vCPUs slow each other, e.g. siblings on the host); ``wall_ratio``: loops per second,
+    2 at once over 1 alone (what two workers could get at best from this machine now, other tenants included)."""
+    cpu_ratios, wall_ratios = [], []
+    for _ in range(rounds):
+        began = time.monotonic()
+        alone = float(subprocess.run(pinned(0, [sys.executable, "-c", SPIN]), capture_output=True, text=True,
+                                     check=True).stdout)  # fmt: skip
+        alone_wall = time.monotonic() - began
+        began = time.monotonic()
+        pair = [subprocess.Popen(pinned(cpu, [sys.executable, "-c", SPIN]), stdout=subprocess.PIPE, text=True)
+                for cpu in (0, 1)]  # fmt: skip
+        both = [float(proc.communicate()[0]) for proc in pair]
+        both_wall = time.monotonic() - began
+        cpu_ratios.append(statistics.mean(both) / alone)
+        wall_ratios.append(2 * alone_wall / both_wall)
+    return {"cpu_ratio": statistics.median(cpu_ratios), "wall_ratio": statistics.median(wall_ratios)}
+
+
+KEYS = ("rollouts_per_s", "server_cores", "proxy_cores", "rollouts_per_cpu_s", "redis_cores", "wrk_cores",
+        "others_cores", "load_average")  # fmt: skip
 
 
 def report(path: str, results: dict[int, list[dict[str, float]]]) -> list[str]:
@@ -128,7 +160,8 @@ def report(path: str, results: dict[int, list[dict[str, float]]]) -> list[str]:
     for n, m in med.items():
         errors = sum(int(r["errors"]) for r in results[n])
         lines.append(
-            f"| {path} | {n} | {m['rollouts_per_s']:.0f} | {m['server_cores']:.2f} | {m['rollouts_per_cpu_s']:.0f} | "
+            f"| {path} | {n} | {m['rollouts_per_s']:.0f} | {m['server_cores']:.2f} | {m['proxy_cores']:.2f} | "
+            f"{m['rollouts_per_cpu_s']:.0f} | "
             f"{m['redis_cores']:.2f} | {m['wrk_cores']:.2f} | {m['others_cores']:.2f} | {m['load_average']:.1f} | "
             f"{errors} |"
         )
@@ -155,7 +188,11 @@ def report(path: str, results: dict[int, list[dict[str, float]]]) -> list[str]:
     if statistics.median(ratios) < 1.7:
         reasons = []
         if efficiency * 2.0 < 1.7:
-            reasons.append(f"each rollout costs {1 / efficiency:.2f}x the server CPU with 2 workers")
+            share = two["proxy_cores"] / two["server_cores"] if two["server_cores"] > 0 else 0.0
+            reasons.append(
+                f"each rollout costs {1 / efficiency:.2f}x the server CPU with 2 workers"
+                + (f" (HAProxy's share of it: {share:.0%})" if share else "")
+            )
         if room_two < 1.7 / max(efficiency, 1e-9):
             reasons.append(f"wrk and redis-server leave the servers only {room_two:.2f} cores")
         if two["server_cores"] < room_two - 0.15:
@@ -208,10 +245,14 @@ def main() -> None:
           f"wrk pinned to CPU 1, servers free; {args.rounds} alternating rounds of {args.seconds:.0f}s, "
           f"{args.connections} connections; {ENVIRONMENT}")  # fmt: skip
     print(
-        "| sessions | workers | rollouts/s | server cores | rollouts per server CPU-s | redis cores | wrk cores | "
-        "other tenants' cores | load average | non-2xx |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| sessions | workers | rollouts/s | server cores | of which HAProxy | rollouts per server CPU-s | "
+        "redis cores | wrk cores | other tenants' cores | load average | non-2xx |\n" + "|---" * 11 + "|"
     )
-    summaries = []
+    machine = machine_scaling()
+    summaries = [
+        f"machine: two copies of a fixed CPU-bound loop at once did {machine['wall_ratio']:.2f}x the loops per second "
+        f"of one alone (each loop took {machine['cpu_ratio']:.2f}x the CPU time): the most any 2 processes got here"
+    ]
     for path in paths:
         lines = report(path, results[path])
         print("\n".join(line for line in lines if line.startswith("|")))

@@ -91,6 +91,7 @@ def rounds(rate: float, cores: float, others: float = 0.0) -> dict[str, float]:
     return {
         "rollouts_per_s": rate,
         "server_cores": cores,
+        "proxy_cores": 0.0,
         "rollouts_per_cpu_s": rate / cores,
         "redis_cores": 0.1,
         "wrk_cores": 0.2,
