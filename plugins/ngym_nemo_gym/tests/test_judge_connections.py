@@ -72,3 +72,11 @@ async def test_more_than_a_hundred_judge_calls_reach_the_judge_at_once() -> None
 async def test_nemos_per_host_limit_key_bounds_the_calls_in_flight() -> None:
     set_global_config({"global_aiohttp_connector_limit_per_host": 7})
     assert await calls_in_flight(20, patience=0.5) == 7
+
+
+async def test_an_invalid_limit_in_the_config_is_a_judge_call_error_saying_which_setting() -> None:
+    from nemo_gym.server_utils import ServerCallError
+
+    set_global_config({"global_aiohttp_connector_limit_per_host": -3})
+    with pytest.raises(ServerCallError, match="global_aiohttp_"):
+        await request("POST", "http://127.0.0.1:9/v1/responses", json={})
