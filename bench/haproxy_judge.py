@@ -103,6 +103,8 @@ def haproxy_judge(text: str, log: Path, threads: int = 1) -> Iterator[tuple[str,
 
 
 if __name__ == "__main__":
+    # SIGTERM (timeout, kill) exits through the context manager, so HAProxy (its own session) is stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with haproxy_judge(sys.argv[1] if len(sys.argv) > 1 else "[[A=B]]", Path("/dev/stderr")) as (judge_url, _):
         print(judge_url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
