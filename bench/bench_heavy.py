@@ -164,8 +164,13 @@ def start_servers(
             ne.spawn(cmd, cwd=logs, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
             f"http://127.0.0.1:{port}",
         )
-    for proc, url in servers.values():
-        wait_up(url, proc)
+    try:
+        for proc, url in servers.values():
+            wait_up(url, proc)
+    except BaseException:  # one did not come up, or we were stopped: none is left running
+        for proc, _ in servers.values():
+            stop_group(proc)
+        raise
     return servers
 
 
@@ -293,6 +298,9 @@ def main() -> None:
         "--shipped-only", action="store_true", help="only NeMo Gym and ngym as shipped (not the fork-template variants)"
     )
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, through the finally blocks: the servers and the judge (each in its own
+    # session, so a signal to this process does not reach them) are stopped
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     names = args.envs.split(",")
     bases = {
         "nemo": ne.base_venv("nemo-base", ne.build_nemo_base, f"overlay of {ne.nemo_venv()}"),
