@@ -18,7 +18,7 @@ quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1;
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench clean docker-base nemo-envs nemo-ci fleet-ray soak
+.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table clean docker-base nemo-envs nemo-ci fleet-ray soak
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -79,7 +79,11 @@ format: install
 	$(VENV)/bin/ruff format .
 
 bench: install
-	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+	@for script in bench/bench_*.py; do [ $$script = bench/bench_table.py ] && continue; echo "== $$script"; $(PY) $$script || exit 1; done
+
+# docs/performance.md's tables rerun side by side, printed as markdown (~15 min once bench_heavy's venvs exist)
+bench-table: install
+	$(PY) bench/bench_table.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -12,12 +12,15 @@ rewards on each side (they must agree).
 * ngym side (as shipped; with forked children lowered 5 nice levels; with the fork template off, i.e. the
   runtime before it): a Python 3.13 venv with this checkout (editable) and ``ngym-nemo-gym``, the environment installed
   with ``ngym install nemo-gym:NAME``, served with ``ngym run NAME``.
-* Judges: ``tools/nemo_scripted_judge.py`` (a fixed verdict) on both sides, as ``make nemo-envs`` replays them.
+* Judges: a fixed verdict on both sides. By default HAProxy answers it from memory (``bench/haproxy_judge.py``),
+  so the judge is never what limits throughput; ``--judge uvicorn`` uses ``tools/nemo_scripted_judge.py`` (one
+  Python process, as ``make nemo-envs`` replays them). The judge's CPU per rollout and the load generator's cores
+  are printed beside each row: a load generator near 1.0 core, or a judge near its own, measures itself.
 
 Venvs are cached under ``~/.cache/ngym/bench-heavy`` (``NGYM_NEMO_ENVS_DIR``); the first run builds them.
 
     .venv/bin/python bench/bench_heavy.py [--envs math_with_judge,equivalence_llm_judge] [--seconds 10]
-        [--rounds 3] [--concurrency 16]
+        [--rounds 3] [--concurrency 16] [--judge haproxy|uvicorn]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from bench.haproxy_judge import haproxy_judge  # noqa: E402
 from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
@@ -115,7 +120,12 @@ def prepare(item: ne.Env, bases: dict[str, Path]) -> dict[str, Path]:
 
 
 def start_servers(
-    item: ne.Env, pythons: dict[str, Path], urls: dict[str, str], values: list[str], logs: Path
+    item: ne.Env,
+    pythons: dict[str, Path],
+    urls: dict[str, str],
+    values: list[str],
+    logs: Path,
+    shipped_only: bool = False,
 ) -> dict[str, tuple[subprocess.Popen, str]]:
     servers = {}
     run_root, folder = ne.nemo_run_root(item)
@@ -144,7 +154,8 @@ def start_servers(
     )
     model_urls = [a for name, url in urls.items() for a in ("--model-url", f"{name}={url}")]
     venv = pythons["ngym"].parent.parent
-    for number, (label, variant) in enumerate(VARIANTS.items()):
+    variants = {k: v for k, v in VARIANTS.items() if k == "ngym"} if shipped_only else VARIANTS
+    for number, (label, variant) in enumerate(variants.items()):
         port = ne.free_port()
         env = {**os.environ, "NGYM_CACHE_DIR": str(venv / "ngym-cache"), **variant}
         cmd = [str(pythons["ngym"]), "-m", "ngym.cli", "run", item.name, "--port", str(port), *model_urls, *values]
@@ -153,8 +164,13 @@ def start_servers(
             ne.spawn(cmd, cwd=logs, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
             f"http://127.0.0.1:{port}",
         )
-    for proc, url in servers.values():
-        wait_up(url, proc)
+    try:
+        for proc, url in servers.values():
+            wait_up(url, proc)
+    except BaseException:  # one did not come up, or we were stopped: none is left running
+        for proc, _ in servers.values():
+            stop_group(proc)
+        raise
     return servers
 
 
@@ -171,8 +187,40 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 
 def load(url: str, rows_file: Path, seconds: float, concurrency: int) -> dict:
+    """One closed-loop round; with the load generator's own CPU (``loadgen_cores``: near 1.0, it measured itself)."""
     cmd = [sys.executable, str(ROOT / "bench/heavy_load.py"), url, str(rows_file), str(seconds), str(concurrency)]
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    before = os.times()
+    result: dict = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    after = os.times()
+    used = (after.children_user + after.children_system) - (before.children_user + before.children_system)
+    result["loadgen_cores"] = used / max(result["seconds"], 1e-9)
+    return result
+
+
+@contextlib.contextmanager
+def judge_for(item: ne.Env, log: Path, kind: str):
+    """``tools.nemo_envs.judge_for`` with the judge's pid (None without a judge); ``kind`` haproxy or uvicorn."""
+    refs = sorted(set(item.model_refs()))
+    policy = item.policy_values()
+    if kind == "uvicorn" or not (refs or policy):
+        with ne.judge_for(item, log) as (urls, values):
+            given = [*urls.values(), *(v.split("=", 1)[1] for v in values if v.startswith("policy_base_url="))]
+            port = urllib.parse.urlsplit(given[0]).port if given else None
+            yield urls, values, listening_pid(port) if port else None  # the uvicorn judge: who listens there
+        return
+    with haproxy_judge(item.judge_text(), log) as (url, pid):
+        given = {"policy_base_url": f"{url}/v1", "policy_api_key": "scripted", "policy_model_name": "scripted"}
+        yield {ref: url for ref in refs}, [f"{key}={given[key]}" for key in policy], pid
+
+
+def listening_pid(port: int) -> int | None:
+    """The pid of the process listening on 127.0.0.1:``port`` (psutil), or None."""
+    import psutil
+
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            return conn.pid
+    return None
 
 
 def bench_env(item: ne.Env, bases: dict[str, Path], args: argparse.Namespace) -> dict:
@@ -183,16 +231,20 @@ def bench_env(item: ne.Env, bases: dict[str, Path], args: argparse.Namespace) ->
     rows_file = logs / "bench-rows.jsonl"
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     results: dict[str, list[dict]] = {}
-    with ne.judge_for(item, logs / "bench.judge.log") as (urls, values):
-        servers = start_servers(item, pythons, urls, values, logs)
+    with judge_for(item, logs / "bench.judge.log", args.judge) as (urls, values, judge_pid):
+        servers = start_servers(item, pythons, urls, values, logs, args.shipped_only)
         try:
             for _, url in servers.values():  # warm-up round: imports, first forks
                 load(url, rows_file, 2, args.concurrency)
             for _ in range(args.rounds):
                 for label, (proc, url) in servers.items():
                     before = tree_cpu(proc.pid)
+                    judge_before = tree_cpu(judge_pid) if judge_pid else 0.0
                     result = load(url, rows_file, args.seconds, args.concurrency)
                     result["cpu_ms_per_rollout"] = (tree_cpu(proc.pid) - before) / max(result["rollouts"], 1) * 1e3
+                    judge_cpu = tree_cpu(judge_pid) - judge_before if judge_pid else 0.0
+                    result["judge_cpu_ms_per_rollout"] = judge_cpu / max(result["rollouts"], 1) * 1e3
+                    result["judge_cores"] = judge_cpu / max(result["seconds"], 1e-9)
                     results.setdefault(label, []).append(result)
         finally:
             for proc, _ in servers.values():
@@ -209,6 +261,8 @@ def summarise(name: str, outcome: dict) -> list[str]:
             key: statistics.median(r[key] for r in rounds)
             for key in ("rollouts_per_s", "p50_ms", "p99_ms", "cpu_ms_per_rollout", "health_p50_ms", "health_p99_ms")
         }
+        for key in ("loadgen_cores", "judge_cores"):  # absent from results saved by an older bench
+            m[key] = statistics.median(r.get(key, float("nan")) for r in rounds)
         m["health_max_ms"] = max(r["health_max_ms"] for r in rounds)
         m["errors"] = sum(r["errors"] for r in rounds)
         med[label] = m
@@ -223,7 +277,8 @@ def summarise(name: str, outcome: dict) -> list[str]:
             f"| {name} | {label} | {m['rollouts_per_s']:.1f} | {m['rollouts_per_s'] / base['rollouts_per_s']:.2f}x | "
             f"{m['p50_ms']:.0f} / {m['p99_ms']:.0f} | {m['cpu_ms_per_rollout']:.1f} | "
             f"{base['cpu_ms_per_rollout'] / m['cpu_ms_per_rollout']:.2f}x | {m['health_p50_ms']:.1f} / "
-            f"{m['health_p99_ms']:.1f} / {m['health_max_ms']:.0f} | {m['errors']} |"
+            f"{m['health_p99_ms']:.1f} / {m['health_max_ms']:.0f} | {m['errors']} | {m['loadgen_cores']:.2f} | "
+            f"{m['judge_cores']:.2f} |"
         )
     same = len({json.dumps(r, sort_keys=True) for r in rewards.values()}) == 1
     lines.append(f"rewards per row, all servers {'IDENTICAL' if same else 'DIFFER'}: " + json.dumps(rewards))
@@ -236,7 +291,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--judge", choices=("haproxy", "uvicorn"), default="haproxy", help="the scripted judge's server"
+    )
+    parser.add_argument(
+        "--shipped-only", action="store_true", help="only NeMo Gym and ngym as shipped (not the fork-template variants)"
+    )
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, through the finally blocks: the servers and the judge (each in its own
+    # session, so a signal to this process does not reach them) are stopped
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     names = args.envs.split(",")
     bases = {
         "nemo": ne.base_venv("nemo-base", ne.build_nemo_base, f"overlay of {ne.nemo_venv()}"),
@@ -244,12 +308,13 @@ def main() -> None:
     }
     print(
         f"machine: {os.cpu_count()} cores, shared; load average {os.getloadavg()[0]:.1f}; {args.rounds} alternating "
-        f"rounds of {args.seconds:.0f}s, {args.concurrency} concurrent rollouts (seed → recorded tool calls → verify)",
+        f"rounds of {args.seconds:.0f}s, {args.concurrency} concurrent rollouts (seed → recorded tool calls → verify); "
+        f"judge: {args.judge}",
         flush=True,
     )
     print(
         "| environment | server | rollouts/s | vs NeMo Gym | p50 / p99 ms | CPU ms/rollout | vs NeMo Gym (CPU) | "
-        "/health p50 / p99 / max ms | errors |\n|---|---|---|---|---|---|---|---|---|",
+        "/health p50 / p99 / max ms | errors | load gen cores | judge cores |\n" + "|---" * 11 + "|",
         flush=True,
     )
     for item in ne.load_envs(names):

@@ -18,6 +18,55 @@ from typing import Any
 from fastapi import FastAPI
 
 
+def responses_answer(text: str, number: int, model: str = "scripted-judge") -> dict[str, Any]:
+    """The OpenAI Responses API answer (``POST /v1/responses``) carrying ``text``; ``number`` makes its ids."""
+    return {
+        "id": f"resp_scripted_{number}",
+        "object": "response",
+        "created_at": time.time(),
+        "model": model,
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_scripted_{number}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 1,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": 1,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 2,
+        },
+    }
+
+
+def chat_answer(text: str, number: int, model: str = "scripted-judge") -> dict[str, Any]:
+    """The OpenAI chat-completions answer (``POST /v1/chat/completions``) carrying ``text``."""
+    return {
+        "id": f"chatcmpl-scripted-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+MODELS_ANSWER: dict[str, Any] = {
+    "object": "list",
+    "data": [{"id": "scripted-judge", "object": "model", "created": 0, "owned_by": "ngym"}],
+}
+"""The answer to ``GET /v1/models``."""
+
+
 def create_judge_app(text: str) -> FastAPI:
     """The app answering every judge request with ``text``."""
     app = FastAPI(title="scripted judge")
@@ -25,52 +74,17 @@ def create_judge_app(text: str) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": "scripted-judge", "object": "model", "created": 0, "owned_by": "ngym"}],
-        }
+        return MODELS_ANSWER
 
     @app.post("/v1/responses")
     async def responses(body: dict[str, Any]) -> dict[str, Any]:
         calls.append("responses")
-        return {
-            "id": f"resp_scripted_{len(calls)}",
-            "object": "response",
-            "created_at": time.time(),
-            "model": body.get("model") or "scripted-judge",
-            "status": "completed",
-            "output": [
-                {
-                    "type": "message",
-                    "id": f"msg_scripted_{len(calls)}",
-                    "role": "assistant",
-                    "status": "completed",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}],
-                }
-            ],
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-            "usage": {
-                "input_tokens": 1,
-                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-                "output_tokens": 1,
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": 2,
-            },
-        }
+        return responses_answer(text, len(calls), body.get("model") or "scripted-judge")
 
     @app.post("/v1/chat/completions")
     async def chat(body: dict[str, Any]) -> dict[str, Any]:
         calls.append("chat")
-        return {
-            "id": f"chatcmpl-scripted-{len(calls)}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model") or "scripted-judge",
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
+        return chat_answer(text, len(calls), body.get("model") or "scripted-judge")
 
     @app.get("/calls")
     async def count() -> dict[str, int]:
@@ -79,4 +93,4 @@ def create_judge_app(text: str) -> FastAPI:
     return app
 
 
-__all__ = ["create_judge_app"]
+__all__ = ["MODELS_ANSWER", "chat_answer", "create_judge_app", "responses_answer"]

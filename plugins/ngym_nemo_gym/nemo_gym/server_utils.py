@@ -28,7 +28,7 @@ from ngym_nemo_gym.servers import (
     instance_fields,
     resolve_server,
 )
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 import ngym
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT
@@ -164,7 +164,17 @@ def _client_session() -> aiohttp.ClientSession:
     loop = asyncio.get_running_loop()
     session = _client_sessions.get(loop)
     if session is None or session.closed:
-        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+        # Bounded as NeMo Gym bounds its process-wide client (``global_aiohttp_connector_limit*``: 1,024 connections
+        # per judge by default), not by aiohttp's default of 100 in all: with more rollouts than that verifying at
+        # once, judge calls would queue here for a connection while NeMo Gym sends them to the judge's batcher.
+        try:
+            cfg = GlobalAIOHTTPAsyncClientConfig.model_validate(dict(global_config()))
+        except ValidationError as exc:  # a judge failure (masked, with the reason), not a 500
+            raise ServerCallError(f"the run's global_aiohttp_* settings are invalid: {exc}") from None
+        connector = aiohttp.TCPConnector(
+            limit=cfg.global_aiohttp_connector_limit, limit_per_host=cfg.global_aiohttp_connector_limit_per_host
+        )
+        session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
         _client_sessions[loop] = session
     return session
 

@@ -19,6 +19,7 @@ stand in for a NeMo Gym model server.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,8 +94,27 @@ def global_config() -> dict[str, Any]:
     return read_global_config()
 
 
+#: Names resolved so far, by (name, the two carried variables' raw values): an environment resolves its judge on
+#: every call (two per verify for an equivalence judge), and resolving parses the carried JSON, and the whole
+#: global config (an OmegaConf tree when a field holds ``${...}``), each time. Keyed by the raw values, a cached
+#: answer is exactly what resolving again would give; a name that resolves nowhere is never cached.
+_resolved: dict[tuple[str, str | None, str | None], ServerTarget] = {}
+_RESOLVED_MAX = 256
+
+
 def resolve_server(name: str) -> ServerTarget:
     """Where requests for server ``name`` go; :class:`ServerNotConfigured` when nowhere says."""
+    key = (name, os.environ.get(SERVER_URLS_ENV), os.environ.get(GLOBAL_CONFIG_ENV))
+    target = _resolved.get(key)
+    if target is None:
+        target = _resolve_server(name)
+        if len(_resolved) >= _RESOLVED_MAX:  # the variables changed many times (tests): start again
+            _resolved.clear()
+        _resolved[key] = target
+    return target
+
+
+def _resolve_server(name: str) -> ServerTarget:
     url = read_server_urls().get(name)
     if url:
         return ServerTarget(name, str(url).rstrip("/"))

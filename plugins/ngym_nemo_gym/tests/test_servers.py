@@ -70,3 +70,25 @@ def test_get_server_url_falls_back_to_the_instances_host_and_port_in_nemos_globa
     assert server_utils.get_server_url("judge") == "http://127.0.0.1:12000"
     with pytest.raises(server_utils.ServerNotConfigured):
         server_utils.get_server_url("unknown")
+
+
+def test_a_name_is_resolved_once_until_the_carried_configs_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A judge's name is resolved on every judge call: the carried JSON (and a ``${...}`` config's OmegaConf
+    tree) is parsed once per value, and a changed value is read again."""
+    import ngym_nemo_gym.servers as servers
+
+    parsed: list[str] = []
+    real = servers.read_global_config
+    monkeypatch.setattr(servers, "read_global_config", lambda: parsed.append("config") or real())
+    judge = {"judge": {"t": {"i": {"host": "${judge_host}", "port": 1}}}}
+    set_global_config({**CONFIG, **judge, "judge_host": "10.0.0.9"})
+    for _ in range(5):
+        assert resolve_server("judge").base_url == "http://10.0.0.9:1"
+    assert parsed == ["config"]
+    set_global_config({**CONFIG, **judge, "judge_host": "10.0.0.10"})
+    assert resolve_server("judge").base_url == "http://10.0.0.10:1"
+    set_server_urls({"judge": "http://127.0.0.1:8125"})  # an explicit URL given later still wins
+    assert resolve_server("judge").base_url == "http://127.0.0.1:8125"
+    assert parsed == ["config", "config"]  # the explicit URL needed no config
+    with pytest.raises(ServerNotConfigured):  # an unknown name is not remembered as anything
+        resolve_server("nobody")
