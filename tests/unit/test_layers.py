@@ -208,3 +208,44 @@ def test_every_plugin_api_name_is_typed_for_checkers_and_resolves() -> None:
     assert typed == set(plugin_api._EXPORTS) == set(plugin_api.__all__)
     for name in plugin_api.__all__:
         assert getattr(plugin_api, name) is not None
+
+
+# ---- the NeMo compat distribution: one direction between its two packages ------------------------------------------
+
+#: ``nemo_gym`` (NeMo Gym's names, what environments import; it holds the collector behind
+#: ``nemo_gym.rollout_collection``) is built on ``ngym_nemo_gym`` (ngym's side: the run's carriers, an environment's
+#: tests), never the other way: ngym's tooling imports ``ngym_nemo_gym`` without loading NeMo's API.
+COMPAT_API, COMPAT_TOOLING = "nemo_gym", "ngym_nemo_gym"
+
+
+def compat_back_imports(g: grimp.ImportGraph) -> set[tuple[str, str]]:
+    """(importer, imported) for every import of ``nemo_gym`` by ``ngym_nemo_gym``, deferred or TYPE_CHECKING ones
+    included, plus an indirect chain between the packages (through ngym, say) when there is one."""
+    direct = {
+        (module, imported)
+        for module in g.modules
+        if module.split(".")[0] == COMPAT_TOOLING
+        for imported in g.find_modules_directly_imported_by(module)
+        if imported.split(".")[0] == COMPAT_API
+    }
+    if not direct and g.chain_exists(importer=COMPAT_TOOLING, imported=COMPAT_API, as_packages=True):
+        chain = g.find_shortest_chain(importer=COMPAT_TOOLING, imported=COMPAT_API, as_packages=True) or ()
+        direct.add((chain[0], chain[-1]) if chain else (COMPAT_TOOLING, COMPAT_API))
+    return direct
+
+
+def test_the_compat_packages_import_each_other_one_way_only() -> None:
+    g = plugin_graph()
+    assert g.chain_exists(importer=COMPAT_API, imported=COMPAT_TOOLING, as_packages=True)  # the allowed direction
+    assert compat_back_imports(g) == set()
+
+
+def test_the_compat_direction_check_can_fail() -> None:
+    """An added edge from the carriers module back to NeMo's global config is reported (a cycle between them)."""
+    g = plugin_graph()
+    g.add_import(importer="ngym_nemo_gym.servers", imported="nemo_gym.global_config")
+    try:
+        assert compat_back_imports(g) == {("ngym_nemo_gym.servers", "nemo_gym.global_config")}
+    finally:
+        g.remove_import(importer="ngym_nemo_gym.servers", imported="nemo_gym.global_config")
+    assert compat_back_imports(g) == set()
