@@ -142,7 +142,9 @@ PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
 @functools.cache
 def plugin_graph() -> grimp.ImportGraph:
     # TYPE_CHECKING imports count here: an annotation naming an internal class ties the plugin to it too.
-    return grimp.build_graph("ngym", *PLUGIN_PACKAGES)
+    # No cache: a cached graph kept modules whose package had since lost its __init__.py (grimp then no longer
+    # sees them), so the check below passed on a stale graph. Building it afresh takes about a second.
+    return grimp.build_graph("ngym", *PLUGIN_PACKAGES, cache_dir=None)
 
 
 def ngym_imports_of_plugins(g: grimp.ImportGraph) -> dict[str, set[str]]:
@@ -232,6 +234,24 @@ def compat_back_imports(g: grimp.ImportGraph) -> set[tuple[str, str]]:
         chain = g.find_shortest_chain(importer=COMPAT_TOOLING, imported=COMPAT_API, as_packages=True) or ()
         direct.add((chain[0], chain[-1]) if chain else (COMPAT_TOOLING, COMPAT_API))
     return direct
+
+
+def plugin_modules_on_disk() -> set[str]:
+    """The dotted name of every module file of the plugin packages (``plugins/<distribution>/<package>/...``)."""
+    found = set()
+    for path in PLUGINS_DIR.glob("*/*/**/*.py"):
+        parts = path.relative_to(PLUGINS_DIR).with_suffix("").parts[1:]
+        if parts[0] in PLUGIN_PACKAGES and "tests" not in parts:
+            found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def test_the_import_checks_see_every_module_of_the_plugins() -> None:
+    """grimp leaves out a folder without ``__init__.py`` (a namespace package), and every check above with it:
+    ngym-nemo-gym's collector once sat in such a folder, unchecked, importing ``nemo_gym`` back."""
+    on_disk = plugin_modules_on_disk()
+    assert {"nemo_gym._collection.runner", "ngym_nemo_gym.servers", "ngym_redis"} <= on_disk
+    assert on_disk - set(plugin_graph().modules) == set()
 
 
 def test_the_compat_packages_import_each_other_one_way_only() -> None:
