@@ -72,7 +72,7 @@ from nemo_gym.global_config import (
 )
 from nemo_gym.path_utils import aggregate_metrics_path_for, failures_path_for
 from nemo_gym.server_utils import ServerClient
-from ngym.plugin_api import LedgerAppender, drop_truncated_tail
+from ngym.plugin_api import LedgerAppender, done_keys, drop_truncated_tail
 
 #: row keys every result carries back from its row
 _CARRIED = (AGENT_REF_KEY_NAME, TASK_SOURCE_KEY_NAME, SKILLS_REF_KEY_NAME, ATTEMPT_INDEX_KEY_NAME, ROLLOUT_ID_KEY_NAME)
@@ -263,7 +263,7 @@ def load_from_cache(
         migrate_invalid_judge_main_rows(output)
     owed = read_jsonl(config.materialized_jsonl_fpath)
     results = read_jsonl(output)
-    succeeded.update(rollout_key(r) for r in results)
+    succeeded.update(done_keys(results))
 
     attempts: Counter[tuple[Any, Any]] = Counter()
     terminal, reuse = set(), set()
