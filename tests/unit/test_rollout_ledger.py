@@ -175,3 +175,15 @@ def test_mean_reward_over_numeric_rewards() -> None:
 def test_json_line_is_what_ngym_rollout_writes() -> None:
     record = result(0, 0, text="é ✓", reward=1.0)
     assert ledger.json_line(record) == (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def test_example_data_is_read_by_the_ledger(tmp_path: Path) -> None:
+    """``ngym.examples.read_jsonl`` (validate, ngym.testing, the replay model) reads rows the ledger's way: a raw
+    U+2028 inside a string is part of its row, not a line break that made the row 'not JSON'."""
+    from ngym.examples import read_jsonl
+
+    row = {"responses_create_params": {"input": "line one\u2028line two"}}
+    path = write(tmp_path / "example.jsonl", json.dumps(row, ensure_ascii=False) + "\n")
+    assert read_jsonl(path) == [row]
+    with pytest.raises(ConfigError, match=r"example\.jsonl: line 1 is not JSON"):
+        read_jsonl(write(tmp_path / "example.jsonl", "{\n"))
