@@ -33,6 +33,7 @@ from ngym.rollout.gymnasium import is_gymnasium_style, server_post_routes
 from ngym.rollout.ledger import (
     LedgerAppender,
     done_keys,
+    drop_truncated_tail,
     json_line,
     mean_reward,
     pending,
@@ -260,6 +261,10 @@ async def _run(
     routes = await asyncio.to_thread(server_post_routes, env_url, options.timeout)
     one_rollout = run_episode if routes is not None and is_gymnasium_style(routes) else run_rollout
 
+    if options.resume and options.output.is_file():
+        # A run killed mid-line left a torn last line: without this, the first result appended now would be
+        # glued to it, and that line (the new result with it) would be lost to the metrics and the next resume.
+        drop_truncated_tail(options.output)
     existing = read_results(options.output) if options.resume else []
     jobs = pending(rollout_keys(len(rows), options.repeats), done_keys(existing))
     if on_start:
