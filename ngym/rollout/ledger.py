@@ -44,11 +44,12 @@ def read_jsonl(path: Path, *, loads: Loads = json.loads) -> list[dict[str, Any]]
     """Every row of a JSONL file (blank lines skipped).
 
     A missing file, a line that is not JSON, or a line that is not an object is a ``ConfigError`` saying which
-    file and line: input is checked before any rollout starts.
+    file and line (``path:line: ...``, as ``ngym.examples`` always said): input is checked before any rollout
+    starts.
     """
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
+        raise ConfigError(f"data file not found: {path}")
     rows: list[dict[str, Any]] = []
     with path.open("rb") as handle:
         for number, line in enumerate(handle, 1):
@@ -57,9 +58,9 @@ def read_jsonl(path: Path, *, loads: Loads = json.loads) -> list[dict[str, Any]]
             try:
                 row = loads(line)
             except ValueError as exc:  # json.JSONDecodeError and orjson.JSONDecodeError are both ValueErrors
-                raise ConfigError(f"{path}: line {number} is not JSON ({exc})") from None
+                raise ConfigError(f"{path}:{number}: not JSON: {exc}") from None
             if not isinstance(row, dict):
-                raise ConfigError(f"{path}: line {number} is not a JSON object")
+                raise ConfigError(f"{path}:{number}: a row must be a JSON object")
             rows.append(row)
     return rows
 

@@ -38,8 +38,8 @@ def test_read_jsonl_reads_objects_and_skips_blank_lines(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('{"a": 1}\n{"a": \n', r"rows\.jsonl: line 2 is not JSON"),
-        ('{"a": 1}\n[1, 2]\n', r"rows\.jsonl: line 2 is not a JSON object"),
+        ('{"a": 1}\n{"a": \n', r"rows\.jsonl:2: not JSON"),
+        ('{"a": 1}\n[1, 2]\n', r"rows\.jsonl:2: a row must be a JSON object"),
     ],
 )
 def test_read_jsonl_names_the_file_and_line_of_bad_input(tmp_path: Path, text: str, message: str) -> None:
@@ -50,7 +50,7 @@ def test_read_jsonl_names_the_file_and_line_of_bad_input(tmp_path: Path, text: s
 
 
 def test_read_jsonl_of_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no such file"):
+    with pytest.raises(ConfigError, match="data file not found"):
         ledger.read_jsonl(tmp_path / "absent.jsonl")
 
 
@@ -185,5 +185,5 @@ def test_example_data_is_read_by_the_ledger(tmp_path: Path) -> None:
     row = {"responses_create_params": {"input": "line one\u2028line two"}}
     path = write(tmp_path / "example.jsonl", json.dumps(row, ensure_ascii=False) + "\n")
     assert read_jsonl(path) == [row]
-    with pytest.raises(ConfigError, match=r"example\.jsonl: line 1 is not JSON"):
+    with pytest.raises(ConfigError, match=r"example\.jsonl:1: not JSON"):
         read_jsonl(write(tmp_path / "example.jsonl", "{\n"))
