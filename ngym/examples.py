@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ngym.errors import ConfigError
+from ngym.rollout import ledger
 from ngym.server.protocol import TASK_INDEX_KEY
 
 EXAMPLE_ROWS = "example.jsonl"
@@ -31,22 +32,11 @@ class ToolCall:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a JSONL file (blank lines skipped); a missing file or a bad line is a ConfigError."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"data file not found: {path}")
-    rows: list[dict[str, Any]] = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{number}: not JSON: {exc}") from None
-        if not isinstance(row, dict):
-            raise ConfigError(f"{path}:{number}: a row must be a JSON object")
-        rows.append(row)
-    return rows
+    """The JSON objects of a JSONL file (blank lines skipped); a missing file or a bad line is a ConfigError.
+
+    The rollout ledger's reader (:func:`ngym.rollout.ledger.read_jsonl`): every JSONL input is read one way.
+    """
+    return ledger.read_jsonl(path)
 
 
 def read_example_rollouts(path: Path) -> list[dict[str, Any]]:

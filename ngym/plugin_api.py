@@ -20,6 +20,10 @@ is here keeps its name and meaning across releases; what is not may move.
 - **The run's carriers**: ``SERVER_URLS_ENV`` / ``GLOBAL_CONFIG_ENV`` and their readers and writers
   (``read_server_urls``, ``write_server_urls``, ``read_global_config``, ``write_global_config``).
 - **Statistics**: ``aggregate_metrics`` (what ``/aggregate_metrics`` answers).
+- **The rollout ledger** (``ngym.rollout.ledger``, shared by ``ngym rollout`` and a plugin's collector): input
+  rows (``read_jsonl``), the resume key (``rollout_key``, ``rollout_keys``, ``rollout_order``), resume
+  (``read_results``, ``done_keys``, ``pending``, ``drop_truncated_tail``), the append (``LedgerAppender``,
+  ``json_line``) and the ``/aggregate_metrics`` body (``verify_responses``, ``mean_reward``).
 - **Tests**: ``free_port``; ``environment_test_command`` (how ``gym env test`` runs an environment's tests).
 
 Names load on first use (as ``ngym``'s do): a plugin registering a hook at start-up pulls in no server runtime.
@@ -35,6 +39,20 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from ngym.errors import SessionStoreError
     from ngym.metrics.aggregate import aggregate_metrics
     from ngym.nemo.envtest import pytest_command as environment_test_command
+    from ngym.rollout.ledger import (
+        LedgerAppender,
+        done_keys,
+        drop_truncated_tail,
+        json_line,
+        mean_reward,
+        pending,
+        read_jsonl,
+        read_results,
+        rollout_key,
+        rollout_keys,
+        rollout_order,
+        verify_responses,
+    )
     from ngym.run_carriers import (
         GLOBAL_CONFIG_ENV,
         SERVER_URLS_ENV,
@@ -83,6 +101,18 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "install_mcp": ("ngym.server.mcp_exposure", "install"),
     "aggregate_metrics": ("ngym.metrics.aggregate", "aggregate_metrics"),
     "environment_test_command": ("ngym.nemo.envtest", "pytest_command"),
+    "LedgerAppender": ("ngym.rollout.ledger", "LedgerAppender"),
+    "done_keys": ("ngym.rollout.ledger", "done_keys"),
+    "drop_truncated_tail": ("ngym.rollout.ledger", "drop_truncated_tail"),
+    "json_line": ("ngym.rollout.ledger", "json_line"),
+    "mean_reward": ("ngym.rollout.ledger", "mean_reward"),
+    "pending": ("ngym.rollout.ledger", "pending"),
+    "read_jsonl": ("ngym.rollout.ledger", "read_jsonl"),
+    "read_results": ("ngym.rollout.ledger", "read_results"),
+    "rollout_key": ("ngym.rollout.ledger", "rollout_key"),
+    "rollout_keys": ("ngym.rollout.ledger", "rollout_keys"),
+    "rollout_order": ("ngym.rollout.ledger", "rollout_order"),
+    "verify_responses": ("ngym.rollout.ledger", "verify_responses"),
     "raise_server_exceptions": ("ngym.server.middleware", "raise_server_exceptions"),
     "keeps_no_state": ("ngym.server.sessions.lost", "keeps_no_state"),
     "strip_rollout_prefix": ("ngym.server.middleware", "strip_rollout_prefix"),
@@ -112,6 +142,7 @@ __all__ = [
     "AggregateMetrics",
     "AggregateMetricsRequest",
     "GLOBAL_CONFIG_ENV",
+    "LedgerAppender",
     "MCP_PATH",
     "ROLLOUT_INDEX_KEY",
     "RequestSession",
@@ -130,20 +161,31 @@ __all__ = [
     "add_health_routes",
     "aggregate_metrics",
     "current_request_session",
+    "done_keys",
+    "drop_truncated_tail",
     "environment_test_command",
     "failure_kinds",
     "free_port",
     "install_mcp",
+    "json_line",
     "judge_failure_body",
-    "parse_body",
     "keeps_no_state",
+    "mean_reward",
+    "parse_body",
+    "pending",
     "raise_server_exceptions",
     "read_global_config",
     "read_json",
+    "read_jsonl",
+    "read_results",
     "read_server_urls",
     "redact_url",
+    "rollout_key",
+    "rollout_keys",
+    "rollout_order",
     "strip_rollout_prefix",
     "validate_body",
+    "verify_responses",
     "write_global_config",
     "write_server_urls",
 ]

@@ -2,7 +2,9 @@
 
 Each finished rollout is appended to the output as one JSON line as soon as it finishes (the row, the
 verify response with ``reward`` and metrics, the full ``response``, ``_ng_task_index``/``_ng_rollout_index``
-and ``rollout_info``). With ``resume`` the (task, repeat) pairs already in the output are skipped. A
+and ``rollout_info``). With ``resume`` the (task, repeat) pairs already in the output are skipped. The files,
+the resume key and the append are the rollout ledger's (:mod:`ngym.rollout.ledger`, shared with
+ngym-nemo-gym's collector). A
 rollout that fails is reported and not written, so a later ``--resume`` tries it again. At the end every
 line of the output goes to the environment's ``/aggregate_metrics``; the answer is returned and saved as
 ``<output stem>.metrics.json`` beside the output.
@@ -25,10 +27,21 @@ import httpx
 
 from ngym.child_server import serve_environment
 from ngym.errors import ConfigError
-from ngym.examples import read_jsonl
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_episode, run_rollout
 from ngym.rollout.errors import RolloutError
 from ngym.rollout.gymnasium import is_gymnasium_style, server_post_routes
+from ngym.rollout.ledger import (
+    LedgerAppender,
+    done_keys,
+    drop_truncated_tail,
+    json_line,
+    mean_reward,
+    pending,
+    read_jsonl,
+    read_results,
+    rollout_keys,
+    verify_responses,
+)
 from ngym.rollout.model_client import ModelClient
 from ngym.rollout.replay_model import (
     ReplayIndex,
@@ -119,29 +132,15 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """The result lines already in ``path`` (a torn last line from an interrupted run is ignored)."""
-    if not path.is_file():
-        return []
-    results = []
-    for line in path.read_text().splitlines():
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict) and TASK_INDEX_KEY in value:
-            results.append(value)
-    return results
-
-
 def metrics_path_for(output: Path) -> Path:
     return output.with_name(f"{output.stem}.metrics.json")
 
 
 def metrics_request(results: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``/aggregate_metrics`` body: the verify responses, without the bulky trajectory and parameters."""
-    drop = {"response", "responses_create_params", ROLLOUT_INFO_KEY}
-    return {"verify_responses": [{k: v for k, v in r.items() if k not in drop} for r in results]}
+    return {
+        "verify_responses": verify_responses(results, drop={"response", "responses_create_params", ROLLOUT_INFO_KEY})
+    }
 
 
 def _check_reachable(url: str) -> None:
@@ -262,13 +261,14 @@ async def _run(
     routes = await asyncio.to_thread(server_post_routes, env_url, options.timeout)
     one_rollout = run_episode if routes is not None and is_gymnasium_style(routes) else run_rollout
 
+    if options.resume and options.output.is_file():
+        # A run killed mid-line left a torn last line: without this, the first result appended now would be
+        # glued to it, and that line (the new result with it) would be lost to the metrics and the next resume.
+        drop_truncated_tail(options.output)
     existing = read_results(options.output) if options.resume else []
-    done_keys = {(r.get(TASK_INDEX_KEY), r.get(ROLLOUT_INDEX_KEY)) for r in existing}
-    jobs = [(t, k) for t in range(len(rows)) for k in range(options.repeats) if (t, k) not in done_keys]
-    options.output.parent.mkdir(parents=True, exist_ok=True)
+    jobs = pending(rollout_keys(len(rows), options.repeats), done_keys(existing))
     if on_start:
         on_start(len(jobs))
-    mode = "a" if options.resume else "w"
     failed: list[dict[str, Any]] = []
     written: list[dict[str, Any]] = []
     semaphore = asyncio.Semaphore(options.concurrency)
@@ -277,7 +277,7 @@ async def _run(
     # hand one rollout's cookie to another's seed_session and mix their sessions up.)
     no_jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
     async with httpx.AsyncClient(timeout=options.timeout, limits=limits, cookies=no_jar) as http:
-        with options.output.open(mode) as sink:
+        with LedgerAppender(options.output, "a" if options.resume else "w") as sink:
 
             async def one(task_index: int, rollout_index: int) -> None:
                 async with semaphore:
@@ -296,8 +296,7 @@ async def _run(
                         if on_event:
                             on_event(RolloutEvent(task_index, rollout_index, None, str(exc)))
                         return
-                sink.write(json.dumps(result, ensure_ascii=False) + "\n")
-                sink.flush()
+                sink.append(json_line(result))
                 written.append(result)
                 if on_event:
                     on_event(RolloutEvent(task_index, rollout_index, float(result.get("reward", 0.0))))
@@ -313,14 +312,13 @@ async def _run(
     await model.close()
     metrics_path = metrics_path_for(options.output)
     metrics_path.write_text(json.dumps(aggregate, indent=2) + "\n")
-    rewards = [float(r["reward"]) for r in everything if isinstance(r.get("reward"), int | float)]
     return RolloutSummary(
         output=options.output,
         metrics_path=metrics_path,
         done=len(written),
         skipped=len(existing),
         failed=sorted(failed, key=lambda f: (f[TASK_INDEX_KEY], f[ROLLOUT_INDEX_KEY])),
-        mean_reward=sum(rewards) / len(rewards) if rewards else None,
+        mean_reward=mean_reward(everything),
         aggregate_metrics=aggregate,
         env_url=env_url,
         model_url=model_url,

@@ -188,6 +188,28 @@ def test_cli_by_name_with_replay_model_and_resume(tmp_path: Path) -> None:
     assert metrics["agent_metrics"]["num_rollouts"] == 10
 
 
+def test_resume_after_a_kill_mid_line_loses_no_result(tmp_path: Path) -> None:
+    """A run killed while writing left a torn last line: --resume drops it and runs that rollout again, and the
+    next result is not glued to it (which made that line unreadable: out of the metrics, run again next time)."""
+    examples = BUILTINS / "example_single_tool_call" / "data" / "example_rollouts.jsonl"
+    output = tmp_path / "out.jsonl"
+    with (
+        serve_app_in_thread(_replay_app(examples)) as replay_url,
+        serve_app_in_thread(app_for("example_single_tool_call")) as env,
+    ):
+        options = RolloutOptions(target=env, data=examples, model_url=f"{replay_url}/v1", model="replay-remote")
+        options.output, options.concurrency = output, 1
+        first = run_rollouts(options)
+        lines = output.read_bytes().splitlines(keepends=True)
+        output.write_bytes(b"".join(lines[:-1]) + lines[-1][:25])  # the last result cut short, no newline
+        options.resume = True
+        resumed = run_rollouts(options)
+    assert (resumed.done, resumed.skipped) == (1, first.done - 1)
+    results = read_jsonl(output)  # every line is whole JSON again
+    assert sorted(r["_ng_task_index"] for r in results) == list(range(first.done))
+    assert resumed.aggregate_metrics["agent_metrics"]["num_rollouts"] == first.done
+
+
 def test_model_down_fails_the_rollout_with_one_clear_error(tmp_path: Path) -> None:
     from ngym.child_server import free_port
 

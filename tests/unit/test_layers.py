@@ -142,7 +142,9 @@ PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
 @functools.cache
 def plugin_graph() -> grimp.ImportGraph:
     # TYPE_CHECKING imports count here: an annotation naming an internal class ties the plugin to it too.
-    return grimp.build_graph("ngym", *PLUGIN_PACKAGES)
+    # No cache: a cached graph kept modules whose package had since lost its __init__.py (grimp then no longer
+    # sees them), so the check below passed on a stale graph. Building it afresh takes about a second.
+    return grimp.build_graph("ngym", *PLUGIN_PACKAGES, cache_dir=None)
 
 
 def ngym_imports_of_plugins(g: grimp.ImportGraph) -> dict[str, set[str]]:
@@ -208,3 +210,62 @@ def test_every_plugin_api_name_is_typed_for_checkers_and_resolves() -> None:
     assert typed == set(plugin_api._EXPORTS) == set(plugin_api.__all__)
     for name in plugin_api.__all__:
         assert getattr(plugin_api, name) is not None
+
+
+# ---- the NeMo compat distribution: one direction between its two packages ------------------------------------------
+
+#: ``nemo_gym`` (NeMo Gym's names, what environments import; it holds the collector behind
+#: ``nemo_gym.rollout_collection``) is built on ``ngym_nemo_gym`` (ngym's side: the run's carriers, an environment's
+#: tests), never the other way: ngym's tooling imports ``ngym_nemo_gym`` without loading NeMo's API.
+COMPAT_API, COMPAT_TOOLING = "nemo_gym", "ngym_nemo_gym"
+
+
+def compat_back_imports(g: grimp.ImportGraph) -> set[tuple[str, str]]:
+    """(importer, imported) for every import of ``nemo_gym`` by ``ngym_nemo_gym``, deferred or TYPE_CHECKING ones
+    included, plus an indirect chain between the packages (through ngym, say) when there is one."""
+    direct = {
+        (module, imported)
+        for module in g.modules
+        if module.split(".")[0] == COMPAT_TOOLING
+        for imported in g.find_modules_directly_imported_by(module)
+        if imported.split(".")[0] == COMPAT_API
+    }
+    if not direct and g.chain_exists(importer=COMPAT_TOOLING, imported=COMPAT_API, as_packages=True):
+        chain = g.find_shortest_chain(importer=COMPAT_TOOLING, imported=COMPAT_API, as_packages=True) or ()
+        direct.add((chain[0], chain[-1]) if chain else (COMPAT_TOOLING, COMPAT_API))
+    return direct
+
+
+def plugin_modules_on_disk() -> set[str]:
+    """The dotted name of every module file of the plugin packages (``plugins/<distribution>/<package>/...``)."""
+    found = set()
+    for path in PLUGINS_DIR.glob("*/*/**/*.py"):
+        parts = path.relative_to(PLUGINS_DIR).with_suffix("").parts[1:]
+        if parts[0] in PLUGIN_PACKAGES and "tests" not in parts:
+            found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def test_the_import_checks_see_every_module_of_the_plugins() -> None:
+    """grimp leaves out a folder without ``__init__.py`` (a namespace package), and every check above with it:
+    ngym-nemo-gym's collector once sat in such a folder, unchecked, importing ``nemo_gym`` back."""
+    on_disk = plugin_modules_on_disk()
+    assert {"nemo_gym._collection.runner", "ngym_nemo_gym.servers", "ngym_redis"} <= on_disk
+    assert on_disk - set(plugin_graph().modules) == set()
+
+
+def test_the_compat_packages_import_each_other_one_way_only() -> None:
+    g = plugin_graph()
+    assert g.chain_exists(importer=COMPAT_API, imported=COMPAT_TOOLING, as_packages=True)  # the allowed direction
+    assert compat_back_imports(g) == set()
+
+
+def test_the_compat_direction_check_can_fail() -> None:
+    """An added edge from the carriers module back to NeMo's global config is reported (a cycle between them)."""
+    g = plugin_graph()
+    g.add_import(importer="ngym_nemo_gym.servers", imported="nemo_gym.global_config")
+    try:
+        assert compat_back_imports(g) == {("ngym_nemo_gym.servers", "nemo_gym.global_config")}
+    finally:
+        g.remove_import(importer="ngym_nemo_gym.servers", imported="nemo_gym.global_config")
+    assert compat_back_imports(g) == set()

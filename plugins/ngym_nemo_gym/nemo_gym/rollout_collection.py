@@ -3,7 +3,7 @@ aggregation configs, and the collector ``RolloutCollectionHelper.run_from_config
 
 The collector reads ``input_jsonl_fpath``, sends every (row, repeat) to ``/run`` of the environment server in
 front of its agent (the agent itself when none fronts it), and writes rollouts, failures sidecar, materialized
-inputs and aggregate metrics beside ``output_jsonl_fpath``; see :mod:`ngym_nemo_gym.collection.runner`. Servers
+inputs and aggregate metrics beside ``output_jsonl_fpath``; see :mod:`nemo_gym._collection.runner`. Servers
 are found by name through ``setup_server_client_utils()`` (a ``ServerClient`` over ``ngym run``'s configs and
 ``--model-url`` names) and the run's config through ``get_global_config_dict()``: both are looked up on this module
 when called, so a test or driver may replace them here, as with NeMo Gym.
@@ -20,17 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from ngym_nemo_gym.collection.config import (
+from pydantic import BaseModel
+
+from nemo_gym._collection.config import (
     RolloutAggregationConfig,
     RolloutCollectionConfig,
     SharedRolloutCollectionConfig,
 )
-from ngym_nemo_gym.collection.dispatch import dispatch
-from ngym_nemo_gym.collection.dispatch import episode_record as _episode_record
-from ngym_nemo_gym.collection.metrics import call_aggregate_metrics
-from ngym_nemo_gym.collection.perf import attach_ng_perf as _attach_ng_perf
-from ngym_nemo_gym.collection.preprocess import expand_rows, read_input_rows
-from ngym_nemo_gym.collection.records import (
+from nemo_gym._collection.dispatch import dispatch
+from nemo_gym._collection.dispatch import episode_record as _episode_record
+from nemo_gym._collection.metrics import call_aggregate_metrics
+from nemo_gym._collection.perf import attach_ng_perf as _attach_ng_perf
+from nemo_gym._collection.preprocess import expand_rows, read_input_rows
+from nemo_gym._collection.records import (
     AGENT_REQUEST_FAILED_FAILURE_CLASS,
     AGENT_RUN_ERROR_FAILURE_CLASS,
     ENVIRONMENT_SERVER_FAILURE_CLASS,
@@ -52,19 +54,17 @@ from ngym_nemo_gym.collection.records import (
     migrate_invalid_judge_main_rows,
     observed_elapsed,
 )
-from ngym_nemo_gym.collection.records import CompletedRollout as _CompletedRollout
-from ngym_nemo_gym.collection.routing import (
+from nemo_gym._collection.records import CompletedRollout as _CompletedRollout
+from nemo_gym._collection.routing import (
     AgentWithoutEnvironmentServerError,
     AmbiguousEnvironmentServerError,
     assign_agents,
     check_rows_routable,
 )
-from ngym_nemo_gym.collection.routing import environment_server_for_agent as _environment_server_for_agent
-from ngym_nemo_gym.collection.routing import environment_servers_by_agent as _environment_servers_by_agent
-from ngym_nemo_gym.collection.runner import collect
-from ngym_nemo_gym.collection.shards import aggregate_shards
-from pydantic import BaseModel
-
+from nemo_gym._collection.routing import environment_server_for_agent as _environment_server_for_agent
+from nemo_gym._collection.routing import environment_servers_by_agent as _environment_servers_by_agent
+from nemo_gym._collection.runner import collect
+from nemo_gym._collection.shards import aggregate_shards
 from nemo_gym.global_config import get_global_config_dict
 from nemo_gym.server_utils import ServerClient
 
@@ -202,7 +202,7 @@ class RolloutCollectionHelper(BaseModel):
 
 
 class RolloutAggregationHelper(BaseModel):
-    """NeMo Gym's ``gym eval aggregate``: metrics over rollout shards (see :mod:`ngym_nemo_gym.collection.shards`)."""
+    """NeMo Gym's ``gym eval aggregate``: metrics over rollout shards (see :mod:`nemo_gym._collection.shards`)."""
 
     async def run_from_config(self, config: RolloutAggregationConfig) -> Path | None:
         return await aggregate_shards(RolloutCollectionHelper(), config)

@@ -6,6 +6,9 @@ This distribution provides two import packages:
   implemented on ngym, so an environment's ``from nemo_gym... import ...`` resolves to ngym.
 - ``ngym_nemo_gym`` (this one): what ngym's own tooling calls — where other servers are
   (:func:`set_server_urls`, :func:`set_global_config`) and how to run an environment's own tests.
+
+``nemo_gym`` is built on this package, never the reverse: nothing here imports ``nemo_gym``, so ngym's tooling
+uses it without loading NeMo's API (``tests/unit/test_layers.py`` checks it).
 """
 
 from ngym_nemo_gym.servers import (

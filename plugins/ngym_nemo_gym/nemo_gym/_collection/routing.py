@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from difflib import get_close_matches
 from typing import Any
 
+from nemo_gym._collection.records import NG_ENVIRONMENT_SERVER_KEY
 from nemo_gym.global_config import (
     AGENT_REF_KEY_NAME,
     AGENT_SERVER_TYPE_KEY_NAME,
     RESOURCES_SERVER_TYPE_KEY_NAME,
     TASK_SOURCE_KEY_NAME,
 )
-from ngym_nemo_gym.collection.records import NG_ENVIRONMENT_SERVER_KEY
 
 ENVIRONMENT_SERVER_TYPE_KEY_NAME = "environment_servers"
 AGENT_SERVER_REF_KEY_NAME = "agent_server"

@@ -17,18 +17,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
-from nemo_gym.global_config import AGENT_REF_KEY_NAME
-from nemo_gym.path_utils import failures_path_for, materialized_path_for
-from nemo_gym.server_utils import ServerClient
-from ngym_nemo_gym.collection.config import RolloutAggregationConfig
-from ngym_nemo_gym.collection.metrics import (
+
+from nemo_gym._collection.config import RolloutAggregationConfig
+from nemo_gym._collection.metrics import (
     coverage_report,
     fill_task_fields,
     identity_key,
     missing_rollouts_as_zero,
     routing_identity,
 )
-from ngym_nemo_gym.collection.records import (
+from nemo_gym._collection.records import (
     NG_ENVIRONMENT_SERVER_KEY,
     NG_FAILURE_CLASS_KEY,
     counted_failure_row,
@@ -37,8 +35,10 @@ from ngym_nemo_gym.collection.records import (
     rollout_key,
     rollout_order,
 )
-from ngym_nemo_gym.collection.routing import environment_servers_by_agent
-
+from nemo_gym._collection.routing import environment_servers_by_agent
+from nemo_gym.global_config import AGENT_REF_KEY_NAME
+from nemo_gym.path_utils import failures_path_for, materialized_path_for
+from nemo_gym.server_utils import ServerClient
 from ngym import ConfigError
 
 

@@ -17,7 +17,11 @@ from itertools import islice
 from typing import Any
 
 import orjson
+from omegaconf import OmegaConf
+
 from nemo_gym import _resolve_under_cwd_or_install
+from nemo_gym._collection.config import RolloutCollectionConfig
+from nemo_gym._collection.records import NG_ENVIRONMENT_SERVER_KEY
 from nemo_gym.global_config import (
     AGENT_REF_KEY_NAME,
     RESPONSES_CREATE_PARAMS_KEY_NAME,
@@ -26,10 +30,6 @@ from nemo_gym.global_config import (
     TASK_SOURCE_KEY_NAME,
 )
 from nemo_gym.prompt import apply_prompt_to_row, load_prompt_config, validate_prompt_compatibility
-from ngym_nemo_gym.collection.config import RolloutCollectionConfig
-from ngym_nemo_gym.collection.records import NG_ENVIRONMENT_SERVER_KEY
-from omegaconf import OmegaConf
-
 from ngym import ConfigError
 
 #: one input row: its position, its line as read (identical lines are one task), the parsed row

@@ -18,16 +18,9 @@ from typing import Any
 
 import aiohttp
 import orjson
-from nemo_gym.global_config import (
-    AGENT_REF_KEY_NAME,
-    ATTEMPT_INDEX_KEY_NAME,
-    ROLLOUT_INDEX_KEY_NAME,
-    TASK_INDEX_KEY_NAME,
-)
-from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body
-from nemo_gym.server_utils import ServerCallError, ServerClient, get_response_json, raise_for_status
-from ngym_nemo_gym.collection.preprocess import materialized_taskset
-from ngym_nemo_gym.collection.records import (
+
+from nemo_gym._collection.preprocess import materialized_taskset
+from nemo_gym._collection.records import (
     ENVIRONMENT_SERVER_FAILURE_CLASS,
     NG_ENVIRONMENT_SERVER_KEY,
     NG_FAILURE_CLASS_KEY,
@@ -40,12 +33,20 @@ from ngym_nemo_gym.collection.records import (
     _dispatch_drained_result,
     request_failure_row,
 )
-from ngym_nemo_gym.collection.routing import (
+from nemo_gym._collection.routing import (
     check_rows_routable,
     dispatch_server_for_agent,
     environment_server_types,
     environment_servers_by_agent,
 )
+from nemo_gym.global_config import (
+    AGENT_REF_KEY_NAME,
+    ATTEMPT_INDEX_KEY_NAME,
+    ROLLOUT_INDEX_KEY_NAME,
+    TASK_INDEX_KEY_NAME,
+)
+from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body
+from nemo_gym.server_utils import ServerCallError, ServerClient, get_response_json, raise_for_status
 
 #: ``/run`` failures that are data (a failure row under ``route_failures_to_sidecar``); anything else is a bug
 RUN_FAILURE_ERRORS = (aiohttp.ClientError, orjson.JSONDecodeError, TimeoutError, ServerCallError)

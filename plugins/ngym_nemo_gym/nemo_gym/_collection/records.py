@@ -3,7 +3,7 @@
 Environments that write or read collected rollouts (GDPVal's scorer and its multi-stage driver) use NeMo's row
 keys (``_ng_failure_class``, ``_ng_failure_terminal``, ...) and resume rules: how many attempts a row gets, which
 failures are never retried, how legacy invalid-judge rows move to the failures sidecar. The collector
-(:mod:`ngym_nemo_gym.collection.runner`) writes its rows with them. ``nemo_gym.rollout_collection`` re-exports
+(:mod:`nemo_gym._collection.runner`) writes its rows with them. ``nemo_gym.rollout_collection`` re-exports
 these under NeMo's names.
 """
 
@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
 from nemo_gym.deliverables import is_deliverable
 from nemo_gym.global_config import ATTEMPT_INDEX_KEY_NAME, ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
 from nemo_gym.path_utils import failures_path_for
-
-from ngym import ConfigError
 from ngym.plugin_api import failure_kinds
+from ngym.plugin_api import read_jsonl as read_ledger_jsonl
+from ngym.plugin_api import rollout_key as rollout_key  # the ledger's resume key, under the collector's names
+from ngym.plugin_api import rollout_order as rollout_order
 
 # ---- row keys --------------------------------------------------------------------------------------------
 NG_FAILURE_CLASS_KEY = "_ng_failure_class"  # why a rollout failed (a row in the failures sidecar)
@@ -106,11 +108,6 @@ def is_terminal_failure(record: Mapping[str, Any], *, retry_terminal_timeouts: b
     return bool(record.get(NG_TERMINAL_KEY))
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    with path.open("rb") as handle:
-        return [orjson.loads(line) for line in handle if line.strip()]
-
-
 def migrate_invalid_judge_main_rows(output_fpath: Path) -> int:
     """Move rows marked ``invalid_judge_response`` from the rollouts file to its failures sidecar; the number of
     such rows found.
@@ -123,7 +120,7 @@ def migrate_invalid_judge_main_rows(output_fpath: Path) -> int:
     """
     if not output_fpath.exists():
         return 0
-    rows = _read_rows(output_fpath)
+    rows = read_jsonl(output_fpath)
     invalid = sum(1 for row in rows if row.get("invalid_judge_response"))
     if not invalid:
         return 0
@@ -139,7 +136,7 @@ def migrate_invalid_judge_main_rows(output_fpath: Path) -> int:
     failures_fpath = failures_path_for(output_fpath)
     failures_fpath.parent.mkdir(parents=True, exist_ok=True)
     migrated_keys = (
-        {key(row) for row in _read_rows(failures_fpath) if row.get(_MIGRATED_INVALID_JUDGE_KEY)}
+        {key(row) for row in read_jsonl(failures_fpath) if row.get(_MIGRATED_INVALID_JUDGE_KEY)}
         if failures_fpath.exists()
         else set()
     )
@@ -264,28 +261,10 @@ class CompletedRollout:
     environment_server_type: str | None = None
 
 
-def rollout_key(row: Mapping[str, Any]) -> tuple[Any, Any]:
-    """A rollout within one run: (task index, rollout index)."""
-    return (row.get(TASK_INDEX_KEY_NAME), row.get(ROLLOUT_INDEX_KEY_NAME))
-
-
-def rollout_order(row: Mapping[str, Any]) -> tuple[int, int]:
-    """Task, then repeat: metric hooks read a task's repeats in order."""
-    return (row.get(TASK_INDEX_KEY_NAME) or 0, row.get(ROLLOUT_INDEX_KEY_NAME) or 0)
-
-
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every row of a JSONL file; a malformed line is a :class:`ConfigError` naming the file and the line."""
-    rows = []
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(orjson.loads(line))
-            except orjson.JSONDecodeError as exc:
-                raise ConfigError(f"{path}: line {number} is not JSON ({exc})") from None
-    return rows
+    """Every row of a JSONL file, parsed by orjson (the ledger's reader: a malformed line is a ``ConfigError``
+    naming the file and the line)."""
+    return read_ledger_jsonl(path, loads=orjson.loads)
 
 
 # Statuses a proxy or gateway in front of a server answers with: the rollout itself may never have started.

@@ -12,8 +12,8 @@ import logging
 from collections import Counter
 from typing import Any
 
+from nemo_gym._collection.records import NG_PERF_KEY, NG_TRAJECTORY_KEY
 from nemo_gym.rollout_observability import ModelCallRef, TrajectoryModelCall, TrajectoryRecord
-from ngym_nemo_gym.collection.records import NG_PERF_KEY, NG_TRAJECTORY_KEY
 
 log = logging.getLogger("ngym.nemo.collection")
 

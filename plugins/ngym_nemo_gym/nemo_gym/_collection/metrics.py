@@ -17,6 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from nemo_gym._collection.records import (
+    NG_ENVIRONMENT_SERVER_KEY,
+    NG_TRAJECTORY_KEY,
+    read_jsonl,
+    rollout_key,
+)
+from nemo_gym._collection.routing import (
+    ENVIRONMENT_SERVER_TYPE_KEY_NAME,
+    agent_of_row,
+    dispatch_server_for_agent,
+    environment_servers_by_agent,
+)
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.global_config import (
     AGENT_REF_KEY_NAME,
@@ -27,18 +40,7 @@ from nemo_gym.global_config import (
 )
 from nemo_gym.path_utils import aggregate_metrics_path_for
 from nemo_gym.server_utils import ServerClient, get_response_json, raise_for_status
-from ngym_nemo_gym.collection.records import (
-    NG_ENVIRONMENT_SERVER_KEY,
-    NG_TRAJECTORY_KEY,
-    read_jsonl,
-    rollout_key,
-)
-from ngym_nemo_gym.collection.routing import (
-    ENVIRONMENT_SERVER_TYPE_KEY_NAME,
-    agent_of_row,
-    dispatch_server_for_agent,
-    environment_servers_by_agent,
-)
+from ngym.plugin_api import verify_responses
 
 #: fields too heavy for /aggregate_metrics (the response's usage and incomplete_details are kept)
 _NOT_SENT = (
@@ -96,7 +98,9 @@ async def call_aggregate_metrics(
     labels = label_runs(agent_of_server)
 
     async def one(server: str, label: str, server_results: list[dict[str, Any]]) -> dict[str, Any]:
-        request = AggregateMetricsRequest(verify_responses=[_lightened(r) for r in server_results])
+        # The ledger's /aggregate_metrics body: heavy fields out, the response's usage and incomplete_details kept.
+        sent = verify_responses(server_results, drop=_NOT_SENT, keep_from_response=("usage", "incomplete_details"))
+        request = AggregateMetricsRequest(verify_responses=sent)
         response = await client.post(server_name=server, url_path="/aggregate_metrics", json=request)
         await raise_for_status(response)
         answer = AggregateMetrics.model_validate(await get_response_json(response))
@@ -121,15 +125,6 @@ async def call_aggregate_metrics(
     path = aggregate_metrics_path_for(output_fpath)
     path.write_bytes(orjson.dumps(entries, option=orjson.OPT_INDENT_2))
     return path
-
-
-def _lightened(result: Mapping[str, Any]) -> dict[str, Any]:
-    entry = {key: value for key, value in result.items() if key not in _NOT_SENT}
-    response = result.get("response") or {}
-    kept = {key: response[key] for key in ("usage", "incomplete_details") if response.get(key) is not None}
-    if kept:
-        entry["response"] = kept
-    return entry
 
 
 def fill_task_fields(

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from nemo_gym.path_utils import materialized_path_for
-from ngym_nemo_gym.collection.records import NG_FAILURE_CLASS_KEY, NG_NO_PERSIST_KEY, rollout_key
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from nemo_gym._collection.records import NG_FAILURE_CLASS_KEY, NG_NO_PERSIST_KEY, rollout_key
+from nemo_gym.path_utils import materialized_path_for
 from ngym import ConfigError
 
 

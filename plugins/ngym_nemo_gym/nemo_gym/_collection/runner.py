@@ -9,9 +9,12 @@ Files, all beside ``output_jsonl_fpath`` (``rollouts.jsonl``):
   ``count_failure_classes_as_zero``;
 - ``rollouts_aggregate_metrics.json``: the environment's ``/aggregate_metrics`` answer.
 
-A fresh run clears the three outputs. ``resume_from_cache`` keeps them and sends only what is still owed: not
-yet successful, not stamped terminal, and under ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` recorded failures. A run none
-of whose dispatched rollouts produced a result (nor a counted zero) raises: it has no score to report.
+The files are appended and resumed through ngym's rollout ledger (``ngym.plugin_api``: one whole line per
+write, a torn last line repaired before resuming, the same resume key as ``ngym rollout``), written with orjson
+as NeMo Gym writes them. A fresh run clears the three outputs. ``resume_from_cache`` keeps them and sends only
+what is still owed: not yet successful, not stamped terminal, and under ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``
+recorded failures. A run none of whose dispatched rollouts produced a result (nor a counted zero) raises: it
+has no score to report.
 
 The helper passed in supplies the server client and the steps drivers override (NeMo's private method names), so
 a test or a driver that replaces one of them on ``nemo_gym.rollout_collection`` is obeyed.
@@ -20,7 +23,6 @@ a test or a driver that replaces one of them on ``nemo_gym.rollout_collection`` 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import Counter
 from contextlib import AsyncExitStack, nullcontext
@@ -28,29 +30,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
-from nemo_gym.base_responses_api_model import observability_enabled_from_config
-from nemo_gym.global_config import (
-    AGENT_REF_KEY_NAME,
-    ATTEMPT_INDEX_KEY_NAME,
-    ROLLOUT_ID_KEY_NAME,
-    ROLLOUT_INDEX_KEY_NAME,
-    SKILLS_REF_KEY_NAME,
-    TASK_INDEX_KEY_NAME,
-    TASK_SOURCE_KEY_NAME,
-)
-from nemo_gym.path_utils import aggregate_metrics_path_for, failures_path_for
-from nemo_gym.server_utils import ServerClient
-from ngym_nemo_gym.collection.config import RolloutCollectionConfig
-from ngym_nemo_gym.collection.dispatch import episode_record, is_episode_response
-from ngym_nemo_gym.collection.metrics import (
+
+from nemo_gym._collection.config import RolloutCollectionConfig
+from nemo_gym._collection.dispatch import episode_record, is_episode_response
+from nemo_gym._collection.metrics import (
     coverage_report,
     fill_task_fields,
     missing_rollouts_as_zero,
     routing_identity,
 )
-from ngym_nemo_gym.collection.perf import attach_ng_perf
-from ngym_nemo_gym.collection.preprocess import materialized_taskset
-from ngym_nemo_gym.collection.records import (
+from nemo_gym._collection.perf import attach_ng_perf
+from nemo_gym._collection.preprocess import materialized_taskset
+from nemo_gym._collection.records import (
     NG_DISPATCH_DRAINED_KEY,
     NG_ENVIRONMENT_SERVER_KEY,
     NG_FAILURE_CLASS_KEY,
@@ -68,7 +59,20 @@ from ngym_nemo_gym.collection.records import (
     rollout_key,
     rollout_order,
 )
-from ngym_nemo_gym.collection.routing import assign_agents
+from nemo_gym._collection.routing import assign_agents
+from nemo_gym.base_responses_api_model import observability_enabled_from_config
+from nemo_gym.global_config import (
+    AGENT_REF_KEY_NAME,
+    ATTEMPT_INDEX_KEY_NAME,
+    ROLLOUT_ID_KEY_NAME,
+    ROLLOUT_INDEX_KEY_NAME,
+    SKILLS_REF_KEY_NAME,
+    TASK_INDEX_KEY_NAME,
+    TASK_SOURCE_KEY_NAME,
+)
+from nemo_gym.path_utils import aggregate_metrics_path_for, failures_path_for
+from nemo_gym.server_utils import ServerClient
+from ngym.plugin_api import LedgerAppender, done_keys, drop_truncated_tail
 
 #: row keys every result carries back from its row
 _CARRIED = (AGENT_REF_KEY_NAME, TASK_SOURCE_KEY_NAME, SKILLS_REF_KEY_NAME, ATTEMPT_INDEX_KEY_NAME, ROLLOUT_ID_KEY_NAME)
@@ -99,9 +103,9 @@ async def collect(steps: CollectionSteps, config: RolloutCollectionConfig) -> li
 
     persisted_keys: set[tuple[Any, Any]] = set()
     if config.resume_from_cache and materialized.exists() and output.exists():
-        drop_truncated_tail(output)
+        drop_truncated_tail(output, loads=orjson.loads)
         if failures_path.exists():
-            drop_truncated_tail(failures_path)
+            drop_truncated_tail(failures_path, loads=orjson.loads)
         input_rows, rows, results = load_from_cache(config, persisted_keys)
     else:
         if config.resume_from_cache:
@@ -133,8 +137,8 @@ async def collect(steps: CollectionSteps, config: RolloutCollectionConfig) -> li
     failure_counts: Counter[str] = Counter()
     progress = _Progress(len(input_rows))
     async with AsyncExitStack() as files:
-        results_file = files.enter_context(output.open("ab"))
-        failures_file = files.enter_context(failures_path.open("ab"))
+        results_file = files.enter_context(LedgerAppender(output, "a"))
+        failures_file = files.enter_context(LedgerAppender(failures_path, "a"))
         in_flight = steps._run_examples_with_metadata(
             input_rows,
             semaphore=semaphore,
@@ -173,11 +177,9 @@ async def collect(steps: CollectionSteps, config: RolloutCollectionConfig) -> li
                     f"🚨 [rollout_collection] rollout {rollout_key(row)} dropped from the score: "
                     f"class={failure_class} error={detail}"
                 )
-                failures_file.write(orjson.dumps(result) + b"\n")
-                failures_file.flush()
+                failures_file.append(orjson.dumps(result) + b"\n")
             else:
-                results_file.write(orjson.dumps(result) + b"\n")
-                results_file.flush()
+                results_file.append(orjson.dumps(result) + b"\n")
                 persisted_keys.add(rollout_key(result))
                 if config.retain_results_in_memory:
                     persisted_rows.append(row)
@@ -261,7 +263,7 @@ def load_from_cache(
         migrate_invalid_judge_main_rows(output)
     owed = read_jsonl(config.materialized_jsonl_fpath)
     results = read_jsonl(output)
-    succeeded.update(rollout_key(r) for r in results)
+    succeeded.update(done_keys(results))
 
     attempts: Counter[tuple[Any, Any]] = Counter()
     terminal, reuse = set(), set()
@@ -305,36 +307,6 @@ def load_from_cache(
         f"max_attempts={max_attempts}; {len(pending)} to send"
     )
     return pending, rows, results
-
-
-def drop_truncated_tail(path: Path) -> None:
-    """Repair a JSONL file whose last line a hard kill cut short (dropped when it is not JSON, else ended with a
-    newline), so resume can read it and append to it. Reads backwards in chunks: rollout files can be large."""
-    with path.open("r+b") as handle:
-        size = handle.seek(0, os.SEEK_END)
-        if size == 0:
-            return
-        handle.seek(size - 1)
-        if handle.read(1) == b"\n":
-            return
-        start, end = 0, size
-        while end > 0:
-            chunk_start = max(0, end - (1 << 20))
-            handle.seek(chunk_start)
-            newline = handle.read(end - chunk_start).rfind(b"\n")
-            if newline >= 0:
-                start = chunk_start + newline + 1
-                break
-            end = chunk_start
-        handle.seek(start)
-        tail = handle.read()
-        try:
-            orjson.loads(tail)
-        except orjson.JSONDecodeError:
-            handle.truncate(start)
-            print(f"Dropped a truncated final line ({len(tail)} bytes) from {path} before resuming.")
-        else:
-            handle.write(b"\n")
 
 
 async def _nothing() -> None:
