@@ -42,11 +42,11 @@ import httpx  # noqa: E402
 from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
-#: ngym's runtime as shipped, and with each of its fork-template measures turned off (the last: the runtime before).
+#: ngym's runtime as shipped, with its opt-in measures, and as it was before (the last two: earlier sessions).
 VARIANTS: dict[str, dict[str, str]] = {
     "ngym": {},
-    "ngym, children lowered": {"NGYM_FORK_CHILD_NICE": "5"},
-    "ngym, no fork template (before)": {"NGYM_FORK_WARMUP": "0"},
+    "ngym, server raised 5": {"NGYM_SERVER_PRIORITY": "5"},
+    "ngym, Ray workers at nice 15 (before)": {"RAY_worker_niceness": "15"},
 }
 DEFAULT_ENVS = "math_with_judge,equivalence_llm_judge,math_with_code,code_gen"
 
