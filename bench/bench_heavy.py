@@ -42,11 +42,12 @@ import httpx  # noqa: E402
 from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
-#: ngym's runtime as shipped, with its opt-in measures, and as it was before (the last two: earlier sessions).
+#: ngym's runtime as shipped, and with each of its opt-in CPU priorities (ngym/server/cpu_priority.py,
+#: ngym/server/fork_template.py): the server raised above its children, or its children lowered below it.
 VARIANTS: dict[str, dict[str, str]] = {
     "ngym": {},
     "ngym, server raised 5": {"NGYM_SERVER_PRIORITY": "5"},
-    "ngym, Ray workers at nice 15 (before)": {"RAY_worker_niceness": "15"},
+    "ngym, children lowered 5": {"NGYM_FORK_CHILD_NICE": "5"},
 }
 DEFAULT_ENVS = "math_with_judge,equivalence_llm_judge,math_with_code,code_gen"
 

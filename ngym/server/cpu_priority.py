@@ -1,24 +1,20 @@
 """CPU priority of the serving process and of the processes its environment starts.
 
 Environments that verify in other processes (a process forked per ``/verify``, a sandbox per session, Ray tasks)
-put CPU-bound work on the same cores as the event loop that answers every other rollout. Two settings decide who
-waits when the cores are busy; both are applied once per serving process, before the environment is built.
+put CPU-bound work on the same cores as the event loop that answers every other rollout. Which of them waits when
+the cores are busy: Linux schedules by *autogroup* (one per session, when
+``/proc/sys/kernel/sched_autogroup_enabled`` is 1) or by cpu cgroup (a container), then by nice value within it:
+the server and the children it forks share one group's CPU, and within it a busy child is as entitled to a core
+as the event loop. The group's share against the rest of the machine does not depend on the nice values inside.
 
-* **Ray's workers at the server's level** (``RAY_worker_niceness``, default here ``0``). Ray starts its worker
-  processes 15 nice levels below the raylet by default, so that a busy node keeps its raylet responsive. An
-  environment whose verify is a Ray task (NeMo Gym's ``code_gen``: ``check_correctness_remote.remote(...)``)
-  then has its unit tests run at nice 15: on a node where anything else runs, they wait behind all of it, and
-  every rollout waits for them. ngym sets ``RAY_worker_niceness=0`` (Ray's own job supervisor does the same) when
-  it is not already set, so the local Ray that the environment starts runs its tasks at the level of the server
-  that asked for them. A worker that runs sooner can only finish its wall-clock timeouts later, never sooner.
-  It affects only a Ray started by this process (an existing cluster keeps its own setting). Set
-  ``RAY_worker_niceness=15`` to keep Ray's default.
 * **The serving process above its children, if asked** (``NGYM_SERVER_PRIORITY=N``, default 0: off). The server
   raises itself N nice levels (this needs root or ``CAP_SYS_NICE``; without it, a log line and nothing else)
   and the processes it forks from Python (``multiprocessing``, ``os.fork``) go back to the level the server
-  had, so its children run exactly where they ran before while the event loop is scheduled first. A local Ray
-  gets ``RAY_worker_niceness=N`` so its workers also land where they were. Processes started with ``subprocess``
-  (forked in C, no Python hook runs) inherit the raised level.
+  had, so its children run at the level they ran at before while the event loop is scheduled first. Processes
+  started with ``subprocess`` (forked in C, no Python hook runs: a local Ray's raylet, for one) inherit the
+  raised level (Ray still starts its workers 15 levels below its raylet). Off by default: a child's wall-clock
+  timeout (math_with_judge's 10 s, which scores 0.0) is measured while the server's own work now goes first, so
+  it could fire sooner by the CPU the server takes; docs/performance.md measures what it buys.
 
 Nothing here changes what any process computes; only which runnable process a busy core picks first.
 """
@@ -32,10 +28,7 @@ from pathlib import Path
 
 log = logging.getLogger("ngym.server")
 
-RAY_WORKER_NICENESS_ENV = "RAY_worker_niceness"
 SERVER_PRIORITY_ENV = "NGYM_SERVER_PRIORITY"
-#: Ray's worker niceness when the user has not chosen one: the server's own level (Ray's default is 15).
-DEFAULT_RAY_WORKER_NICENESS = 0
 
 _applied_in: set[int] = set()
 
@@ -88,12 +81,9 @@ def raise_server(levels: int) -> bool:
 
 
 def apply_cpu_priorities() -> None:
-    """Set both (once per process): Ray's worker niceness unless the user chose one, and the server's priority
-    if ``NGYM_SERVER_PRIORITY`` asks for it. Called before the environment is built (it may start Ray)."""
+    """Raise the serving process if ``NGYM_SERVER_PRIORITY`` asks for it (once per process). Called before the
+    environment is built, so that the threads and processes it starts are covered."""
     if os.getpid() in _applied_in:
         return
     _applied_in.add(os.getpid())
-    raised = raise_server(server_priority())
-    # A raylet started by this process inherits its level; Ray's workers are that level plus this increment.
-    ray_niceness = server_priority() if raised else DEFAULT_RAY_WORKER_NICENESS
-    os.environ.setdefault(RAY_WORKER_NICENESS_ENV, str(ray_niceness))
+    raise_server(server_priority())
