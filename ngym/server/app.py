@@ -202,6 +202,9 @@ def create_app(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None) 
 def app_from_env() -> FastAPI:
     """uvicorn factory for worker processes: the spec comes from ``NGYM_SERVE_SPEC``."""
     apply_cpu_priorities()  # before the environment is built: it may start a local Ray
-    app = create_app(ServeSpec.from_json(os.environ[SPEC_ENV]))
+    spec = ServeSpec.from_json(os.environ[SPEC_ENV])
+    server = build_server(spec)
+    app = build_app(server, app_plugins=spec.app_plugins)
+    server.before_serving()
     prepare_fork_template()  # each worker is a template for the children its environment forks
     return app

@@ -114,6 +114,7 @@ def serve_one(
     inherited = os.environ.pop(LISTEN_FD_ENV, None)  # a worker of an affine set: its socket comes from the supervisor
     if inherited is not None:
         sock = socket.socket(fileno=int(inherited))
+        server.before_serving()
         prepare_fork_template()  # each affine worker is a template for the children its environment forks
         config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
         _graceful_server(config).run(sockets=[sock])
@@ -150,6 +151,7 @@ def serve_one(
         else:  # newer uvicorn builds each worker's server from the config itself
             Multiprocess(config, sockets=[sock]).run()
         return
+    server.before_serving()
     prepare_fork_template()  # after the environment is built, before it serves: its forked children start warm
     config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
     _graceful_server(config).run(sockets=[sock])
