@@ -42,12 +42,11 @@ import httpx  # noqa: E402
 from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
-#: ngym's runtime as shipped, and with each of its opt-in CPU priorities (ngym/server/cpu_priority.py,
-#: ngym/server/fork_template.py): the server raised above its children, or its children lowered below it.
+#: ngym's runtime as shipped, without the fork template's huge pages, and without the fork template (before it).
 VARIANTS: dict[str, dict[str, str]] = {
     "ngym": {},
-    "ngym, server raised 5": {"NGYM_SERVER_PRIORITY": "5"},
-    "ngym, children lowered 5": {"NGYM_FORK_CHILD_NICE": "5"},
+    "ngym, no huge pages": {"NGYM_FORK_HUGEPAGES": "0"},
+    "ngym, no fork template (before)": {"NGYM_FORK_WARMUP": "0"},
 }
 DEFAULT_ENVS = "math_with_judge,equivalence_llm_judge,math_with_code,code_gen"
 
