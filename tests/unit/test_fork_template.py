@@ -202,8 +202,9 @@ if pid == 0:
     os.write(write, hashlib.sha256(data).hexdigest().encode())
     os._exit(0)
 os.waitpid(pid, 0)
-print(json.dumps({"before": before, "after": after, "same": os.read(read, 64).decode() == digest,
-                  "thp": fork_template.THP_SETTING.is_file() and "[never]" not in fork_template.THP_SETTING.read_text()}))
+setting = fork_template.THP_SETTING
+thp = setting.is_file() and "[never]" not in setting.read_text()
+print(json.dumps({"before": before, "after": after, "same": os.read(read, 64).decode() == digest, "thp": thp}))
 """
 
 
