@@ -155,6 +155,10 @@ def start_servers(
         )
     for proc, url in servers.values():
         wait_up(url, proc)
+    time.sleep(1)  # a server that lost its port to another process after free_port() has exited by now:
+    for label, (proc, url) in servers.items():  # what answered at its URL was someone else's
+        if proc.poll() is not None:
+            raise SystemExit(f"{label} at {url} exited with {proc.returncode} (port taken?)")
     return servers
 
 
@@ -172,7 +176,10 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 def load(url: str, rows_file: Path, seconds: float, concurrency: int) -> dict:
     cmd = [sys.executable, str(ROOT / "bench/heavy_load.py"), url, str(rows_file), str(seconds), str(concurrency)]
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"load on {url} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout)
 
 
 def bench_env(item: ne.Env, bases: dict[str, Path], args: argparse.Namespace) -> dict:
@@ -218,6 +225,8 @@ def summarise(name: str, outcome: dict) -> list[str]:
                 merged.setdefault(row, set()).update(json.dumps(v) for v in values)
         rewards[label] = {row: sorted(v) for row, v in sorted(merged.items(), key=lambda kv: int(kv[0]))}
     base = med["NeMo Gym"]
+    if not base["rollouts_per_s"]:
+        return [f"| {name} | NeMo Gym completed no rollout ({base['errors']} errors): no ratio |"]
     for label, m in med.items():
         lines.append(
             f"| {name} | {label} | {m['rollouts_per_s']:.1f} | {m['rollouts_per_s'] / base['rollouts_per_s']:.2f}x | "
