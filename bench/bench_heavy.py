@@ -153,12 +153,17 @@ def start_servers(
             ne.spawn(cmd, cwd=logs, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
             f"http://127.0.0.1:{port}",
         )
-    for proc, url in servers.values():
-        wait_up(url, proc)
-    time.sleep(1)  # a server that lost its port to another process after free_port() has exited by now:
-    for label, (proc, url) in servers.items():  # what answered at its URL was someone else's
-        if proc.poll() is not None:
-            raise SystemExit(f"{label} at {url} exited with {proc.returncode} (port taken?)")
+    try:
+        for proc, url in servers.values():
+            wait_up(url, proc)
+        time.sleep(1)  # a server that lost its port to another process after free_port() has exited by now:
+        for label, (proc, url) in servers.items():  # what answered at its URL was someone else's
+            if proc.poll() is not None:
+                raise SystemExit(f"{label} at {url} exited with {proc.returncode} (port taken?)")
+    except BaseException:
+        for proc, _ in servers.values():
+            stop_group(proc)
+        raise
     return servers
 
 
