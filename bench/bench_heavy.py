@@ -46,6 +46,7 @@ from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 VARIANTS: dict[str, dict[str, str]] = {
     "ngym": {},
     "ngym, no huge pages": {"NGYM_FORK_HUGEPAGES": "0"},
+    "ngym, server raised 15": {"NGYM_SERVER_PRIORITY": "15"},
     "ngym, no fork template (before)": {"NGYM_FORK_WARMUP": "0"},
 }
 DEFAULT_ENVS = "math_with_judge,equivalence_llm_judge,math_with_code,code_gen"

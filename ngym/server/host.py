@@ -30,6 +30,7 @@ from ngym.server import http_protocol
 from ngym.server.affinity import LISTEN_FD_ENV, AffineWorkers
 from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.base import CLASS_OVERRIDES_ENV
+from ngym.server.cpu_priority import apply_cpu_priorities
 from ngym.server.fork_template import prepare_fork_template
 from ngym.server.resources import SimpleResourcesServer
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
@@ -105,6 +106,7 @@ def serve_one(
     """Serve one spec in this process (uvicorn workers when ``workers`` > 1) until SIGINT/SIGTERM."""
     cls = cls or spec.load_class()
     enter_working_directory(spec.target)
+    apply_cpu_priorities()  # before the environment is built: the threads and processes it starts are covered
     server = build_server(spec, cls)
     app = build_app(server, app_plugins=spec.app_plugins)
     affine = needs_affine_workers(server, workers)
