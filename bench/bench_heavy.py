@@ -42,7 +42,8 @@ import httpx  # noqa: E402
 from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
-#: ngym's runtime as shipped, without the fork template's huge pages, and without the fork template (before it).
+#: ngym's runtime as shipped; without the fork template's huge pages; with the server raised above its children
+#: (opt-in, ngym/server/cpu_priority.py); without the fork template (the runtime before it).
 VARIANTS: dict[str, dict[str, str]] = {
     "ngym": {},
     "ngym, no huge pages": {"NGYM_FORK_HUGEPAGES": "0"},
