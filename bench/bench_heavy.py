@@ -47,10 +47,12 @@ from bench.haproxy_judge import haproxy_judge  # noqa: E402
 from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
-#: ngym's runtime as shipped, and with each of its fork-template measures turned off (the last: the runtime before).
+#: ngym's runtime as shipped; without the fork template's huge pages; with the server raised above its children
+#: (opt-in, ngym/server/cpu_priority.py); without the fork template (the runtime before it).
 VARIANTS: dict[str, dict[str, str]] = {
     "ngym": {},
-    "ngym, children lowered": {"NGYM_FORK_CHILD_NICE": "5"},
+    "ngym, no huge pages": {"NGYM_FORK_HUGEPAGES": "0"},
+    "ngym, server raised 15": {"NGYM_SERVER_PRIORITY": "15"},
     "ngym, no fork template (before)": {"NGYM_FORK_WARMUP": "0"},
 }
 DEFAULT_ENVS = "math_with_judge,equivalence_llm_judge,math_with_code,code_gen"
@@ -167,6 +169,10 @@ def start_servers(
     try:
         for proc, url in servers.values():
             wait_up(url, proc)
+        time.sleep(1)  # a server that lost its port to another process after free_port() has exited by now:
+        for label, (proc, url) in servers.items():  # what answered at its URL was someone else's
+            if proc.poll() is not None:
+                raise SystemExit(f"{label} at {url} exited with {proc.returncode} (port taken?)")
     except BaseException:  # one did not come up, or we were stopped: none is left running
         for proc, _ in servers.values():
             stop_group(proc)
@@ -190,7 +196,10 @@ def load(url: str, rows_file: Path, seconds: float, concurrency: int) -> dict:
     """One closed-loop round; with the load generator's own CPU (``loadgen_cores``: near 1.0, it measured itself)."""
     cmd = [sys.executable, str(ROOT / "bench/heavy_load.py"), url, str(rows_file), str(seconds), str(concurrency)]
     before = os.times()
-    result: dict = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"load on {url} failed: {done.stderr.strip().splitlines()[-1:]}")
+    result: dict = json.loads(done.stdout)
     after = os.times()
     used = (after.children_user + after.children_system) - (before.children_user + before.children_system)
     result["loadgen_cores"] = used / max(result["seconds"], 1e-9)
@@ -272,6 +281,8 @@ def summarise(name: str, outcome: dict) -> list[str]:
                 merged.setdefault(row, set()).update(json.dumps(v) for v in values)
         rewards[label] = {row: sorted(v) for row, v in sorted(merged.items(), key=lambda kv: int(kv[0]))}
     base = med["NeMo Gym"]
+    if not base["rollouts_per_s"]:
+        return [f"| {name} | NeMo Gym completed no rollout ({base['errors']} errors): no ratio |"]
     for label, m in med.items():
         lines.append(
             f"| {name} | {label} | {m['rollouts_per_s']:.1f} | {m['rollouts_per_s'] / base['rollouts_per_s']:.2f}x | "

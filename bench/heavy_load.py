@@ -66,9 +66,13 @@ async def rollouts(
 async def probe(session: aiohttp.ClientSession, url: str, deadline: float, out: list[float]) -> None:
     while time.monotonic() < deadline:
         began = time.monotonic()
-        async with session.get(f"{url}/health") as response:
-            await response.read()
-        out.append(time.monotonic() - began)
+        try:
+            async with session.get(f"{url}/health") as response:
+                await response.read()
+        except (aiohttp.ClientError, TimeoutError):  # counted as the slowest answer there is: none
+            out.append(float("inf"))
+        else:
+            out.append(time.monotonic() - began)
         await asyncio.sleep(0.05)
 
 
@@ -95,6 +99,7 @@ async def run(url: str, rows: list[dict], seconds: float, concurrency: int) -> d
         "health_p50_ms": statistics.median(health) * 1e3 if health else float("nan"),
         "health_p99_ms": percentile(health, 0.99) * 1e3,
         "health_max_ms": max(health) * 1e3 if health else float("nan"),
+        "health_failed": sum(1 for seconds in health if seconds == float("inf")),
         "rewards": {k: sorted(v, key=str) for k, v in out["rewards"].items()},
     }
 

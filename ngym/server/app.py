@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from ngym.errors import ConfigError, PluginError
 from ngym.plugins import manager as plugin_manager
+from ngym.server.cpu_priority import apply_cpu_priorities
 from ngym.server.fork_template import prepare_fork_template
 from ngym.server.middleware import raise_server_exceptions
 from ngym.server.resources import SimpleResourcesServer
@@ -200,6 +201,10 @@ def create_app(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None) 
 
 def app_from_env() -> FastAPI:
     """uvicorn factory for worker processes: the spec comes from ``NGYM_SERVE_SPEC``."""
-    app = create_app(ServeSpec.from_json(os.environ[SPEC_ENV]))
+    apply_cpu_priorities()  # before the environment is built: the threads and processes it starts are covered
+    spec = ServeSpec.from_json(os.environ[SPEC_ENV])
+    server = build_server(spec)
+    app = build_app(server, app_plugins=spec.app_plugins)
+    server.before_serving()
     prepare_fork_template()  # each worker is a template for the children its environment forks
     return app

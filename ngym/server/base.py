@@ -92,6 +92,14 @@ class SimpleServer(BaseServer):
     def setup_webserver(self) -> FastAPI:
         """Build and return the FastAPI app."""
 
+    def before_serving(self) -> None:
+        """Called once per serving process (``ngym run``, each worker), after the server and its app are built
+        and before the process accepts connections; not when an app is only built (a test's TestClient).
+
+        For slow, blocking set-up the server would otherwise do on its event loop at its first request (start a
+        local Ray, load a model): done here, no rollout waits behind it. The default does nothing.
+        """
+
     @classmethod
     def run_webserver(cls, **overrides: Any) -> None:
         """Serve this class (``if __name__ == "__main__": MyServer.run_webserver()``).

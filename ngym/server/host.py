@@ -30,6 +30,7 @@ from ngym.server import http_protocol
 from ngym.server.affinity import LISTEN_FD_ENV, AffineWorkers
 from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.base import CLASS_OVERRIDES_ENV
+from ngym.server.cpu_priority import apply_cpu_priorities
 from ngym.server.fork_template import prepare_fork_template
 from ngym.server.resources import SimpleResourcesServer
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
@@ -105,6 +106,7 @@ def serve_one(
     """Serve one spec in this process (uvicorn workers when ``workers`` > 1) until SIGINT/SIGTERM."""
     cls = cls or spec.load_class()
     enter_working_directory(spec.target)
+    apply_cpu_priorities()  # before the environment is built: the threads and processes it starts are covered
     server = build_server(spec, cls)
     app = build_app(server, app_plugins=spec.app_plugins)
     affine = needs_affine_workers(server, workers)
@@ -112,6 +114,8 @@ def serve_one(
     inherited = os.environ.pop(LISTEN_FD_ENV, None)  # a worker of an affine set: its socket comes from the supervisor
     if inherited is not None:
         sock = socket.socket(fileno=int(inherited))
+        server.before_serving()
+        prepare_fork_template()  # each affine worker is a template for the children its environment forks
         config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
         _graceful_server(config).run(sockets=[sock])
         return
@@ -147,6 +151,7 @@ def serve_one(
         else:  # newer uvicorn builds each worker's server from the config itself
             Multiprocess(config, sockets=[sock]).run()
         return
+    server.before_serving()
     prepare_fork_template()  # after the environment is built, before it serves: its forked children start warm
     config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
     _graceful_server(config).run(sockets=[sock])

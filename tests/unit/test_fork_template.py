@@ -159,3 +159,64 @@ print(json.dumps({"warmed": warmed, **loaded}))
     pytest.importorskip("scipy")
     assert run_python("import scipy\n" + code) == {"warmed": ["scipy"], "optimize": True, "stats": True}
     assert run_python(code) == {"warmed": [], "optimize": False, "stats": False}
+
+
+MAPS = """\
+00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/python3
+00651000-00a52000 rw-p 00000000 00:00 0           [heap]
+7f0000000000-7f0000700000 rw-p 00000000 00:00 0
+7f0000700000-7f0000b00000 rw-s 00000000 00:01 44  /dev/shm/shared
+7f0001000000-7f0001400000 rw-p 00000000 08:02 1   /usr/lib/libfoo.so
+7f0002200000-7f0002400000 rw-p 00000000 00:00 0
+7ffc00000000-7ffc00400000 rw-p 00000000 00:00 0   [stack]
+"""
+
+
+def test_only_whole_huge_pages_of_private_anonymous_memory_are_collapsed() -> None:
+    from ngym.server.fork_template import HUGE_PAGE, anonymous_ranges
+
+    ranges = anonymous_ranges(MAPS)
+    assert all(end - start == HUGE_PAGE and start % HUGE_PAGE == 0 for start, end in ranges)
+    starts = [start for start, _ in ranges]
+    # the heap's one whole 2 MiB page; the anonymous 7 MiB mapping's three; the last mapping, exactly one.
+    # Not the code, the shared mapping, the library's data or the stack.
+    assert starts == [0x800000, 0x7F0000000000, 0x7F0000200000, 0x7F0000400000, 0x7F0002200000]
+
+
+# Touches 96 MiB, prepares the template, and reports the process's huge pages and what a forked child reads.
+HUGE_PAGES = """
+import hashlib, json, os
+from pathlib import Path
+data = bytearray(os.urandom(1 << 20) * 96)
+digest = hashlib.sha256(data).hexdigest()
+def anon_huge():
+    rollup = Path("/proc/self/smaps_rollup").read_text().splitlines()
+    return int(next(line.split()[1] for line in rollup if line.startswith("AnonHugePages:"))) << 10
+before = anon_huge()
+from ngym.server import fork_template
+fork_template.prepare_fork_template()
+after = anon_huge()
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(write, hashlib.sha256(data).hexdigest().encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+setting = fork_template.THP_SETTING
+thp = setting.is_file() and "[never]" not in setting.read_text()
+print(json.dumps({"before": before, "after": after, "same": os.read(read, 64).decode() == digest, "thp": thp}))
+"""
+
+
+def test_the_template_goes_to_huge_pages_when_asked_and_children_read_the_same_memory() -> None:
+    asked = run_python(HUGE_PAGES, NGYM_FORK_HUGEPAGES="1")
+    assert asked["same"] is True
+    if asked["thp"]:  # a kernel with transparent huge pages: most of the 96 MiB is now in them
+        assert asked["after"] - asked["before"] >= 64 << 20
+    else:
+        assert asked["after"] == asked["before"]
+    # No warmer ran (no math_verify, no scipy): by default a small template is left as it is; 0 turns it off.
+    for setting in ({}, {"NGYM_FORK_HUGEPAGES": "0"}):
+        left = run_python(HUGE_PAGES, **setting)
+        assert left["same"] is True
+        assert left["after"] - left["before"] < 32 << 20, setting

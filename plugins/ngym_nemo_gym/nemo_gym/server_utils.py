@@ -32,7 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 import ngym
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT
-from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
+from nemo_gym.global_config import (
+    get_first_server_config_dict,
+    get_global_config_dict,
+    maybe_get_global_config_dict,
+)
 from nemo_gym.server_middleware import ClientDisconnectCancellationMiddleware, add_exception_middleware
 from ngym import JudgeError
 from ngym.plugin_api import raise_server_exceptions
@@ -364,6 +368,24 @@ class SimpleServer(BaseServer, ngym.SimpleServer):
 
     server_client: ServerClient = Field(default_factory=ServerClient)
     ray_enabled: ClassVar[bool | None] = None
+
+    def before_serving(self) -> None:
+        """Start Ray before serving, as NeMo Gym's ``run_webserver`` does for a server declaring
+        ``ray_enabled = True``: otherwise the environment's first ``.remote()`` starts a local Ray from inside a
+        request handler, on the event loop, and the whole server answers nothing (``/health`` included) for
+        the tens of seconds that takes. The same ``ray.init()`` the first ``.remote()`` would make (the cluster
+        at ``ray_head_node_address`` when configured; ``RAY_ADDRESS``; else a local one), only earlier."""
+        super().before_serving()
+        if type(self).ray_enabled is not True:  # undeclared (None) stays lazy: most such servers never use Ray
+            return
+        try:
+            import ray
+        except ImportError:  # the environment has no Ray to start; its own import would fail the same way
+            return
+        if ray.is_initialized():
+            return
+        address = (maybe_get_global_config_dict() or {}).get("ray_head_node_address")
+        ray.init(**({"address": address} if address else {}), ignore_reinit_error=True)
 
     def get_session_middleware_key(self) -> str:
         return f"{type(self).__name__}___{self.config.name}"
