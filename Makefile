@@ -56,7 +56,7 @@ fuzz: install
 # A fleet on a real Ray cluster (ray start --head + 2 worker nodes, one killed mid-run): installs ngym[ray] (~80 MB).
 # tests/cluster/test_fleet_e2e.py is issue 20's end-to-end check (5 environments over namespace hosts and a Redis
 # host, NeMo Gym's collector and `ngym profile` at NGYM_E2E_USERS concurrent users, default 100); -rP prints its
-# counts. fleet-e2e-1000 runs it at 1,000 concurrent users (not in CI: ~6 minutes and ~? GB here).
+# counts. fleet-e2e-1000 runs it at 1,000 concurrent users (not in CI: ~5 minutes, ~4.5 GB more memory here).
 fleet-ray: install
 	$(PIP) install --quiet 'ray>=2.40'
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -rP tests/cluster
