@@ -1,12 +1,11 @@
 """Per-environment virtualenvs, so environments whose requirements conflict run side by side.
 
-An environment that names requirements (its own lines, its folder's ``requirements.txt``, or a NeMo Gym
-environment to install) runs in a virtualenv of its own, cached under ``NGYM_FLEET_VENVS`` (default
-``~/.cache/ngym/fleet-venvs``) and keyed by those lines, so a second ``up`` (or another fleet with the same
-requirements) reuses it. The venv sees ngym and its dependencies through a ``.pth`` file placed *after* its own
-site-packages: what the environment installs wins over ngym's copy (pip installs its own version instead of
-touching ngym's venv), and nothing of ngym is installed twice. A venv whose install failed is not marked ready
-and is made again next time.
+An environment that names requirements (its own lines, its folder's ``requirements.txt``, or a NeMo Gym environment to
+install) runs in a virtualenv of its own, cached under ``NGYM_FLEET_VENVS`` (default ``~/.cache/ngym/fleet-venvs``) and
+keyed by those lines and the ngym it layers on, so a second ``up`` (or another fleet with the same requirements) reuses
+it. The venv sees ngym and its dependencies through a ``.pth`` file placed *after* its own site-packages: what the
+environment installs wins over ngym's copy (pip installs its own version instead of touching ngym's venv), and nothing
+of ngym is installed twice. A venv whose install failed is not marked ready and is made again next time.
 """
 
 from __future__ import annotations
@@ -35,6 +34,13 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def venv_dir(lines: list[str]) -> Path:
+    """Where the venv holding ``lines`` is cached: keyed by the lines and by the ngym it layers on (a venv made
+    for another checkout's interpreter, as CI clones one per run, has a ``.pth`` pointing at that checkout, which
+    may be gone or hold other code)."""
+    return venv_root() / requirements_key([*lines, f"# layered on {ngym_site_packages()}"])
+
+
 def ensure_venv(lines: list[str], log: Path, say: Callable[[str], None] = lambda _: None) -> Path:
     """The interpreter of a venv holding ``lines`` on top of ngym (made once, then reused).
 
@@ -42,7 +48,7 @@ def ensure_venv(lines: list[str], log: Path, say: Callable[[str], None] = lambda
     ``ngym install`` inside the venv. pip's output goes to ``log``; a failed install raises
     :class:`ConfigError` naming the log.
     """
-    venv = venv_root() / requirements_key(lines)
+    venv = venv_dir(lines)
     if (venv / _READY).is_file():
         return venv_python(venv)
     say(f"making its virtualenv {venv} ({len(lines)} requirement line(s))")

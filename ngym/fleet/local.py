@@ -118,7 +118,11 @@ def finish(spec: FleetSpec, state: FleetState, report: Reporter, startup_seconds
             record.ok, record.reason = True, "external (not started by the fleet)"
             continue
         cmd, cwd = server_command(server, record.host, record.port, spec.base_dir)
-        record.process = _spawn(cmd, logs / f"{name}.log", cwd=cwd, env=server_env(text, name))
+        try:
+            record.process = _spawn(cmd, logs / f"{name}.log", cwd=cwd, env=server_env(text, name))
+        except OSError as exc:  # its folder or interpreter is missing: named, the others go on
+            record.reason = f"cannot start `{cmd[0]}` in {cwd}: {exc.strerror}: {exc.filename}"
+            report.line(f"{name}: FAILED: {record.reason}")
     state.save(state_dir)
     _wait(state, ["(head)", *[n for n, s in spec.servers.items() if s.launch]], report, startup_seconds, "/")
     instances = [

@@ -9,6 +9,10 @@ errors, never a reward from another process. The head server and any NeMo Gym se
 ran ``ngym up`` (``ngym.fleet.local.finish``). ``down`` stops and kills the actors by name (namespace
 ``ngym-fleet``), then the local processes.
 
+An environment that needs its own virtualenv (``nemo-gym:NAME``, ``requirements``) gets it on the node that
+holds it: the actor makes (or reuses) it with the same cache and key as the local engine, before it starts the
+unit, so environments whose requirements conflict share a cluster as they share a machine.
+
 The cluster is yours: ``ray start --head`` on one machine, ``ray start --address=HEAD:6379`` on the others, then
 ``ray: {address: HEAD:6379}`` in the fleet file (or ``RAY_ADDRESS``). ngym must be installed on every node.
 """
@@ -23,9 +27,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ngym.errors import NgymError
+from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.launch import environment_args
 from ngym.fleet.local import Reporter, answers, finish, new_state
 from ngym.fleet.local import down as local_down
@@ -50,19 +56,27 @@ class EnvironmentHost:
         self.process: subprocess.Popen[bytes] | None = None
         self.log = ""
 
-    def start(self, argv: list[str], log_dir: str) -> tuple[str, int, str]:
+    def start(self, argv: list[str], log_dir: str, lines: list[str] | None = None) -> tuple[str, int, str]:
+        """Start the unit on this node (in the virtualenv holding ``lines`` when given): (host, port, node id)."""
         import ray
 
         from ngym.child_server import free_port
 
         host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call,unused-ignore]
-        port = free_port(host)
-        command = [sys.executable, *argv, "--host", host, "--port", str(port)]
         os.makedirs(log_dir, exist_ok=True)
         self.log = os.path.join(log_dir, f"{os.path.basename(argv[3])}-{os.getpid()}.log")
+        python = sys.executable
+        if lines:
+            # on this node: a cluster's nodes do not share ngym up's disk (NgymError names pip's log)
+            python = str(ensure_venv(lines, Path(self.log).with_suffix(".venv.log")))
+        port = free_port(host)
+        command = [python, *argv, "--host", host, "--port", str(port)]
         with open(self.log, "ab") as out:
+            # cwd: not the Ray worker's (the folder `ray start` ran in): `python -m` puts it first on sys.path,
+            # and a `resources_servers/` there shadows the environment's own package (a nemo-gym: entry's venv)
             self.process = subprocess.Popen(
                 command,
+                cwd=log_dir,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -124,12 +138,14 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
     placed: dict[str, Any] = {}
     actors: dict[str, Any] = {}
     for name, env in spec.environments.items():
-        if env.replicas > 1 or env.isolation_key(spec.base_dir):
-            reason = "the ray engine runs one replica per environment in ngym's own interpreter on each node"
+        if env.replicas > 1:
+            reason = "the ray engine runs one replica per environment"
             state.servers[name] = ServerRecord(kind="environment", host="", port=0, reason=reason)
             report.line(f"{name}: FAILED: {reason} (use workers: N, or the local/compose engine)")
             continue
-        argv = environment_args(spec, env)  # host and port are the node's, chosen by the actor
+        # host and port are the node's, chosen by the actor; `name`: a nemo-gym entry is installed under it
+        argv = environment_args(spec, env, name)
+        lines = env.isolation_key(spec.base_dir, name)
         actor = host_cls.options(
             name=actor_name(spec.name, name),
             lifetime="detached",
@@ -137,7 +153,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             scheduling_strategy="SPREAD",
             max_restarts=0,
         ).remote()
-        actors[name], placed[name] = actor, actor.start.remote(argv, log_dir)
+        actors[name], placed[name] = actor, actor.start.remote(argv, log_dir, lines)
         state.servers[name] = ServerRecord(
             kind="environment", host="", port=0, workers=env.workers, service=actor_name(spec.name, name)
         )
@@ -148,7 +164,8 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             record.host, record.port, node = ray.get(ref, timeout=startup_seconds)
             record.reason = f"ray node {node[:12]}"
         except Exception as exc:  # placement failed or timed out (no node with the CPUs): named, the others go on
-            record.reason = f"not placed on the cluster: {exc}"
+            cause = getattr(exc, "cause", None)  # a RayTaskError wraps the actor's own error (e.g. a failed venv)
+            record.reason = f"not started on the cluster: {cause if isinstance(cause, NgymError) else exc}"
             report.line(f"{name}: FAILED: {record.reason}")
     state.save(spec.state_dir())
     deadline = time.monotonic() + startup_seconds

@@ -1,5 +1,5 @@
-"""Replicas of a stateful environment on three "hosts" (network namespaces joined by veth pairs) behind one HAProxy
-configured as ``ngym run --workers`` configures it; one host is killed mid-run.
+"""Replicas of a stateful environment on three "hosts" (network namespaces on one bridge, :mod:`tests.netns`)
+behind one HAProxy configured as ``ngym run --workers`` configures it; one host is killed mid-run.
 
 Every rollout whose host survives scores right; every rollout of the dead host ends loudly (a tool call 410 or a
 proxy 502/503, or a verify masked ``session_lost``), never with a wrong reward, and none hangs. Needs root and
@@ -8,16 +8,13 @@ proxy 502/503, or a verify masked ``session_lost``), never with a wrong reward, 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import random
 import secrets
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,65 +24,25 @@ from ngym.child_server import wait_healthy
 from ngym.server.haproxy import Backend, haproxy_config
 from tests.integration.conftest import VENV_BIN
 from tests.integration.test_affine_workers import HAPROXY, counter_rollout
+from tests.netns import Hosts
 
 pytestmark = pytest.mark.skipif(
     HAPROXY is None or shutil.which("ip") is None or os.geteuid() != 0,
     reason="needs root, iproute2 (ip netns) and haproxy",
 )
 
-HOSTS = 3
+HOSTS = ["h0", "h1", "h2"]
 PORT = 8000
-
-
-def sh(*args: str) -> None:
-    subprocess.run(args, check=True, capture_output=True)
-
-
-@contextlib.contextmanager
-def hosts(count: int) -> Iterator[list[tuple[str, str]]]:
-    """``count`` namespaces, each reached from this one over its own veth pair: [(namespace, address)]."""
-    tag, subnet = secrets.token_hex(2), random.randrange(16, 250)
-    made: list[tuple[str, str]] = []
-    # hosts of an earlier run killed outright (its `finally` never ran): their processes, veths and namespaces
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-    for stale in [name for name in listed if name.startswith("i20w-")]:
-        kill_host(stale)
-        subprocess.run(["ip", "netns", "del", stale], capture_output=True)  # its veth pair goes with it
-    try:
-        for i in range(count):
-            ns, near, far = f"i20w-{tag}-h{i}", f"i20w{tag}a{i}", f"i20w{tag}b{i}"
-            sh("ip", "netns", "add", ns)
-            made.append((ns, near))
-            sh("ip", "link", "add", near, "type", "veth", "peer", "name", far)
-            sh("ip", "link", "set", far, "netns", ns)
-            sh("ip", "addr", "add", f"10.{subnet}.{i}.1/30", "dev", near)
-            sh("ip", "link", "set", near, "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"10.{subnet}.{i}.2/30", "dev", far)
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", far, "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        yield [(ns, f"10.{subnet}.{i}.2") for i, (ns, _) in enumerate(made)]
-    finally:
-        for ns, near in made:
-            kill_host(ns)
-            subprocess.run(["ip", "link", "del", near], capture_output=True)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-def kill_host(ns: str) -> None:
-    """Every process of the host SIGKILLed, as a machine that dies."""
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), 9)
 
 
 def test_a_host_killed_mid_run_loses_only_its_rollouts_and_loudly() -> None:
     secret = secrets.token_urlsafe(32)
     env = {**os.environ, "NGYM_SESSION_SECRET": secret}
-    with hosts(HOSTS) as machines, tempfile.TemporaryDirectory(prefix="i20w-") as work:
+    with Hosts("i20w", "10.222.0", HOSTS) as made, tempfile.TemporaryDirectory(prefix="i20w-") as work:
+        machines = [(name, made.address(name)) for name in HOSTS]
         replicas = []
         for ns, address in machines:
-            cmd = ["ip", "netns", "exec", ns, str(VENV_BIN / "ngym"), "run", "example_session_state_mgmt"]
+            cmd = [*made.exec_argv(ns), str(VENV_BIN / "ngym"), "run", "example_session_state_mgmt"]
             log = open(Path(work) / f"{ns}.log", "w")  # noqa: SIM115 - closed with the process
             proc = subprocess.Popen([*cmd, "--host", address, "--port", str(PORT)], env=env, stdout=log, stderr=log)
             replicas.append((proc, log))
@@ -119,7 +76,7 @@ def test_a_host_killed_mid_run_loses_only_its_rollouts_and_loudly() -> None:
             with ThreadPoolExecutor(18) as pool:
                 running = [pool.submit(counter_rollout, url, i, 5, 0.2) for i in range(36)]
                 time.sleep(0.5)
-                kill_host(machines[0][0])
+                made.kill(machines[0][0])
                 start = time.monotonic()
                 results = [f.result(timeout=90) for f in running]
             assert time.monotonic() - start < 60  # none hangs

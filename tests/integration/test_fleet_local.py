@@ -150,6 +150,33 @@ def test_a_local_fleet_isolates_names_failures_counts_and_stops_everything(tmp_p
     assert gone.returncode == 2 and "is not up" in gone.stderr
 
 
+def test_a_server_whose_folder_is_missing_is_named_and_the_others_come_up(tmp_path: Path, env: dict[str, str]) -> None:
+    """A NeMo server entry whose ``launch.dir`` does not exist failed all of ``up`` with a bare FileNotFoundError
+    (found by the issue-20 end-to-end test): now it is named with its reason, like a failing environment."""
+    missing = tmp_path / "no_such_agent"
+    agent = {
+        "responses_api_agents": {"simple_agent": {"entrypoint": "app.py"}},
+        "launch": {"python": sys.executable, "dir": str(missing)},
+    }
+    fleet = {"name": "gone", "head_server": {"port": 0}, "environments": {"weather": "example_single_tool_call"}}
+    (tmp_path / "fleet.yaml").write_text(json.dumps({**fleet, "servers": {"weather_agent": agent}}))
+    up = ngym("up", "fleet.yaml", cwd=tmp_path, env=env)
+    state = FleetState.load(tmp_path / ".ngym-fleet" / "gone")
+    assert state is not None
+    try:
+        assert up.returncode == 1 and "Traceback" not in up.stderr, up.stdout + up.stderr
+        assert f"weather_agent: FAILED: cannot start `{sys.executable}` in {missing}" in up.stderr
+        assert state.servers["weather"].ok and state.head.process is not None
+        status = ngym("status", "fleet.yaml", "--json", "--interval", "0", cwd=tmp_path, env=env)
+        rows = {r["name"]: r["health"] for r in json.loads(status.stdout)}
+        assert rows["weather"] == "ok" and rows["weather_agent"] != "ok"
+    finally:
+        down = ngym("down", "fleet.yaml", cwd=tmp_path, env=env)
+    assert down.returncode == 0, down.stderr
+    started = [r.process for r in [state.head, *state.servers.values()] if r.process is not None]
+    assert len(started) == 2 and not [p.pid for p in started if p.alive()]
+
+
 def _response() -> dict[str, Any]:
     return {
         "id": "r", "created_at": 0, "model": "m", "object": "response", "output": [],

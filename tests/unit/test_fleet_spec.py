@@ -193,3 +193,15 @@ def test_status_renders_one_row_per_server() -> None:
     assert lines[0].split()[:4] == ["server", "kind", "health", "sessions"]
     assert lines[1].split()[:7] == ["weather", "environment", "ok", "3", "2.5", "10", "0"]
     assert lines[2].split()[:4] == ["broken", "environment", "failed", "-"] and lines[2].endswith("exited at start: x")
+
+
+def test_a_fleet_venv_is_keyed_by_the_ngym_it_layers_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A cached venv's .pth points at the ngym that made it: another checkout (a CI clone) must not reuse it."""
+    from ngym.fleet import isolation
+
+    monkeypatch.setenv(isolation.VENVS_ENV, str(tmp_path))
+    monkeypatch.setattr(isolation, "ngym_site_packages", lambda: "/clone-a/.venv/lib/python3.11/site-packages")
+    first = isolation.venv_dir(["sortedcontainers==2.4.0"])
+    assert isolation.venv_dir(["sortedcontainers==2.4.0"]) == first and first.parent == tmp_path
+    monkeypatch.setattr(isolation, "ngym_site_packages", lambda: "/clone-b/.venv/lib/python3.11/site-packages")
+    assert isolation.venv_dir(["sortedcontainers==2.4.0"]) != first
