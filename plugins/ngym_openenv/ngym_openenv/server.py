@@ -115,6 +115,7 @@ class OpenEnvServer(SimpleResourcesServer):
     config: OpenEnvConfig
     manifest: ClassVar[Manifest]
     session_affinity_required = True  # a session is a live WebSocket to the environment's server
+    reward_range = None  # OpenEnv rewards pass through at the environment's own scale (DIPG's is -50…+30)
 
     _process: launch.OpenEnvProcess | None = PrivateAttr(default=None)
     _url: str | None = PrivateAttr(default=None)
