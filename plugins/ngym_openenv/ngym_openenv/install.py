@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from typing import Any
 
 import httpx
 import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from ngym.domain import Domain
 from ngym.errors import ConfigError
@@ -189,14 +192,26 @@ def _from_folder(
     if not isinstance(spec, dict):
         raise OpenEnvInstallError(f"{spec_file}: expected a mapping (name:, app:, ...)")
     name = as_name or _ngym_name(str(spec.get("name") or folder.name))
-    # The folder is copied: the environment keeps working when the original moves or changes.
-    home = _home() / name / "src"
-    shutil.rmtree(home, ignore_errors=True)
+    # The folder is copied (the environment keeps working when the original moves or changes), into a folder
+    # named as a package: OpenEnv's own envs import their models relatively (`from ..models import ...`), which
+    # works only when the app is imported as `<package>.server.app`, as OpenEnv's Dockerfiles serve them.
+    package = _ngym_name(folder.name) or name
+    if not package[0].isalpha():
+        package = f"env_{package}"
+    shutil.rmtree(_home() / name, ignore_errors=True)
+    home = _home() / name / "src" / package
     shutil.copytree(folder, home, ignore=shutil.ignore_patterns(".venv", "__pycache__", "*.egg-info", "build"))
-    requirements = _folder_requirements(home)
+    requirements = _folder_requirements(home, python, echo)
     python = _pip_into(python, requirements, echo) if python else _environment_venv(name, requirements, home, echo)
     app = app or str(spec.get("app") or "server.app:app")
-    facts = _probe(python, {"app": app, "app_dir": str(home)})
+    try:
+        facts = _probe(python, {"app": app, "app_dir": str(home)})
+    except OpenEnvInstallError as exc:
+        if "relative import beyond top-level package" not in str(exc):
+            raise
+        echo(f"ngym: {app} imports relatively: serving it as {package}.{app}, as OpenEnv's Dockerfiles do")
+        app, home = f"{package}.{app}", home.parent
+        facts = _probe(python, {"app": app, "app_dir": str(home)})
     chosen = _domain(domain, spec.get("domain"), facts, name)
     where = {"python": python, "app": app, "app_dir": str(home)}
     return _ask_launched(
@@ -312,13 +327,40 @@ def venv_root() -> Path:
     return cache_dir() / "openenv-venvs"
 
 
-def _folder_requirements(folder: Path) -> list[str]:
-    if (folder / "pyproject.toml").is_file() or (folder / "setup.py").is_file():
-        return [str(folder)]
+def _folder_requirements(folder: Path, python: str | None, echo: Echo) -> list[str]:
+    """What to pip-install for a folder: the folder itself when its project suits the interpreter, else its
+    ``server/requirements.txt`` (what OpenEnv's Dockerfiles install), with OpenEnv when that does not name it."""
+    project = folder / "pyproject.toml"
     requirements = folder / "server" / "requirements.txt"
+    if project.is_file() or (folder / "setup.py").is_file():
+        refused = _python_refused(project, python)
+        if refused is None or not requirements.is_file():
+            return [str(folder)]
+        echo(f"ngym: {refused}: installing server/requirements.txt instead, as OpenEnv's Dockerfiles do")
     if requirements.is_file():
-        return ["-r", str(requirements)]
+        named = re.findall(r"^\s*(openenv(?:[-_]core)?)\b", requirements.read_text(encoding="utf-8"), re.MULTILINE)
+        return ["-r", str(requirements), *([] if named else ["openenv"])]
     return ["openenv"]
+
+
+def _python_refused(project: Path, python: str | None) -> str | None:
+    """Why the project's ``requires-python`` excludes the interpreter it would be installed into, else None."""
+    try:
+        wanted = tomllib.loads(project.read_text(encoding="utf-8")).get("project", {}).get("requires-python")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    if not wanted:
+        return None
+    if python:
+        version = _run([python, "-c", "import platform; print(platform.python_version())"]).stdout.strip()
+    else:
+        version = ".".join(map(str, sys.version_info[:3]))
+    try:
+        if Version(version) in SpecifierSet(str(wanted)):
+            return None
+    except (InvalidSpecifier, InvalidVersion):
+        return None
+    return f"its pyproject.toml requires Python {wanted} and this is {version}"
 
 
 def _environment_venv(name: str, requirements: list[str], folder: Path | None, echo: Echo) -> str:
