@@ -232,8 +232,8 @@ async def _replay(
             return unscored
         reward = verified.get("reward")
         bad = _out_of_range(reward, None if gymnasium else bounds)
-        if bad:
-            problems.append((index, bad))
+        if bad or not isinstance(reward, int | float):  # (the second half only tells mypy what the first checked)
+            problems.append((index, bad or f"reward {reward!r} is not a number"))
             continue
         rewards.append(float(reward))
         expected = rollout.get("reward")
