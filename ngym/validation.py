@@ -3,7 +3,7 @@
 1. **registration**: the class loads and follows the rules (domain, config class, ``verify``, name);
 2. **app**: its app builds and starts (lifespan included);
 3. **examples**: every row of ``data/example_rollouts.jsonl`` replays (seed_session → the recorded tool
-   calls → verify) to a reward in [0, 1] that equals the recorded ``reward``;
+   calls → verify) to a reward in [0, 1] (the server's ``reward_range``) that equals the recorded ``reward``;
 4. **soundness**: responses that ignore the task — empty, a refusal only, malformed output items, an echo
    of the prompt — are sent to ``/verify`` after a fresh seed on every example row. None may crash the
    server (no 5xx), and none may score 1.0 on every row (a "do nothing" task can legitimately score 1.0
@@ -191,8 +191,22 @@ def by_failure(problems: list[tuple[int, str]]) -> str:
     return "; ".join(parts)
 
 
+def _out_of_range(reward: Any, bounds: tuple[float, float] | None) -> str | None:
+    """Why ``reward`` is no reward (not a number, or outside the server's ``reward_range``), else None."""
+    if not isinstance(reward, int | float):
+        return f"reward {reward!r} is not a number"
+    if bounds is not None and not bounds[0] <= reward <= bounds[1]:
+        return f"reward {reward!r} is not a number in [{bounds[0]:g}, {bounds[1]:g}]"
+    return None
+
+
 async def _replay(
-    report: ValidationReport, http: Any, rollouts: list[dict[str, Any]], progress: Progress, gymnasium: bool = False
+    report: ValidationReport,
+    http: Any,
+    rollouts: list[dict[str, Any]],
+    progress: Progress,
+    gymnasium: bool = False,
+    bounds: tuple[float, float] | None = (0.0, 1.0),
 ) -> str | None:
     """Replay the recorded rollouts; the reason verify could not score (then the rest is not tried), else None."""
     problems: list[tuple[int, str]] = []
@@ -217,8 +231,9 @@ async def _replay(
             report.add("examples", False, detail)
             return unscored
         reward = verified.get("reward")
-        if not isinstance(reward, int | float) or (not gymnasium and not 0.0 <= reward <= 1.0):
-            problems.append((index, f"reward {reward!r} is not a number" + ("" if gymnasium else " in [0, 1]")))
+        bad = _out_of_range(reward, None if gymnasium else bounds)
+        if bad or not isinstance(reward, int | float):  # (the second half only tells mypy what the first checked)
+            problems.append((index, bad or f"reward {reward!r} is not a number"))
             continue
         rewards.append(float(reward))
         expected = rollout.get("reward")
@@ -237,6 +252,7 @@ async def _soundness(
     exempt: bool,
     progress: Progress,
     gymnasium: bool = False,
+    bounds: tuple[float, float] | None = (0.0, 1.0),
 ) -> None:
     # A Gymnasium-style server: reset, then the probe as the model's one turn. One step of an episode scores
     # on the environment's own scale and is rarely its end, so only crashes (and non-numbers) are failures.
@@ -260,9 +276,9 @@ async def _soundness(
                 crashes.append((index, f"{verify_route} → {answer.status_code}: {answer.text[:200]}"))
             elif answer.status_code == 200:
                 reward = answer.json().get("reward")
-                if not isinstance(reward, int | float) or (not gymnasium and not 0.0 <= reward <= 1.0):
-                    bounds = "" if gymnasium else " in [0, 1]"
-                    crashes.append((index, f"reward {reward!r} is not a number{bounds}"))
+                bad = _out_of_range(reward, None if gymnasium else bounds)
+                if bad:
+                    crashes.append((index, bad))
                 elif reward == 1.0:
                     full.append(index)
         warnings: list[str] = []
@@ -330,7 +346,7 @@ async def _check_app(
             report.add("app", True, f"started; {summarise_routes(report.routes)}{protocol}")
             unscored = None
             if rollouts:
-                unscored = await _replay(report, http, rollouts, progress, gymnasium)
+                unscored = await _replay(report, http, rollouts, progress, gymnasium, cls.reward_range)
             else:
                 missing = rollouts_path or "data/example_rollouts.jsonl"
                 report.add("examples", False, f"no rollouts to replay: add {missing}")
@@ -338,7 +354,7 @@ async def _check_app(
                 report.add("soundness", False, "not tried: /verify cannot score while that service does not answer")
             elif rows:
                 probes = (report, http, rows, _response_template(rollouts), cls.always_full_reward, progress)
-                await _soundness(*probes, gymnasium=gymnasium)
+                await _soundness(*probes, gymnasium=gymnasium, bounds=cls.reward_range)
             else:
                 report.add("soundness", False, "no example rows (data/example.jsonl) to probe the verifier with")
     except Exception as exc:  # the app failed to start or stop

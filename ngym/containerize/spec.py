@@ -349,11 +349,15 @@ def _domain_of(env: Environment) -> str:
 
 
 def _run_options_of(env: Environment) -> RunOptions:
-    """The container run options the server class declares (a class that cannot be imported here: none)."""
+    """The container run options the server class declares (a class that cannot be imported here: none).
+    A class that says why it cannot be packaged (``not_containerizable``) is refused here, before any work."""
     try:
         server_class = env.server_class
     except PluginError:  # as for its domain: still packaged, with no options declared
         return RunOptions()
+    refusal = getattr(server_class, "not_containerizable", None)
+    if refusal:
+        raise PluginSourceError(f"environment {env.name!r} cannot be containerized: {refusal}")
     return RunOptions.declared_by(server_class)
 
 

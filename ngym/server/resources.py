@@ -130,6 +130,11 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     - ``reverify_mode``: ``"stateless"`` when re-running verify on a stored response is meaningful.
     - ``always_full_reward``: True when the reward does not depend on the response (``ngym validate``'s
       soundness pass then skips its "must not score 1.0" checks).
+    - ``reward_range``: the ``(low, high)`` a ``/verify`` reward must lie in (``ngym validate`` checks it);
+      default ``(0.0, 1.0)``; None for a server that passes on another ecosystem's rewards at their own scale
+      (an OpenEnv environment's, e.g. -50…+30), so only "is a number" is checked.
+    - ``not_containerizable``: why ``ngym containerize`` cannot package this server (None: it can); the
+      command then stops with that reason instead of building an image that cannot serve.
     - ``close_resources_session_takes_any_body``: True when ``close_resources_session`` takes every
       ``/close_session`` body (a dict, or None when empty), as NeMo Gym routes them all to it.
 
@@ -145,6 +150,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     session_affinity_required: ClassVar[bool] = False
     reverify_mode: ClassVar[str] = ReverifyMode.UNKNOWN.value
     always_full_reward: ClassVar[bool] = False
+    reward_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
+    not_containerizable: ClassVar[str | None] = None
     close_resources_session_takes_any_body: ClassVar[bool] = False
 
     # ---- for environment authors -------------------------------------------------------------------

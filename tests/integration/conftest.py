@@ -20,12 +20,14 @@ VENV_BIN = Path(sys.executable).parent
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
-def child_venv(work: Path) -> tuple[Path, dict[str, str]]:
+def child_venv(work: Path, *, system_site_packages: bool = True) -> tuple[Path, dict[str, str]]:
     """A throwaway virtualenv in ``work/venv`` that sees .venv's packages (ngym, pytest, ...) through a ``.pth``
     file, so what a test installs lands there, never in the shared .venv; (its python, the environment to run
-    it with)."""
+    it with). ``system_site_packages=False`` hides the base interpreter's own packages, as .venv does (a
+    ``trio`` there makes httpcore import it, which breaks under Locust's gevent patching)."""
     venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    system = ["--system-site-packages"] if system_site_packages else []
+    subprocess.run([sys.executable, "-m", "venv", *system, str(venv)], check=True)
     python = venv / "bin" / "python"
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

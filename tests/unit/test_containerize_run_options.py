@@ -72,3 +72,16 @@ def test_compose_and_k8s_carry_the_options() -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     for doc in docs:
         kubernetes_validate.validate(doc, "1.30.0", strict=True)
+
+
+def test_a_server_that_says_it_cannot_be_packaged_is_refused_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ngym.targets import installed
+
+    class Unpackable(MathWithCodeResourcesServer):
+        not_containerizable = "its server runs in a virtualenv of its own on this host"
+
+    env = installed("math_with_code")
+    env.server_class = Unpackable  # what the cached property would give for such a class
+    monkeypatch.setattr("ngym.containerize.spec.installed", lambda name: env)
+    with pytest.raises(PluginSourceError, match="'math_with_code' cannot be containerized: its server runs in"):
+        resolve_plugin("math_with_code")

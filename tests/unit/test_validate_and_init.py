@@ -129,6 +129,25 @@ async def test_always_full_reward_exempts_from_the_not_one_checks(tmp_path: Path
     assert any("always_full_reward" in c.detail for c in report.checks if c.name.startswith("soundness"))
 
 
+@pytest.mark.parametrize("declared", ["", "    reward_range = (-10.0, 10.0)\n\n", "    reward_range = None\n\n"])
+async def test_reward_range_is_the_servers(tmp_path: Path, declared: str) -> None:
+    """[0, 1] by default; a server passing on another scale (OpenEnv's) declares its range, or None for any."""
+    path = scaffold(fresh_name(), parent=tmp_path)
+    _rewrite_verify(
+        path,
+        declared + "    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:\n"
+        "        return BaseVerifyResponse(**body.model_dump(), reward=-5.0)\n",
+    )
+    report = await validate_async(str(path))
+    failed = {c.name: c.detail for c in report.checks if not c.ok}
+    if not declared:
+        assert "reward -5.0 is not a number in [0, 1]" in failed["examples"]
+        assert "not a number in [0, 1]" in failed["soundness: empty response"]
+    else:  # in range: only the recorded reward disagrees
+        assert "reward -5.0 != recorded" in failed["examples"]
+        assert not any(name.startswith("soundness") for name in failed), report.render()
+
+
 def _rewrite_verify(path: Path, body: str) -> None:
     app = path / "app.py"
     source = app.read_text()

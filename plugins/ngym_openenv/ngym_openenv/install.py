@@ -9,9 +9,13 @@
    of concurrency.
 3. The OpenEnv server is started once, as ngym will start it, and asked over ``/ws``: ``reset``, then
    ``list_tools`` (an MCP environment lists its tools; any other is served through ``/step``), and ``/schema``.
-4. A small generated distribution ``ngym-openenv-<name>`` (a subclass of ``OpenEnvServer`` and its
-   ``manifest.json``) is pip-installed into ngym's interpreter: ``ngym list/run/validate`` find it by its entry
-   point like any plugin, and ``ngym uninstall NAME`` removes it.
+4. One example row and one recorded example rollout are made on that server from what the environment declares
+   (``ngym_openenv.examples``: reset's observation as the prompt, an action from its schema), or taken from
+   ``-o examples=FILE.jsonl``.
+5. A small generated distribution ``ngym-openenv-<name>`` (a subclass of ``OpenEnvServer``, its
+   ``manifest.json`` and ``data/example*.jsonl``) is pip-installed into ngym's interpreter: ``ngym
+   list/run/validate/profile/rollout`` find it by its entry point like any plugin, and ``ngym uninstall NAME``
+   removes it.
 """
 
 from __future__ import annotations
@@ -23,21 +27,27 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from ngym.domain import Domain
-from ngym_openenv import launch
+from ngym.errors import ConfigError
+from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_jsonl
+from ngym_openenv import examples, launch
 from ngym_openenv.catalog import available
 from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.manifest import Manifest, ToolSpec
-from ngym_openenv.project import check_name_free, install_project
-from ngym_openenv.reward import check_rule
+from ngym_openenv.project import check_name_free, install_project, installed_data_dir
+from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.wire import Episode, OpenEnvError
 
 PREFIX = "openenv:"
@@ -61,8 +71,10 @@ def install_source(
     """Install ``openenv:<source>`` (the prefix optional) as an ngym environment; its manifest.
 
     ``options``: ``reward_rule`` (``last``, ``sum`` or ``state:<field>``; default ``last``), ``app``
-    (``module:attribute`` of the OpenEnv app, when it cannot be found) and ``python`` (serve it from this existing
-    interpreter's environment instead of a virtualenv of its own; a folder is pip-installed into it).
+    (``module:attribute`` of the OpenEnv app, when it cannot be found), ``python`` (serve it from this existing
+    interpreter's environment instead of a virtualenv of its own; a folder is pip-installed into it) and
+    ``examples`` (a JSONL of recorded rollouts, row + ``response`` + ``reward``, shipped instead of the one
+    generated at install).
     """
     if as_name:
         check_name_free(as_name)
@@ -75,6 +87,12 @@ def install_source(
         f"ngym: installed {manifest.name} ({manifest.domain}; {where}; tools: {tools}; "
         f"reward: {manifest.reward_rule}); try: ngym run {manifest.name}"
     )
+    data = installed_data_dir(manifest.name)
+    if data is not None and manifest.example_rollouts:
+        echo(
+            f"ngym: example data in {data}: ngym validate {manifest.name}; ngym profile {manifest.name}; "
+            f"ngym rollout {manifest.name} --data {data / EXAMPLE_ROLLOUTS} --model replay --output out.jsonl"
+        )
     return manifest
 
 
@@ -91,11 +109,12 @@ def prepare(
     if not source:
         raise OpenEnvInstallError("give a source: openenv:<distribution>, openenv:<folder> or openenv:<URL>")
     options = dict(options or {})
-    unknown = sorted(set(options) - {"reward_rule", "app", "python"})
+    unknown = sorted(set(options) - {"reward_rule", "app", "python", "examples"})
     if unknown:
         raise OpenEnvInstallError(
-            f"unknown option {unknown[0]!r} for openenv: sources (known: reward_rule, app, python)"
+            f"unknown option {unknown[0]!r} for openenv: sources (known: reward_rule, app, python, examples)"
         )
+    given_examples = _read_given_examples(options.get("examples") or None)
     try:
         rule = check_rule(options.get("reward_rule") or "last")
     except ValueError as exc:
@@ -107,25 +126,49 @@ def prepare(
     if as_name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", as_name):
         raise OpenEnvInstallError(f"--as {as_name!r}: a name is letters, digits and '_', starting with a letter")
     if re.match(r"^(https?|wss?)://", source):
-        return _from_url(source, as_name=as_name, domain=domain, rule=rule, echo=echo)
-    if Path(source).is_dir():
+        manifest = _from_url(source, as_name=as_name, domain=domain, rule=rule, examples=given_examples, echo=echo)
+    elif Path(source).is_dir():
         folder = Path(source).resolve()
-        return _from_folder(folder, as_name=as_name, domain=domain, rule=rule, app=app, python=python, echo=echo)
-    if Path(source).exists():
+        manifest = _from_folder(
+            folder,
+            as_name=as_name,
+            domain=domain,
+            rule=rule,
+            app=app,
+            python=python,
+            examples=given_examples,
+            echo=echo,
+        )
+    elif Path(source).exists():
         raise OpenEnvInstallError(f"{source}: a folder with an openenv.yaml, a distribution name or a URL is needed")
-    return _from_distribution(source, as_name=as_name, domain=domain, rule=rule, app=app, python=python, echo=echo)
+    else:
+        manifest = _from_distribution(
+            source,
+            as_name=as_name,
+            domain=domain,
+            rule=rule,
+            app=app,
+            python=python,
+            examples=given_examples,
+            echo=echo,
+        )
+    return manifest
 
 
 # ---- sources ---------------------------------------------------------------------------------------------
 
 
-def _from_url(url: str, *, as_name: str | None, domain: str | None, rule: str, echo: Echo) -> Manifest:
+def _from_url(
+    url: str, *, as_name: str | None, domain: str | None, rule: str, examples: list[dict[str, Any]] | None, echo: Echo
+) -> Manifest:
     echo(f"ngym: asking the OpenEnv server at {url}")
     facts = _ask_server(url)
     name = as_name or _ngym_name(str(facts.get("metadata", {}).get("name") or ""))
     if not name:
         raise OpenEnvInstallError(f"{url}: the server does not say its name; give one with --as NAME")
-    return _manifest(name, url, facts, {}, domain=_domain(domain, None, {}, name), rule=rule, url=url)
+    manifest = _manifest(name, url, facts, {}, domain=_domain(domain, None, {}, name), rule=rule, url=url)
+    _add_examples(manifest, url, examples, echo)
+    return manifest
 
 
 def _from_folder(
@@ -136,6 +179,7 @@ def _from_folder(
     rule: str,
     app: str | None,
     python: str | None,
+    examples: list[dict[str, Any]] | None,
     echo: Echo,
 ) -> Manifest:
     spec_file = folder / "openenv.yaml"
@@ -148,18 +192,34 @@ def _from_folder(
     if not isinstance(spec, dict):
         raise OpenEnvInstallError(f"{spec_file}: expected a mapping (name:, app:, ...)")
     name = as_name or _ngym_name(str(spec.get("name") or folder.name))
-    # The folder is copied: the environment keeps working when the original moves or changes.
-    home = _home() / name / "src"
-    shutil.rmtree(home, ignore_errors=True)
+    # The folder is copied (the environment keeps working when the original moves or changes), into a folder
+    # named as a package: OpenEnv's own envs import their models relatively (`from ..models import ...`), which
+    # works only when the app is imported as `<package>.server.app`, as OpenEnv's Dockerfiles serve them.
+    package = _ngym_name(folder.name) or name
+    if not package[0].isalpha():
+        package = f"env_{package}"
+    shutil.rmtree(_home() / name, ignore_errors=True)
+    home = _home() / name / "src" / package
     shutil.copytree(folder, home, ignore=shutil.ignore_patterns(".venv", "__pycache__", "*.egg-info", "build"))
-    requirements = _folder_requirements(home)
+    requirements = _folder_requirements(home, python, echo)
     python = _pip_into(python, requirements, echo) if python else _environment_venv(name, requirements, home, echo)
     app = app or str(spec.get("app") or "server.app:app")
-    facts = _probe(python, {"app": app, "app_dir": str(home)})
-    facts.update(_ask_launched(python, app, str(home), echo))
+    try:
+        facts = _probe(python, {"app": app, "app_dir": str(home)})
+    except OpenEnvInstallError as exc:
+        if "relative import beyond top-level package" not in str(exc):
+            raise
+        echo(f"ngym: {app} imports relatively: serving it as {package}.{app}, as OpenEnv's Dockerfiles do")
+        app, home = f"{package}.{app}", home.parent
+        facts = _probe(python, {"app": app, "app_dir": str(home)})
     chosen = _domain(domain, spec.get("domain"), facts, name)
-    return _manifest(
-        name, str(folder), facts, {"python": python, "app": app, "app_dir": str(home)}, domain=chosen, rule=rule
+    where = {"python": python, "app": app, "app_dir": str(home)}
+    return _ask_launched(
+        python,
+        app,
+        str(home),
+        echo,
+        lambda url, more: _finish(name, str(folder), {**facts, **more}, where, chosen, rule, url, examples, echo),
     )
 
 
@@ -171,6 +231,7 @@ def _from_distribution(
     rule: str,
     app: str | None,
     python: str | None,
+    examples: list[dict[str, Any]] | None,
     echo: Echo,
 ) -> Manifest:
     distribution = re.split(r"[\s<>=!~\[;@]", requirement, maxsplit=1)[0]
@@ -181,9 +242,32 @@ def _from_distribution(
     facts = _probe(python, {"distribution": distribution, "app": app})
     if facts.get("error"):
         raise OpenEnvInstallError(f"{distribution}: {facts['error']}; name it with --app module:attribute")
-    facts.update(_ask_launched(python, facts["app"], None, echo))
     chosen = _domain(domain, None, facts, name)
-    return _manifest(name, requirement, facts, {"python": python, "app": facts["app"]}, domain=chosen, rule=rule)
+    where = {"python": python, "app": facts["app"]}
+    return _ask_launched(
+        python,
+        facts["app"],
+        None,
+        echo,
+        lambda url, more: _finish(name, requirement, {**facts, **more}, where, chosen, rule, url, examples, echo),
+    )
+
+
+def _finish(
+    name: str,
+    source: str,
+    facts: dict[str, Any],
+    where: dict[str, str],
+    domain: str,
+    rule: str,
+    url: str,
+    examples: list[dict[str, Any]] | None,
+    echo: Echo,
+) -> Manifest:
+    """The manifest, with example data recorded against the running OpenEnv server at ``url``."""
+    manifest = _manifest(name, source, facts, where, domain=domain, rule=rule)
+    _add_examples(manifest, url, examples, echo)
+    return manifest
 
 
 def _manifest(
@@ -243,13 +327,40 @@ def venv_root() -> Path:
     return cache_dir() / "openenv-venvs"
 
 
-def _folder_requirements(folder: Path) -> list[str]:
-    if (folder / "pyproject.toml").is_file() or (folder / "setup.py").is_file():
-        return [str(folder)]
+def _folder_requirements(folder: Path, python: str | None, echo: Echo) -> list[str]:
+    """What to pip-install for a folder: the folder itself when its project suits the interpreter, else its
+    ``server/requirements.txt`` (what OpenEnv's Dockerfiles install), with OpenEnv when that does not name it."""
+    project = folder / "pyproject.toml"
     requirements = folder / "server" / "requirements.txt"
+    if project.is_file() or (folder / "setup.py").is_file():
+        refused = _python_refused(project, python)
+        if refused is None or not requirements.is_file():
+            return [str(folder)]
+        echo(f"ngym: {refused}: installing server/requirements.txt instead, as OpenEnv's Dockerfiles do")
     if requirements.is_file():
-        return ["-r", str(requirements)]
+        named = re.findall(r"^\s*(openenv(?:[-_]core)?)\b", requirements.read_text(encoding="utf-8"), re.MULTILINE)
+        return ["-r", str(requirements), *([] if named else ["openenv"])]
     return ["openenv"]
+
+
+def _python_refused(project: Path, python: str | None) -> str | None:
+    """Why the project's ``requires-python`` excludes the interpreter it would be installed into, else None."""
+    try:
+        wanted = tomllib.loads(project.read_text(encoding="utf-8")).get("project", {}).get("requires-python")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    if not wanted:
+        return None
+    if python:
+        version = _run([python, "-c", "import platform; print(platform.python_version())"]).stdout.strip()
+    else:
+        version = ".".join(map(str, sys.version_info[:3]))
+    try:
+        if Version(version) in SpecifierSet(str(wanted)):
+            return None
+    except (InvalidSpecifier, InvalidVersion):
+        return None
+    return f"its pyproject.toml requires Python {wanted} and this is {version}"
 
 
 def _environment_venv(name: str, requirements: list[str], folder: Path | None, echo: Echo) -> str:
@@ -299,17 +410,118 @@ def _probe(python: str, request: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
+# ---- example data ----------------------------------------------------------------------------------------
+
+
+def _read_given_examples(path: str | None) -> list[dict[str, Any]] | None:
+    """``-o examples=FILE.jsonl``: recorded rollouts (row + ``response`` + ``reward``) to ship instead."""
+    if path is None:
+        return None
+    try:
+        lines = read_jsonl(Path(path))
+    except ConfigError as exc:
+        raise OpenEnvInstallError(f"examples={path}: {exc}") from None
+    for number, line in enumerate(lines, start=1):
+        if not isinstance(line.get("responses_create_params"), dict) or not isinstance(line.get("response"), dict):
+            raise OpenEnvInstallError(
+                f"examples={path}:{number}: a line is a dataset row (responses_create_params) plus its recorded "
+                "response (and reward)"
+            )
+    return lines
+
+
+def _add_examples(manifest: Manifest, url: str, given: list[dict[str, Any]] | None, echo: Echo) -> None:
+    """Fill the manifest's example rows and rollouts: the given ones, else one recorded here."""
+    if given is not None:
+        manifest.example_rollouts = given
+        manifest.example_rows = [dataset_row(line) for line in given]
+        manifest.examples_note = f"{len(given)} example rollouts given at install (-o examples=...)"
+    else:
+        try:
+            asyncio.run(_record_example(manifest, url))
+        except OpenEnvError as exc:
+            manifest.examples_note = f"no example: the example episode failed: {exc.message}"
+    echo(f"ngym: {manifest.examples_note}")
+
+
+async def _record_example(manifest: Manifest, url: str) -> None:
+    """One row from reset's observation and one action from the schema, stepped twice to see it repeats."""
+    tool, schema, _ = examples.tool_name_and_schema(manifest)
+    arguments = examples.example_action(schema)
+    first = await _example_episode(manifest, url, tool, arguments)
+    row = examples.example_row(manifest, first.observation)
+    manifest.example_rows = [row]
+    if first.problem is not None:
+        manifest.examples_note = (
+            f"no example rollout: {first.problem}; validate/profile/rollout need recorded rollouts: give them with "
+            "-o examples=FILE.jsonl"
+        )
+        return
+    second = await _example_episode(manifest, url, tool, arguments)
+    repeats = second.problem is None and (second.observation, second.reward) == (first.observation, first.reward)
+    reward = first.reward if repeats else None
+    manifest.example_rollouts = [examples.recorded_rollout(row, tool, arguments, first.answer, reward)]
+    if first.reward is None:
+        why = f"no reward recorded: rule {manifest.reward_rule!r} found none"
+    elif not repeats:
+        why = "no reward recorded: a second episode did not repeat the first (does reset ignore the seed?)"
+    else:
+        why = f"reward {first.reward:g} under rule {manifest.reward_rule!r}, repeated by a second episode"
+    manifest.examples_note = f"example rollout recorded: {tool}({json.dumps(arguments)}); {why}"
+
+
+@dataclass
+class _ExampleEpisode:
+    observation: dict[str, Any]
+    answer: dict[str, Any] = field(default_factory=dict)
+    reward: float | None = None
+    problem: str | None = None  #: why the example action could not be stepped
+
+
+async def _example_episode(manifest: Manifest, url: str, tool: str, arguments: Any) -> _ExampleEpisode:
+    """reset (seed 0) → the one call → the episode's reward under the environment's rule."""
+    episode = await Episode.open(url)
+    try:
+        reset = await episode.reset(seed=examples.EXAMPLE_SEED)
+        result = _ExampleEpisode(reset.get("observation") or {})
+        if not isinstance(arguments, dict):
+            result.problem = f"{tool}'s schema is not an object"
+            return result
+        action = {"type": "call_tool", "tool_name": tool, "arguments": arguments} if tool != "step" else arguments
+        try:
+            result.answer = await episode.step(action)
+        except OpenEnvError as exc:
+            result.problem = (
+                f"the action made from {tool}'s schema, {json.dumps(arguments)}, was refused ({exc.message})"
+            )
+            return result
+        reward = result.answer.get("reward")
+        state = await episode.state() if manifest.reward_rule.startswith("state:") else None
+        try:
+            result.reward = episode_reward(
+                manifest.reward_rule, [float(reward) if isinstance(reward, int | float) else None], state
+            )
+        except NoReward:
+            result.reward = None
+        return result
+    finally:
+        await episode.close()
+
+
 # ---- asking the OpenEnv server -------------------------------------------------------------------------------
 
 
-def _ask_launched(python: str, app: str, app_dir: str | None, echo: Echo) -> dict[str, Any]:
-    echo(f"ngym: starting {app} once to read its schema and tools")
+def _ask_launched(
+    python: str, app: str, app_dir: str | None, echo: Echo, then: Callable[[str, dict[str, Any]], Manifest]
+) -> Manifest:
+    """Start the environment's OpenEnv server once, ask it (``_ask_server``), and ``then(url, facts)``."""
+    echo(f"ngym: starting {app} once to read its schema and tools and record an example")
     try:
         running = launch.start(python, app, app_dir=app_dir)
     except launch.LaunchError as exc:
         raise OpenEnvInstallError(str(exc)) from None
     try:
-        return _ask_server(running.url)
+        return then(running.url, _ask_server(running.url))
     finally:
         running.stop()
 

@@ -42,9 +42,16 @@ class Manifest(BaseModel):
     max_concurrent_envs: int | None = None
     reward_rule: str = "last"
     openenv_version: str | None = None
+    #: written as the generated distribution's ``data/example.jsonl`` and ``data/example_rollouts.jsonl``
+    #: (dataset rows; recorded rollouts: row + ``response`` + ``reward``), made at install: ngym_openenv.examples
+    example_rows: list[dict[str, Any]] = Field(default_factory=list)
+    example_rollouts: list[dict[str, Any]] = Field(default_factory=list)
+    examples_note: str = Field(default="", description="How the examples were made, or why there is none.")
 
     def save(self, path: Path) -> None:
-        path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        # the examples live in the data files beside it (project.write_example_data), not twice
+        dumped = self.model_dump_json(indent=2, exclude={"example_rows", "example_rollouts"})
+        path.write_text(dumped + "\n", encoding="utf-8")
 
 
 def load_manifest(path: Path | str) -> Manifest:

@@ -7,12 +7,15 @@ in step), every process imports the same class, and ``ngym uninstall NAME`` is p
 
 from __future__ import annotations
 
+import importlib
+import json
 import subprocess
 import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from ngym.examples import EXAMPLE_ROLLOUTS, EXAMPLE_ROWS
 from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.manifest import Manifest
 
@@ -52,8 +55,17 @@ dependencies = ["ngym-openenv"]
 packages = ["{module}"]
 
 [tool.setuptools.package-data]
-{module} = ["manifest.json"]
+{module} = ["manifest.json", "data/*.jsonl"]
 """
+
+
+def write_example_data(manifest: Manifest, folder: Path) -> None:
+    """``data/example.jsonl`` and ``data/example_rollouts.jsonl`` (where ngym's commands look), from the manifest."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for file, lines in ((EXAMPLE_ROWS, manifest.example_rows), (EXAMPLE_ROLLOUTS, manifest.example_rollouts)):
+        if lines:
+            text = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines)
+            (folder / file).write_text(text, encoding="utf-8")
 
 
 def distribution_name(name: str) -> str:
@@ -72,9 +84,23 @@ def check_name_free(name: str) -> None:
             )
 
 
+def module_name(name: str) -> str:
+    return f"ngym_openenv_env_{name}"
+
+
+def installed_data_dir(name: str) -> Path | None:
+    """The installed environment's ``data/`` folder (its example rows and rollouts), None when not installed."""
+    importlib.invalidate_caches()
+    try:
+        dist = metadata.distribution(distribution_name(name))
+    except metadata.PackageNotFoundError:
+        return None
+    return Path(str(dist.locate_file(f"{module_name(name)}/data")))
+
+
 def install_project(manifest: Manifest, *, verbose: bool = False) -> None:
     """pip-install the generated ``ngym-openenv-<name>`` distribution into ngym's interpreter."""
-    module = f"ngym_openenv_env_{manifest.name}"
+    module = module_name(manifest.name)
     description = manifest.description.splitlines()[0] if manifest.description else f"OpenEnv {manifest.name}"
     with tempfile.TemporaryDirectory(prefix="ngym-openenv-") as tmp:
         project = Path(tmp)
@@ -91,6 +117,7 @@ def install_project(manifest: Manifest, *, verbose: bool = False) -> None:
             encoding="utf-8",
         )
         manifest.save(package / "manifest.json")
+        write_example_data(manifest, package / "data")
         (project / "pyproject.toml").write_text(
             _PYPROJECT.format(distribution=distribution_name(manifest.name), name=manifest.name, module=module),
             encoding="utf-8",

@@ -115,6 +115,12 @@ class OpenEnvServer(SimpleResourcesServer):
     config: OpenEnvConfig
     manifest: ClassVar[Manifest]
     session_affinity_required = True  # a session is a live WebSocket to the environment's server
+    reward_range = None  # OpenEnv rewards pass through at the environment's own scale (DIPG's is -50…+30)
+    not_containerizable = (
+        "its OpenEnv server runs in a virtualenv of its own on this host, which an ngym image does not carry yet; "
+        "run the environment's own image (OpenEnv's server/Dockerfile) and install it by URL: "
+        "ngym install openenv:http://HOST:PORT --as NAME --domain DOMAIN"
+    )
 
     _process: launch.OpenEnvProcess | None = PrivateAttr(default=None)
     _url: str | None = PrivateAttr(default=None)

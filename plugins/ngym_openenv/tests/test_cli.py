@@ -36,6 +36,13 @@ def test_install_list_run_uninstall_by_url(openenv_python: str, tmp_path: Path) 
         installed = ngym("install", f"openenv:{running.url}", "--as", "tally_url", "--domain", "games")
         assert installed.returncode == 0, installed.stdout + installed.stderr
         assert "installed tally_url (games" in installed.stdout and "tools: add" in installed.stdout
+        # the example recorded against the remote server: add(n=0) scores tally/10 = 0, repeated by a 2nd episode
+        assert 'example rollout recorded: add({"n": 0}); reward 0 under rule' in installed.stdout
+
+        validated = ngym("validate", "tally_url", "--json")
+        checks = {c["name"]: c for c in json.loads(validated.stdout)["checks"]}
+        assert validated.returncode == 0 and all(c["ok"] for c in checks.values()), checks
+        assert "1 rollouts replayed, rewards [0.0]" in checks["examples"]["detail"]
 
         listed = ngym("list", "--json")
         rows = {row["name"]: row for row in json.loads(listed.stdout)}

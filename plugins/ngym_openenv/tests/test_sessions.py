@@ -6,6 +6,7 @@ OpenEnv server fronted by URL. The environment is tests/envs/tally_env (MCP tool
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from ngym_openenv.server import server_class
 from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
 
 TALLY = Path(__file__).with_name("envs") / "tally_env"
+STEPS = Path(__file__).with_name("envs") / "steps_env"
 VERIFY = {"responses_create_params": {"input": "x"}, "response": make_response("done")}
 
 
@@ -136,3 +138,27 @@ def test_schema_route_documents_the_tool(tally: Manifest) -> None:
     body = schema["paths"]["/add"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert body["properties"]["n"]["type"] == "integer"
     assert httpx  # the client library the tests share
+
+
+async def test_a_folder_laid_out_like_openenvs_own_envs(openenv_python: str) -> None:
+    """OpenEnv's envs/ (grid_world_env): relative imports only, and a project this Python cannot install."""
+    said: list[str] = []
+    manifest = await asyncio.to_thread(
+        lambda: prepare(str(STEPS), options={"python": openenv_python, "reward_rule": "sum"}, echo=said.append)
+    )
+    assert any("requires Python >=3.99" in line and "server/requirements.txt" in line for line in said), said
+    assert manifest.app == "steps_env.server.app:app" and manifest.tool_mode == "step"
+    assert manifest.app_dir and Path(manifest.app_dir, "steps_env", "models.py").is_file()
+    # the example made from its schema: the enum's first value, stepped twice, its reward repeated
+    assert manifest.example_rollouts[0]["reward"] == 0.5
+    assert json.loads(manifest.example_rollouts[0]["response"]["output"][0]["arguments"]) == {"move": "FORWARD"}
+
+    app = app_for_class(server_class(manifest), name=manifest.name)
+    async with serve_in_process(app) as http:
+        rollout = RolloutClient(http)
+        assert (await rollout.call("/seed_session", {}))["observation"]["position"] == 0
+        for move in ("FORWARD", "BACK", "FORWARD", "FORWARD", "FORWARD"):
+            answer = await rollout.call("/step", {"move": move})
+        assert answer["done"] is True and answer["observation"]["position"] == 3
+        verify = await rollout.call("/verify", VERIFY)
+    assert verify["step_rewards"] == [0.5, -0.1, 0.5, 0.5, 1.0] and verify["reward"] == pytest.approx(2.4)

@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from ngym_openenv import catalog
-from ngym_openenv.install import OpenEnvInstallError, _domain, check_name_free, install_source, prepare
+from ngym_openenv.examples import (
+    EXAMPLE_SEED,
+    example_action,
+    example_row,
+    recorded_rollout,
+    tool_name_and_schema,
+)
+from ngym_openenv.install import (
+    OpenEnvInstallError,
+    _domain,
+    _folder_requirements,
+    check_name_free,
+    install_source,
+    prepare,
+)
+from ngym_openenv.manifest import Manifest, ToolSpec, load_manifest
+from ngym_openenv.project import write_example_data
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.server import OpenEnvConfig
 from ngym_openenv.wire import ws_url
@@ -13,6 +31,7 @@ from ngym import installer
 from ngym.cli import main
 from ngym.cli.list import render_adapter_available
 from ngym.errors import NgymError
+from ngym.examples import dataset_row, read_example_rollouts, read_jsonl, recorded_tool_calls
 
 
 @pytest.mark.parametrize(
@@ -152,3 +171,98 @@ def test_available_asks_the_package_index(monkeypatch: pytest.MonkeyPatch) -> No
     assert dipg["reachable"] is True and dipg["domain"] == "safety" and dipg["version"]
     missing = rows["openenv-no-such-environment-ngym-test"]
     assert missing["reachable"] is False and "not on the index (HTTP 404)" in missing["description"]
+
+
+# ---- example data made at install (ngym_openenv.examples) -------------------------------------------------
+
+
+def test_example_action_from_what_the_schema_declares() -> None:
+    # grid_world's Action (pydantic's schema: an enum behind $ref), DIPG's and the template's (plain strings)
+    grid = {
+        "$defs": {"MoveAction": {"enum": ["UP", "DOWN", "LEFT", "RIGHT"], "type": "string"}},
+        "properties": {
+            "metadata": {"type": "object", "additionalProperties": True},
+            "action": {"$ref": "#/$defs/MoveAction", "description": "The direction to move the agent."},
+        },
+        "required": ["action"],
+        "type": "object",
+    }
+    assert example_action(grid) == {"action": "UP"}  # optional fields (metadata) are left out
+    assert example_action({"properties": {"message": {"type": "string"}}, "required": ["message"]}) == {
+        "message": "example"
+    }
+    nested = {
+        "type": "object",
+        "required": ["n", "ok", "when", "items", "opt", "pick"],
+        "properties": {
+            "n": {"type": "integer", "minimum": 3},
+            "ok": {"type": "boolean"},
+            "when": {"type": "string", "default": "now"},
+            "items": {"type": "array"},
+            "opt": {"anyOf": [{"type": "null"}, {"type": "number"}]},
+            "pick": {"type": "string", "examples": ["first"]},
+        },
+    }
+    assert example_action(nested) == {"n": 3, "ok": False, "when": "now", "items": [], "opt": 0.0, "pick": "first"}
+    assert example_action({"$ref": "#/$defs/Self", "$defs": {"Self": {"$ref": "#/$defs/Self"}}}) == "example"
+
+
+def test_example_row_and_recording_use_the_environment_tools() -> None:
+    step_env = Manifest(
+        name="grid", source="x", domain="games", description="A grid.", action_schema={"type": "object"}
+    )
+    row = example_row(step_env, {"x": 0, "y": 0, "message": "Welcome"})
+    params = row["responses_create_params"]
+    assert [t["name"] for t in params["tools"]] == ["step"] and params["tools"][0]["parameters"] == {"type": "object"}
+    assert '"message": "Welcome"' in params["input"][0]["content"] and "A grid." in params["input"][0]["content"]
+    assert row["seed"] == EXAMPLE_SEED
+
+    mcp_env = step_env.model_copy(
+        update={"tool_mode": "mcp", "tools": [ToolSpec(name="add", input_schema={"type": "object"})]}
+    )
+    assert tool_name_and_schema(mcp_env)[0] == "add"
+    line = recorded_rollout(example_row(mcp_env, {}), "add", {"n": 1}, {"reward": 0.1}, 0.1)
+    assert dataset_row(line) == example_row(mcp_env, {})
+    assert [c.name for c in recorded_tool_calls(line["response"])] == ["add"] and line["reward"] == 0.1
+    assert "reward" not in recorded_rollout(row, "step", {}, {}, None)  # an unrepeatable episode promises none
+
+
+def test_examples_are_written_where_the_commands_look(tmp_path: Path) -> None:
+    manifest = Manifest(name="grid", source="x", domain="games")
+    manifest.example_rows = [example_row(manifest, {})]
+    manifest.example_rollouts = [recorded_rollout(manifest.example_rows[0], "step", {}, {}, 0.5)]
+    write_example_data(manifest, tmp_path / "data")
+    assert read_jsonl(tmp_path / "data" / "example.jsonl") == manifest.example_rows
+    assert read_example_rollouts(tmp_path / "data" / "example_rollouts.jsonl")[0]["reward"] == 0.5
+    manifest.save(tmp_path / "manifest.json")  # the examples live in the data files only
+    assert load_manifest(tmp_path / "manifest.json").example_rollouts == []
+
+
+def test_given_examples_must_be_recorded_rollouts(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"responses_create_params": {"input": "x"}}\n')
+    with pytest.raises(OpenEnvInstallError, match=r"bad.jsonl:1: a line is a dataset row .* plus its recorded"):
+        prepare("http://127.0.0.1:9", as_name="x", domain="games", options={"examples": str(bad)}, echo=print)
+    with pytest.raises(OpenEnvInstallError, match="examples=.*data file not found"):
+        prepare("http://127.0.0.1:9", options={"examples": str(tmp_path / "none.jsonl")}, echo=print)
+
+
+# ---- folders: what to install, as OpenEnv's Dockerfiles do ------------------------------------------------
+
+
+def test_a_folder_whose_project_refuses_this_python_installs_its_server_requirements(tmp_path: Path) -> None:
+    (tmp_path / "server").mkdir()
+    (tmp_path / "server" / "requirements.txt").write_text("fastapi\ngymnasium>=0.29.0\n")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "g"\nrequires-python = ">=3.99"\n')
+    said: list[str] = []
+    assert _folder_requirements(tmp_path, None, said.append) == [
+        "-r",
+        str(tmp_path / "server" / "requirements.txt"),
+        "openenv",  # OpenEnv's images have it in the base; a virtualenv of its own needs it named
+    ]
+    assert "requires Python >=3.99" in said[0]
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "g"\nrequires-python = ">=3.10"\n')
+    assert _folder_requirements(tmp_path, None, said.append) == [str(tmp_path)]
+    (tmp_path / "pyproject.toml").unlink()
+    (tmp_path / "server" / "requirements.txt").write_text("openenv-core>=0.2\n")
+    assert _folder_requirements(tmp_path, None, said.append) == ["-r", str(tmp_path / "server" / "requirements.txt")]
