@@ -20,7 +20,9 @@ is here keeps its name and meaning across releases; what is not may move.
 - **The run's carriers**: ``SERVER_URLS_ENV`` / ``GLOBAL_CONFIG_ENV`` and their readers and writers
   (``read_server_urls``, ``write_server_urls``, ``read_global_config``, ``write_global_config``).
 - **Statistics**: ``aggregate_metrics`` (what ``/aggregate_metrics`` answers).
-- **Tests**: ``free_port``; ``environment_test_command`` (how ``gym env test`` runs an environment's tests).
+- **Tests**: ``free_port``; ``environment_test_command`` (how ``gym env test`` runs an environment's tests);
+  ``run_environment_tests`` (run them in a scratch copy, counted: ``EnvTestResult``), ``stage_environment`` and
+  ``referenced_environments`` (that copy's layout), ``environment_test_report_command`` (the command it runs).
 
 Names load on first use (as ``ngym``'s do): a plugin registering a hook at start-up pulls in no server runtime.
 """
@@ -34,7 +36,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from ngym.child_server import free_port
     from ngym.errors import SessionStoreError
     from ngym.metrics.aggregate import aggregate_metrics
+    from ngym.nemo.envtest import EnvTestResult, referenced_environments, run_environment_tests, stage_environment
     from ngym.nemo.envtest import pytest_command as environment_test_command
+    from ngym.nemo.envtest import reported_pytest_command as environment_test_report_command
     from ngym.run_carriers import (
         GLOBAL_CONFIG_ENV,
         SERVER_URLS_ENV,
@@ -83,6 +87,11 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "install_mcp": ("ngym.server.mcp_exposure", "install"),
     "aggregate_metrics": ("ngym.metrics.aggregate", "aggregate_metrics"),
     "environment_test_command": ("ngym.nemo.envtest", "pytest_command"),
+    "environment_test_report_command": ("ngym.nemo.envtest", "reported_pytest_command"),
+    "EnvTestResult": ("ngym.nemo.envtest", "EnvTestResult"),
+    "referenced_environments": ("ngym.nemo.envtest", "referenced_environments"),
+    "run_environment_tests": ("ngym.nemo.envtest", "run_environment_tests"),
+    "stage_environment": ("ngym.nemo.envtest", "stage_environment"),
     "raise_server_exceptions": ("ngym.server.middleware", "raise_server_exceptions"),
     "keeps_no_state": ("ngym.server.sessions.lost", "keeps_no_state"),
     "strip_rollout_prefix": ("ngym.server.middleware", "strip_rollout_prefix"),
@@ -110,6 +119,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
 
 __all__ = [
     "AggregateMetrics",
+    "EnvTestResult",
     "AggregateMetricsRequest",
     "GLOBAL_CONFIG_ENV",
     "MCP_PATH",
@@ -131,6 +141,7 @@ __all__ = [
     "aggregate_metrics",
     "current_request_session",
     "environment_test_command",
+    "environment_test_report_command",
     "failure_kinds",
     "free_port",
     "install_mcp",
@@ -142,6 +153,9 @@ __all__ = [
     "read_json",
     "read_server_urls",
     "redact_url",
+    "referenced_environments",
+    "run_environment_tests",
+    "stage_environment",
     "strip_rollout_prefix",
     "validate_body",
     "write_global_config",
