@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ngym.config_tree import CONFIG_PATHS_KEY as _CONFIG_PATHS_KEY
-from ngym.config_tree import SERVER_TYPES as SERVER_TYPES
-from ngym.config_tree import ConfigTree, load_tree
+from ngym.config_tree import SERVER_TYPES, ConfigTree, load_tree
 from ngym.errors import ConfigError
 
 

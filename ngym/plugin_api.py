@@ -24,7 +24,9 @@ is here keeps its name and meaning across releases; what is not may move.
   rows (``read_jsonl``), the resume key (``rollout_key``, ``rollout_keys``, ``rollout_order``), resume
   (``read_results``, ``done_keys``, ``pending``, ``drop_truncated_tail``), the append (``LedgerAppender``,
   ``json_line``) and the ``/aggregate_metrics`` body (``verify_responses``, ``mean_reward``).
-- **Tests**: ``free_port``; ``environment_test_command`` (how ``gym env test`` runs an environment's tests).
+- **Tests**: ``free_port``; ``environment_test_command`` (how ``gym env test`` runs an environment's tests);
+  ``run_environment_tests`` (run them in a scratch copy, counted: ``EnvTestResult``), ``stage_environment`` and
+  ``referenced_environments`` (that copy's layout), ``environment_test_report_command`` (the command it runs).
 
 Names load on first use (as ``ngym``'s do): a plugin registering a hook at start-up pulls in no server runtime.
 """
@@ -38,7 +40,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from ngym.child_server import free_port
     from ngym.errors import SessionStoreError
     from ngym.metrics.aggregate import aggregate_metrics
+    from ngym.nemo.envtest import EnvTestResult, referenced_environments, run_environment_tests, stage_environment
     from ngym.nemo.envtest import pytest_command as environment_test_command
+    from ngym.nemo.envtest import reported_pytest_command as environment_test_report_command
     from ngym.rollout.ledger import (
         LedgerAppender,
         done_keys,
@@ -113,6 +117,11 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "rollout_keys": ("ngym.rollout.ledger", "rollout_keys"),
     "rollout_order": ("ngym.rollout.ledger", "rollout_order"),
     "verify_responses": ("ngym.rollout.ledger", "verify_responses"),
+    "environment_test_report_command": ("ngym.nemo.envtest", "reported_pytest_command"),
+    "EnvTestResult": ("ngym.nemo.envtest", "EnvTestResult"),
+    "referenced_environments": ("ngym.nemo.envtest", "referenced_environments"),
+    "run_environment_tests": ("ngym.nemo.envtest", "run_environment_tests"),
+    "stage_environment": ("ngym.nemo.envtest", "stage_environment"),
     "raise_server_exceptions": ("ngym.server.middleware", "raise_server_exceptions"),
     "keeps_no_state": ("ngym.server.sessions.lost", "keeps_no_state"),
     "strip_rollout_prefix": ("ngym.server.middleware", "strip_rollout_prefix"),
@@ -140,6 +149,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
 
 __all__ = [
     "AggregateMetrics",
+    "EnvTestResult",
     "AggregateMetricsRequest",
     "GLOBAL_CONFIG_ENV",
     "LedgerAppender",
@@ -164,6 +174,7 @@ __all__ = [
     "done_keys",
     "drop_truncated_tail",
     "environment_test_command",
+    "environment_test_report_command",
     "failure_kinds",
     "free_port",
     "install_mcp",
@@ -183,6 +194,9 @@ __all__ = [
     "rollout_key",
     "rollout_keys",
     "rollout_order",
+    "referenced_environments",
+    "run_environment_tests",
+    "stage_environment",
     "strip_rollout_prefix",
     "validate_body",
     "verify_responses",

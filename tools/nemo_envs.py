@@ -39,7 +39,6 @@ import socket
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +47,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from ngym.errors import ConfigError  # noqa: E402
+from ngym.examples import match_row  # noqa: E402
 from ngym.nemo import wheel as nemo_wheel  # noqa: E402
-from ngym.nemo.envtest import pytest_command  # noqa: E402
+from ngym.nemo.envtest import pytest_command, read_junit, stage_environment, test_environ  # noqa: E402
 from ngym.nemo.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, NemoEnvironment, read_environment  # noqa: E402
-from tools.nemo_replay_inprocess import is_server_error, replay_row, verify_payloads  # noqa: E402
+from tools.nemo_replay_inprocess import is_server_error, replay_row  # noqa: E402
 
 WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or Path.home() / ".cache" / "ngym" / "nemo-envs")
 
@@ -260,25 +261,6 @@ def sources_hash(*roots: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def junit_counts(path: Path) -> dict[str, int]:
-    """passed/failed/errors/skipped from pytest's JUnit XML (all zero when pytest wrote none)."""
-    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
-    if not path.is_file():
-        return counts
-    try:
-        root = ET.parse(path).getroot()
-    except ET.ParseError:
-        return counts
-    for suite in [root] if root.tag == "testsuite" else root.iter("testsuite"):
-        tests = int(suite.get("tests", 0))
-        failed, errors, skipped = (int(suite.get(k, 0)) for k in ("failures", "errors", "skipped"))
-        counts["failed"] += failed
-        counts["errors"] += errors
-        counts["skipped"] += skipped
-        counts["passed"] += tests - failed - errors - skipped
-    return counts
-
-
 #: (category, pattern over a failing log): the first match names the reason.
 REASONS: list[tuple[str, re.Pattern[str]]] = [
     ("needs GPU", re.compile(r"CUDA|nvidia-smi|No CUDA GPUs|torch\.cuda|cudaGetDevice", re.I)),
@@ -374,6 +356,32 @@ def replay_failure(what: str, log: Path, side: str, exit_code: int | None = None
 
 
 # --------------------------------------------------------------------------------------------- environments
+def verify_payloads(inputs: list[dict[str, Any]], rollouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``/verify`` bodies NeMo Gym's ``gym eval reverify`` would send: each recorded rollout's ``response`` on
+    the dataset row (``data/example.jsonl``) it was recorded from, told apart by the row's identity as ngym's own
+    example replay tells it (``ngym.examples.match_row``: the whole row, then ``_ng_task_index``, then a prompt
+    only one distinct row has, then the position when the fields agree). A rollout two different rows could equally
+    be raises ConfigError: verifying it on another row's task fields would be a silent wrong reward.
+
+    A rollout line alone is a verify *response* (reward, judge evaluations, ...): with no row it is sent without
+    what verify added to it. Nulls in ``responses_create_params`` are dropped (NeMo dumps rows ``exclude_none``;
+    its strict request model rejects ``parallel_tool_calls: null``). Built here, under ngym's interpreter, and
+    handed to both sides: ``nemo_replay_inprocess.py`` runs under NeMo Gym's, where ngym is not installed."""
+    position_pairs = len(inputs) == len(rollouts)
+    payloads = []
+    for index, rollout in enumerate(rollouts):
+        where = f"example_rollouts.jsonl:{index + 1}"
+        source = match_row(rollout, inputs, position=index if position_pairs else None, where=where)
+        if source is None:  # no dataset row: the rollout without what verify added to it
+            source = {k: v for k, v in rollout.items() if k not in ("reward", "response")}
+        payload = {**source, "response": rollout.get("response")}
+        params = payload.get("responses_create_params")
+        if isinstance(params, dict):
+            payload["responses_create_params"] = {k: v for k, v in params.items() if v is not None}
+        payloads.append(payload)
+    return payloads
+
+
 @dataclass
 class Env:
     env: NemoEnvironment
@@ -502,19 +510,25 @@ def measure_nemo(item: Env, base: Path) -> dict[str, Any]:
         if not ok:
             return {**result, "status": "install failed", "reason": f"{classify(error, 'nemo')}: {error}"}
     run_root, folder = nemo_run_root(item)
-    env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
+    env = nemo_side_environ(folder, run_root)
     junit = logs / "nemo.junit.xml"
     junit.unlink(missing_ok=True)
     start = time.monotonic()
     log = logs / "nemo.test.log"
     args = pytest_command(["-q", f"--junitxml={junit}"], python=str(python))  # as `gym env test` runs them
     code = run(args, log, TEST_TIMEOUT, cwd=folder, env=env).returncode
-    result.update(junit_counts(junit), exit_code=code, seconds=round(time.monotonic() - start, 1))
+    result.update(read_junit(junit).totals(), exit_code=code, seconds=round(time.monotonic() - start, 1))
     result["status"] = "pass" if code == 0 else ("no tests" if code == 5 else "fail")
     if code not in (0, 5):
         result["reason"] = failure_reason(log, "nemo")
     result["replay"] = replay_twice(item, python, folder, run_root, logs)
     return result
+
+
+def nemo_side_environ(folder: Path, run_root: Path) -> dict[str, str]:
+    """What NeMo's interpreter runs an environment's tests and replay in: the staged folder and root on
+    ``PYTHONPATH`` as ``gym env test`` puts them, and nothing of this process's own ``PYTHONPATH``."""
+    return test_environ(folder, run_root, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
 
 
 def replay_twice(item: Env, python: Path, folder: Path, run_root: Path, logs: Path) -> dict[str, Any]:
@@ -530,24 +544,21 @@ def replay_twice(item: Env, python: Path, folder: Path, run_root: Path, logs: Pa
 
 
 def nemo_run_root(item: Env) -> tuple[Path, Path]:
-    """A NeMo Gym project root for one run: the wheel's tree linked in, this environment copied (its tests may
-    write next to themselves); (root, environment folder)."""
+    """A NeMo Gym project root for one run, staged as every environment test run is
+    (``ngym.nemo.envtest.stage_environment``): this environment and the siblings it imports copied (its tests may
+    write next to themselves), every other environment of the wheel's tree and its shared root folders linked;
+    (root, environment folder)."""
     run_root = WORK / "runs" / "nemo" / item.name
     shutil.rmtree(run_root, ignore_errors=True)
-    (run_root / "resources_servers").mkdir(parents=True)
-    for entry in item.tree.iterdir():
-        if entry.name not in ("resources_servers", ".ready"):
-            (run_root / entry.name).symlink_to(entry)
-    for env_dir in (item.tree / "resources_servers").iterdir():
-        if env_dir.name != item.name:
-            (run_root / "resources_servers" / env_dir.name).symlink_to(env_dir)
-    folder = run_root / "resources_servers" / item.name
-    shutil.copytree(item.env.folder, folder)
-    return run_root, folder
+    run_root.mkdir(parents=True)
+    return run_root, stage_environment(item.env.folder, run_root, link_other_environments=True)
 
 
 def replay_nemo(item: Env, python: Path, folder: Path, run_root: Path, logs: Path) -> dict[str, Any]:
-    rows = item.payloads()
+    try:
+        rows = item.payloads()
+    except ConfigError as exc:
+        return {"rewards": [], "reason": f"not replayed: {exc}"}
     if not rows or item.env.target is None:
         return {"rewards": [], "reason": "no example rollouts" if not rows else NOT_A_SERVER}
     rows_file = logs / "rows.jsonl"
@@ -563,7 +574,7 @@ def replay_nemo(item: Env, python: Path, folder: Path, run_root: Path, logs: Pat
         str(rows_file),
         str(out),
     ]
-    env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
+    env = nemo_side_environ(folder, run_root)
     with judge_for(item, logs / "nemo.judge.log") as (urls, values):
         config = [str(folder / item.env.config.relative_to(item.env.folder))] if item.env.config else []
         extra = [*config, json.dumps(values)] if config else []
@@ -605,7 +616,7 @@ def measure_ngym(item: Env, base: Path) -> dict[str, Any]:
     code = run(
         [str(python), "-m", "ngym.cli", "test", name, "-q", f"--junitxml={junit}"], log, TEST_TIMEOUT, env=env, cwd=logs
     ).returncode
-    result.update(junit_counts(junit), exit_code=code, seconds=round(time.monotonic() - start, 1))
+    result.update(read_junit(junit).totals(), exit_code=code, seconds=round(time.monotonic() - start, 1))
     result["status"] = "pass" if code == 0 else ("no tests" if code == 5 else "fail")
     if code not in (0, 5):
         result["reason"] = failure_reason(log, "ngym")
@@ -631,7 +642,10 @@ def judge_for(item: Env, log: Path):
 def replay_ngym(item: Env, python: Path, env: dict[str, str], logs: Path) -> dict[str, Any]:
     """Serve with ``ngym run`` (a scripted judge behind ``--model-url`` when it names model servers) and replay
     every recorded row over HTTP."""
-    rows = item.payloads()
+    try:
+        rows = item.payloads()
+    except ConfigError as exc:
+        return {"rewards": [], "reason": f"not replayed: {exc}"}
     if not rows or item.env.target is None:
         return {"rewards": [], "reason": "no example rollouts" if not rows else NOT_A_SERVER}
     with judge_for(item, logs / "ngym.judge.log") as (urls, values):

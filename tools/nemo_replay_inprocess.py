@@ -22,57 +22,9 @@ import sys
 from unittest.mock import MagicMock
 
 
-def verify_payloads(inputs: list[dict], rollouts: list[dict]) -> list[dict]:
-    """The ``/verify`` bodies NeMo Gym's ``gym eval reverify`` would send: each rollout's ``response`` on the
-    dataset row it was collected from (``data/example.jsonl``), else by position when no row's prompt matches.
-    A rollout row alone is a verify *response* (reward, judge evaluations, ...): sending it back would feed
-    outputs in as inputs. Nulls in ``responses_create_params`` are dropped (NeMo dumps rows ``exclude_none``;
-    its strict model rejects ``parallel_tool_calls: null``).
-
-    The prompt is compared as NeMo's request model normalises it (a rollout's input messages carry
-    ``"type": "message"`` and explicit nulls a dataset row leaves out); among rows with the same prompt, the one
-    whose every field the rollout repeats (NeMo keeps the row's fields in the rollout) is taken."""
-
-    candidates: dict[str, list[dict]] = {}
-    for row in inputs:
-        candidates.setdefault(prompt_key(row), []).append(row)
-    payloads = []
-    for index, rollout in enumerate(rollouts):
-        same_prompt = candidates.get(prompt_key(rollout), [])
-        repeated = [row for row in same_prompt if _repeats(rollout, row)]
-        source = (repeated or same_prompt or [None])[0]
-        if source is None and len(inputs) == len(rollouts):
-            source = inputs[index]
-        if source is None:  # no dataset row: the rollout without what verify added to it
-            source = {k: v for k, v in rollout.items() if k not in ("reward", "response")}
-        payload = {**source, "response": rollout.get("response")}
-        params = payload.get("responses_create_params")
-        if isinstance(params, dict):
-            payload["responses_create_params"] = {k: v for k, v in params.items() if v is not None}
-        payloads.append(payload)
-    return payloads
-
-
-def prompt_key(row: dict) -> str:
-    """A row's prompt (``responses_create_params.input``) without nulls and ``"type": "message"`` markers."""
-
-    def clean(value):
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items() if v is not None and not (k == "type" and v == "message")}
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        return value
-
-    return json.dumps(clean((row.get("responses_create_params") or {}).get("input")), sort_keys=True)
-
-
-def _repeats(rollout: dict, row: dict) -> bool:
-    return all(rollout.get(k) == v for k, v in row.items() if k != "responses_create_params")
-
-
 def replay_row(client, row: dict) -> tuple[float | None, str | None]:
-    """Seed and verify one payload (``verify_payloads``) through ``client`` (FastAPI's TestClient or an
-    httpx.Client: the same calls); (reward, failure). A Gymnasium-style server (no ``/verify``: NeMo's
+    """Seed and verify one payload (``tools/nemo_envs.py``'s ``verify_payloads``) through ``client`` (FastAPI's
+    TestClient or an httpx.Client: the same calls); (reward, failure). A Gymnasium-style server (no ``/verify``: NeMo's
     ``GymnasiumServer``) is replayed as an episode (``replay_episode``)."""
     seed = {k: v for k, v in row.items() if k != "response"}
     client.post("/seed_session", json=seed)

@@ -46,12 +46,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ngym.config_tree import SERVER_TYPES  # NeMo Gym's server types: the second level of a server entry
 from ngym.errors import ConfigError
 
 NEMO_PREFIX = "nemo-gym:"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-#: NeMo Gym's server types: the second level of a server entry
-SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
 
 
 class EnvironmentSpec(BaseModel):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+import ngym
 from ngym.errors import NgymError
 from ngym.nemo import wheel as nemo_wheel
 from ngym.nemo.folder import (
@@ -215,8 +216,6 @@ def _compat_source() -> list[str]:
     otherwise pip takes it from the index by name (it is a dependency of every generated package)."""
     if is_installed(COMPAT_DISTRIBUTION):
         return []
-    import ngym
-
     local = Path(ngym.__file__).resolve().parent.parent / "plugins" / "ngym_nemo_gym"
     return [str(local)] if (local / "pyproject.toml").is_file() else []
 

@@ -287,5 +287,5 @@ def install(server: SimpleResourcesServer, app: FastAPI) -> MCPExposure:
             yield state
 
     app.router.lifespan_context = lifespan
-    server._mcp = exposure
+    server.mcp_exposure = exposure
     return exposure

@@ -265,6 +265,10 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         # The config flag first: ``_mcp`` is a pydantic private attribute whose every read costs ~3 us, per request.
         return self._mcp if self.config.expose_tools_over_mcp else None
 
+    @mcp_exposure.setter
+    def mcp_exposure(self, exposure: MCPExposure | None) -> None:
+        self._mcp = exposure
+
     # ---- the app -----------------------------------------------------------------------------------
 
     def setup_webserver(self) -> FastAPI:
@@ -363,7 +367,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     # Set by setup_webserver. Not `_sessions`: environments ported from NeMo Gym keep their own dicts under that name.
     _ngym_sessions: SessionManager | None = None
-    _mcp: MCPExposure | None = None  # set by ngym.server.mcp_exposure.install when expose_tools_over_mcp is on
+    _mcp: MCPExposure | None = None  # ``mcp_exposure``, set by ngym.server.mcp_exposure.install
 
     def _make_session_manager(self) -> SessionManager:
         secret, given = resolve_secret(secret_value(self.config.session_secret))

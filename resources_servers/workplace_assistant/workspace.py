@@ -20,15 +20,29 @@ from typing import Any
 from ngym.errors import ConfigError
 
 from .bounded_regex import BoundedPattern
+from .records import (
+    BAD_ASSIGNEE,
+    BAD_BOARD,
+    BAD_LIST,
+    RECORD_KINDS,
+    TASK_BOARDS,
+    TASK_LISTS,
+    at_least,
+    at_most,
+    compare_mask,
+    contains_mask,
+    delete_by_id,
+    field_by_id,
+    next_id,
+    search,
+    team_emails,
+    update_by_id,
+)
 from .tables import Table, is_missing, read_csv_as_strings
 
 #: WorkBench's clock: Thursday 2023-11-30 00:00:00.
 NOW = datetime(2023, 11, 30, 0, 0, 0)
 
-TASK_LISTS = ["Backlog", "In Progress", "In Review", "Completed"]
-TASK_BOARDS = ["Back end", "Front end", "Design"]
-CUSTOMER_STATUSES = ["Qualified", "Won", "Lost", "Lead", "Proposal"]
-PRODUCT_INTERESTS = ["Software", "Hardware", "Services", "Consulting", "Training"]
 PLOT_VALUES = [
     "total_visits",
     "session_duration_seconds",
@@ -96,34 +110,6 @@ def _parse_timestamp(value: Any) -> datetime:
         return date_parser.parse(text)
     except (ValueError, OverflowError) as exc:
         raise ValueError(f"could not convert string to Timestamp: {value!r}") from exc
-
-
-def _next_id(table: Table, column: str) -> int:
-    """``int(df[column].max()) + 1`` (string maximum; ValueError on an empty table, like ``int(nan)``)."""
-    top = table.max_of(column)
-    if isinstance(top, float) and math.isnan(top):
-        raise ValueError("cannot convert float NaN to integer")
-    return int(top) + 1
-
-
-def _contains_mask(table: Table, positions: list[int], column: str, pattern: Any, *, case: bool) -> list[int]:
-    """Rows whose ``column`` matches regex ``pattern`` (``Series.str.contains(pattern, case=...)``)."""
-    regex = BoundedPattern(pattern, ignore_case=not case)
-    ci = table.col(column)
-    out = []
-    for p in positions:
-        cell = table.rows[p][ci]
-        if not isinstance(cell, str):
-            raise ValueError("Cannot mask with non-boolean array containing NA / NaN values")
-        if regex.search(cell):
-            out.append(p)
-    return out
-
-
-def _compare_mask(table: Table, positions: list[int], column: str, op: Callable[[Any, Any], bool], other: Any) -> list:
-    """Rows where ``op(cell, other)`` on an object column (missing cells compare False)."""
-    ci = table.col(column)
-    return [p for p in positions if not is_missing(table.rows[p][ci]) and op(table.rows[p][ci], other)]
 
 
 @dataclass(frozen=True)
@@ -219,7 +205,7 @@ class Workspace:
 
     # ------------------------------------------------------------------ email
     def email_get_email_information_by_id(self, email_id: Any = None, field: Any = None) -> Any:
-        return _field_by_id(self.email, "email_id", email_id, field, "Email")
+        return field_by_id(RECORD_KINDS["email"], self.email, email_id, field)
 
     def email_search_emails(self, query: Any = "", date_min: Any = None, date_max: Any = None) -> Any:
         # Each distinct word once: "all words appear" means the same, and a query of a million repeats of one
@@ -255,13 +241,13 @@ class Workspace:
         if "@" not in recipient or "." not in recipient:
             return "Invalid recipient email address."
         recipient = recipient.lower()
-        email_id = str(_next_id(self.email, "email_id"))
+        email_id = str(next_id(self.email, "email_id"))
         # WorkBench writes at label len(table): after a delete this overwrites the row holding that label.
         self.email.set_row_at_label(len(self.email), [email_id, "outbox", recipient, subject, NOW, body])
         return "Email sent successfully."
 
     def email_delete_email(self, email_id: Any = None) -> str:
-        return _delete_by_id(self.email, "email_id", email_id, "Email")
+        return delete_by_id(RECORD_KINDS["email"], self.email, email_id)
 
     def email_forward_email(self, email_id: Any = None, recipient: Any = None) -> str:
         if not email_id or not recipient:
@@ -286,13 +272,13 @@ class Workspace:
 
     # ------------------------------------------------------------------ calendar
     def calendar_get_event_information_by_id(self, event_id: Any = None, field: Any = None) -> Any:
-        return _field_by_id(self.calendar, "event_id", event_id, field, "Event")
+        return field_by_id(RECORD_KINDS["calendar"], self.calendar, event_id, field)
 
     def calendar_search_events(self, query: Any = "", time_min: Any = None, time_max: Any = None) -> Any:
         t = self.calendar
         everything = list(range(len(t)))
-        by_name = set(_contains_mask(t, everything, "event_name", query, case=False))
-        by_email = set(_contains_mask(t, everything, "participant_email", query, case=False))
+        by_name = set(contains_mask(t, everything, "event_name", query, case=False))
+        by_email = set(contains_mask(t, everything, "participant_email", query, case=False))
         events = t.records(p for p in everything if p in by_name or p in by_email)
         if time_min:
             low = _parse_timestamp(time_min)
@@ -316,7 +302,7 @@ class Workspace:
         if not duration:
             return "Event duration not provided."
         participant_email = participant_email.lower()
-        event_id = str(_next_id(self.calendar, "event_id")).zfill(8)
+        event_id = str(next_id(self.calendar, "event_id")).zfill(8)
         # pd.concat without ignore_index: the new row keeps its own label, 0.
         self.calendar.concat_row(
             {
@@ -331,27 +317,20 @@ class Workspace:
         return event_id
 
     def calendar_delete_event(self, event_id: Any = None) -> str:
-        return _delete_by_id(self.calendar, "event_id", event_id, "Event")
+        return delete_by_id(RECORD_KINDS["calendar"], self.calendar, event_id)
 
     def calendar_update_event(self, event_id: Any = None, field: Any = None, new_value: Any = None) -> str:
-        if not event_id or not field or not new_value:
-            return "Event ID, field, or new value not provided."
-        if self.calendar.contains("event_id", event_id):
-            if field == "participant_email":
-                new_value = new_value.lower()
-            # Any field name is accepted: an unknown one becomes a new column (NaN elsewhere).
-            self.calendar.set_where_eq("event_id", event_id, field, new_value)
-            return "Event updated successfully."
-        return "Event not found."
+        # Any field name is accepted: an unknown one becomes a new column (NaN elsewhere).
+        return update_by_id(RECORD_KINDS["calendar"], self.calendar, event_id, field, new_value)
 
     # ------------------------------------------------------------------ analytics
     def _visits(self, time_min: Any, time_max: Any) -> list[tuple]:
         t = self.data.analytics
         positions = list(range(len(t)))
         if time_min:
-            positions = _compare_mask(t, positions, "date_of_visit", lambda a, b: a >= b, time_min)
+            positions = compare_mask(t, positions, "date_of_visit", at_least, time_min)
         if time_max:
-            positions = _compare_mask(t, positions, "date_of_visit", lambda a, b: a <= b, time_max)
+            positions = compare_mask(t, positions, "date_of_visit", at_most, time_max)
         return [t.rows[p] for p in positions]
 
     def _per_day(self, rows: list[tuple], value: Callable[[tuple], Any], reduce: Callable[[list], Any]) -> dict:
@@ -419,7 +398,7 @@ class Workspace:
 
     # ------------------------------------------------------------------ project management
     def project_management_get_task_information_by_id(self, task_id: Any = None, field: Any = None) -> Any:
-        return _field_by_id(self.project_management, "task_id", task_id, field, "Task")
+        return field_by_id(RECORD_KINDS["project_management"], self.project_management, task_id, field)
 
     def project_management_search_tasks(
         self,
@@ -429,20 +408,12 @@ class Workspace:
         due_date: Any = None,
         board: Any = None,
     ) -> Any:
-        if not any([task_name, assigned_to_email, list_name, due_date, board]):
+        criteria = [task_name, assigned_to_email, list_name, due_date, board]
+        if not any(criteria):
             return "No search parameters provided."
         t = self.project_management
-        positions = list(range(len(t)))
-        for column, pattern in (
-            ("task_name", task_name),
-            ("assigned_to_email", assigned_to_email),
-            ("list_name", list_name),
-            ("due_date", due_date),
-            ("board", board),
-        ):
-            if pattern:
-                positions = _contains_mask(t, positions, column, pattern, case=False)
-        return t.records(positions)
+        patterns = zip(("task_name", "assigned_to_email", "list_name", "due_date", "board"), criteria, strict=True)
+        return t.records(search(t, patterns))
 
     def project_management_create_task(
         self,
@@ -456,13 +427,13 @@ class Workspace:
         if not all([task_name, assigned_to_email, list_name, due_date, board]):
             return "Missing task details."
         assigned_to_email = assigned_to_email.lower()
-        if assigned_to_email not in {v.lower() for v in t.values("assigned_to_email") if isinstance(v, str)}:
-            return "Assignee email not valid. Please choose from the list of team members."
+        if assigned_to_email not in team_emails(t):
+            return BAD_ASSIGNEE
         if list_name not in TASK_LISTS:
-            return "List not valid. Please choose from: 'Backlog', 'In Progress', 'In Review', 'Completed'."
+            return BAD_LIST
         if board not in TASK_BOARDS:
-            return "Board not valid. Please choose from: 'Back end', 'Front end', 'Design'."
-        task_id = str(_next_id(t, "task_id")).zfill(8)
+            return BAD_BOARD
+        task_id = str(next_id(t, "task_id")).zfill(8)
         t.concat_row(
             {
                 "task_id": task_id,
@@ -477,28 +448,10 @@ class Workspace:
         return task_id
 
     def project_management_delete_task(self, task_id: Any = None) -> str:
-        return _delete_by_id(self.project_management, "task_id", task_id, "Task")
+        return delete_by_id(RECORD_KINDS["project_management"], self.project_management, task_id)
 
     def project_management_update_task(self, task_id: Any = None, field: Any = None, new_value: Any = None) -> str:
-        t = self.project_management
-        if not task_id or not field or not new_value:
-            return "Task ID, field, or new value not provided."
-        if field == "assigned_to_email":
-            new_value = new_value.lower()
-        if field == "board" and new_value not in TASK_BOARDS:
-            return "Board not valid. Please choose from: 'Back end', 'Front end', 'Design'."
-        if field == "list_name" and new_value not in TASK_LISTS:
-            return "List not valid. Please choose from: 'Backlog', 'In Progress', 'In Review', 'Completed'."
-        if field == "assigned_to_email" and new_value not in {
-            v.lower() for v in t.values("assigned_to_email") if isinstance(v, str)
-        }:
-            return "Assignee email not valid. Please choose from the list of team members."
-        if t.contains("task_id", task_id):
-            if t.has_column(field):
-                t.set_where_eq("task_id", task_id, field, new_value)
-                return "Task updated successfully."
-            return "Field not valid."
-        return "Task not found."
+        return update_by_id(RECORD_KINDS["project_management"], self.project_management, task_id, field, new_value)
 
     # ------------------------------------------------------------------ customer relationship manager
     def customer_relationship_manager_search_customers(
@@ -527,50 +480,20 @@ class Workspace:
         if not any(filters):
             return "No search parameters provided. Please provide at least one parameter."
         t = self.customer_relationship_manager
-        positions = list(range(len(t)))
-        for column, pattern in (
-            ("customer_name", customer_name),
-            ("customer_email", customer_email),
-            ("product_interest", product_interest),
-            ("status", status),
-            ("assigned_to_email", assigned_to_email),
-        ):
-            if pattern:
-                positions = _contains_mask(t, positions, column, pattern, case=False)
-        for column, bound, op in (
-            ("last_contact_date", last_contact_date_min, lambda a, b: a >= b),
-            ("last_contact_date", last_contact_date_max, lambda a, b: a <= b),
-            ("follow_up_by", follow_up_by_min, lambda a, b: a >= b),
-            ("follow_up_by", follow_up_by_max, lambda a, b: a <= b),
-        ):
-            if bound:
-                positions = _compare_mask(t, positions, column, op, bound)
-        return t.records(positions)[:5]
+        text = ("customer_name", "customer_email", "product_interest", "status", "assigned_to_email")
+        bounds = (
+            ("last_contact_date", last_contact_date_min, at_least),
+            ("last_contact_date", last_contact_date_max, at_most),
+            ("follow_up_by", follow_up_by_min, at_least),
+            ("follow_up_by", follow_up_by_max, at_most),
+        )
+        return t.records(search(t, zip(text, filters[:5], strict=True), bounds))[:5]
 
     def customer_relationship_manager_update_customer(
         self, customer_id: Any = None, field: Any = None, new_value: Any = None
     ) -> str:
-        t = self.customer_relationship_manager
-        if not customer_id or not field or not new_value:
-            return "Customer ID, field, or new value not provided."
-        if field == "status" and new_value not in CUSTOMER_STATUSES:
-            return "Status not valid. Please choose from: 'Qualified', 'Won', 'Lost', 'Lead', 'Proposal'"
-        if field == "product_interest" and new_value not in PRODUCT_INTERESTS:
-            return (
-                "Product interest not valid. Please choose from: 'Software', 'Hardware', 'Services', "
-                "'Consulting', 'Training'"
-            )
-        if field == "customer_email" or field == "assigned_to_email":
-            new_value = new_value.lower()
-        if t.contains("customer_id", customer_id):
-            if t.has_column(field):
-                t.set_where_eq("customer_id", customer_id, field, new_value)
-                return "Customer updated successfully."
-            return (
-                "Field not valid. Please choose from: 'customer_name', 'assigned_to_email', 'customer_email', "
-                "'customer_phone', 'last_contact_date', 'product_interest', 'status', 'notes', 'follow_up_by'"
-            )
-        return "Customer not found."
+        kind = RECORD_KINDS["customer_relationship_manager"]
+        return update_by_id(kind, self.customer_relationship_manager, customer_id, field, new_value)
 
     def customer_relationship_manager_add_customer(
         self,
@@ -590,7 +513,7 @@ class Workspace:
         assigned_to_email = assigned_to_email.lower()
         if customer_email:
             customer_email = customer_email.lower()
-        new_id = str(_next_id(t, "customer_id")).zfill(8)
+        new_id = str(next_id(t, "customer_id")).zfill(8)
         t.concat_row(
             {
                 "customer_id": new_id,
@@ -609,30 +532,5 @@ class Workspace:
         return new_id
 
     def customer_relationship_manager_delete_customer(self, customer_id: Any = None) -> str:
-        return _delete_by_id(self.customer_relationship_manager, "customer_id", customer_id, "Customer")
-
-
-# WorkBench's get-by-id and delete tools differ only in the table and the noun of their messages.
-def _field_by_id(table: Any, id_column: str, row_id: Any, field: Any, noun: str) -> Any:
-    """``{field: value}`` of the first row whose ``id_column`` equals ``row_id``, or WorkBench's message."""
-    if not row_id:
-        return f"{noun} ID not provided."
-    if not field:
-        return "Field not provided."
-    found = table.positions_eq(id_column, row_id)
-    if not found:
-        return f"{noun} not found."
-    record = table.records(found[:1])[0]
-    if field in record:
-        return {field: record[field]}
-    return "Field not found."
-
-
-def _delete_by_id(table: Any, id_column: str, row_id: Any, noun: str) -> str:
-    """Delete the rows whose ``id_column`` equals ``row_id``; WorkBench's message either way."""
-    if not row_id:
-        return f"{noun} ID not provided."
-    if not table.contains(id_column, row_id):
-        return f"{noun} not found."
-    table.delete_where_eq(id_column, row_id)
-    return f"{noun} deleted successfully."
+        kind = RECORD_KINDS["customer_relationship_manager"]
+        return delete_by_id(kind, self.customer_relationship_manager, customer_id)

@@ -189,3 +189,52 @@ def test_nemo_failing_its_own_replay_is_not_a_disagreement() -> None:
     rejected = {"rewards": [None], "errors": ["HTTP 422 on /verify: extra inputs"]}
     both = {"has_rollouts": True, "nemo": {"replay": rejected}, "ngym": {"replay": {"rewards": [None]}}}
     assert replay_agreement(both)[1] is True
+
+
+# ------------------------------------------------------------------ which dataset row a recorded rollout is replayed on
+_PROMPT = {"input": [{"role": "user", "content": "Guess the word."}]}
+
+
+def _recorded(task_index: int, reward: float) -> dict[str, Any]:
+    """A NeMo Gym recording: the prompt with NeMo's message types, the row index, no task fields."""
+    prompt = {"input": [{**_PROMPT["input"][0], "type": "message"}], "tool_choice": None}
+    return {
+        "responses_create_params": prompt,
+        "_ng_task_index": task_index,
+        "response": {"id": task_index},
+        "reward": reward,
+    }
+
+
+def test_rollouts_sharing_a_prompt_are_replayed_on_their_own_rows_not_the_first() -> None:
+    """NeMo Gym's wordle: every row has the same prompt and its own ``custom_target``; the recordings name their
+    row by ``_ng_task_index``, in completion order. Pairing by prompt verified all of them on row 0's target."""
+    rows = [{"responses_create_params": _PROMPT, "custom_target": word} for word in ("chump", "virus", "booby")]
+    payloads = nemo_envs.verify_payloads(rows, [_recorded(2, 1.0), _recorded(0, 1.0), _recorded(1, 0.0)])
+    assert [p["custom_target"] for p in payloads] == ["booby", "chump", "virus"]
+    assert [p["response"] for p in payloads] == [{"id": 2}, {"id": 0}, {"id": 1}]
+    assert all("reward" not in p and p["responses_create_params"] == _PROMPT for p in payloads)
+
+
+def test_a_rollout_no_row_agrees_with_is_replayed_as_recorded_not_on_the_row_at_its_position() -> None:
+    """NeMo Gym's gpqa_diamond: example.jsonl holds other questions than the recordings; pairing by position
+    verified each recorded answer against another question's expected answer."""
+    rows = [{"responses_create_params": {"input": "question A"}, "expected_answer": "C"}]
+    line = {"responses_create_params": {"input": "question B"}, "expected_answer": "D", "reward": 1.0, "response": {}}
+    [payload] = nemo_envs.verify_payloads(rows, [line])
+    assert payload == {"responses_create_params": {"input": "question B"}, "expected_answer": "D", "response": {}}
+
+
+def test_a_rollout_two_rows_could_be_is_not_replayed_and_says_why(tmp_path: Any) -> None:
+    rows = [{"responses_create_params": _PROMPT, "custom_target": word} for word in ("chump", "virus")]
+    line = {**_recorded(0, 1.0)}
+    del line["_ng_task_index"]
+    with pytest.raises(nemo_envs.ConfigError, match="rows 1, 2"):
+        nemo_envs.verify_payloads(rows, [line])
+
+    class Ambiguous:
+        def payloads(self) -> list[dict[str, Any]]:
+            return nemo_envs.verify_payloads(rows, [line])
+
+    outcome = nemo_envs.replay_ngym(Ambiguous(), tmp_path / "python", {}, tmp_path)  # type: ignore[arg-type]
+    assert outcome["rewards"] == [] and outcome["reason"].startswith("not replayed: example_rollouts.jsonl:1")

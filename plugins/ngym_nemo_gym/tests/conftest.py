@@ -21,17 +21,13 @@ from typing import Any
 import pytest
 from ngym_nemo_gym.envtests import referenced_environments
 
+from ngym.nemo import envtest
 from ngym.rollout.thread_server import serve_app_in_thread
 
 WHEEL_DIR = Path.home() / ".cache" / "ngym" / "nemo-wheel"
 WHEEL_NAME = "nemo_gym-0.7.0-py3-none-any.whl"
-SHARED_ROOT_FOLDERS = (
-    "benchmarks/",
-    "environment_servers/",
-    "environments/",
-    "responses_api_agents/",
-    "responses_api_models/",
-)
+#: What environments read from NeMo Gym's root besides resources_servers/: the test runner's one list.
+SHARED_ROOT_FOLDERS = tuple(f"{folder}/" for folder in envtest.SHARED_ROOT_FOLDERS)
 
 
 def _nemo_wheel() -> Path:
