@@ -18,7 +18,7 @@ quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1;
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench clean docker-base nemo-envs nemo-ci fleet-ray soak
+.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench clean docker-base nemo-envs nemo-ci fleet-ray fleet-compose soak
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -40,7 +40,8 @@ demo: install
 
 # -rs: every skipped test is listed with its reason (CI=true runs them all; see README "Tests").
 test: install
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster \
+		--ignore=tests/docker/test_fleet_compose_nemo.py
 
 # NeMo Gym 0.7.0's own client, checkers and fixtures against every built-in environment (served as processes).
 # NeMo Gym lives in its own cached Python 3.13 venv (tools/nemo_venv.sh; NGYM_NEMO_VENV to put it elsewhere).
@@ -57,6 +58,11 @@ fuzz: install
 fleet-ray: install
 	$(PIP) install --quiet 'ray>=2.40'
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/cluster
+
+# A compose fleet with a nemo-gym: entry (its venv, its image from the host-built wheelhouse, its Compose project):
+# a few minutes (the wheelhouse), so not in `make test`; needs the Docker engine (bash docker/ci-setup.sh).
+fleet-compose: install
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/docker/test_fleet_compose_nemo.py
 
 # A fleet under churn for SOAK_SECONDS (default 1800) at SOAK_SESSIONS concurrent sessions (default 1000): RSS,
 # open files and live sessions must stay flat after warm-up, 0 wrong rewards. Not in CI (it takes 30 minutes).

@@ -90,10 +90,11 @@ class Rollout:
         answer.raise_for_status()
         return dict(answer.json())
 
-    def finish(self) -> str:
-        """ "right", "masked <kind>", "failed <error>" or "WRONG <reward>"."""
+    def finish(self, increment: bool = True) -> str:
+        """ "right", "masked <kind>", "failed <error>" or "WRONG <reward>" (a tool call first, or verify at once)."""
         try:
-            self.increment()
+            if increment:
+                self.increment()
             result = self.verify()
         except (httpx.HTTPError, KeyError) as exc:
             return f"failed {type(exc).__name__}"
@@ -163,13 +164,14 @@ def test_ray_replicas_behind_one_affine_url_and_a_nemo_environment_with_ray_task
         cluster.kill(lost_node)
         time.sleep(3)  # HAProxy's checks (every second, down after 2 failures)
         outcomes = {r.replica: [] for r in seeded}  # type: dict[str, list[str]]
-        for rollout in seeded:
-            outcomes[rollout.replica].append(rollout.finish())
+        for rollout in seeded:  # on each replica, half go on with a tool call, half verify at once
+            outcomes[rollout.replica].append(rollout.finish(increment=len(outcomes[rollout.replica]) % 2 == 0))
         print("after the kill:", outcomes)
         assert set(outcomes["r0"]) == {"right"}  # the surviving replica: every one right
         lost = outcomes[lost_replica]
         assert not [o for o in lost if o.startswith("WRONG")]  # the lost one: loud, never a wrong reward
         assert all(o == "masked session_lost" or o.startswith("failed") for o in lost), lost
+        assert "masked session_lost" in lost  # a verify for a lost session reaches the survivor: masked
         after = [Rollout(url) for _ in range(4)]
         for rollout in after:
             rollout.increment()
