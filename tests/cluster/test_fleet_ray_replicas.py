@@ -179,7 +179,8 @@ def test_ray_replicas_behind_one_affine_url_and_a_nemo_environment_with_ray_task
 
         status = ngym("status", "fleet.yaml", "--json", "--interval", "0")
         rows = {r["name"]: r for r in json.loads(status.stdout)}
-        assert rows["counter"]["health"] == "ok"
+        assert rows["counter"]["health"] == "ok"  # its one URL still serves
+        assert rows["counter"]["reason"].startswith("1/2 replicas answer")  # the lost replica is shown
     finally:
         down = ngym("down", "fleet.yaml")
     assert down.returncode == 0, down.stderr
