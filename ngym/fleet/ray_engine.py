@@ -1,16 +1,22 @@
-"""The Ray engine: each environment placed on a node of a running Ray cluster, as a detached Ray actor.
+"""The Ray engine: each environment's replicas placed on the nodes of a running Ray cluster, as detached actors.
 
-Ray schedules and places (no scheduler of ngym's own): each environment is one actor reserving ``workers`` CPUs,
-spread over the cluster's nodes (``scheduling_strategy="SPREAD"``). The actor starts the same
-``ngym run TARGET --workers N`` unit on its node, on the node's address and a free port, and reports where it
-listens; that address goes into the global config. The unit dies with its actor (``PR_SET_PDEATHSIG``): a node
-that is lost takes its environments with it, never leaves one half alive, and clients of those get connection
-errors, never a reward from another process. The head server and any NeMo Gym servers run on the machine that
-ran ``ngym up`` (``ngym.fleet.local.finish``). ``down`` stops and kills the actors by name (namespace
-``ngym-fleet``), then the local processes.
+Ray schedules and places (no scheduler of ngym's own): an environment's ``replicas`` are the bundles of one
+placement group (strategy ``SPREAD``: on different nodes when Ray can), each bundle ``workers`` CPUs, each held by
+an actor that starts the same ``ngym run TARGET --workers N`` unit on its node's address and a free port (in the
+environment's own cached virtualenv when it names requirements or is a ``nemo-gym:`` entry). The unit dies with
+its actor (``PR_SET_PDEATHSIG``): a node that is lost takes its replicas with it, never leaves one half alive.
+
+One replica: its address is the environment's URL. More: the fleet's front actor on the head node
+(``ngym.fleet.ray_front``) puts a session-affine HAProxy in front of them, and that is the one URL; a lost
+replica's rollouts end as 410 / masked ``session_lost`` on a surviving replica, never a wrong reward. The front
+also runs the head server, so nothing of the fleet runs where ``ngym up`` ran (except ``servers:`` entries).
+Every unit gets ``RAY_ADDRESS``: an environment that runs Ray tasks (NeMo Gym's ``code_gen``) submits them to
+this cluster. ``down`` stops and kills the actors by name (namespace ``ngym-fleet``), removes the placement groups,
+then stops the local processes.
 
 The cluster is yours: ``ray start --head`` on one machine, ``ray start --address=HEAD:6379`` on the others, then
-``ray: {address: HEAD:6379}`` in the fleet file (or ``RAY_ADDRESS``). ngym must be installed on every node.
+``ray: {address: HEAD:6379}`` in the fleet file (or ``RAY_ADDRESS``). ngym (and HAProxy on the head node, for
+replicas) must be installed on every node.
 """
 
 from __future__ import annotations

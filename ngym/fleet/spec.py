@@ -61,7 +61,7 @@ class EnvironmentSpec(BaseModel):
 
     env: str = Field(description="installed name, `nemo-gym:NAME`, or a folder / config file")
     workers: int = Field(default=1, ge=1, le=256)
-    replicas: int = Field(default=1, ge=1, le=256, description="copies behind the engine's router (compose)")
+    replicas: int = Field(default=1, ge=1, le=256, description="copies behind the engine's router (compose, ray)")
     port: int | None = Field(default=None, ge=0, le=65535)
     requirements: list[str] = Field(default_factory=list, description="pip requirement lines: its own venv")
     config: dict[str, Any] = Field(default_factory=dict, description="field overrides, as `ngym run k=v`")
