@@ -184,7 +184,12 @@ def _containerize_in_venv(
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         child = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=log.parent
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=log.parent,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},  # its progress lines as they come, not at its exit
         )
         assert child.stdout is not None
         for raw in child.stdout:

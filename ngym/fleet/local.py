@@ -94,11 +94,16 @@ class RemoteHead(Protocol):
 
 
 def finish(
-    spec: FleetSpec, state: FleetState, report: Reporter, startup_seconds: float, head: RemoteHead | None = None
+    spec: FleetSpec,
+    state: FleetState,
+    report: Reporter,
+    startup_seconds: float,
+    head: RemoteHead | None = None,
+    extra_config: dict[str, object] | None = None,
 ) -> FleetState:
-    """After the environments answered (on any engine): write the global config with the domains they report,
-    start the head server (here, or ``head`` where the engine runs it), then the other servers (they read the
-    config at start); save the state."""
+    """After the environments answered (on any engine): write the global config with the domains they report
+    (and ``extra_config``'s top-level keys), start the head server (here, or ``head`` where the engine runs it),
+    then the other servers (they read the config at start); save the state."""
     state_dir = spec.state_dir()
     logs = state_dir / "logs"
     head_host, head_port = state.head.host, state.head.port
@@ -109,7 +114,7 @@ def finish(
         state.servers[name] = ServerRecord(kind="server", host=str(server.config.get("host", spec.host)), port=port)
     named = {n: (r.host, r.port) for n, r in state.servers.items() if r.kind == "server" or r.ok}
     kept = spec.model_copy(update={"environments": {n: e for n, e in spec.environments.items() if state.servers[n].ok}})
-    config = build_global_config(kept, (head_host, head_port), named, domains)
+    config = {**build_global_config(kept, (head_host, head_port), named, domains), **(extra_config or {})}
     text = dump(config)
     (state_dir / "global_config.yaml").write_text(text)
     if head is None:

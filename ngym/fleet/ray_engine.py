@@ -260,7 +260,10 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
     for name, env in spec.environments.items():
         _front_environment(ray, front, state.servers[name], env, name, report)
     state.save(spec.state_dir())
-    return finish(spec, state, report, startup_seconds, head=_Front(ray, front))
+    # NeMo Gym's servers with `ray_enabled` (started from `servers:`) join this cluster too: initialize_ray()
+    # reads the address from the global config instead of starting a Ray of their own
+    cluster = {"ray_head_node_address": ray.get_runtime_context().gcs_address}
+    return finish(spec, state, report, startup_seconds, head=_Front(ray, front), extra_config=cluster)
 
 
 def _wait_replicas(

@@ -26,6 +26,10 @@ import pytest
 
 RAY = str(Path(sys.executable).with_name("ray"))
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+#: set (to the hosts' prefix) in the environment of every process a cluster test starts: its descendants inherit
+#: it whatever session or process group they make, so ``Hosts.drop`` finds those outside the namespaces too
+#: (a ``servers:`` entry ``ngym up`` started here, when the test was killed before ``ngym down``)
+MARKER = "NGYM_TEST_HOSTS"
 
 
 def free_port() -> int:
@@ -46,6 +50,23 @@ class Hosts:
         self.prefix, self.subnet = prefix, subnet
         self.index = {name: i for i, name in enumerate(names)}
         self.bridge = f"{prefix}-br"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment for every process the test starts (``ngym``, ``ray start``): marked as this test's."""
+        return {**ENV, MARKER: self.prefix}
+
+    def marked(self) -> list[int]:
+        """Processes carrying this test's mark (started by it, or by what it started), this one excluded."""
+        mark = f"{MARKER}={self.prefix}".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                if mark in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+        return found
 
     def namespace(self, name: str) -> str:
         return f"{self.prefix}-h{self.index[name]}"
@@ -76,6 +97,9 @@ class Hosts:
         return [int(pid) for pid in out.split()]
 
     def drop(self) -> None:
+        for pid in self.marked():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for name in self.index:
             for pid in self.pids(name):
                 with contextlib.suppress(ProcessLookupError):
@@ -108,7 +132,7 @@ class Cluster:
             ["ip", "netns", "exec", self.hosts.namespace(name), RAY, "start", *args, *common, "--disable-usage-stats"],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=ENV,
+            env=self.hosts.env,
             start_new_session=True,
         )
 

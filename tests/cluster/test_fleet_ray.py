@@ -29,7 +29,7 @@ import yaml
 
 from ngym.fleet.state import FleetState
 
-from .ray_hosts import ENV, Cluster, Hosts, ray_cluster
+from .ray_hosts import Cluster, Hosts, ray_cluster
 
 ray = pytest.importorskip("ray", reason="pip install 'ngym[ray]'")
 HOSTS = Hosts("i20f", "10.220.0", ["head", "node1", "node2"])
@@ -84,7 +84,7 @@ def test_a_fleet_on_a_ray_cluster_survives_a_lost_node_without_a_wrong_reward(cl
 
     def ngym(*args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "ngym.cli", *args]
-        return subprocess.run(command, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+        return subprocess.run(command, cwd=tmp_path, env=HOSTS.env, capture_output=True, text=True, timeout=300)
 
     up = ngym("up", "fleet.yaml")
     state = FleetState.load(tmp_path / ".ngym-fleet" / "i20-fleet-ray")

@@ -122,7 +122,7 @@ def test_ray_replicas_behind_one_affine_url_and_a_nemo_environment_with_ray_task
 
     def ngym(*args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "ngym.cli", *args]
-        return subprocess.run(command, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+        return subprocess.run(command, cwd=tmp_path, env=HOSTS.env, capture_output=True, text=True, timeout=600)
 
     up = ngym("up", "fleet.yaml")
     state = FleetState.load(tmp_path / ".ngym-fleet" / FLEET)
@@ -133,6 +133,7 @@ def test_ray_replicas_behind_one_affine_url_and_a_nemo_environment_with_ray_task
         assert state.head.host == HOSTS.ip("head")
         served = yaml.safe_load(httpx.get(f"http://{state.head.host}:{state.head.port}/global_config_dict_yaml").json())
         counter = served["counter"]["resources_servers"]["example_session_state_mgmt"]
+        assert served["ray_head_node_address"] == cluster.address  # NeMo's ray_enabled servers join this cluster
         assert (counter["host"], counter["port"]) == (HOSTS.ip("head"), state.servers["counter"].port)
         hosts = cluster.host_of_nodes()
         replicas = state.servers["counter"].replicas
