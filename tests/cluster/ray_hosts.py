@@ -144,16 +144,9 @@ class Cluster:
             self.start(name, f"--address={self.address}", *args, f'--resources={{"{self.marker(name)}": 1}}')
             self.wait(count)
 
-    def alive_nodes(self, at_least: int = 0, seconds: float = 0) -> list[dict[str, Any]]:
-        """The nodes alive now; with ``at_least``, once that many are (polled in one connected process for up to
-        ``seconds``: connecting to the cluster is the slow part)."""
-        code = (
-            "import ray, json, time; ray.init(address=%r, log_to_driver=False); deadline = time.monotonic() + %r\n"
-            "while sum(n['Alive'] for n in ray.nodes()) < %d and time.monotonic() < deadline: time.sleep(0.3)\n"
-            "print(json.dumps(ray.nodes()))"
-        )
-        script = code % (self.address, seconds, at_least)
-        out = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True)
+    def alive_nodes(self) -> list[dict[str, Any]]:
+        code = "import ray, json; ray.init(address='%s', log_to_driver=False); print(json.dumps(ray.nodes()))"
+        out = subprocess.run([sys.executable, "-c", code % self.address], env=ENV, capture_output=True, text=True)
         try:
             return [n for n in json.loads(out.stdout.strip().splitlines()[-1]) if n["Alive"]]
         except (ValueError, IndexError):
@@ -169,8 +162,7 @@ class Cluster:
 
     def wait(self, count: int) -> None:
         deadline = time.monotonic() + 120
-        while len(self.alive_nodes(count, seconds=max(1.0, deadline - time.monotonic()))) < count:
-            # no answer at all: the head's GCS is not up yet (ray.init failed); try again
+        while len(self.alive_nodes()) < count:
             assert time.monotonic() < deadline, f"the Ray cluster did not reach {count} node(s): see {self.temp}"
             time.sleep(1)
 
