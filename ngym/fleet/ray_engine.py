@@ -84,8 +84,11 @@ class EnvironmentHost:
         # its tasks go to the cluster's CPUs on any node, not to a private Ray started inside its process.
         cluster = {"RAY_ADDRESS": ray.get_runtime_context().gcs_address}
         with open(self.log, "ab") as out:
+            # cwd: not the Ray worker's (the folder `ray start` ran in): `python -m` puts it first on sys.path,
+            # and a `resources_servers/` there would shadow a nemo-gym: entry's own package
             self.process = subprocess.Popen(
                 command,
+                cwd=log_dir,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

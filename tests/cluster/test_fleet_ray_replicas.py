@@ -18,10 +18,13 @@ minute more to make code_gen's virtualenv in the fleet venv cache).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +33,8 @@ import pytest
 import yaml
 
 from ngym.fleet.state import FleetState
-
-from .ray_hosts import ENV, Cluster, Hosts, ray_cluster
+from tests.cluster.ray_cluster import ENV, Cluster
+from tests.netns import Hosts
 
 ray = pytest.importorskip("ray", reason="pip install 'ngym[ray]'")
 
@@ -39,7 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 from nemo_replay_inprocess import verify_payloads  # noqa: E402
 
-HOSTS = Hosts("i20r", "10.221.0", ["head", "node1", "node2"])
+SUBNET = "10.223.0"
 FLEET = "i20r-fleet"
 RESPONSE = {
     "id": "r", "created_at": 0, "model": "m", "object": "response", "output": [],
@@ -48,10 +51,17 @@ RESPONSE = {
 
 
 @pytest.fixture
-def cluster() -> Any:
-    # 2 CPUs per worker node: a counter replica on each, code_gen's unit on one: one CPU left, on one node
-    with ray_cluster(HOSTS, {"node1": ["--num-cpus=2"], "node2": ["--num-cpus=2"]}) as made:
-        yield made
+def cluster() -> Iterator[Cluster]:
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.fail("the Ray cluster test needs root and iproute2 (network namespaces)")
+    with Hosts("i20r", SUBNET, ["head", "node1", "node2"]) as hosts:
+        # 2 CPUs per worker node: a counter replica on each, code_gen's unit on one: one CPU left, on one node
+        made = Cluster(hosts, workers=2, cpus_per_worker=2)
+        try:
+            made.up()
+            yield made
+        finally:
+            made.stop()
 
 
 def code_gen_cases() -> list[tuple[dict[str, Any], float]]:
@@ -122,7 +132,7 @@ def test_ray_replicas_behind_one_affine_url_and_a_nemo_environment_with_ray_task
 
     def ngym(*args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "ngym.cli", *args]
-        return subprocess.run(command, cwd=tmp_path, env=HOSTS.env, capture_output=True, text=True, timeout=600)
+        return subprocess.run(command, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
 
     up = ngym("up", "fleet.yaml")
     state = FleetState.load(tmp_path / ".ngym-fleet" / FLEET)
@@ -130,14 +140,14 @@ def test_ray_replicas_behind_one_affine_url_and_a_nemo_environment_with_ray_task
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         # the head server runs on the cluster's head node (its namespace), not here
-        assert state.head.host == HOSTS.ip("head")
+        assert state.head.host == cluster.hosts.address("head")
         served = yaml.safe_load(httpx.get(f"http://{state.head.host}:{state.head.port}/global_config_dict_yaml").json())
         counter = served["counter"]["resources_servers"]["example_session_state_mgmt"]
         assert served["ray_head_node_address"] == cluster.address  # NeMo's ray_enabled servers join this cluster
-        assert (counter["host"], counter["port"]) == (HOSTS.ip("head"), state.servers["counter"].port)
-        hosts = cluster.host_of_nodes()
+        assert (counter["host"], counter["port"]) == (state.head.host, state.servers["counter"].port)
         replicas = state.servers["counter"].replicas
-        assert sorted(hosts[r.node] for r in replicas) == ["node1", "node2"]  # spread: one on each
+        holder = cluster.holders({f"r{i}": r.node for i, r in enumerate(replicas)})
+        assert sorted(holder.values()) == ["node1", "node2"]  # spread: one on each
         (code_gen,) = state.servers["code_gen"].replicas
 
         # affinity: rollouts seeded on both replicas, every request on its own replica, every reward right
@@ -155,14 +165,13 @@ def test_ray_replicas_behind_one_affine_url_and_a_nemo_environment_with_ray_task
         assert rewards == [expected for _, expected in cases] and 1.0 in rewards
         ray_nodes = task_nodes(cluster.address, "check_correctness")
         assert ray_nodes and code_gen.host not in ray_nodes, ray_nodes  # never its own node (no CPU left there)
-        assert ray_nodes <= {HOSTS.ip("node1"), HOSTS.ip("node2")}
+        assert ray_nodes <= {cluster.hosts.address("node1"), cluster.hosts.address("node2")}
 
         # a replica's node killed with rollouts seeded on both replicas
         seeded = [Rollout(url) for _ in range(8)]
         assert {r.replica for r in seeded} == {"r0", "r1"}
         lost_replica = "r1"
-        lost_node = hosts[replicas[1].node]
-        cluster.kill(lost_node)
+        cluster.kill(holder[lost_replica])
         time.sleep(3)  # HAProxy's checks (every second, down after 2 failures)
         outcomes = {r.replica: [] for r in seeded}  # type: dict[str, list[str]]
         for rollout in seeded:  # on each replica, half go on with a tool call, half verify at once

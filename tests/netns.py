@@ -1,0 +1,112 @@
+"""Hosts for multi-host tests: network namespaces joined by veth pairs on one bridge (needs root and iproute2).
+
+Each host is a namespace ``PREFIX-NAME`` with one veth on the bridge ``PREFIX-br`` and the address
+``SUBNET.1X`` (X: the host's index); this namespace (the "machine") is ``SUBNET.1`` and every host's default
+route, so a process in a host reaches the others and the machine, and the machine reaches every host. A host
+dies as a machine dies: :meth:`Hosts.kill` SIGKILLs every process in its namespace.
+
+:meth:`Hosts.drop` runs before the hosts are made too, and removes every namespace of the prefix with its
+processes: a run killed outright (its ``finally`` never ran) leaves nothing to the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+
+
+def sh(*command: str) -> None:
+    """Run a command, ignoring its outcome (set-up and clean-up steps that may already be done)."""
+    subprocess.run(command, check=False, capture_output=True)
+
+
+def namespace_pids(namespace: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout
+    return [int(pid) for pid in out.split() if pid.isdigit()]
+
+
+def kill_namespace(namespace: str) -> int:
+    """SIGKILL every process of the namespace, as a machine that dies; how many there were."""
+    pids = namespace_pids(namespace)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(pids)
+
+
+class Hosts:
+    """Named hosts on one bridge: ``Hosts("i20e", "10.221.0", ["head", "node1"])``; a context manager."""
+
+    def __init__(self, prefix: str, subnet: str, names: list[str]) -> None:
+        if len(prefix) > 6:  # interface names: at most 15 characters ("PREFIX-br", "PREFIX-v12")
+            raise ValueError(f"prefix {prefix!r}: at most 6 characters")
+        self.prefix, self.subnet, self.names = prefix, subnet, list(names)
+        self.bridge = f"{prefix}-br"
+        self.gateway = f"{subnet}.1"
+
+    def namespace(self, name: str) -> str:
+        return f"{self.prefix}-{name}"
+
+    def address(self, name: str) -> str:
+        return f"{self.subnet}.{10 + self.names.index(name)}"
+
+    def exec_argv(self, name: str) -> list[str]:
+        """The argv prefix that runs a command on the host ``name``."""
+        return ["ip", "netns", "exec", self.namespace(name)]
+
+    def make(self) -> None:
+        self.drop()  # what a killed earlier run left
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        sh("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+        # Docker's FORWARD policy would drop bridged traffic between the namespaces (br_netfilter): allow it
+        sh("iptables", "-I", "FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT")
+        for i, name in enumerate(self.names):
+            ns, outer, inner = self.namespace(name), f"{self.prefix}-v{i}", f"{self.prefix}-p{i}"
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+            sh("ip", "link", "set", inner, "netns", ns)
+            sh("ip", "link", "set", outer, "master", self.bridge)
+            sh("ip", "link", "set", outer, "up")
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.address(name)}/24", "dev", inner)
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            sh("ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", self.gateway)
+
+    def kill(self, name: str) -> int:
+        """Every process of the host SIGKILLed; how many there were."""
+        return kill_namespace(self.namespace(name))
+
+    def drop(self) -> None:
+        """Remove every namespace of the prefix (its processes killed first), the veths and the bridge."""
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        for ns in [n for n in listed if n.startswith(f"{self.prefix}-")]:
+            kill_namespace(ns)
+            sh("ip", "netns", "del", ns)  # its end of each veth pair goes with it, and so the pair
+        for i in range(len(self.names)):
+            sh("ip", "link", "del", f"{self.prefix}-v{i}")
+        while (
+            subprocess.run(
+                ["iptables", "-D", "FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"], capture_output=True
+            ).returncode
+            == 0
+        ):
+            pass  # every copy an earlier run inserted
+        sh("ip", "link", "del", self.bridge)
+
+    def __enter__(self) -> Hosts:
+        self.make()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.drop()
+
+
+@contextlib.contextmanager
+def hosts(prefix: str, subnet: str, names: list[str]) -> Iterator[Hosts]:
+    """:class:`Hosts` made on entry and dropped (with their processes) on exit."""
+    with Hosts(prefix, subnet, names) as made:
+        yield made
