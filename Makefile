@@ -55,6 +55,7 @@ fuzz: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m fuzz tests/fuzz
 
 # A fleet on a real Ray cluster (ray start --head + 2 worker nodes, one killed mid-run): installs ngym[ray] (~80 MB).
+# Also replicas behind the head node's HAProxy and nemo-gym:code_gen's Ray tasks (~2 min; its venv once, ~40 s).
 fleet-ray: install
 	$(PIP) install --quiet 'ray>=2.40'
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/cluster
