@@ -209,6 +209,8 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             front.reserve.remote("(head)", int(spec.head_server.get("port", 11000))), timeout=startup_seconds
         )
     except Exception as exc:
+        with contextlib.suppress(Exception):
+            ray.kill(front)  # a detached actor: nothing else would ever stop it
         raise NgymError(f"the fleet's front (head server) could not start on the head node: {_cause(exc)}") from None
     state.head.service = actor_name(spec.name, FRONT)
     placed: dict[tuple[str, int], Any] = {}
