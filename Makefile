@@ -18,7 +18,7 @@ quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1;
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 soak
+.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -41,7 +41,8 @@ demo: install
 # -rs: every skipped test is listed with its reason (CI=true runs them all; see README "Tests").
 test: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster \
-	  --ignore=plugins/ngym_openenv/tests/test_commands.py
+	  --ignore=plugins/ngym_openenv/tests/test_commands.py \
+	  --ignore=tests/docker/test_fleet_compose_nemo.py
 
 # NeMo Gym 0.7.0's own client, checkers and fixtures against every built-in environment (served as processes).
 # NeMo Gym lives in its own cached Python 3.13 venv (tools/nemo_venv.sh; NGYM_NEMO_VENV to put it elsewhere).
@@ -59,6 +60,7 @@ fuzz: install
 # tests/cluster/test_fleet_e2e.py is issue 20's end-to-end check (5 environments over namespace hosts and a Redis
 # host, NeMo Gym's collector and `ngym profile` at NGYM_E2E_USERS concurrent users, default 100); -rP prints its
 # counts. fleet-e2e-1000 runs it at 1,000 concurrent users (not in CI: ~5 minutes, ~4.5 GB more memory here).
+# Also replicas behind the head node's HAProxy and nemo-gym:code_gen's Ray tasks (~2 min; its venv once, ~40 s).
 fleet-ray: install
 	$(PIP) install --quiet 'ray>=2.40'
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -rP tests/cluster
@@ -66,6 +68,11 @@ fleet-ray: install
 fleet-e2e-1000: install
 	$(PIP) install --quiet 'ray>=2.40'
 	NGYM_E2E_USERS=1000 NGYM_E2E_SECONDS=60 NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -rP tests/cluster/test_fleet_e2e.py
+
+# A compose fleet with a nemo-gym: entry (its venv, its image from the host-built wheelhouse, its Compose project):
+# a few minutes (the wheelhouse), so not in `make test`; needs the Docker engine (bash docker/ci-setup.sh).
+fleet-compose: install
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/docker/test_fleet_compose_nemo.py
 
 # A fleet under churn for SOAK_SECONDS (default 1800) at SOAK_SESSIONS concurrent sessions (default 1000): RSS,
 # open files and live sessions must stay flat after warm-up, 0 wrong rewards. Not in CI (it takes 30 minutes).

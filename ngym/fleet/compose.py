@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ngym.child_server import free_port
 from ngym.errors import NgymError
+from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.launch import environment_target
 from ngym.fleet.local import Reporter, answers, finish, new_state
 from ngym.fleet.local import down as local_down
@@ -64,17 +65,31 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
         state.save(state_dir)
         try:
             report.status = f"{name}: building its image"
-            containerize(
-                ContainerizeOptions(
-                    target=environment_target(spec, env),
-                    tag=f"{record.service}:fleet",  # one image per environment of this fleet
-                    base_image=base_image,
-                    compose=True,
-                    replicas=env.replicas,
-                    manifests_dir=directory,
-                ),
-                log=_progress(report, name),
-            )
+            lines = env.isolation_key(spec.base_dir, name)
+            if lines:  # a nemo-gym: entry (or requirements): installed in its venv, packaged from there
+                python = ensure_venv(lines, state_dir / "logs" / f"{name}.venv.log", _progress(report, name))
+                _containerize_in_venv(
+                    python,
+                    environment_target(spec, env, name),
+                    f"{record.service}:fleet",
+                    base_image,
+                    env.replicas,
+                    directory,
+                    state_dir / "logs" / f"{name}.containerize.log",
+                    _progress(report, name),
+                )
+            else:
+                containerize(
+                    ContainerizeOptions(
+                        target=environment_target(spec, env),
+                        tag=f"{record.service}:fleet",  # one image per environment of this fleet
+                        base_image=base_image,
+                        compose=True,
+                        replicas=env.replicas,
+                        manifests_dir=directory,
+                    ),
+                    log=_progress(report, name),
+                )
             report.status = f"{name}: docker compose up"
             _compose(
                 compose, record.service, directory, ["up", "-d"], spec.host, port, state_dir / "logs" / f"{name}.log"
@@ -149,6 +164,44 @@ def _wait_compose(state: FleetState, spec: FleetSpec, report: Reporter, seconds:
             pending.clear()
         time.sleep(0.5)
     state.save(spec.state_dir())
+
+
+def _containerize_in_venv(
+    python: Path,
+    target: str,
+    tag: str,
+    base_image: str,
+    replicas: int,
+    directory: Path,
+    log: Path,
+    progress: Callable[[str], None],
+) -> None:
+    """``ngym containerize`` run by the environment's own venv, where it is installed (a ``nemo-gym:NAME``
+    entry exists only there): the image installs from the wheelhouse built from that venv's packages, so
+    containers need no package index. Its lines go to ``log``; the latest one is the progress line."""
+    cmd = [str(python), "-m", "ngym.cli", "containerize", target, "--tag", tag, "--base-image", base_image]
+    cmd += ["--compose", "--replicas", str(replicas), "--deploy-dir", str(directory)]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        child = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=log.parent,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},  # its progress lines as they come, not at its exit
+        )
+        assert child.stdout is not None
+        for raw in child.stdout:
+            out.write(raw)
+            line = raw.decode(errors="replace").strip()
+            if line:
+                progress(line)
+        code = child.wait()
+    if code != 0:
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "error" in ln.lower()] or lines or ["(no output)"]
+        raise NgymError(f"ngym containerize {target} failed (exit {code}): {errors[-1].strip()[:300]} (log: {log})")
 
 
 def _progress(report: Reporter, name: str) -> Callable[[str], None]:

@@ -10,6 +10,7 @@ of ngym is installed twice. A venv whose install failed is not marked ready and 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -51,9 +52,19 @@ def ensure_venv(lines: list[str], log: Path, say: Callable[[str], None] = lambda
     venv = venv_dir(lines)
     if (venv / _READY).is_file():
         return venv_python(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # One maker at a time: replicas placed on nodes that share this cache (or two fleets) would otherwise
+    # remove each other's half-made venv. The second waits, then finds it ready.
+    with open(venv.parent / f"{venv.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (venv / _READY).is_file():
+            return venv_python(venv)
+        return _make_venv(venv, lines, log, say)
+
+
+def _make_venv(venv: Path, lines: list[str], log: Path, say: Callable[[str], None]) -> Path:
     say(f"making its virtualenv {venv} ({len(lines)} requirement line(s))")
     shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
     base = getattr(sys, "_base_executable", sys.executable)
     with log.open("ab") as out:
         _run([base, "-m", "venv", "--without-pip", str(venv)], out, log)  # pip comes from ngym's layer

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from ngym.child_server import free_port
 from ngym.errors import NgymError
@@ -83,9 +84,26 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
     return finish(spec, state, report, startup_seconds)
 
 
-def finish(spec: FleetSpec, state: FleetState, report: Reporter, startup_seconds: float) -> FleetState:
-    """After the environments answered (on any engine): write the global config with the domains they report,
-    start the head server, then the other servers (they read the config at start); save the state."""
+class RemoteHead(Protocol):
+    """A head server an engine runs elsewhere (the ray engine's front actor): ``state.head`` holds its address
+    before :func:`finish` runs; ``start`` serves the config text there, ``publish`` its ``/server_instances``."""
+
+    def start(self, config_text: str) -> None: ...
+
+    def publish(self, instances_json: str) -> None: ...
+
+
+def finish(
+    spec: FleetSpec,
+    state: FleetState,
+    report: Reporter,
+    startup_seconds: float,
+    head: RemoteHead | None = None,
+    extra_config: dict[str, object] | None = None,
+) -> FleetState:
+    """After the environments answered (on any engine): write the global config with the domains they report
+    (and ``extra_config``'s top-level keys), start the head server (here, or ``head`` where the engine runs it),
+    then the other servers (they read the config at start); save the state."""
     state_dir = spec.state_dir()
     logs = state_dir / "logs"
     head_host, head_port = state.head.host, state.head.port
@@ -96,19 +114,22 @@ def finish(spec: FleetSpec, state: FleetState, report: Reporter, startup_seconds
         state.servers[name] = ServerRecord(kind="server", host=str(server.config.get("host", spec.host)), port=port)
     named = {n: (r.host, r.port) for n, r in state.servers.items() if r.kind == "server" or r.ok}
     kept = spec.model_copy(update={"environments": {n: e for n, e in spec.environments.items() if state.servers[n].ok}})
-    config = build_global_config(kept, (head_host, head_port), named, domains)
+    config = {**build_global_config(kept, (head_host, head_port), named, domains), **(extra_config or {})}
     text = dump(config)
     (state_dir / "global_config.yaml").write_text(text)
-    head_cmd = [
-        sys.executable,
-        "-m",
-        "ngym.fleet.head",
-        str(state_dir / "global_config.yaml"),
-        str(state_dir / "server_instances.json"),
-        head_host,
-        str(head_port),
-    ]
-    state.head.process = _spawn(head_cmd, logs / "head_server.log", cwd=spec.base_dir)
+    if head is None:
+        head_cmd = [
+            sys.executable,
+            "-m",
+            "ngym.fleet.head",
+            str(state_dir / "global_config.yaml"),
+            str(state_dir / "server_instances.json"),
+            head_host,
+            str(head_port),
+        ]
+        state.head.process = _spawn(head_cmd, logs / "head_server.log", cwd=spec.base_dir)
+    else:
+        head.start(text)
     state.save(state_dir)
 
     # NeMo Gym servers started as NeMo Gym starts them (config injected); external ones are only named
@@ -124,15 +145,34 @@ def finish(spec: FleetSpec, state: FleetState, report: Reporter, startup_seconds
             record.reason = f"cannot start `{cmd[0]}` in {cwd}: {exc.strerror}: {exc.filename}"
             report.line(f"{name}: FAILED: {record.reason}")
     state.save(state_dir)
-    _wait(state, ["(head)", *[n for n, s in spec.servers.items() if s.launch]], report, startup_seconds, "/")
+    if head is not None:
+        _wait_remote_head(state, report, startup_seconds)
+    waited = [] if head is not None else ["(head)"]
+    _wait(state, [*waited, *[n for n, s in spec.servers.items() if s.launch]], report, startup_seconds, "/")
     instances = [
         {"name": n, "kind": r.kind, "host": r.host, "port": r.port, "url": f"http://{r.host}:{r.port}"}
         for n, r in state.servers.items()
         if r.ok
     ]
     (state_dir / "server_instances.json").write_text(json.dumps(instances, indent=2))
+    if head is not None:
+        head.publish(json.dumps(instances, indent=2))
     state.save(state_dir)
     return state
+
+
+def _wait_remote_head(state: FleetState, report: Reporter, seconds: float) -> None:
+    """Wait until a head server run elsewhere answers ``/``; no answer in time is recorded as its reason."""
+    deadline = time.monotonic() + seconds
+    report.status = "waiting for the head server"
+    while not answers(state.head, "/"):
+        if time.monotonic() > deadline:
+            state.head.reason = f"no answer at / within {seconds:.0f} s"
+            report.line(f"(head): FAILED: {state.head.reason}")
+            return
+        time.sleep(0.2)
+    state.head.ok = True
+    report.line(f"(head): up at http://{state.head.host}:{state.head.port}")
 
 
 def _domain(record: ServerRecord) -> str | None:

@@ -1,20 +1,22 @@
-"""The Ray engine: each environment placed on a node of a running Ray cluster, as a detached Ray actor.
+"""The Ray engine: each environment's replicas placed on the nodes of a running Ray cluster, as detached actors.
 
-Ray schedules and places (no scheduler of ngym's own): each environment is one actor reserving ``workers`` CPUs,
-spread over the cluster's nodes (``scheduling_strategy="SPREAD"``). The actor starts the same
-``ngym run TARGET --workers N`` unit on its node, on the node's address and a free port, and reports where it
-listens; that address goes into the global config. The unit dies with its actor (``PR_SET_PDEATHSIG``): a node
-that is lost takes its environments with it, never leaves one half alive, and clients of those get connection
-errors, never a reward from another process. The head server and any NeMo Gym servers run on the machine that
-ran ``ngym up`` (``ngym.fleet.local.finish``). ``down`` stops and kills the actors by name (namespace
-``ngym-fleet``), then the local processes.
+Ray schedules and places (no scheduler of ngym's own): an environment's ``replicas`` are the bundles of one
+placement group (strategy ``SPREAD``: on different nodes when Ray can), each bundle ``workers`` CPUs, each held by
+an actor that starts the same ``ngym run TARGET --workers N`` unit on its node's address and a free port (in the
+environment's own cached virtualenv when it names requirements or is a ``nemo-gym:`` entry). The unit dies with
+its actor (``PR_SET_PDEATHSIG``): a node that is lost takes its replicas with it, never leaves one half alive.
 
-An environment that needs its own virtualenv (``nemo-gym:NAME``, ``requirements``) gets it on the node that
-holds it: the actor makes (or reuses) it with the same cache and key as the local engine, before it starts the
-unit, so environments whose requirements conflict share a cluster as they share a machine.
+One replica: its address is the environment's URL. More: the fleet's front actor on the head node
+(``ngym.fleet.ray_front``) puts a session-affine HAProxy in front of them, and that is the one URL; a lost
+replica's rollouts end as 410 / masked ``session_lost`` on a surviving replica, never a wrong reward. The front
+also runs the head server, so nothing of the fleet runs where ``ngym up`` ran (except ``servers:`` entries).
+Every unit gets ``RAY_ADDRESS``: an environment that runs Ray tasks (NeMo Gym's ``code_gen``) submits them to
+this cluster. ``down`` stops and kills the actors by name (namespace ``ngym-fleet``), removes the placement groups,
+then stops the local processes.
 
 The cluster is yours: ``ray start --head`` on one machine, ``ray start --address=HEAD:6379`` on the others, then
-``ray: {address: HEAD:6379}`` in the fleet file (or ``RAY_ADDRESS``). ngym must be installed on every node.
+``ray: {address: HEAD:6379}`` in the fleet file (or ``RAY_ADDRESS``). ngym (and HAProxy on the head node, for
+replicas) must be installed on every node.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ import contextlib
 import ctypes
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +39,9 @@ from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.launch import environment_args
 from ngym.fleet.local import Reporter, answers, finish, new_state
 from ngym.fleet.local import down as local_down
-from ngym.fleet.spec import FleetSpec
-from ngym.fleet.state import FleetState, ServerRecord
+from ngym.fleet.spec import EnvironmentSpec, FleetSpec
+from ngym.fleet.state import FleetState, ReplicaRecord, ServerRecord
+from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 
 __all__ = ["Reporter", "down", "up"]
 
@@ -50,36 +55,44 @@ def _die_with_parent() -> None:
 
 
 class EnvironmentHost:
-    """The actor that holds one environment unit on its node (wrapped by ``ray.remote`` in :func:`up`)."""
+    """The actor that holds one replica of an environment on its node (wrapped by ``ray.remote`` in :func:`up`)."""
 
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
         self.log = ""
 
-    def start(self, argv: list[str], log_dir: str, lines: list[str] | None = None) -> tuple[str, int, str]:
-        """Start the unit on this node (in the virtualenv holding ``lines`` when given): (host, port, node id)."""
+    def start(
+        self, argv: list[str], log_dir: str, lines: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> tuple[str, int, str]:
+        """Start the unit on this node: in its own virtualenv when ``lines`` name requirements (made here, on
+        the node, by :func:`ngym.fleet.isolation.ensure_venv`, and cached there), with ``env`` added."""
         import ray
 
         from ngym.child_server import free_port
+        from ngym.fleet.isolation import ensure_venv
 
         host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call,unused-ignore]
         os.makedirs(log_dir, exist_ok=True)
-        self.log = os.path.join(log_dir, f"{os.path.basename(argv[3])}-{os.getpid()}.log")
+        stem = os.path.basename(argv[3])
+        self.log = os.path.join(log_dir, f"{stem}-{os.getpid()}.log")
         python = sys.executable
         if lines:
-            # on this node: a cluster's nodes do not share ngym up's disk (NgymError names pip's log)
-            python = str(ensure_venv(lines, Path(self.log).with_suffix(".venv.log")))
+            python = str(ensure_venv(lines, Path(log_dir) / f"{stem}-{os.getpid()}.venv.log"))
         port = free_port(host)
         command = [python, *argv, "--host", host, "--port", str(port)]
+        # An environment that runs Ray tasks (NeMo Gym's code_gen: `@ray.remote` checks) joins this cluster, so
+        # its tasks go to the cluster's CPUs on any node, not to a private Ray started inside its process.
+        cluster = {"RAY_ADDRESS": ray.get_runtime_context().gcs_address}
         with open(self.log, "ab") as out:
             # cwd: not the Ray worker's (the folder `ray start` ran in): `python -m` puts it first on sys.path,
-            # and a `resources_servers/` there shadows the environment's own package (a nemo-gym: entry's venv)
+            # and a `resources_servers/` there would shadow a nemo-gym: entry's own package
             self.process = subprocess.Popen(
                 command,
                 cwd=log_dir,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **cluster, **(env or {})},
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
@@ -107,8 +120,9 @@ class EnvironmentHost:
                 os.killpg(self.process.pid, signal.SIGKILL)
 
 
-def actor_name(fleet: str, env: str) -> str:
-    return f"{fleet}/{env}"
+def actor_name(fleet: str, env: str, replica: int | None = None) -> str:
+    """The Ray name of an environment's actor (``FLEET/ENV``), or of one of its replicas (``FLEET/ENV#I``)."""
+    return f"{fleet}/{env}" if replica is None else f"{fleet}/{env}#{replica}"
 
 
 def _connect(address: str | None) -> Any:
@@ -126,8 +140,51 @@ def _connect(address: str | None) -> Any:
     return ray
 
 
+class _Front:
+    """The front actor seen from ``finish``: it runs the head server (:class:`ngym.fleet.local.RemoteHead`)."""
+
+    def __init__(self, ray: Any, actor: Any) -> None:
+        self.ray, self.actor = ray, actor
+
+    def start(self, config_text: str) -> None:
+        self.ray.get(self.actor.start_head.remote(config_text), timeout=60)
+
+    def publish(self, instances_json: str) -> None:
+        self.ray.get(self.actor.publish.remote(instances_json), timeout=60)
+
+
+def _say(report: Reporter, name: str) -> Callable[[str], None]:
+    return lambda message: report.line(f"{name}: {message}")
+
+
+def _cause(exc: Exception) -> str:
+    """What an actor raised (a RayTaskError wraps it with a traceback; the user needs its one line)."""
+    cause = getattr(exc, "cause", None)
+    return str(cause if isinstance(cause, Exception) else exc).strip().splitlines()[-1][:500]
+
+
+def _affinity_settings(env: EnvironmentSpec) -> tuple[str, float, int]:
+    """The session cookie's name, the session TTL and the session cap the front's HAProxy needs (the
+    environment's overrides, else the defaults of ``BaseResourcesServerConfig``)."""
+    from ngym.server.resources import BaseResourcesServerConfig
+
+    fields = BaseResourcesServerConfig.model_fields
+
+    def pick(key: str) -> Any:
+        return env.config.get(key, fields[key].default)
+
+    return str(pick("session_cookie_name")), float(pick("session_ttl_seconds")), int(pick("max_sessions"))
+
+
 def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float = 180.0) -> FleetState:
-    """Place every environment on the cluster, wait for each to answer, then the head server and other servers."""
+    """Place every environment's replicas on the cluster (spread over nodes), put an affinity HAProxy in front
+    of each replicated one, wait for each to answer, then start the head server (both on the head node, in the
+    front actor) and the other servers (here)."""
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from ngym.fleet.ray_front import FRONT, HEAD_NODE_RESOURCE, FleetFront
+
     report = reporter or Reporter()
     address = spec.ray.get("address") or os.environ.get("RAY_ADDRESS") or "auto"
     ray = _connect(address)
@@ -135,76 +192,183 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
     state.project, state.ray_address = NAMESPACE, address
     host_cls = ray.remote(EnvironmentHost)
     log_dir = str(spec.state_dir() / "logs" / "ray")
-    placed: dict[str, Any] = {}
-    actors: dict[str, Any] = {}
-    for name, env in spec.environments.items():
-        if env.replicas > 1:
-            reason = "the ray engine runs one replica per environment"
-            state.servers[name] = ServerRecord(kind="environment", host="", port=0, reason=reason)
-            report.line(f"{name}: FAILED: {reason} (use workers: N, or the local/compose engine)")
-            continue
-        # host and port are the node's, chosen by the actor; `name`: a nemo-gym entry is installed under it
-        argv = environment_args(spec, env, name)
-        lines = env.isolation_key(spec.base_dir, name)
-        actor = host_cls.options(
-            name=actor_name(spec.name, name),
+    # the front: on the head node (the resource only it has), no CPU
+    front = (
+        ray.remote(FleetFront)
+        .options(
+            name=actor_name(spec.name, FRONT),
             lifetime="detached",
-            num_cpus=env.workers,
-            scheduling_strategy="SPREAD",
+            num_cpus=0,
+            resources={HEAD_NODE_RESOURCE: 0.001},
             max_restarts=0,
-        ).remote()
-        actors[name], placed[name] = actor, actor.start.remote(argv, log_dir, lines)
-        state.servers[name] = ServerRecord(
+        )
+        .remote()
+    )
+    try:
+        state.head.host, state.head.port = ray.get(
+            front.reserve.remote("(head)", int(spec.head_server.get("port", 11000))), timeout=startup_seconds
+        )
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            ray.kill(front)  # a detached actor: nothing else would ever stop it
+        raise NgymError(f"the fleet's front (head server) could not start on the head node: {_cause(exc)}") from None
+    state.head.service = actor_name(spec.name, FRONT)
+    placed: dict[tuple[str, int], Any] = {}
+    actors: dict[tuple[str, int], Any] = {}
+    for name, env in spec.environments.items():
+        record = state.servers[name] = ServerRecord(
             kind="environment", host="", port=0, workers=env.workers, service=actor_name(spec.name, name)
         )
-    report.status = f"placing {len(placed)} environment(s) on the cluster"
-    for name, ref in placed.items():
-        record = state.servers[name]
+        extra: dict[str, str] = {}
+        if env.replicas > 1 and not env.config.get("session_secret") and not os.environ.get(SESSION_SECRET_ENV):
+            # one secret for all replicas: a rollout whose replica is lost reaches another that reads its cookie
+            # and answers session_lost (masked), not a fresh session
+            extra[SESSION_SECRET_ENV] = secrets.token_urlsafe(32)
+        lines = env.isolation_key(spec.base_dir, name)
+        if lines:
+            # Made here first, in the venv cache: nodes that share it (a shared filesystem) find it ready, so
+            # nodes need no package index; a node that does not share it makes its own (ensure_venv, on the node)
+            report.status = f"{name}: virtualenv"
+            try:
+                ensure_venv(lines, spec.state_dir() / "logs" / f"{name}.venv.log", _say(report, name))
+            except NgymError as exc:
+                record.reason = str(exc)
+                report.line(f"{name}: FAILED: {exc}")
+                continue
+        argv = environment_args(spec, env, name)  # host and port are the node's, chosen by the actor
+        # Ray places: the replicas' CPUs as one placement group spread over the nodes (best effort: on fewer
+        # nodes than replicas, some share one)
+        group = placement_group(
+            [{"CPU": env.workers}] * env.replicas, strategy="SPREAD", name=record.service, lifetime="detached"
+        )
+        for i in range(env.replicas):
+            key = (name, i)
+            actors[key] = host_cls.options(
+                name=actor_name(spec.name, name, i),
+                lifetime="detached",
+                num_cpus=env.workers,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i),
+                max_restarts=0,
+            ).remote()
+            placed[key] = actors[key].start.remote(argv, log_dir, lines, extra)
+            record.replicas.append(ReplicaRecord(host="", port=0, actor=actor_name(spec.name, name, i)))
+    report.status = f"placing {len(placed)} replica(s) on the cluster"
+    for (name, i), ref in placed.items():
+        replica = state.servers[name].replicas[i]
         try:
-            record.host, record.port, node = ray.get(ref, timeout=startup_seconds)
-            record.reason = f"ray node {node[:12]}"
+            replica.host, replica.port, replica.node = ray.get(ref, timeout=startup_seconds)
         except Exception as exc:  # placement failed or timed out (no node with the CPUs): named, the others go on
-            cause = getattr(exc, "cause", None)  # a RayTaskError wraps the actor's own error (e.g. a failed venv)
-            record.reason = f"not started on the cluster: {cause if isinstance(cause, NgymError) else exc}"
-            report.line(f"{name}: FAILED: {record.reason}")
+            replica.reason = f"not placed on the cluster: {_cause(exc)}"
+            report.line(f"{name}#{i}: FAILED: {replica.reason}")
     state.save(spec.state_dir())
-    deadline = time.monotonic() + startup_seconds
-    pending = {n for n in placed if state.servers[n].port}
+    _wait_replicas(ray, state, actors, report, startup_seconds, log_dir)
+    for name, env in spec.environments.items():
+        _front_environment(ray, front, state.servers[name], env, name, report)
+    state.save(spec.state_dir())
+    # NeMo Gym's servers with `ray_enabled` (started from `servers:`) join this cluster too: initialize_ray()
+    # reads the address from the global config instead of starting a Ray of their own
+    # (`ray: {servers_address: ...}` names another: Ray refuses a client of another Python or Ray version, and
+    # NeMo Gym's servers often run in NeMo's own venv)
+    servers_ray = spec.ray.get("servers_address") or ray.get_runtime_context().gcs_address
+    cluster = {"ray_head_node_address": servers_ray}
+    return finish(spec, state, report, startup_seconds, head=_Front(ray, front), extra_config=cluster)
+
+
+def _wait_replicas(
+    ray: Any, state: FleetState, actors: dict[tuple[str, int], Any], report: Reporter, seconds: float, log_dir: str
+) -> None:
+    """Wait until each placed replica answers ``/health`` or its unit exits; record each outcome."""
+    deadline = time.monotonic() + seconds
+    pending = {key for key in actors if state.servers[key[0]].replicas[key[1]].port}
     while pending and time.monotonic() < deadline:
-        report.status = f"waiting for {', '.join(sorted(pending))}"
-        for name in sorted(pending):
-            failure = ray.get(actors[name].failure.remote(), timeout=30)
+        report.status = f"waiting for {', '.join(f'{n}#{i}' for n, i in sorted(pending))}"
+        for name, i in sorted(pending):
+            replica = state.servers[name].replicas[i]
+            failure = ray.get(actors[name, i].failure.remote(), timeout=30)
             if failure:
-                state.servers[name].reason = failure
-                pending.discard(name)
-                report.line(f"{name}: FAILED: {failure}")
-            elif answers(state.servers[name], "/health"):
-                state.servers[name].ok = True
-                pending.discard(name)
-                record = state.servers[name]
-                report.line(f"{name}: up at http://{record.host}:{record.port} ({record.reason})")
+                replica.reason = failure
+                pending.discard((name, i))
+                report.line(f"{name}#{i}: FAILED: {failure}")
+            elif answers(ServerRecord(kind="environment", host=replica.host, port=replica.port), "/health"):
+                replica.ok = True
+                pending.discard((name, i))
         time.sleep(0.3)
-    for name in pending:
-        state.servers[
-            name
-        ].reason = f"no answer at /health within {startup_seconds:.0f} s (logs: {log_dir} on its node)"
-        report.line(f"{name}: FAILED: {state.servers[name].reason}")
-    return finish(spec, state, report, startup_seconds)
+    for name, i in pending:
+        replica = state.servers[name].replicas[i]
+        replica.reason = f"no answer at /health within {seconds:.0f} s (logs: {log_dir} on its node)"
+        report.line(f"{name}#{i}: FAILED: {replica.reason}")
+
+
+def _front_environment(
+    ray: Any, front: Any, record: ServerRecord, env: EnvironmentSpec, name: str, report: Reporter
+) -> None:
+    """Give the environment its one URL: its replica's own, or the front's HAProxy over the replicas that came
+    up (a replica that did not is named; the environment fails only when none came up)."""
+    up = [r for r in record.replicas if r.ok]
+    if not up:
+        record.reason = "; ".join(r.reason for r in record.replicas if r.reason) or "no replica came up"
+        report.line(f"{name}: FAILED: {record.reason}")
+        return
+    nodes = ", ".join(sorted({r.node[:12] for r in up}))
+    if env.replicas == 1:
+        record.host, record.port = up[0].host, up[0].port
+        record.reason = f"ray node {nodes}"
+    else:
+        try:
+            record.host, record.port = ray.get(front.reserve.remote(name, env.port or 0), timeout=60)
+            cookie, ttl, cap = _affinity_settings(env)
+            ray.get(front.route.remote(name, [(r.host, r.port) for r in up], cookie, ttl, cap), timeout=60)
+        except Exception as exc:
+            record.reason = f"its HAProxy on the head node did not start: {_cause(exc)}"
+            report.line(f"{name}: FAILED: {record.reason}")
+            return
+        record.reason = f"{len(up)}/{env.replicas} replicas on ray nodes {nodes}, behind HAProxy (session-affine)"
+    if answers(record, "/health") or _answers_soon(record):
+        record.ok = True
+        report.line(f"{name}: up at http://{record.host}:{record.port} ({record.reason})")
+    else:
+        record.reason = f"no answer at /health at http://{record.host}:{record.port}"
+        report.line(f"{name}: FAILED: {record.reason}")
+
+
+def _answers_soon(record: ServerRecord, seconds: float = 15.0) -> bool:
+    """HAProxy's first health checks take a moment: until they pass it has no backend to send a request to."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if answers(record, "/health"):
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def down(state: FleetState, timeout: float = 10.0, address: str | None = None) -> list[str]:
-    """Stop and kill every environment actor of the fleet, then its local processes."""
+    """Stop and kill every actor of the fleet (replicas, then the front with the head server), remove its
+    placement groups, then stop its local processes."""
     ray = _connect(address or state.ray_address or None)
     stopped = []
     for name, record in state.servers.items():
         if record.kind != "environment" or not record.service:
             continue
+        names = [r.actor for r in record.replicas] or [record.service]  # a state from before replicas
+        if _stop_actor(ray, names, timeout):
+            stopped.append(name)
+        with contextlib.suppress(Exception):
+            ray.util.remove_placement_group(ray.util.get_placement_group(record.service))
+    if state.head.service and _stop_actor(ray, [state.head.service], timeout):
+        stopped.append("(head)")
+    return sorted([*stopped, *local_down(state, timeout)])
+
+
+def _stop_actor(ray: Any, names: list[str], timeout: float) -> bool:
+    """Stop (then kill) the named actors that still exist; True if any did."""
+    found = False
+    for actor_id in names:
         try:
-            actor = ray.get_actor(record.service, namespace=NAMESPACE)
+            actor = ray.get_actor(actor_id, namespace=NAMESPACE)
         except ValueError:  # gone already (its node died, or killed)
             continue
+        found = True
         with contextlib.suppress(Exception):
             ray.get(actor.stop.remote(), timeout=timeout)
         ray.kill(actor)
-        stopped.append(name)
-    return sorted([*stopped, *local_down(state, timeout)])
+    return found

@@ -6,7 +6,8 @@
     host: 127.0.0.1                 # where every server listens (default 127.0.0.1)
     head_server: {port: 11000}      # NeMo Gym's head server (the global config); 0 = any free port
     engine: local                   # local | compose | ray | kubernetes (writes manifests, applies nothing)
-    ray: {address: 10.0.0.1:6379}   # the ray engine's cluster (default: RAY_ADDRESS, else auto)
+    ray: {address: 10.0.0.1:6379}   # the ray engine's cluster (default: RAY_ADDRESS, else auto); servers_address:
+                                    # the Ray that `servers:` (NeMo Gym's) join, when not this one (another Python)
     environments:                   # name in the global config -> what to serve
       weather: example_single_tool_call          # an installed environment, by name
       counter:
@@ -60,7 +61,7 @@ class EnvironmentSpec(BaseModel):
 
     env: str = Field(description="installed name, `nemo-gym:NAME`, or a folder / config file")
     workers: int = Field(default=1, ge=1, le=256)
-    replicas: int = Field(default=1, ge=1, le=256, description="copies behind the engine's router (compose)")
+    replicas: int = Field(default=1, ge=1, le=256, description="copies behind the engine's router (compose, ray)")
     port: int | None = Field(default=None, ge=0, le=65535)
     requirements: list[str] = Field(default_factory=list, description="pip requirement lines: its own venv")
     config: dict[str, Any] = Field(default_factory=dict, description="field overrides, as `ngym run k=v`")
@@ -136,7 +137,9 @@ class FleetSpec(BaseModel):
     host: str = "127.0.0.1"
     head_server: dict[str, Any] = Field(default_factory=lambda: {"port": 11000})
     engine: Literal["local", "compose", "ray", "kubernetes"] = "local"
-    #: the ray engine's settings: ``address`` of the cluster (default ``RAY_ADDRESS``, else ``auto``)
+    #: the ray engine's settings: ``address`` of the cluster (default ``RAY_ADDRESS``, else ``auto``);
+    #: ``servers_address``: the Ray cluster NeMo Gym's ``servers:`` entries join (``ray_head_node_address`` in the
+    #: global config; default the fleet's own), for servers of another Python or Ray version than the cluster's
     ray: dict[str, Any] = Field(default_factory=dict)
     #: the kubernetes engine's settings: ``namespace``, ``images: {NAME: image}`` (default ngym-<env>:latest)
     kubernetes: dict[str, Any] = Field(default_factory=dict)

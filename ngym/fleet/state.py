@@ -31,6 +31,17 @@ class ProcessRecord(BaseModel):
         return self.start_time != "" and proc_start_time(self.pid) == self.start_time
 
 
+class ReplicaRecord(BaseModel):
+    """One replica of an environment placed by the ray engine: where it listens, its node and its actor."""
+
+    host: str
+    port: int
+    node: str = ""  # the Ray node id
+    actor: str = ""  # the actor's name in the engine's Ray namespace
+    ok: bool = False
+    reason: str = ""
+
+
 class ServerRecord(BaseModel):
     """A server of the fleet: where it listens, what it is, whether it came up."""
 
@@ -42,6 +53,8 @@ class ServerRecord(BaseModel):
     workers: int = 1
     process: ProcessRecord | None = None
     service: str = ""  # the Compose service, for the compose engine
+    #: the ray engine: the environment's replicas (behind the front's HAProxy when more than one)
+    replicas: list[ReplicaRecord] = Field(default_factory=list)
 
 
 class FleetState(BaseModel):

@@ -45,10 +45,32 @@ def read_health(record: ServerRecord, timeout: float = 2.0) -> tuple[str, dict[s
         return "down", {}
 
 
+def read_environment(record: ServerRecord) -> tuple[str, dict[str, Any]]:
+    """(health word, the /health body) of an environment; for replicas behind a router (the ray engine's), each
+    replica is read and the counts summed, and ``replicas_up``/``replicas`` say how many answered."""
+    replicas = record.replicas if len(record.replicas) > 1 else []
+    if not replicas:
+        return read_health(record)
+    health, body = read_health(record)  # the router's answer: is the one URL up
+    if health != "ok":
+        return health, body
+    total: dict[str, Any] = {"live_sessions": 0, "traffic": {"verified": 0, "server_errors": 0}}
+    answering = 0
+    for replica in replicas:
+        word, one = read_health(ServerRecord(kind="environment", host=replica.host, port=replica.port))
+        if word != "ok":
+            continue
+        answering += 1
+        total["live_sessions"] += int(one.get("live_sessions") or 0)
+        for key in ("verified", "server_errors"):
+            total["traffic"][key] += int((one.get("traffic") or {}).get(key) or 0)
+    return "ok", {**total, "replicas_up": answering, "replicas": len(replicas)}
+
+
 def fleet_status(state: FleetState, interval: float = 1.0) -> list[ServerStatus]:
     """The status of every server of the fleet (the head server first)."""
     records = {"(head)": state.head, **state.servers}
-    first = {n: (time.monotonic(), read_health(r)) for n, r in records.items() if r.kind == "environment" and r.ok}
+    first = {n: (time.monotonic(), read_environment(r)) for n, r in records.items() if r.kind == "environment" and r.ok}
     if first and interval > 0:
         time.sleep(interval)
     rows = []
@@ -63,7 +85,7 @@ def fleet_status(state: FleetState, interval: float = 1.0) -> list[ServerStatus]
                 health = "ok"
             rows.append(ServerStatus(name=name, kind=record.kind, url=url, health=health, reason=record.reason))
             continue
-        health, body = read_health(record)
+        health, body = read_environment(record)
         row = ServerStatus(name=name, kind=record.kind, url=url, health=health)
         if health == "ok":
             traffic = body.get("traffic") or {}
@@ -75,7 +97,9 @@ def fleet_status(state: FleetState, interval: float = 1.0) -> list[ServerStatus]
             elapsed = time.monotonic() - started
             if isinstance(earlier, int) and isinstance(row.verified, int) and elapsed > 0:
                 row.rollouts_per_second = round((row.verified - earlier) / elapsed, 2)
-            if record.workers > 1:
+            if "replicas" in body:
+                row.reason = f"{body['replicas_up']}/{body['replicas']} replicas answer; counts summed over them"
+            elif record.workers > 1:
                 row.reason = f"{record.workers} workers; counts are the answering worker's"
         elif record.process is not None and not record.process.alive():
             row.health, row.reason = "down", "its process has exited"

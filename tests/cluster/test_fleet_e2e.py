@@ -99,7 +99,7 @@ def nemo_data(nemo_python: Path, env: str) -> Path:
     return Path(out.strip()) / env / "data"
 
 
-def fleet_file(tmp_path: Path, cluster: Cluster, nemo_python: Path) -> Path:
+def fleet_file(tmp_path: Path, cluster: Cluster, nemo_python: Path, nemo_ray: str) -> Path:
     site = nemo_data(nemo_python, "x").parents[2]  # site-packages of NeMo's venv
     counter_rollouts = nemo_data(nemo_python, "example_session_state_mgmt") / "example_rollouts.jsonl"
     model = [sys.executable, "-m", "ngym.cli", "replay-model", "--data", str(counter_rollouts)]
@@ -139,7 +139,8 @@ def fleet_file(tmp_path: Path, cluster: Cluster, nemo_python: Path) -> Path:
     fleet = {
         "name": "i20e-fleet",
         "engine": "ray",
-        "ray": {"address": cluster.address},
+        # NeMo's servers (its Python 3.13 venv) join a Ray of their own Python: Ray refuses a version mismatch
+        "ray": {"address": cluster.address, "servers_address": nemo_ray},
         "head_server": {"port": 0},
         "environments": {
             "nemo_counter": "nemo-gym:example_session_state_mgmt",
@@ -244,7 +245,7 @@ def profile_data(env: str, nemo_python: Path) -> Path:
 def test_one_fleet_of_five_environments_over_hosts_loses_a_host_without_a_wrong_reward(
     cluster: Cluster, nemo_ray: NemoRay, nemo_python: Path, tmp_path: Path
 ) -> None:
-    path = fleet_file(tmp_path, cluster, nemo_python)
+    path = fleet_file(tmp_path, cluster, nemo_python, nemo_ray.address)
     spec = load_fleet(path)
     # The nodes' virtualenvs are made ahead, here, where PyPI is reachable (the hosts have no route out), as a
     # cluster's node image would hold them; the actors find them by the same key and reuse them.

@@ -14,6 +14,7 @@ A call that cannot reach its server (no URL configured, connection refused after
 from __future__ import annotations
 
 import asyncio
+import os
 import weakref
 from typing import Any, ClassVar, Literal
 
@@ -374,7 +375,7 @@ class SimpleServer(BaseServer, ngym.SimpleServer):
         ``ray_enabled = True``: otherwise the environment's first ``.remote()`` starts a local Ray from inside a
         request handler, on the event loop, and the whole server answers nothing (``/health`` included) for
         the tens of seconds that takes. The same ``ray.init()`` the first ``.remote()`` would make (the cluster
-        at ``ray_head_node_address`` when configured; ``RAY_ADDRESS``; else a local one), only earlier."""
+        at ``RAY_ADDRESS``; else ``ray_head_node_address`` when configured; else a local one), only earlier."""
         super().before_serving()
         if type(self).ray_enabled is not True:  # undeclared (None) stays lazy: most such servers never use Ray
             return
@@ -384,7 +385,9 @@ class SimpleServer(BaseServer, ngym.SimpleServer):
             return
         if ray.is_initialized():
             return
-        address = (maybe_get_global_config_dict() or {}).get("ray_head_node_address")
+        # RAY_ADDRESS first: a fleet sets it for each environment it places on its cluster, while the global
+        # config's ray_head_node_address is the one NeMo Gym's own servers join (possibly another Ray)
+        address = os.environ.get("RAY_ADDRESS") or (maybe_get_global_config_dict() or {}).get("ray_head_node_address")
         ray.init(**({"address": address} if address else {}), ignore_reinit_error=True)
 
     def get_session_middleware_key(self) -> str:

@@ -1,0 +1,162 @@
+"""The Ray engine's front: the fleet's head server and one HAProxy per replicated environment, as one Ray actor
+on the cluster's head node.
+
+Why an actor on the head node, not processes where ``ngym up`` ran: the fleet then lives and dies with its
+cluster. ``ngym up`` may run anywhere (a laptop, a login node, a test that is killed outright) and exit; nothing
+of the fleet is left on that machine, and a cluster torn down takes every part of the fleet with it (each
+process the actor starts gets ``SIGKILL`` when the actor dies, ``PR_SET_PDEATHSIG``). The head node is the one
+node whose loss ends the cluster anyway, so the front adds no new single point of failure; it reserves no CPU.
+
+Each replicated environment's one stable URL is an HAProxy configured by :func:`ngym.server.haproxy.haproxy_config`
+(the same session-affine rules as ``ngym run --workers N``): a rollout's requests reach the replica that seeded
+it; a replica that fails its ``/livez`` check is left out and its rollouts' requests go to a replica that does
+not hold them, which masks their verifies ``session_lost`` and answers their tool calls 410 — loud, never a
+wrong reward. HAProxy must be installed on the head node (``apt-get install haproxy``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ngym.server.haproxy import Backend, haproxy_binary, haproxy_config
+
+__all__ = ["FRONT", "FleetFront", "HEAD_NODE_RESOURCE"]
+
+#: the actor's name suffix: ``FLEET/(front)`` in the engine's Ray namespace
+FRONT = "(front)"
+#: the resource Ray gives only its head node (``ray._private.ray_constants.HEAD_NODE_RESOURCE_NAME``)
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the actor's process dies (however it dies)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class FleetFront:
+    """The actor (wrapped by ``ray.remote`` in ``ngym.fleet.ray_engine``): starts, watches and stops the front
+    processes on its node. Its files (the served global config, HAProxy's configs, logs) are in its own
+    temporary folder on that node: the machine that ran ``ngym up`` need not share a filesystem with it."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="ngym-fleet-front-"))
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.sockets: dict[str, socket.socket] = {}
+
+    def host(self) -> str:
+        """This node's address (where every front process listens)."""
+        import ray
+
+        return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call,unused-ignore]
+
+    def reserve(self, name: str, port: int = 0) -> tuple[str, int]:
+        """Bind ``name``'s listening socket now (``port`` 0: any free one), so its address is known and kept
+        before its process starts (HAProxy inherits the socket; the head server rebinds it)."""
+        host = self.host()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        self.sockets[name] = sock
+        return host, int(sock.getsockname()[1])
+
+    def route(
+        self,
+        name: str,
+        backends: list[tuple[str, int]],
+        cookie_name: str,
+        session_ttl_seconds: float,
+        max_sessions: int,
+    ) -> None:
+        """Start HAProxy for environment ``name`` on its reserved socket, session-affine over ``backends``
+        (backend ``rI`` is replica I: HAProxy's ``X-Ngym-Worker`` answer header names it)."""
+        binary = haproxy_binary()
+        sock = self.sockets[name]
+        sock.listen(1024)
+        sock.set_inheritable(True)
+        config = self.dir / f"{name}.haproxy.cfg"
+        config.write_text(
+            haproxy_config(
+                listen_fd=sock.fileno(),
+                backends=[Backend(f"r{i}", host, port) for i, (host, port) in enumerate(backends)],
+                cookie_name=cookie_name,
+                session_ttl_seconds=session_ttl_seconds,
+                max_sessions=max_sessions,
+            )
+        )
+        check = subprocess.run(
+            [binary, "-c", "-q", "-f", str(config)], pass_fds=(sock.fileno(),), capture_output=True, text=True
+        )
+        if check.returncode != 0:
+            raise RuntimeError(f"HAProxy refused ngym's configuration: {check.stderr.strip() or check.stdout.strip()}")
+        self._spawn(name, [binary, "-db", "-f", str(config)], pass_fds=(sock.fileno(),))
+
+    def start_head(self, config_text: str) -> None:
+        """Start the head server on its reserved address, serving ``config_text`` as the global config."""
+        (self.dir / "global_config.yaml").write_text(config_text)
+        sock = self.sockets.pop("(head)")
+        host, port = sock.getsockname()[:2]
+        sock.close()  # uvicorn binds its own (a listening socket was never made of it: no TIME_WAIT to wait out)
+        self._spawn(
+            "(head)",
+            [
+                sys.executable,
+                "-m",
+                "ngym.fleet.head",
+                str(self.dir / "global_config.yaml"),
+                str(self.dir / "server_instances.json"),
+                str(host),
+                str(port),
+            ],
+        )
+
+    def publish(self, instances_json: str) -> None:
+        """The head server's ``/server_instances`` (it rereads the file on each request)."""
+        tmp = self.dir / "server_instances.json.tmp"
+        tmp.write_text(instances_json)
+        tmp.replace(self.dir / "server_instances.json")
+
+    def failures(self) -> dict[str, str]:
+        """Each front process that stopped, with its exit code and the last line of its log."""
+        out = {}
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                lines = (self.dir / f"{name}.log").read_text(errors="replace").strip().splitlines() or ["(empty)"]
+                out[name] = f"exited ({process.returncode}): {lines[-1][:300]}"
+        return out
+
+    def stop(self) -> None:
+        """Stop every front process (SIGTERM, then SIGKILL after 10 s) and remove the folder."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        for sock in self.sockets.values():
+            sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _spawn(self, name: str, command: list[str], pass_fds: tuple[int, ...] = ()) -> None:
+        with (self.dir / f"{name}.log").open("ab") as out:
+            self.processes[name] = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                pass_fds=pass_fds,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 (the point: nothing outlives the actor)
+            )
+        if pass_fds:  # HAProxy holds the socket now
+            with contextlib.suppress(KeyError):
+                self.sockets.pop(name).close()
