@@ -14,6 +14,7 @@ plugin``), so ``ngym list`` shows the environment without starting anything.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -28,9 +29,9 @@ from typing import Any
 from ngym.config import cache_dir
 from ngym.domain import Domain
 from ngym.errors import NgymError
-from ngym_verifiers import records
+from ngym_verifiers import examples, records
 from ngym_verifiers.catalog import KNOWN
-from ngym_verifiers.process import WorkerError, describe_sync
+from ngym_verifiers.process import WorkerError
 
 SOURCE_PREFIX = "verifiers:"
 Echo = Callable[[str], None]
@@ -255,9 +256,9 @@ def install_source(
             f"{name}: its package declares no domain (keywords: {', '.join(keywords) or 'none'}); say which with"
             f" --domain ({', '.join(d.value for d in Domain)})"
         )
-    echo(f"ngym: asking {module} what it serves")
+    echo(f"ngym: asking {module} what it serves, and scoring its tasks' reference answers as example rollouts")
     try:
-        described = describe_sync(str(python), module, args)
+        described, made = asyncio.run(examples.describe_and_record(str(python), module, args))
     except WorkerError as exc:
         reason = "refused" if exc.kind == "refused" else "failed to load"
         detail = f"\n{exc.trace}" if exc.trace and verbose else ""
@@ -276,11 +277,18 @@ def install_source(
         examples=list(described.get("examples", [])),
         description=_description(described, module),
     )
+    folder = examples.write(name, made)
     records.write(record)
+    for problem in made.problems:
+        echo(f"ngym: warning: no example rollout for {problem}")
     tools = ", ".join(t["name"] for t in record.tools) or "no tools"
     rewards = ", ".join(f"{r['name']}×{r['weight']:g}" for r in record.rewards) or "no rewards"
     echo(f"ngym: installed {name} ({record.domain}; verifiers {record.api} API; tools: {tools}; rewards: {rewards})")
-    echo(f"      try: ngym run {name}")
+    echo(
+        f"ngym: example data: {len(made.rows)} rows, {len(made.rollouts)} recorded rollouts (the reference answers'"
+        f" rewards) in {folder / 'data'}"
+    )
+    echo(f"      try: ngym run {name} | ngym validate {name} | ngym profile {name} --duration 10s")
     return record
 
 
@@ -308,6 +316,7 @@ def uninstall(name: str, *, echo: Echo = print) -> bool:
     except KeyError:
         return False
     records.remove(name)
+    examples.remove(name)
     venv = Path(record.python).parent.parent
     shared = any(other.python == record.python for other in records.all_records())
     if venv.parent == venvs_dir() and not shared:

@@ -36,6 +36,10 @@ import traceback
 from typing import Any
 
 
+#: how many of the environment's own tasks ``describe`` returns as examples (ngym records a rollout of each).
+EXAMPLES = 5
+
+
 class Refused(Exception):
     """The environment (or this request) does not map onto a resources server; the message says why."""
 
@@ -142,7 +146,7 @@ class TasksetEnvironment(Sessions):
                 rewards.append({"name": fn.__name__, "weight": getattr(fn, "_vf_weight", 1.0)})
             if sample.plugged_judges():
                 raise Refused("judges (LLM-as-judge rewards) need a model client: not served yet")
-        examples = [_v1_example(task, tools) for task in tasks[:5]]
+        examples = [_v1_example(task, tools) for task in tasks[:EXAMPLES]]
         return {"api": self.api, "tools": tools, "rewards": rewards, "num_tasks": len(tasks), "examples": examples}
 
     async def seed(self, session: str, row: dict[str, Any]) -> dict[str, Any]:
@@ -266,7 +270,15 @@ def _v1_prompt(task: Any) -> list[dict[str, Any]]:
 
 
 def _v1_example(task: Any, tools: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"seed": {"idx": task.data.idx}, "prompt": _v1_prompt_dicts(task), "tools": tools}
+    answer = getattr(task.data, "answer", None)  # a TaskData subclass's field, when the taskset has one
+    return {"seed": {"idx": task.data.idx}, "prompt": _v1_prompt_dicts(task), "tools": tools, "answer": _answer(answer)}
+
+
+def _answer(value: Any) -> str | None:
+    """A task's reference answer as the text a model would write (None when the task has none)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(_plain(value)) if isinstance(value, (dict, list)) else str(value)
 
 
 def _schema(fn: Any) -> dict[str, Any]:
@@ -362,8 +374,13 @@ class LegacyEnvironment(Sessions):
         rows = self._dataset()
         tools = self._tool_defs()
         examples = [
-            {"seed": {"idx": i}, "prompt": _plain(_legacy_prompt(self.env, row)), "tools": tools}
-            for i, row in enumerate(rows[:5])
+            {
+                "seed": {"idx": i},
+                "prompt": _plain(_legacy_prompt(self.env, row)),
+                "tools": tools,
+                "answer": _answer(row.get("answer")),
+            }
+            for i, row in enumerate(rows[:EXAMPLES])
         ]
         return {
             "api": self.api,
