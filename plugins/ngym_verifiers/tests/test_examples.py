@@ -120,3 +120,16 @@ async def test_a_reinstall_without_rollouts_removes_the_old_ones(records_dir: Pa
     assert not (folder / "data" / "example_rollouts.jsonl").exists()
     examples.remove("vf_fake")
     assert not folder.exists()
+
+
+def test_containerize_refuses_with_the_reason_not_a_broken_image(records_dir: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    records.write(Record(name="vf_fake", module="vf_fake", python="/nonexistent", source="verifiers:vf_fake",
+                         distribution=None, domain="agent", api="v1", tools=TOOLS))  # fmt: skip
+    command = [sys.executable, "-m", "ngym.cli", "containerize", "vf_fake", "--no-build", "--output", str(tmp_path / "c")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "cannot be containerized: a verifiers environment runs in its own virtualenv" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "c").exists()
