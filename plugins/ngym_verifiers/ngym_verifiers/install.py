@@ -57,7 +57,8 @@ class Source:
 
 def parse_source(text: str) -> Source:
     """Read ``verifiers:<...>``: a folder with a pyproject.toml, a ``.py`` module (its PEP 723 block names
-    its requirements; default ``verifiers``), or a distribution on the package index (a pip requirement)."""
+    its requirements; default ``verifiers``), or a distribution on the package index (a pip requirement),
+    optionally ``:MODULE``, the module that serves it (default: its top-level module)."""
     spec = text.removeprefix(SOURCE_PREFIX).strip()
     if not spec:
         raise VerifiersInstallError(
@@ -79,10 +80,19 @@ def parse_source(text: str) -> Source:
         return Source("module", requirements, _module_name(path.stem), path.stem, None, path.resolve())
     if spec.startswith((".", "/", "~")):
         raise VerifiersInstallError(f"{spec}: no such folder or module file")
-    match = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*", spec)
+    # DISTRIBUTION:MODULE names the module that serves it, when it is not the distribution's own top-level
+    # module (staros-stardata[env]:stardata.envs.constraint_gym); a URL requirement (name @ https://...) has none
+    requirement, colon, module = spec.rpartition(":")
+    if not colon or "@" in spec or not _MODULE_PATH.match(module):
+        requirement, module = spec, ""
+    match = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
     if not match:
         raise VerifiersInstallError(f"{spec!r} is not a distribution name, a folder or a .py module")
-    return Source("distribution", [spec], _module_name(match.group(0)), None, match.group(0))
+    name = _module_name(module.rsplit(".", 1)[-1] if module else match.group(0))
+    return Source("distribution", [requirement], name, module or None, match.group(0))
+
+
+_MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def _module_name(name: str) -> str:
@@ -176,7 +186,8 @@ def choose_module(modules: list[str], distribution: str) -> str:
     if len(modules) == 1:
         return modules[0]
     raise VerifiersInstallError(
-        f"{distribution} installs {', '.join(modules) or 'no module'}: which one is the environment is unclear"
+        f"{distribution} installs {', '.join(modules) or 'no module'}: which one is the environment is unclear;"
+        f" name it: verifiers:{distribution}:MODULE"
     )
 
 
@@ -243,7 +254,7 @@ def install_source(
     if source.kind == "module":
         assert source.module_file is not None
         _copy_module(python, source.module_file)
-    elif source.distribution is not None:
+    elif source.module is None and source.distribution is not None:
         module = choose_module(installed_modules(python, source.distribution), source.distribution)
     assert module is not None
     folder = Path(source.requirements[0]) if source.kind == "folder" else None

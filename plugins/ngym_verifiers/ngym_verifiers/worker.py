@@ -430,7 +430,8 @@ class LegacyEnvironment(Sessions):
         return {"output": _text(reply.content)}
 
     async def verify(self, session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        from verifiers.legacy.utils.message_utils import normalize_messages
+        # verifiers.utils is the <= 0.2 spelling; 0.3 moved it to verifiers.legacy.utils and aliases the old name
+        from verifiers.utils.message_utils import normalize_messages
 
         live = self._session(session)
         state = live["state"]
