@@ -35,7 +35,6 @@ import sys
 import traceback
 from typing import Any
 
-
 #: how many of the environment's own tasks ``describe`` returns as examples (ngym records a rollout of each).
 EXAMPLES = 5
 

@@ -21,8 +21,13 @@ from ngym.plugins.registry import reset_registry
 from ngym.targets import resolve
 from ngym.validation import validate_async
 
-TOOLS = [{"name": "add_note", "description": "Add a note.",
-          "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
+TOOLS = [
+    {
+        "name": "add_note",
+        "description": "Add a note.",
+        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    }
+]
 DESCRIBED: dict[str, Any] = {
     "api": "v1",
     "tools": TOOLS,
@@ -128,7 +133,16 @@ def test_containerize_refuses_with_the_reason_not_a_broken_image(records_dir: Pa
 
     records.write(Record(name="vf_fake", module="vf_fake", python="/nonexistent", source="verifiers:vf_fake",
                          distribution=None, domain="agent", api="v1", tools=TOOLS))  # fmt: skip
-    command = [sys.executable, "-m", "ngym.cli", "containerize", "vf_fake", "--no-build", "--output", str(tmp_path / "c")]
+    command = [
+        sys.executable,
+        "-m",
+        "ngym.cli",
+        "containerize",
+        "vf_fake",
+        "--no-build",
+        "--output",
+        str(tmp_path / "c"),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "cannot be containerized: a verifiers environment runs in its own virtualenv" in done.stderr
