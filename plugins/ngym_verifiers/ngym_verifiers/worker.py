@@ -102,6 +102,7 @@ class TasksetEnvironment(Sessions):
         # verifiers' own loader, by id (the module that exports one Taskset), as vf-eval loads it
         config_class = vf.taskset_config_type(taskset_id)
         self.taskset = vf.load_taskset(config_class.model_validate({**args, "id": taskset_id}))
+        _refuse_own_env(taskset_id)
         self.taskset_class = type(self.taskset)
         self.task_class = self.taskset_class.task_type()
         if self.taskset_class.toolsets(self.taskset.config):
@@ -238,6 +239,21 @@ class TasksetEnvironment(Sessions):
         if missing:
             raise Refused(f"reward functions did not score: {', '.join(missing)}")
         return {"reward": trace.reward, "rewards": rewards, "metrics": dict(trace.metrics)}
+
+
+def _refuse_own_env(taskset_id: str) -> None:
+    """Refuse a taskset whose package exports its own ``Env`` (as vf-eval pairs them): its ``run`` drives the
+    rollout, e.g. a scripted user revealing a clue after each model turn (color_codeword). A resources server
+    only answers tool calls, so serving the taskset without it would score conversations its Env never had."""
+    import verifiers.v1 as vf
+    from verifiers.v1.utils.loaders import environment_class  # how vf-eval finds a taskset's Env
+
+    env_class = environment_class(taskset_id)
+    if env_class is not vf.SingleAgentEnv:
+        raise Refused(
+            f"{taskset_id} exports its own Env ({env_class.__name__}) whose run() drives the rollout (it can speak"
+            " between model turns): a resources server only answers tool calls, so this taskset is not served"
+        )
 
 
 def _needs_runtime(fn: Any) -> bool:
