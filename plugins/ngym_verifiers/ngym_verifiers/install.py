@@ -253,7 +253,7 @@ def install_source(
     module = source.module
     if source.kind == "module":
         assert source.module_file is not None
-        _copy_module(python, source.module_file)
+        copy_module(python, source.module_file)
     elif source.module is None and source.distribution is not None:
         module = choose_module(installed_modules(python, source.distribution), source.distribution)
     assert module is not None
@@ -308,7 +308,7 @@ def _description(described: dict[str, Any], module: str) -> str:
     return f"verifiers {kind} {module} ({described.get('num_tasks', 0)} tasks)"
 
 
-def _copy_module(python: Path, module_file: Path) -> None:
+def copy_module(python: Path, module_file: Path) -> None:
     """Put a single-module environment into the venv's site-packages (a copy: the venv is self-contained)."""
     result = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
