@@ -48,7 +48,7 @@ conformance: install
 	bash tools/nemo_venv.sh
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not verifiers_versions" tests/conformance tests/unit/test_reward_profile.py tests/unit/test_repeat_metrics.py
 
-# verifiers 0.2.0, 0.2.1 and 0.3.0 (0.3.1 and 0.4.0 are in conformance): the same load_environment module served by
+# verifiers 0.1.14, 0.2.0, 0.2.1 and 0.3.0 (0.3.1 and 0.4.0 are in conformance): the same load_environment module served by
 # each, scored by verifiers itself and through ngym. Outside CI: each release is a venv of its own (minutes, cached).
 verifiers-versions: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m verifiers_versions tests/conformance

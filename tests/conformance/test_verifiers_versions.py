@@ -1,4 +1,4 @@
-"""verifiers' ``load_environment`` API across its releases: 0.2.0, 0.2.1 and 0.3.0 (0.3.1 is in the fidelity test).
+"""verifiers' ``load_environment`` API across its releases: 0.1.14, 0.2.0, 0.2.1 and 0.3.0 (0.3.1: the fidelity test).
 
 The same module (the fidelity test's ``vf_ledger``: a ``StatefulToolEnv`` with a weighted ``Rubric``) is pinned
 to each release by its PEP 723 block and installed with ``ngym install verifiers:<module.py>`` into that
@@ -10,6 +10,7 @@ the first time, cached after), so this runs as ``make verifiers-versions``, not 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -32,7 +33,7 @@ from tests.conformance.test_verifiers_fidelity import (
 )
 
 pytestmark = pytest.mark.verifiers_versions
-VERSIONS = ["0.2.0", "0.2.1", "0.3.0"]
+VERSIONS = ["0.1.14", "0.2.0", "0.2.1", "0.3.0"]
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +61,7 @@ def pinned_ledger(folder: Path, version: str) -> Path:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-async def test_load_environment_of_each_release_matches_evaluate(
-    records_dir: Path, tmp_path: Path, version: str
-) -> None:
+def test_load_environment_of_each_release_matches_evaluate(records_dir: Path, tmp_path: Path, version: str) -> None:
     from ngym_verifiers.install import install_source
 
     name = "vf_ledger_" + version.replace(".", "_")
@@ -80,7 +79,7 @@ async def test_load_environment_of_each_release_matches_evaluate(
         rows = run_in_venv(record.python, str(DRIVER), "legacy", record.module, model.base_url, "3")
     theirs = by_script(rows, LEDGER_SCRIPTS)
     assert [theirs[k]["reward"] for k in LEDGER_SCRIPTS] == pytest.approx([1.0, 0.4, 0.6])
-    compare(theirs, await play_through_ngym(name, LEDGER_SCRIPTS))
+    compare(theirs, asyncio.run(play_through_ngym(name, LEDGER_SCRIPTS)))  # install_source runs its own loop
 
     done = subprocess.run([sys.executable, "-m", "ngym.cli", "validate", name, "--json"], capture_output=True,
                           text=True, timeout=300)  # fmt: skip
