@@ -273,7 +273,8 @@ def install_source(
     except WorkerError as exc:
         reason = "refused" if exc.kind == "refused" else "failed to load"
         detail = f"\n{exc.trace}" if exc.trace and verbose else ""
-        raise VerifiersInstallError(f"{name}: {reason}: {exc}{detail}") from exc
+        hint = legacy_api_hint(str(exc), installed_version(python, "verifiers"), source)
+        raise VerifiersInstallError(f"{name}: {reason}: {exc}{hint}{detail}") from exc
     record = records.Record(
         name=name,
         module=module,
@@ -301,6 +302,28 @@ def install_source(
     )
     echo(f"      try: ngym run {name} | ngym validate {name} | ngym profile {name} --duration 10s")
     return record
+
+
+def installed_version(python: Path, distribution: str) -> str | None:
+    """The version of ``distribution`` in the venv of ``python`` (None when it is not there)."""
+    script = "import sys\nfrom importlib import metadata\nprint(metadata.version(sys.argv[1]))\n"
+    result = subprocess.run([str(python), "-c", script, distribution], capture_output=True, text=True)
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def legacy_api_hint(error: str, verifiers_version: str | None, source: Source) -> str:
+    """What to do when <= 0.3 code met verifiers 0.4, which removed that API (``vf.Rubric``, ``vf.SingleTurnEnv``
+    ...): the package does not pin verifiers below 0.4, so pip took the newest. Empty when that is not the case."""
+    major_minor = tuple(int(part) for part in (verifiers_version or "0.0").split(".")[:2] if part.isdigit())
+    if major_minor < (0, 4) or "module 'verifiers' has no attribute" not in error:
+        return ""
+    wanted = source.requirements[0] if source.kind == "distribution" else "<its requirement>"
+    return (
+        f" (it is written for the verifiers <= 0.3 API, which verifiers {verifiers_version}, the newest its"
+        " requirements allow, removed; serve it with the release it was written for: a module such as"
+        f' `# /// script` / `# dependencies = [{json.dumps(wanted)}, "verifiers==0.3.1"]` / `# ///` +'
+        f" `from {source.module or source.name} import load_environment`, installed as verifiers:<that file.py>)"
+    )
 
 
 def _description(described: dict[str, Any], module: str) -> str:

@@ -110,3 +110,16 @@ def test_an_unclear_module_says_how_to_name_it() -> None:
 
     with pytest.raises(VerifiersInstallError, match="verifiers:catapult-verifiers:MODULE"):
         choose_module(["catapult_verifiers_core", "game_eval"], "catapult-verifiers")
+
+
+def test_old_api_code_on_verifiers_0_4_says_how_to_pin_it() -> None:
+    from ngym_verifiers.install import legacy_api_hint
+
+    source = parse_source("verifiers:sophistry-bench-sprint")
+    error = "loading sophistry_bench_sprint: AttributeError: module 'verifiers' has no attribute 'Rubric'"
+    hint = legacy_api_hint(error, "0.4.0", source)
+    assert "verifiers <= 0.3 API, which verifiers 0.4.0" in hint
+    assert '"sophistry-bench-sprint", "verifiers==0.3.1"' in hint
+    assert "from sophistry_bench_sprint import load_environment" in hint
+    assert legacy_api_hint(error, "0.3.1", source) == ""  # not the 0.4 removal: no such advice
+    assert legacy_api_hint("ValueError: FACADE_URL or base_url is required", "0.4.0", source) == ""
