@@ -18,7 +18,7 @@ quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1;
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak
+.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -48,8 +48,13 @@ test: install
 # NeMo Gym lives in its own cached Python 3.13 venv (tools/nemo_venv.sh; NGYM_NEMO_VENV to put it elsewhere).
 conformance: install
 	bash tools/nemo_venv.sh
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/conformance tests/unit/test_reward_profile.py tests/unit/test_repeat_metrics.py \
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not verifiers_versions" tests/conformance tests/unit/test_reward_profile.py tests/unit/test_repeat_metrics.py \
 	  plugins/ngym_openenv/tests/test_commands.py
+
+# verifiers 0.1.14, 0.2.0, 0.2.1 and 0.3.0 (0.3.1 and 0.4.0 are in conformance): the same load_environment module served by
+# each, scored by verifiers itself and through ngym. Outside CI: each release is a venv of its own (minutes, cached).
+verifiers-versions: install
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m verifiers_versions tests/conformance
 
 # Schemathesis against every built-in server (real processes): no unexpected 5xx. A few minutes on 2 cores;
 # NGYM_FUZZ_EXAMPLES / NGYM_FUZZ_STEPS / NGYM_FUZZ_SEED change the budget and the seed.

@@ -217,6 +217,9 @@ def resolve_plugin(name_or_path: str) -> PluginSource:
         ) from None
     if env.distribution is None:
         raise PluginSourceError(f"environment {name_or_path!r}: cannot tell which distribution provides it")
+    refusal = _container_refusal(env)
+    if refusal:
+        raise PluginSourceError(f"environment {env.name!r} cannot be containerized: {refusal}")
     dist = metadata.distribution(env.distribution)
     source_dir = distribution_source_dir(dist)
     return PluginSource(
@@ -346,6 +349,21 @@ def _domain_of(env: Environment) -> str:
     except PluginError:
         return _config_domain(env.config, env.fields)
     return env.domain.value  # an invalid domain, no verify, ...: no image of it
+
+
+def _container_refusal(env: Environment) -> str | None:
+    """Why the server class says its image would not serve it (``container_refusal``, plain text), else None.
+
+    A server that needs more than its distribution's wheels to run (a verifiers environment's own virtualenv
+    outside ngym's interpreter) declares it, so ``ngym containerize`` stops with the reason instead of building
+    an image that fails when it starts.
+    """
+    try:
+        server_class = env.server_class
+    except PluginError:  # not importable here: packaged as before
+        return None
+    refusal = getattr(server_class, "container_refusal", None)
+    return str(refusal) if refusal else None
 
 
 def _run_options_of(env: Environment) -> RunOptions:

@@ -77,6 +77,9 @@ class ServerEntry:
     spec: ServerSpec | None = None
     error: str | None = None
     clash: str | None = None  # set when another distribution registered the same name
+    #: the environment's own folder (its configs/ and data/), when it is not its module's folder: a plugin that
+    #: serves many environments from one module (verifiers', OpenEnv's) gives each its own
+    folder: Path | None = None
 
     @property
     def module(self) -> str:
@@ -91,7 +94,10 @@ class ServerEntry:
         return self.origin.version
 
     def package_dir(self) -> Path | None:
-        """The folder of the server's module (its configs/ and data/ sit there), found without importing it."""
+        """The environment's folder (its configs/ and data/ sit there): the one it was registered with, else its
+        module's folder, found without importing it."""
+        if self.folder is not None:
+            return self.folder
         path = module_file(self.module)
         return path.parent if path is not None else None
 
@@ -139,11 +145,15 @@ class Register:
         name: str | None = None,
         domain: Domain | str | None = None,
         description: str | None = None,
+        folder: Path | str | None = None,
     ) -> None:
         """Register a server under ``name`` (default: the class name in snake_case).
 
         ``server`` is the class, validated now, or a ``"module:Class"`` string, imported and validated when
         the server is used or inspected (keeps a plugin module that registers many servers cheap to load).
+        ``folder`` is where the environment's ``configs/`` and ``data/`` (``example.jsonl``,
+        ``example_rollouts.jsonl``) are, when that is not its module's folder: ``ngym validate``, ``profile``,
+        ``rollout`` and ``containerize --run`` read its examples there.
         Raises ``PluginError`` when a rule is broken.
         """
         if isinstance(server, str):
@@ -162,6 +172,7 @@ class Register:
             raise RegistrationError(
                 name, f"{name!r}: a server name is letters, digits, '_', '-' or '.', starting with a letter"
             )
+        entry.folder = Path(folder) if folder is not None else None
         self._registry._add(entry)
         if entry.server_class is not None:
             self._registry.load(entry)

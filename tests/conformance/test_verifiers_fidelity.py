@@ -240,3 +240,16 @@ def test_what_does_not_map_is_refused_at_install(
     with pytest.raises(VerifiersInstallError, match=reason):
         install_source(f"verifiers:{FIXTURES / fixture}", domain="games", echo=lambda line: None)
     assert not (records_dir / f"{Path(fixture).stem}.json").exists()
+
+
+async def test_a_taskset_exporting_its_own_env_is_refused(notes_record: Any) -> None:
+    """verifiers 0.4's multi-turn form: the package exports an ``Env`` whose ``run()`` speaks between model turns
+    (``vf_chatty``: a scripted user asks again). Put beside vf_notes in its venv (verifiers 0.4.0), as a module
+    install copies a module, and asked what it serves: refused with the reason, never served without its Env."""
+    from ngym_verifiers.install import copy_module
+    from ngym_verifiers.process import Worker, WorkerError
+
+    copy_module(Path(notes_record.python), FIXTURES / "vf_chatty.py")
+    with pytest.raises(WorkerError, match=r"exports its own Env \(ChattyEnv\) whose run\(\) drives the rollout") as e:
+        await Worker.start(notes_record.python, "vf_chatty")
+    assert e.value.kind == "refused"

@@ -127,6 +127,29 @@ def test_a_hook_registered_environment_resolves_serves_and_containerizes(site: P
     assert (plugin.name, plugin.domain, plugin.distribution) == (env, "games", f"dist-{env}".replace("_", "-"))
 
 
+def test_a_hook_registered_environment_has_the_folder_it_was_registered_with(site: Path, tmp_path: Path) -> None:
+    """A plugin serving many environments from one module (verifiers', OpenEnv's) gives each its own folder,
+    where every command finds its examples; without one, the module's folder (the old rule) still holds."""
+    env, module = unique("hookf"), unique("hookfmod")
+    own = tmp_path / "own"
+    (own / "data").mkdir(parents=True)
+    (own / "data" / "example.jsonl").write_text("{}\n")
+    make_dist(
+        site,
+        f"dist-{env}".replace("_", "-"),
+        {
+            module: SERVER_MODULE.format(domain="Domain.GAMES", extra="", doc="From a hook.")
+            + "\nfrom ngym import hookimpl\n\n@hookimpl\ndef ngym_register_resources_servers(register):\n"
+            f"    register.add(Server, name={env!r}, folder={str(own)!r})\n"
+            f"    register.add('{module}:Server', name={env + '_plain'!r})\n"
+        },
+        {"ngym": {env: module}},
+    )
+    assert resolve(env).folder == own
+    assert resolve(env).data_file("example.jsonl") == own / "data" / "example.jsonl"
+    assert resolve(env + "_plain").folder == site
+
+
 def without_hook_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     """As in an image with no hook plugin installed (this test venv has some)."""
     real = __import__("ngym.targets", fromlist=["installed_entry_points"]).installed_entry_points

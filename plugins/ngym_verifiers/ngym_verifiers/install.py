@@ -14,6 +14,7 @@ plugin``), so ``ngym list`` shows the environment without starting anything.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -28,9 +29,9 @@ from typing import Any
 from ngym.config import cache_dir
 from ngym.domain import Domain
 from ngym.errors import NgymError
-from ngym_verifiers import records
+from ngym_verifiers import examples, records
 from ngym_verifiers.catalog import KNOWN
-from ngym_verifiers.process import WorkerError, describe_sync
+from ngym_verifiers.process import WorkerError
 
 SOURCE_PREFIX = "verifiers:"
 Echo = Callable[[str], None]
@@ -56,7 +57,8 @@ class Source:
 
 def parse_source(text: str) -> Source:
     """Read ``verifiers:<...>``: a folder with a pyproject.toml, a ``.py`` module (its PEP 723 block names
-    its requirements; default ``verifiers``), or a distribution on the package index (a pip requirement)."""
+    its requirements; default ``verifiers``), or a distribution on the package index (a pip requirement),
+    optionally ``:MODULE``, the module that serves it (default: its top-level module)."""
     spec = text.removeprefix(SOURCE_PREFIX).strip()
     if not spec:
         raise VerifiersInstallError(
@@ -78,10 +80,19 @@ def parse_source(text: str) -> Source:
         return Source("module", requirements, _module_name(path.stem), path.stem, None, path.resolve())
     if spec.startswith((".", "/", "~")):
         raise VerifiersInstallError(f"{spec}: no such folder or module file")
-    match = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*", spec)
+    # DISTRIBUTION:MODULE names the module that serves it, when it is not the distribution's own top-level
+    # module (staros-stardata[env]:stardata.envs.constraint_gym); a URL requirement (name @ https://...) has none
+    requirement, colon, module = spec.rpartition(":")
+    if not colon or "@" in spec or not _MODULE_PATH.match(module):
+        requirement, module = spec, ""
+    match = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
     if not match:
         raise VerifiersInstallError(f"{spec!r} is not a distribution name, a folder or a .py module")
-    return Source("distribution", [spec], _module_name(match.group(0)), None, match.group(0))
+    name = _module_name(module.rsplit(".", 1)[-1] if module else match.group(0))
+    return Source("distribution", [requirement], name, module or None, match.group(0))
+
+
+_MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def _module_name(name: str) -> str:
@@ -175,7 +186,8 @@ def choose_module(modules: list[str], distribution: str) -> str:
     if len(modules) == 1:
         return modules[0]
     raise VerifiersInstallError(
-        f"{distribution} installs {', '.join(modules) or 'no module'}: which one is the environment is unclear"
+        f"{distribution} installs {', '.join(modules) or 'no module'}: which one is the environment is unclear;"
+        f" name it: verifiers:{distribution}:MODULE"
     )
 
 
@@ -241,8 +253,8 @@ def install_source(
     module = source.module
     if source.kind == "module":
         assert source.module_file is not None
-        _copy_module(python, source.module_file)
-    elif source.distribution is not None:
+        copy_module(python, source.module_file)
+    elif source.module is None and source.distribution is not None:
         module = choose_module(installed_modules(python, source.distribution), source.distribution)
     assert module is not None
     folder = Path(source.requirements[0]) if source.kind == "folder" else None
@@ -255,13 +267,14 @@ def install_source(
             f"{name}: its package declares no domain (keywords: {', '.join(keywords) or 'none'}); say which with"
             f" --domain ({', '.join(d.value for d in Domain)})"
         )
-    echo(f"ngym: asking {module} what it serves")
+    echo(f"ngym: asking {module} what it serves, and scoring its tasks' reference answers as example rollouts")
     try:
-        described = describe_sync(str(python), module, args)
+        described, made = asyncio.run(examples.describe_and_record(str(python), module, args))
     except WorkerError as exc:
         reason = "refused" if exc.kind == "refused" else "failed to load"
         detail = f"\n{exc.trace}" if exc.trace and verbose else ""
-        raise VerifiersInstallError(f"{name}: {reason}: {exc}{detail}") from exc
+        hint = legacy_api_hint(str(exc), installed_version(python, "verifiers"), source)
+        raise VerifiersInstallError(f"{name}: {reason}: {exc}{hint}{detail}") from exc
     record = records.Record(
         name=name,
         module=module,
@@ -276,12 +289,41 @@ def install_source(
         examples=list(described.get("examples", [])),
         description=_description(described, module),
     )
+    folder = examples.write(name, made)
     records.write(record)
+    for problem in made.problems:
+        echo(f"ngym: warning: no example rollout for {problem}")
     tools = ", ".join(t["name"] for t in record.tools) or "no tools"
     rewards = ", ".join(f"{r['name']}×{r['weight']:g}" for r in record.rewards) or "no rewards"
     echo(f"ngym: installed {name} ({record.domain}; verifiers {record.api} API; tools: {tools}; rewards: {rewards})")
-    echo(f"      try: ngym run {name}")
+    echo(
+        f"ngym: example data: {len(made.rows)} rows, {len(made.rollouts)} recorded rollouts (the reference answers'"
+        f" rewards) in {folder / 'data'}"
+    )
+    echo(f"      try: ngym run {name} | ngym validate {name} | ngym profile {name} --duration 10s")
     return record
+
+
+def installed_version(python: Path, distribution: str) -> str | None:
+    """The version of ``distribution`` in the venv of ``python`` (None when it is not there)."""
+    script = "import sys\nfrom importlib import metadata\nprint(metadata.version(sys.argv[1]))\n"
+    result = subprocess.run([str(python), "-c", script, distribution], capture_output=True, text=True)
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def legacy_api_hint(error: str, verifiers_version: str | None, source: Source) -> str:
+    """What to do when <= 0.3 code met verifiers 0.4, which removed that API (``vf.Rubric``, ``vf.SingleTurnEnv``
+    ...): the package does not pin verifiers below 0.4, so pip took the newest. Empty when that is not the case."""
+    major_minor = tuple(int(part) for part in (verifiers_version or "0.0").split(".")[:2] if part.isdigit())
+    if major_minor < (0, 4) or "module 'verifiers' has no attribute" not in error:
+        return ""
+    wanted = source.requirements[0] if source.kind == "distribution" else "<its requirement>"
+    return (
+        f" (it is written for the verifiers <= 0.3 API, which verifiers {verifiers_version}, the newest its"
+        " requirements allow, removed; serve it with the release it was written for: a module such as"
+        f' `# /// script` / `# dependencies = [{json.dumps(wanted)}, "verifiers==0.3.1"]` / `# ///` +'
+        f" `from {source.module or source.name} import load_environment`, installed as verifiers:<that file.py>)"
+    )
 
 
 def _description(described: dict[str, Any], module: str) -> str:
@@ -289,7 +331,7 @@ def _description(described: dict[str, Any], module: str) -> str:
     return f"verifiers {kind} {module} ({described.get('num_tasks', 0)} tasks)"
 
 
-def _copy_module(python: Path, module_file: Path) -> None:
+def copy_module(python: Path, module_file: Path) -> None:
     """Put a single-module environment into the venv's site-packages (a copy: the venv is self-contained)."""
     result = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -308,6 +350,7 @@ def uninstall(name: str, *, echo: Echo = print) -> bool:
     except KeyError:
         return False
     records.remove(name)
+    examples.remove(name)
     venv = Path(record.python).parent.parent
     shared = any(other.python == record.python for other in records.all_records())
     if venv.parent == venvs_dir() and not shared:

@@ -1,7 +1,8 @@
 """The ngym hook plugin: every installed verifiers environment is a registered resources server.
 
 Registered lazily by target (``ngym_verifiers.installed:<name>``), so ``ngym list`` reads the records and
-imports nothing of the environment; the class is made when the server is used.
+imports nothing of the environment; the class is made when the server is used. Each is registered with its
+own folder (``<records>/<name>``, whose ``data/`` ``ngym install`` wrote: ``ngym_verifiers.examples``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ngym import hookimpl
-from ngym_verifiers import records
+from ngym_verifiers import examples, records
 
 if TYPE_CHECKING:
     from ngym.plugins.registry import Register
@@ -23,4 +24,6 @@ def ngym_register_resources_servers(register: Register) -> None:
             name=record.name,
             domain=record.domain,
             description=record.description,
+            # its own data/ (examples made at install): ngym validate, profile and rollout read them there
+            folder=examples.folder_of(record.name),
         )

@@ -114,19 +114,4 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
-def describe_sync(python: str, module: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Start a worker, ask it to describe the environment, stop it (for ``ngym install``)."""
-
-    async def run() -> dict[str, Any]:
-        worker = await Worker.start(python, module, args)
-        try:
-            answer = await worker.ask("describe")
-            answer["api"] = worker.api
-            return answer
-        finally:
-            await worker.stop()
-
-    return asyncio.run(run())
-
-
-__all__ = ["Worker", "WorkerError", "WorkerGone", "describe_sync", "worker_command"]
+__all__ = ["Worker", "WorkerError", "WorkerGone", "worker_command"]

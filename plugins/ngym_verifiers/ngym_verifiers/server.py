@@ -67,6 +67,11 @@ class VerifiersServer(SimpleResourcesServer):
     config: BaseResourcesServerConfig
     record: ClassVar[Record]
     session_affinity_required = True
+    #: read by ``ngym containerize``: an image of ngym and this plugin alone would not serve the environment
+    container_refusal: ClassVar[str] = (
+        "a verifiers environment runs in its own virtualenv (the verifiers version it pins and its dependencies,"
+        " hundreds of MB), which an ngym image does not carry yet; serve it with `ngym run` where it is installed"
+    )
     _worker: Worker | None = None
 
     @classmethod

@@ -35,6 +35,9 @@ import sys
 import traceback
 from typing import Any
 
+#: how many of the environment's own tasks ``describe`` returns as examples (ngym records a rollout of each).
+EXAMPLES = 5
+
 
 class Refused(Exception):
     """The environment (or this request) does not map onto a resources server; the message says why."""
@@ -99,6 +102,7 @@ class TasksetEnvironment(Sessions):
         # verifiers' own loader, by id (the module that exports one Taskset), as vf-eval loads it
         config_class = vf.taskset_config_type(taskset_id)
         self.taskset = vf.load_taskset(config_class.model_validate({**args, "id": taskset_id}))
+        _refuse_own_env(taskset_id)
         self.taskset_class = type(self.taskset)
         self.task_class = self.taskset_class.task_type()
         if self.taskset_class.toolsets(self.taskset.config):
@@ -142,7 +146,7 @@ class TasksetEnvironment(Sessions):
                 rewards.append({"name": fn.__name__, "weight": getattr(fn, "_vf_weight", 1.0)})
             if sample.plugged_judges():
                 raise Refused("judges (LLM-as-judge rewards) need a model client: not served yet")
-        examples = [_v1_example(task, tools) for task in tasks[:5]]
+        examples = [_v1_example(task, tools) for task in tasks[:EXAMPLES]]
         return {"api": self.api, "tools": tools, "rewards": rewards, "num_tasks": len(tasks), "examples": examples}
 
     async def seed(self, session: str, row: dict[str, Any]) -> dict[str, Any]:
@@ -237,6 +241,21 @@ class TasksetEnvironment(Sessions):
         return {"reward": trace.reward, "rewards": rewards, "metrics": dict(trace.metrics)}
 
 
+def _refuse_own_env(taskset_id: str) -> None:
+    """Refuse a taskset whose package exports its own ``Env`` (as vf-eval pairs them): its ``run`` drives the
+    rollout, e.g. a scripted user revealing a clue after each model turn (color_codeword). A resources server
+    only answers tool calls, so serving the taskset without it would score conversations its Env never had."""
+    import verifiers.v1 as vf
+    from verifiers.v1.utils.loaders import environment_class  # how vf-eval finds a taskset's Env
+
+    env_class = environment_class(taskset_id)
+    if env_class is not vf.SingleAgentEnv:
+        raise Refused(
+            f"{taskset_id} exports its own Env ({env_class.__name__}) whose run() drives the rollout (it can speak"
+            " between model turns): a resources server only answers tool calls, so this taskset is not served"
+        )
+
+
 def _needs_runtime(fn: Any) -> bool:
     param = inspect.signature(fn).parameters.get("runtime")
     return param is not None and param.default is inspect.Parameter.empty and _overridden(fn)
@@ -266,7 +285,15 @@ def _v1_prompt(task: Any) -> list[dict[str, Any]]:
 
 
 def _v1_example(task: Any, tools: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"seed": {"idx": task.data.idx}, "prompt": _v1_prompt_dicts(task), "tools": tools}
+    answer = getattr(task.data, "answer", None)  # a TaskData subclass's field, when the taskset has one
+    return {"seed": {"idx": task.data.idx}, "prompt": _v1_prompt_dicts(task), "tools": tools, "answer": _answer(answer)}
+
+
+def _answer(value: Any) -> str | None:
+    """A task's reference answer as the text a model would write (None when the task has none)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(_plain(value)) if isinstance(value, (dict, list)) else str(value)
 
 
 def _schema(fn: Any) -> dict[str, Any]:
@@ -362,8 +389,13 @@ class LegacyEnvironment(Sessions):
         rows = self._dataset()
         tools = self._tool_defs()
         examples = [
-            {"seed": {"idx": i}, "prompt": _plain(_legacy_prompt(self.env, row)), "tools": tools}
-            for i, row in enumerate(rows[:5])
+            {
+                "seed": {"idx": i},
+                "prompt": _plain(_legacy_prompt(self.env, row)),
+                "tools": tools,
+                "answer": _answer(row.get("answer")),
+            }
+            for i, row in enumerate(rows[:EXAMPLES])
         ]
         return {
             "api": self.api,
@@ -413,7 +445,8 @@ class LegacyEnvironment(Sessions):
         return {"output": _text(reply.content)}
 
     async def verify(self, session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        from verifiers.legacy.utils.message_utils import normalize_messages
+        # verifiers.utils is the <= 0.2 spelling; 0.3 moved it to verifiers.legacy.utils and aliases the old name
+        from verifiers.utils.message_utils import normalize_messages
 
         live = self._session(session)
         state = live["state"]

@@ -93,3 +93,33 @@ def test_list_available_verifiers_offline(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert "catapult-verifiers  games" in result.output
     assert "not checked" in result.output
     assert "install one: ngym install verifiers:NAME" in result.output
+
+
+def test_a_distribution_may_name_the_module_that_serves_it() -> None:
+    source = parse_source("verifiers:staros-stardata[env]:stardata.envs.constraint_gym")
+    assert (source.kind, source.distribution, source.requirements) == (
+        "distribution", "staros-stardata", ["staros-stardata[env]"],
+    )  # fmt: skip
+    assert (source.module, source.name) == ("stardata.envs.constraint_gym", "constraint_gym")
+    url = parse_source("verifiers:my-env @ https://example.org/my_env-1.0-py3-none-any.whl")
+    assert url.module is None and url.requirements == ["my-env @ https://example.org/my_env-1.0-py3-none-any.whl"]
+
+
+def test_an_unclear_module_says_how_to_name_it() -> None:
+    from ngym_verifiers.install import choose_module
+
+    with pytest.raises(VerifiersInstallError, match="verifiers:catapult-verifiers:MODULE"):
+        choose_module(["catapult_verifiers_core", "game_eval"], "catapult-verifiers")
+
+
+def test_old_api_code_on_verifiers_0_4_says_how_to_pin_it() -> None:
+    from ngym_verifiers.install import legacy_api_hint
+
+    source = parse_source("verifiers:sophistry-bench-sprint")
+    error = "loading sophistry_bench_sprint: AttributeError: module 'verifiers' has no attribute 'Rubric'"
+    hint = legacy_api_hint(error, "0.4.0", source)
+    assert "verifiers <= 0.3 API, which verifiers 0.4.0" in hint
+    assert '"sophistry-bench-sprint", "verifiers==0.3.1"' in hint
+    assert "from sophistry_bench_sprint import load_environment" in hint
+    assert legacy_api_hint(error, "0.3.1", source) == ""  # not the 0.4 removal: no such advice
+    assert legacy_api_hint("ValueError: FACADE_URL or base_url is required", "0.4.0", source) == ""
