@@ -352,30 +352,26 @@ def _domain_of(env: Environment) -> str:
 
 
 def _container_refusal(env: Environment) -> str | None:
-    """Why the server class says its image would not serve it (``container_refusal``, plain text), else None.
+    """Why the server class says an image would not serve it (``not_containerizable``, plain text), else None.
 
-    A server that needs more than its distribution's wheels to run (a verifiers environment's own virtualenv
-    outside ngym's interpreter) declares it, so ``ngym containerize`` stops with the reason instead of building
-    an image that fails when it starts.
+    A server that needs more than its distribution's wheels to run (an OpenEnv or verifiers environment's own
+    virtualenv outside ngym's interpreter) declares it, so ``ngym containerize`` stops with the reason before any
+    work instead of building an image that fails when it starts.
     """
     try:
         server_class = env.server_class
     except PluginError:  # not importable here: packaged as before
         return None
-    refusal = getattr(server_class, "container_refusal", None)
+    refusal = getattr(server_class, "not_containerizable", None)
     return str(refusal) if refusal else None
 
 
 def _run_options_of(env: Environment) -> RunOptions:
-    """The container run options the server class declares (a class that cannot be imported here: none).
-    A class that says why it cannot be packaged (``not_containerizable``) is refused here, before any work."""
+    """The container run options the server class declares (a class that cannot be imported here: none)."""
     try:
         server_class = env.server_class
     except PluginError:  # as for its domain: still packaged, with no options declared
         return RunOptions()
-    refusal = getattr(server_class, "not_containerizable", None)
-    if refusal:
-        raise PluginSourceError(f"environment {env.name!r} cannot be containerized: {refusal}")
     return RunOptions.declared_by(server_class)
 
 

@@ -67,8 +67,10 @@ class VerifiersServer(SimpleResourcesServer):
     config: BaseResourcesServerConfig
     record: ClassVar[Record]
     session_affinity_required = True
+    # verifiers rewards are the rubric's weighted sum, unclipped (weights above 1 in all, or negative, are allowed)
+    reward_range = None
     #: read by ``ngym containerize``: an image of ngym and this plugin alone would not serve the environment
-    container_refusal: ClassVar[str] = (
+    not_containerizable: ClassVar[str | None] = (
         "a verifiers environment runs in its own virtualenv (the verifiers version it pins and its dependencies,"
         " hundreds of MB), which an ngym image does not carry yet; serve it with `ngym run` where it is installed"
     )
