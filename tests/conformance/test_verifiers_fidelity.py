@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,21 +42,6 @@ LEDGER_SCRIPTS: dict[str, list[Turn]] = {
     "Start at 0": [[("deposit", {"amount": 10})], [("deposit", {"amount": -4})], "It is 4"],  # ledger only: 0.4
     "Start at 2": [[("balance", {})], "It is 3"],  # answer only: 0.6
 }
-
-
-@pytest.fixture(scope="module")
-def records_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Installed records in a scratch folder (the venvs stay cached under ~/.cache/ngym/verifiers)."""
-    folder = tmp_path_factory.mktemp("verifiers-records")
-    old = os.environ.get("NGYM_VERIFIERS_RECORDS")
-    os.environ["NGYM_VERIFIERS_RECORDS"] = str(folder)
-    reset_registry()
-    yield folder
-    if old is None:
-        os.environ.pop("NGYM_VERIFIERS_RECORDS", None)
-    else:
-        os.environ["NGYM_VERIFIERS_RECORDS"] = old
-    reset_registry()
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,20 +32,6 @@ from tests.conformance.test_verifiers_fidelity import (
 
 pytestmark = pytest.mark.verifiers_versions
 VERSIONS = ["0.1.14", "0.2.0", "0.2.1", "0.3.0"]
-
-
-@pytest.fixture(scope="module")
-def records_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    folder = tmp_path_factory.mktemp("verifiers-records")
-    old = os.environ.get("NGYM_VERIFIERS_RECORDS")
-    os.environ["NGYM_VERIFIERS_RECORDS"] = str(folder)
-    reset_registry()
-    yield folder
-    if old is None:
-        os.environ.pop("NGYM_VERIFIERS_RECORDS", None)
-    else:
-        os.environ["NGYM_VERIFIERS_RECORDS"] = old
-    reset_registry()
 
 
 def pinned_ledger(folder: Path, version: str) -> Path:
