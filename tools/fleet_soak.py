@@ -7,9 +7,10 @@ pauses, and either verifies (the reward must be the right one), closes without v
 idle TTL (churn). Every 10 s it samples each environment's process group (RSS, open files and open sockets, from
 ``/proc``) and its live sessions (``/health``). After warm-up (the first quarter) RSS may grow at most 20 %, open
 files other than sockets at most 16, sockets stay under one per concurrent rollout (they follow the load), and live
-sessions stay under SESSIONS plus what the TTL keeps. When every rollout has ended and the idle TTL has passed, the
-servers must hold no session and no more descriptors than before the load. Any wrong reward fails, and so does a
-lost session scored as an unmasked 0.0. ``ngym down`` at the end.
+sessions stay under SESSIONS plus those left open (abandoned, failed) within the TTL.
+When every rollout has ended and the idle TTL has passed, the servers must hold no session and no more descriptors
+than before the load. Any wrong reward fails, and so does a lost session scored as an unmasked 0.0. ``ngym down``
+at the end.
 Prints one JSON report; exit 1 when a bound is broken.
 """
 
@@ -211,6 +212,33 @@ async def drive(state: FleetState, sessions: int, seconds: float) -> dict[str, A
     }  # fmt: skip
 
 
+def live_sessions_bounded(samples: list[dict[str, Any]], after: float, sessions: int) -> list[str]:
+    """Live sessions are what is in flight plus what was left open within the TTL (and one sweep), no more.
+
+    A rollout that is abandoned or fails leaves its session to the idle TTL (a verify closes it), so the servers
+    rightly hold every such session of the last TTL + TTL/4 seconds: how many that is follows the throughput (it
+    more than doubled in one run when the machine's other load went away), so a fixed bound would flag a faster
+    machine. Counted from the run's own totals over that window, for both environments together.
+    """
+    window = TTL + min(TTL / 4, 30) + 10
+
+    def left_open(sample: dict[str, Any]) -> int:
+        # a verified session is closed by the verify (close_session_after_verify); these are left to the TTL
+        return int(sample["abandoned"] + sample["errors"] + sample["lost_409"])
+
+    broken = []
+    for sample in samples:
+        if sample["t"] < after:
+            continue
+        earlier = [s for s in samples if s["t"] <= sample["t"] - window]
+        opened = left_open(sample) - (left_open(earlier[-1]) if earlier else 0)
+        live = sum(sample[name]["live"] for name in ("counter", "weather"))
+        if live > sessions + opened + 50:
+            broken.append(f"{live} live sessions at {sample['t']:.0f} s: {sessions} in flight + {opened} left open")
+            break
+    return broken
+
+
 def judge(report: dict[str, Any], sessions: int) -> list[str]:
     samples = report["samples"]
     warm = samples[max(1, len(samples) // 4) - 1 :]
@@ -220,6 +248,7 @@ def judge(report: dict[str, Any], sessions: int) -> list[str]:
     if report["counts"]["lost_unmasked"]:  # lost to the TTL, but scored 0.0 without mask_sample: a wrong reward too
         broken.append(f"{report['counts']['lost_unmasked']} expired session(s) verified as an unmasked 0.0")
     first, drained = report["idle"], report["drained"]
+    broken += live_sessions_bounded(samples, warm[0]["t"], sessions)
     for name in ("counter", "weather"):
         base, peak = warm[0][name], {k: max(s[name][k] for s in warm) for k in ("rss_mb", "files", "sockets", "live")}
         if peak["rss_mb"] > base["rss_mb"] * 1.2 + 5:
@@ -228,8 +257,6 @@ def judge(report: dict[str, Any], sessions: int) -> list[str]:
             broken.append(f"{name}: open files (not sockets) grew {base['files']} -> {peak['files']} after warm-up")
         if peak["sockets"] > sessions + 64:  # at most one connection per concurrent rollout
             broken.append(f"{name}: {peak['sockets']} open sockets for {sessions} concurrent rollouts")
-        if peak["live"] > sessions * 1.5 + 50:
-            broken.append(f"{name}: {peak['live']} live sessions for {sessions} concurrent rollouts")
         # after the drain the servers hold what they held before any load: no session, no connection kept
         if drained[name]["live"]:
             broken.append(f"{name}: {drained[name]['live']} live session(s) after every rollout ended and the TTL")
