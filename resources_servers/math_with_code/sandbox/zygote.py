@@ -404,7 +404,14 @@ class Zygote:
             self.kill_slot(slot)
         if self.cgroups is not None:
             self.cgroups.remove()
+        # Again for a moment if it is still there: on a loaded machine a slot's process killed a moment ago may
+        # still have written into the tree while it was walked (seen once in CI at load average 20+).
+        deadline = time.monotonic() + 2
         shutil.rmtree(self.work_root, ignore_errors=True)
+        while os.path.lexists(self.work_root) and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.05)
+            shutil.rmtree(self.work_root, ignore_errors=True)
 
     def serve(self) -> None:
         """Answer requests until `exit` or until the control socket closes (the caller then calls shutdown)."""
