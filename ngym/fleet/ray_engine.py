@@ -303,7 +303,8 @@ def _wait_replicas(
 def _front_environment(
     ray: Any, front: Any, record: ServerRecord, env: EnvironmentSpec, name: str, report: Reporter
 ) -> None:
-    """Give the environment its one URL: the front's HAProxy over the replicas that came up (a replica that did not is named; the environment fails only when none came up)."""
+    """Give the environment its one URL: the front's HAProxy over the replicas that came up (a replica that did
+    not is named; the environment fails only when none came up)."""
     up = [r for r in record.replicas if r.ok]
     if not up:
         record.reason = "; ".join(r.reason for r in record.replicas if r.reason) or "no replica came up"
