@@ -413,7 +413,10 @@ def run_fleet(
         print(f"profiles: {sum(r['users'] for r in results.values())} concurrent users in all")
         for env in kept:
             r = results[env]
-            assert r["rollouts_finished"] > 0 and r["rollouts_failed"] == 0 and r["reward_mismatches"] == 0, (env, r)
+            assert r["rollouts_finished"] > 0 and r["rollouts_failed"] == 0 and r["reward_mismatches"] == 0, (
+                env,
+                {k: r[k] for k in ("rollouts_finished", "rollouts_failed", "reward_mismatches", "errors")},
+            )
         for env in lost:
             r = results[env]
             # a reward that differs from the recording only on a verify marked as failed (masked session_lost)
