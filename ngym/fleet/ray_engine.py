@@ -6,17 +6,18 @@ an actor that starts the same ``ngym run TARGET --workers N`` unit on its node's
 environment's own cached virtualenv when it names requirements or is a ``nemo-gym:`` entry). The unit dies with
 its actor (``PR_SET_PDEATHSIG``): a node that is lost takes its replicas with it, never leaves one half alive.
 
-One replica: its address is the environment's URL. More: the fleet's front actor on the head node
-(``ngym.fleet.ray_front``) puts a session-affine HAProxy in front of them, and that is the one URL; a lost
-replica's rollouts end as 410 / masked ``session_lost`` on a surviving replica, never a wrong reward. The front
+The fleet's front actor on the head node (``ngym.fleet.ray_front``) puts a session-affine HAProxy in front of
+each environment's replicas (one backend for one replica), and that is its one URL: a lost replica's rollouts end
+as 410 / masked ``session_lost`` on a surviving replica, and an environment whose every replica is lost answers
+503 at once (never a refused connection, which NeMo Gym's client retries without end), never a wrong reward. The front
 also runs the head server, so nothing of the fleet runs where ``ngym up`` ran (except ``servers:`` entries).
 Every unit gets ``RAY_ADDRESS``: an environment that runs Ray tasks (NeMo Gym's ``code_gen``) submits them to
 this cluster. ``down`` stops and kills the actors by name (namespace ``ngym-fleet``), removes the placement groups,
 then stops the local processes.
 
 The cluster is yours: ``ray start --head`` on one machine, ``ray start --address=HEAD:6379`` on the others, then
-``ray: {address: HEAD:6379}`` in the fleet file (or ``RAY_ADDRESS``). ngym (and HAProxy on the head node, for
-replicas) must be installed on every node.
+``ray: {address: HEAD:6379}`` in the fleet file (or ``RAY_ADDRESS``). ngym (and HAProxy on the head node) must be
+installed on every node.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def _affinity_settings(env: EnvironmentSpec) -> tuple[str, float, int]:
 
 def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float = 180.0) -> FleetState:
     """Place every environment's replicas on the cluster (spread over nodes), put an affinity HAProxy in front
-    of each replicated one, wait for each to answer, then start the head server (both on the head node, in the
+    of each environment, wait for each to answer, then start the head server (both on the head node, in the
     front actor) and the other servers (here)."""
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -302,27 +303,27 @@ def _wait_replicas(
 def _front_environment(
     ray: Any, front: Any, record: ServerRecord, env: EnvironmentSpec, name: str, report: Reporter
 ) -> None:
-    """Give the environment its one URL: its replica's own, or the front's HAProxy over the replicas that came
-    up (a replica that did not is named; the environment fails only when none came up)."""
+    """Give the environment its one URL: the front's HAProxy over the replicas that came up (a replica that did
+    not is named; the environment fails only when none came up)."""
     up = [r for r in record.replicas if r.ok]
     if not up:
         record.reason = "; ".join(r.reason for r in record.replicas if r.reason) or "no replica came up"
         report.line(f"{name}: FAILED: {record.reason}")
         return
     nodes = ", ".join(sorted({r.node[:12] for r in up}))
-    if env.replicas == 1:
-        record.host, record.port = up[0].host, up[0].port
-        record.reason = f"ray node {nodes}"
-    else:
-        try:
-            record.host, record.port = ray.get(front.reserve.remote(name, env.port or 0), timeout=60)
-            cookie, ttl, cap = _affinity_settings(env)
-            ray.get(front.route.remote(name, [(r.host, r.port) for r in up], cookie, ttl, cap), timeout=60)
-        except Exception as exc:
-            record.reason = f"its HAProxy on the head node did not start: {_cause(exc)}"
-            report.line(f"{name}: FAILED: {record.reason}")
-            return
-        record.reason = f"{len(up)}/{env.replicas} replicas on ray nodes {nodes}, behind HAProxy (session-affine)"
+    # One replica too is reached through the front's HAProxy, never at its node's address: when its node dies,
+    # HAProxy answers 503 at once, and an HTTP answer ends the request. A refused or unreachable address does
+    # not: NeMo Gym 0.7.0's client (server_utils._request_with_retries) retries a connection error without end,
+    # so its collector would wait forever for the rows of a dead node's environment.
+    try:
+        record.host, record.port = ray.get(front.reserve.remote(name, env.port or 0), timeout=60)
+        cookie, ttl, cap = _affinity_settings(env)
+        ray.get(front.route.remote(name, [(r.host, r.port) for r in up], cookie, ttl, cap), timeout=60)
+    except Exception as exc:
+        record.reason = f"its HAProxy on the head node did not start: {_cause(exc)}"
+        report.line(f"{name}: FAILED: {record.reason}")
+        return
+    record.reason = f"{len(up)}/{env.replicas} replica(s) on ray node(s) {nodes}, behind HAProxy on the head node"
     if answers(record, "/health") or _answers_soon(record):
         record.ok = True
         report.line(f"{name}: up at http://{record.host}:{record.port} ({record.reason})")

@@ -1,4 +1,4 @@
-"""The Ray engine's front: the fleet's head server and one HAProxy per replicated environment, as one Ray actor
+"""The Ray engine's front: the fleet's head server and one HAProxy per environment, as one Ray actor
 on the cluster's head node.
 
 Why an actor on the head node, not processes where ``ngym up`` ran: the fleet then lives and dies with its
@@ -7,11 +7,13 @@ of the fleet is left on that machine, and a cluster torn down takes every part o
 process the actor starts gets ``SIGKILL`` when the actor dies, ``PR_SET_PDEATHSIG``). The head node is the one
 node whose loss ends the cluster anyway, so the front adds no new single point of failure; it reserves no CPU.
 
-Each replicated environment's one stable URL is an HAProxy configured by :func:`ngym.server.haproxy.haproxy_config`
+Each environment's one stable URL is an HAProxy configured by :func:`ngym.server.haproxy.haproxy_config`
 (the same session-affine rules as ``ngym run --workers N``): a rollout's requests reach the replica that seeded
 it; a replica that fails its ``/livez`` check is left out and its rollouts' requests go to a replica that does
 not hold them, which masks their verifies ``session_lost`` and answers their tool calls 410 — loud, never a
-wrong reward. HAProxy must be installed on the head node (``apt-get install haproxy``).
+wrong reward. With no replica left (one replica, its node lost) HAProxy answers 503 at once: an HTTP answer ends
+a client's request, where a dead node's address would be retried without end by NeMo Gym's client. HAProxy
+must be installed on the head node (``apt-get install haproxy``).
 """
 
 from __future__ import annotations

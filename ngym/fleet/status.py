@@ -46,13 +46,21 @@ def read_health(record: ServerRecord, timeout: float = 2.0) -> tuple[str, dict[s
 
 
 def read_environment(record: ServerRecord) -> tuple[str, dict[str, Any]]:
-    """(health word, the /health body) of an environment; for replicas behind a router (the ray engine's), each
-    replica is read and the counts summed, and ``replicas_up``/``replicas`` say how many answered."""
-    replicas = record.replicas if len(record.replicas) > 1 else []
+    """(health word, the /health body) of an environment; for replicas behind a router (the ray engine's HAProxy,
+    even over one replica), each replica is read and the counts summed, and ``replicas_up``/``replicas`` say how
+    many answered. A router that answers while no replica behind it does (HAProxy's 503) reads ``down``."""
+    routed = (record.host, record.port) not in {(r.host, r.port) for r in record.replicas}
+    replicas = record.replicas if routed else []
     if not replicas:
         return read_health(record)
     health, body = read_health(record)  # the router's answer: is the one URL up
     if health != "ok":
+        # the router is up but has no replica left to send to: the environment is down (loud, as a process
+        # that exited), whatever the router's own answer
+        if health.startswith("unhealthy") and not any(
+            read_health(ServerRecord(kind="environment", host=r.host, port=r.port))[0] == "ok" for r in replicas
+        ):
+            return "down", {}
         return health, body
     total: dict[str, Any] = {"live_sessions": 0, "traffic": {"verified": 0, "server_errors": 0}}
     answering = 0

@@ -66,10 +66,13 @@ def haproxy_config(
     ttl = max(1, int(session_ttl_seconds) + 60)  # outlives the session's own idle TTL
     size = max(1024, 2 * max_sessions * max(1, len(backends)))  # every cookie ngym hands out takes an entry
     typed_paths = "path_end /seed_session /close_session"
+    # Several backends: one failed connection marks a worker down at once, so its rollouts go elsewhere (and are
+    # masked there) without waiting for the checks. One backend (the ray engine's one-replica environments): there
+    # is nowhere else to go, and under load a single slow connect would only turn into ~1 s of 503s for a healthy
+    # server; the checks alone still take a dead one out within ~2 s (fall 2, inter 1s).
+    observe = " observe layer4 error-limit 1 on-error mark-down" if len(backends) > 1 else ""
     servers = "\n".join(
-        f"    server {b.name} {b.host}:{b.port} check inter 1s fall 2 rise 1 observe layer4 error-limit 1 "
-        "on-error mark-down"
-        for b in backends
+        f"    server {b.name} {b.host}:{b.port} check inter 1s fall 2 rise 1{observe}" for b in backends
     )
     return f"""# written by ngym run --workers (ngym.server.haproxy); regenerated at every start
 global

@@ -18,7 +18,9 @@ environments through its Simple Agent and ``ngym replay-model``: every reward is
 fleet-e2e-1000`` runs 1,000) and the collector again, while the worker node holding ``nemo_counter`` is killed
 (every process of its host, SIGKILL). Every rollout on the surviving node scores the recorded reward with no
 failure; every rollout of the dead node's environments ends as a loud failure or a masked ``session_lost``
-verify, never a reward that differs from the recording; nothing waits past its bound. ``ngym status`` shows the
+verify, never a reward that differs from the recording; NeMo's collector finishes, every row of the dead node's
+environments in its failures file (or masked): each environment's URL is the front's HAProxy on the head node,
+which answers 503 for an environment with no replica left; nothing waits past its bound. ``ngym status`` shows the
 dead node's environments down, ``ngym down`` leaves no process. The counts are printed.
 """
 
@@ -58,7 +60,7 @@ REDIS_PORT = 6379  # inside the redis host's own namespace: no other process of 
 USERS = int(os.environ.get("NGYM_E2E_USERS", "100"))
 SECONDS = int(os.environ.get("NGYM_E2E_SECONDS", "20"))
 #: each environment's share of the users: math_with_code holds a sandbox process per live session
-#: seconds NeMo's collector may take, after the profiles ended, to write every surviving environment's rows
+#: seconds NeMo's collector may take, after the profiles ended, to finish every row (past it: a hang)
 COLLECTOR_WAIT = 240
 SHARE = {"nemo_counter": 0.25, "counter_redis": 0.25, "nemo_turns": 0.25, "workplace": 0.15, "math": 0.10}
 #: tool-calling environments: name in the fleet -> where its example rows come from (None: NeMo's venv)
@@ -177,8 +179,10 @@ def collector_rows(nemo_python: Path, repeat: int = 1) -> tuple[list[dict[str, A
     return rows, expected
 
 
-def collect(nemo_python: Path, state: FleetState, rows: list[dict[str, Any]], work: Path) -> subprocess.Popen[str]:
-    """NeMo Gym 0.7.0's ``ng_collect_rollouts``, given only the fleet's head server."""
+def collect(
+    nemo_python: Path, state: FleetState, rows: list[dict[str, Any]], work: Path, *options: str
+) -> subprocess.Popen[str]:
+    """NeMo Gym 0.7.0's ``ng_collect_rollouts``, given only the fleet's head server (and ``options``)."""
     (work / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return subprocess.Popen(
         [
@@ -187,6 +191,7 @@ def collect(nemo_python: Path, state: FleetState, rows: list[dict[str, Any]], wo
             f"+head_server.port={state.head.port}",
             f"+input_jsonl_fpath={work / 'in.jsonl'}",
             f"+output_jsonl_fpath={work / 'out.jsonl'}",
+            *options,
         ],
         cwd=work,
         stdout=subprocess.PIPE,
@@ -332,9 +337,11 @@ def run_fleet(
         assert up.returncode == 0, up.stdout + up.stderr
         print(f"\nngym up: {time.monotonic() - started:.1f} s")
         envs = list(spec.environments)
-        holder = cluster.holders({n: state.servers[n].reason.removeprefix("ray node ") for n in envs})
+        holder = cluster.holders({n: state.servers[n].replicas[0].node for n in envs})
         addresses = {cluster.hosts.address(h) for h in ("node1", "node2")}
-        assert {state.servers[n].host for n in envs} == addresses  # on both worker hosts, none on the head
+        assert {state.servers[n].replicas[0].host for n in envs} == addresses  # on both worker hosts, none on head
+        # each one URL: the front's HAProxy on the head node (one backend for one replica)
+        assert {state.servers[n].host for n in envs} == {cluster.hosts.address("head")}
         dead = holder["nemo_counter"]
         lost = sorted(n for n in envs if holder[n] == dead)
         kept = sorted(n for n in envs if holder[n] != dead)
@@ -376,7 +383,9 @@ def run_fleet(
         rows2, expected2 = collector_rows(nemo_python, repeat=3)
         second = tmp_path / "collect2"
         second.mkdir()
-        run2 = collect(nemo_python, state, rows2, second)
+        # NeMo's own option for a run that loses rows: a failed rollout goes to its failures file and the run goes
+        # on (by default NeMo ends the whole run at the first failed rollout, the survivors' rows unwritten)
+        run2 = collect(nemo_python, state, rows2, second, "+route_failures_to_sidecar=true")
         # the kill comes once every environment has finished rollouts under load (Locust's start-up is slow
         # with five at once on two cores: a fixed delay killed the host before some had begun)
         deadline = time.monotonic() + 120
@@ -404,49 +413,64 @@ def run_fleet(
         print(f"profiles: {sum(r['users'] for r in results.values())} concurrent users in all")
         for env in kept:
             r = results[env]
-            assert r["rollouts_finished"] > 0 and r["rollouts_failed"] == 0 and r["reward_mismatches"] == 0, (env, r)
+            assert r["rollouts_finished"] > 0 and r["rollouts_failed"] == 0 and r["reward_mismatches"] == 0, (
+                env,
+                {k: r[k] for k in ("rollouts_finished", "rollouts_failed", "reward_mismatches", "errors")},
+            )
         for env in lost:
             r = results[env]
             # a reward that differs from the recording only on a verify marked as failed (masked session_lost)
             assert r["reward_mismatches"] <= r["judge_failures"], (env, r)
             assert r["rollouts_failed"] > 0, (env, r)  # the host died under it: loud
 
-        # NeMo's collector: its client retries a refused connection without end (NeMo's own policy: "the
-        # server may come back"), so a row of a dead host's environment never ends there. It is stopped once it
-        # wrote every row of the surviving environments (at most COLLECTOR_WAIT s): each must be right.
-        want_kept = {env: sum(1 for e, _ in expected2 if e == env) for env in kept}
+        # NeMo's collector FINISHES: every environment's URL is the front's HAProxy on the head node, which
+        # answers a dead node's environment with 503 at once (a refused connection, which NeMo's client retries
+        # without end, never reaches it). NeMo writes each row that ran to out.jsonl and each that failed to its
+        # failures sidecar (out_failures.jsonl, no reward). Every row ends in one of them.
+        try:
+            output2, _ = run2.communicate(timeout=COLLECTOR_WAIT)
+        except subprocess.TimeoutExpired:
+            run2.kill()
+            pytest.fail(f"NeMo's collector still ran {COLLECTOR_WAIT} s after the profiles ended (a hang)")
+        collected_at = time.monotonic() - killed_at
 
-        def written() -> list[dict[str, Any]]:
-            out = second / "out.jsonl"
+        def lines(name: str) -> list[dict[str, Any]]:
+            out = second / name
             return [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
 
-        def kept_done(rows: list[dict[str, Any]]) -> bool:
-            envs_of = [expected[r["_ng_task_index"]][0] for r in rows]  # NeMo numbers the distinct rows
-            return all(envs_of.count(env) >= n for env, n in want_kept.items())
+        def key(row: dict[str, Any]) -> tuple[int, int]:
+            return row["_ng_task_index"], row.get("_ng_rollout_index", 0)
 
-        deadline = time.monotonic() + COLLECTOR_WAIT
-        while run2.poll() is None and not kept_done(written()) and time.monotonic() < deadline:
-            time.sleep(1)
-        if run2.poll() is None:
-            run2.terminate()
-            run2.wait(timeout=30)
         right = masked_rows = 0
         seen: dict[str, int] = {}
-        for row in written():
-            env, want = expected[row["_ng_task_index"]]
+        ended: set[tuple[int, int]] = set()
+        for row in lines("out.jsonl"):
+            env, want = expected[row["_ng_task_index"]]  # NeMo numbers the distinct rows
             seen[env] = seen.get(env, 0) + 1
+            ended.add(key(row))
             if row.get("mask_sample"):
                 assert env in lost and row.get("failure_kind"), (env, row.get("failure_kind"))
                 masked_rows += 1
                 continue
             assert row.get("reward") == want, (env, want, row.get("reward"))
             right += 1
+        failed: dict[str, int] = {}
+        for row in lines("out_failures.jsonl"):  # one per attempt: no reward, a failure class
+            env, _ = expected[row["_ng_task_index"]]
+            assert env in lost, (env, row.get("_ng_failure_class"), row.get("_ng_failure_message"))
+            assert row.get("_ng_failure_class") and row.get("reward") is None, row
+            if key(row) not in ended:
+                failed[env] = failed.get(env, 0) + 1
+                ended.add(key(row))
+        want_kept = {env: sum(1 for e, _ in expected2 if e == env) for env in kept}
         for env, n in want_kept.items():  # every row of a surviving environment came back, right
-            assert seen.get(env, 0) == n, (env, seen, want_kept)
-        unfinished = len(rows2) - sum(seen.values())
+            assert seen.get(env, 0) == n, (env, seen, want_kept, output2[-3000:])
+        assert len(ended) == len(rows2), (len(ended), len(rows2), output2[-3000:])  # every row ended
+        assert sum(failed.values()) > 0, output2[-3000:]  # the dead host's rows failed, loudly
         print(
-            f"collector, host killed mid-run: {right} right, {masked_rows} masked, {unfinished} of the dead "
-            f"host's never finished (stopped) of {len(rows2)}; profiles ended {profiled:.0f} s after the kill"
+            f"collector, host killed mid-run: finished (exit {run2.returncode}) {collected_at:.0f} s after the "
+            f"kill: {right} right, {masked_rows} masked, {sum(failed.values())} failed {failed} (NeMo's failures "
+            f"file) of {len(rows2)}; profiles ended {profiled:.0f} s after the kill"
         )
 
         status = ngym("status", str(path), "--json", "--interval", "0", cwd=tmp_path)

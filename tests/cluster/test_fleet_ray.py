@@ -6,7 +6,8 @@ with a veth on one bridge (10.220.0.0/24), so the environments listen on their n
 CPUs and two worker nodes with one CPU each, so Ray must put each of the two environments on its own worker node.
 Rollouts run on both; the node holding the counter environment is killed (its whole process group, SIGKILL) while
 rollouts are in flight. Every rollout on the surviving node scores right; every rollout on the dead node ends as a loud
-failure (connection error or 5xx), never a wrong reward and never a hang; ``ngym status`` shows it down; ``ngym down``
+failure (5xx from the front's HAProxy, which serves every environment's URL on the head node), never a wrong
+reward and never a hang; ``ngym status`` shows it down; ``ngym down``
 leaves nothing. ``make fleet-ray`` runs this (needs ``pip install 'ngym[ray]'``; about a minute).
 """
 
@@ -100,10 +101,13 @@ def test_a_fleet_on_a_ray_cluster_survives_a_lost_node_without_a_wrong_reward(cl
         assert up.returncode == 0, up.stdout + up.stderr
         urls = {n: f"http://{r.host}:{r.port}" for n, r in state.servers.items()}
         # Ray placed them apart: one CPU per worker node, none on the head
-        placed = {name: state.servers[name].reason.removeprefix("ray node ") for name in urls}
+        placed = {name: state.servers[name].replicas[0].node for name in urls}
         holder = cluster.holders(placed)
         assert sorted(holder.values()) == ["node1", "node2"]
-        assert {r.host for r in state.servers.values()} == {f"{SUBNET}.11", f"{SUBNET}.12"}  # on their hosts
+        assert {r.replicas[0].host for r in state.servers.values()} == {f"{SUBNET}.11", f"{SUBNET}.12"}
+        # each one URL is the front's HAProxy on the head node, even for one replica: a lost node's environment
+        # then answers 503 at once instead of a refused connection (which NeMo Gym's client retries forever)
+        assert {r.host for r in state.servers.values()} == {cluster.hosts.address("head")}
 
         assert rollout(urls["counter"], 4) == 1.0 and rollout(urls["weather"], 0) == 1.0
         outcomes: dict[str, list[str]] = {"weather": [], "counter": []}
@@ -133,8 +137,9 @@ def test_a_fleet_on_a_ray_cluster_survives_a_lost_node_without_a_wrong_reward(cl
         assert not [o for o in outcomes["counter"] if o.startswith("WRONG")]  # the lost node: loud, never wrong
         assert any(o.startswith("failed") for o in outcomes["counter"])
         print("ray fleet outcomes:", {n: {o: v.count(o) for o in set(v)} for n, v in outcomes.items()})
-        with pytest.raises(httpx.HTTPError):
+        with pytest.raises(httpx.HTTPStatusError) as lost:  # an HTTP answer, fast: not a refused connection
             rollout(urls["counter"], 4)
+        assert lost.value.response.status_code == 503
 
         status = ngym("status", "fleet.yaml", "--json", "--interval", "0")
         rows = {r["name"]: r for r in json.loads(status.stdout)}

@@ -40,7 +40,7 @@ ray = pytest.importorskip("ray", reason="pip install 'ngym[ray]'")
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
-from nemo_replay_inprocess import verify_payloads  # noqa: E402
+from nemo_envs import verify_payloads  # noqa: E402 (moved here from nemo_replay_inprocess by i23-small)
 
 SUBNET = "10.223.0"
 FLEET = "i20r-fleet"

@@ -28,7 +28,7 @@ from .conftest import BASE_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
-from nemo_replay_inprocess import verify_payloads  # noqa: E402
+from nemo_envs import verify_payloads  # noqa: E402 (moved here from nemo_replay_inprocess by i23-small)
 
 FLEET = "i20r-fleet-compose-nemo"
 ENV_NAME = "example_multi_step"

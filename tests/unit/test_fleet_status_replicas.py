@@ -16,11 +16,11 @@ from ngym.fleet.state import FleetState, ReplicaRecord, ServerRecord
 from ngym.fleet.status import fleet_status
 
 
-def serve(body: dict[str, Any]) -> ThreadingHTTPServer:
+def serve(body: dict[str, Any], status: int = 200) -> ThreadingHTTPServer:
     class Health(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             data = json.dumps(body).encode()
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.end_headers()
@@ -75,3 +75,26 @@ def test_a_replica_that_does_not_answer_is_counted_out(servers: list[ThreadingHT
     (row,) = [r for r in fleet_status(state_of(servers, dead_port=port), interval=0) if r.name == "counter"]
     assert row.health == "ok" and row.live_sessions == 8
     assert row.reason.startswith("2/3 replicas answer")
+
+
+def test_one_replica_behind_a_router_is_read_through_it(servers: list[ThreadingHTTPServer]) -> None:
+    # the ray engine puts even one replica behind HAProxy: its row says how many replicas answer
+    (row,) = [r for r in fleet_status(state_of(servers[:2]), interval=0) if r.name == "counter"]
+    assert row.health == "ok" and row.live_sessions == 3
+    assert row.reason.startswith("1/1 replicas answer")
+
+
+def test_a_router_with_no_replica_left_reads_down() -> None:
+    # HAProxy answers 503 once its only replica's node is lost: the environment is down, not "unhealthy"
+    router = serve({}, status=503)
+    dead = serve({})
+    port = int(dead.server_address[1])
+    dead.shutdown()
+    dead.server_close()
+    try:
+        state = state_of([router], dead_port=port)
+        (row,) = [r for r in fleet_status(state, interval=0) if r.name == "counter"]
+        assert row.health == "down"
+    finally:
+        router.shutdown()
+        router.server_close()
