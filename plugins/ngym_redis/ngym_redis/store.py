@@ -183,6 +183,12 @@ def check_url(url: str) -> None:
         raise ConfigError(f"invalid Redis URL {redacted(url)}: the path must be a database number, e.g. /0")
 
 
+#: connections one store (one serving process) keeps to Redis at most; more concurrent commands queue for one
+POOL_CONNECTIONS = 64
+#: how long a command waits for a free connection before it fails (a SessionStoreError, answered 503)
+POOL_WAIT_SECONDS = 10.0
+
+
 class RedisSessionStore(SessionStore):
     """A ``SessionStore`` in Redis (see the module docstring for keys, expiry and the close hook)."""
 
@@ -209,13 +215,19 @@ class RedisSessionStore(SessionStore):
         self.ttl_ms = max(1, int(ttl_seconds * 1000))
         #: Redis' own expiry of a record: a backstop well after the sweep's.
         self.key_ttl_ms = 2 * self.ttl_ms + 60_000
-        self._redis = client or aioredis.Redis.from_url(
+        # A blocking pool: past POOL_CONNECTIONS commands at once a request waits for a connection (up to
+        # POOL_WAIT_SECONDS) instead of failing. redis-py's default pool fails the 101st concurrent command with
+        # "Too many connections": found at 1,000 concurrent rollouts on one environment (3,895 failed requests).
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=POOL_CONNECTIONS,
+            timeout=POOL_WAIT_SECONDS,
             socket_connect_timeout=2,
             socket_timeout=5,
             retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
             retry_on_error=[RedisConnectionError, RedisTimeoutError],
         )
+        self._redis = client or aioredis.Redis(connection_pool=pool)
         register = self._redis.register_script
         self._create, self._load, self._save = register(CREATE), register(LOAD), register(SAVE)
         self._remove, self._expired, self._claim = register(REMOVE), register(EXPIRED), register(CLAIM)

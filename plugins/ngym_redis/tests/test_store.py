@@ -45,6 +45,18 @@ async def test_create_load_save_remove_round_trip_the_state(redis_url: str) -> N
     await store.aclose()
 
 
+async def test_more_concurrent_commands_than_the_pool_holds_wait_for_a_connection(redis_url: str) -> None:
+    """1,000 rollouts at once on one server: commands beyond the pool's connections queue, none fails (redis-py's
+    default pool failed the 101st concurrent command with "Too many connections")."""
+    store = make_store(redis_url, bound=2000)
+    ids = [f"c{i}" for i in range(600)]
+    await asyncio.gather(*(store.create(i, SessionRecord(state=Board(owner=i))) for i in ids))
+    loaded = await asyncio.gather(*(store.load(i) for i in ids))
+    assert [r.state.owner for r in loaded if r is not None] == ids
+    assert await store.count() == len(ids)
+    await store.aclose()
+
+
 async def test_two_store_instances_see_each_others_sessions(redis_url: str) -> None:
     one, two = make_store(redis_url), make_store(redis_url)
     await one.create("s", SessionRecord(state=Board(owner="one")))
