@@ -171,6 +171,7 @@ def rollout(
         click.echo(
             f"{summary.done} rollouts written, {summary.skipped} already done, {len(summary.failed)} failed"
             f" → {summary.output}; mean reward {mean}"
+            + (f" ({summary.masked} masked, left out of the mean)" if summary.masked else "")
         )
         for failure in summary.failed[:5]:
             click.echo(f"  failed {failure['_ng_task_index']}.{failure['_ng_rollout_index']}: {failure['error']}")

@@ -203,6 +203,17 @@ def verify_responses(
 
 
 def mean_reward(results: Iterable[Mapping[str, Any]]) -> float | None:
-    """The mean numeric ``reward`` of these results; ``None`` when none has one."""
-    rewards = [float(r["reward"]) for r in results if isinstance(r.get("reward"), int | float)]
+    """The mean numeric ``reward`` of these results, masked ones left out; ``None`` when none counts.
+
+    A masked result (``mask_sample``: its session was lost, its judge failed) carries a placeholder reward the
+    model did not earn: counting its 0.0 would quietly lower the mean, the wrong number a trainer must not see.
+    """
+    rewards = [
+        float(r["reward"]) for r in results if isinstance(r.get("reward"), int | float) and not r.get("mask_sample")
+    ]
     return sum(rewards) / len(rewards) if rewards else None
+
+
+def masked_count(results: Iterable[Mapping[str, Any]]) -> int:
+    """How many results are masked (``mask_sample``): reported beside the mean they are left out of."""
+    return sum(1 for r in results if r.get("mask_sample"))

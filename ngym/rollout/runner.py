@@ -35,6 +35,7 @@ from ngym.rollout.ledger import (
     done_keys,
     drop_truncated_tail,
     json_line,
+    masked_count,
     mean_reward,
     pending,
     read_jsonl,
@@ -100,7 +101,8 @@ class RolloutSummary:
     done: int  # rollouts written by this run
     skipped: int  # already in the output (resume)
     failed: list[dict[str, Any]]
-    mean_reward: float | None  # over every line of the output
+    mean_reward: float | None  # over every line of the output that is not masked
+    masked: int  # lines of the output masked (mask_sample): left out of the mean
     aggregate_metrics: dict[str, Any]
     env_url: str
     model_url: str
@@ -113,6 +115,7 @@ class RolloutSummary:
             "skipped": self.skipped,
             "failed": self.failed,
             "mean_reward": self.mean_reward,
+            "masked": self.masked,
             "aggregate_metrics": self.aggregate_metrics,
             "env_url": self.env_url,
             "model_url": self.model_url,
@@ -319,6 +322,7 @@ async def _run(
         skipped=len(existing),
         failed=sorted(failed, key=lambda f: (f[TASK_INDEX_KEY], f[ROLLOUT_INDEX_KEY])),
         mean_reward=mean_reward(everything),
+        masked=masked_count(everything),
         aggregate_metrics=aggregate,
         env_url=env_url,
         model_url=model_url,

@@ -172,6 +172,14 @@ def test_mean_reward_over_numeric_rewards() -> None:
     assert ledger.mean_reward([{}]) is None
 
 
+def test_masked_results_are_left_out_of_the_mean_and_counted() -> None:
+    """A masked 0.0 (session lost, judge failed) is a placeholder, not a score: the mean is the unmasked one's."""
+    results = [{"reward": 1.0}, {"reward": 0.0, "mask_sample": True, "failure_kind": "session_lost"}]
+    assert ledger.mean_reward(results) == 1.0
+    assert ledger.masked_count(results) == 1
+    assert ledger.mean_reward(results[1:]) is None
+
+
 def test_json_line_is_what_ngym_rollout_writes() -> None:
     record = result(0, 0, text="é ✓", reward=1.0)
     assert ledger.json_line(record) == (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
