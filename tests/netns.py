@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 
 def sh(*command: str) -> None:
@@ -110,3 +111,19 @@ def hosts(prefix: str, subnet: str, names: list[str]) -> Iterator[Hosts]:
     """:class:`Hosts` made on entry and dropped (with their processes) on exit."""
     with Hosts(prefix, subnet, names) as made:
         yield made
+
+
+def kill_marked(marker: str) -> int:
+    """SIGKILL every process whose command line holds ``marker`` (e.g. a temp folder a test gave it): what a run
+    killed outright left running outside its namespaces. Returns how many were found."""
+    found = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+                found += 1
+        except (OSError, ProcessLookupError):
+            continue  # gone, or not ours to read
+    return found

@@ -36,6 +36,9 @@ class Cluster:
 
     def __init__(self, hosts: Hosts, workers: int = 2, cpus_per_worker: int = 1) -> None:
         self.hosts, self.workers, self.cpus = hosts, workers, cpus_per_worker
+        # what a run killed outright left of its cluster's files (its hosts and processes went with hosts.make())
+        for stale in Path("/tmp").glob(f"{hosts.prefix}ray-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         self.temp = tempfile.mkdtemp(prefix=f"{hosts.prefix}ray-", dir="/tmp")  # short: Ray's unix socket paths
         self.port = free_port()
         self.address = f"{hosts.address('head')}:{self.port}"

@@ -51,7 +51,7 @@ from ngym.fleet.state import FleetState
 ray = pytest.importorskip("ray", reason="pip install 'ngym[ray]'")
 
 from tests.cluster.ray_cluster import ENV, Cluster, free_port  # noqa: E402 (after the importorskip)
-from tests.netns import Hosts  # noqa: E402
+from tests.netns import Hosts, kill_marked  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SUBNET = "10.221.0"
@@ -265,6 +265,9 @@ def test_one_fleet_of_five_environments_over_hosts_loses_a_host_without_a_wrong_
     run_fleet(cluster, nemo_python, tmp_path, path, spec, up, started)
 
 
+NEMO_RAY_PREFIX = "i20enemo-"
+
+
 class NemoRay:
     """One Ray instance for NeMo Gym's own servers, from NeMo's venv, on the machine.
 
@@ -276,7 +279,12 @@ class NemoRay:
 
     def __init__(self, nemo_python: Path) -> None:
         self.ray = str(nemo_python.parent / "ray")
-        self.temp = tempfile.mkdtemp(prefix="i20enemo-", dir="/tmp")
+        # What a run killed outright left: NeMo's Ray runs on the machine, not in a namespace, so the hosts'
+        # clean-up does not reach it; its processes carry their temp folder in their command lines.
+        kill_marked(f"/tmp/{NEMO_RAY_PREFIX}")
+        for stale in Path("/tmp").glob(f"{NEMO_RAY_PREFIX}*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        self.temp = tempfile.mkdtemp(prefix=NEMO_RAY_PREFIX, dir="/tmp")
         self.port = free_port()
         self.address, self.log = f"127.0.0.1:{self.port}", Path(self.temp) / "ray.log"
         self.start()
