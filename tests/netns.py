@@ -113,15 +113,21 @@ def hosts(prefix: str, subnet: str, names: list[str]) -> Iterator[Hosts]:
         yield made
 
 
+#: set in the environment of what a test starts outside its namespaces (``ngym up``'s ``servers:``), so that a
+#: later run can find and kill what a run killed outright left
+RUN_MARK = "NGYM_TEST_RUN"
+
+
 def kill_marked(marker: str) -> int:
-    """SIGKILL every process whose command line holds ``marker`` (e.g. a temp folder a test gave it): what a run
-    killed outright left running outside its namespaces. Returns how many were found."""
-    found = 0
+    """SIGKILL every process whose command line or environment holds ``marker`` (a temp folder a test gave it, or
+    a variable a test set for what it starts, e.g. ``RUN_MARK + "=i20e"``): what a run killed outright left
+    running outside its namespaces. Returns how many were found."""
+    found, wanted = 0, marker.encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if marker.encode() in (entry / "cmdline").read_bytes():
+            if wanted in (entry / "cmdline").read_bytes() or wanted + b"\0" in (entry / "environ").read_bytes():
                 os.kill(int(entry.name), signal.SIGKILL)
                 found += 1
         except (OSError, ProcessLookupError):

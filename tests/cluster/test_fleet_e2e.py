@@ -51,9 +51,10 @@ from ngym.fleet.state import FleetState
 ray = pytest.importorskip("ray", reason="pip install 'ngym[ray]'")
 
 from tests.cluster.ray_cluster import ENV, Cluster, free_port  # noqa: E402 (after the importorskip)
-from tests.netns import Hosts, kill_marked  # noqa: E402
+from tests.netns import RUN_MARK, Hosts, kill_marked  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+PREFIX = "i20e"  # its namespaces, and the mark of what it starts outside them
 SUBNET = "10.221.0"
 REDIS_PORT = 6379  # inside the redis host's own namespace: no other process of the machine can hold it
 #: concurrent Locust users over the five environments, and how long each profile runs
@@ -76,7 +77,8 @@ COLLECTED = {
 def cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("redis-server"):
         pytest.fail("the end-to-end fleet test needs root, iproute2 (network namespaces) and redis-server")
-    with Hosts("i20e", SUBNET, ["head", "node1", "node2", "redis"]) as hosts:
+    kill_marked(f"{RUN_MARK}={PREFIX}")  # what a run killed outright left outside the namespaces
+    with Hosts(PREFIX, SUBNET, ["head", "node1", "node2", "redis"]) as hosts:
         made = Cluster(hosts, workers=2, cpus_per_worker=3)
         redis = subprocess.Popen(
             [*hosts.exec_argv("redis"), "redis-server", "--bind", hosts.address("redis"), "--port", str(REDIS_PORT)]
@@ -261,7 +263,8 @@ def test_one_fleet_of_five_environments_over_hosts_loses_a_host_without_a_wrong_
 
     started = time.monotonic()
     nemo_ray.wait()  # NeMo's environment servers start Ray: one for them all
-    up = ngym("up", str(path), cwd=tmp_path, timeout=600, env={**ENV, "RAY_ADDRESS": nemo_ray.address})
+    mark = {RUN_MARK: PREFIX}  # ngym up's servers: run on the machine; a killed run's are found by it
+    up = ngym("up", str(path), cwd=tmp_path, timeout=600, env={**ENV, "RAY_ADDRESS": nemo_ray.address, **mark})
     run_fleet(cluster, nemo_python, tmp_path, path, spec, up, started)
 
 
