@@ -6,13 +6,19 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
+import pydantic_core
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict
 
 from ngym.server import input_errors
-from ngym.server.input_errors import _MAYBE_NON_FINITE, StrictJSONRoute, may_hold_non_finite, validation_error_handler
+from ngym.server.input_errors import (
+    StrictJSONRoute,
+    may_hold_non_finite,
+    non_finite_errors,
+    validation_error_handler,
+)
 from ngym.testing import RolloutClient, make_response
 
 JSON = {"content-type": "application/json"}
@@ -147,25 +153,59 @@ async def test_a_tool_call_and_verify_parse_their_body_once_from_the_bytes(
     assert calls[0] == 0  # validated straight from the bytes: no dict built first
 
 
+async def test_a_verify_body_with_nemo_gym_ids_is_read_once_from_the_bytes(
+    weather_http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NeMo Gym's rollouts carry ids like ``resp_9d1e9866...`` (an "e" and three digits): such a body was taken for
+    one that may hold a non-finite number, parsed to a dict and walked, off the direct road (issue 22)."""
+    rollout = RolloutClient(weather_http)
+    await rollout.call("/seed_session", {"responses_create_params": {"input": "weather?"}})
+    calls = _count_parses(monkeypatch)
+    response = make_response(calls=[("get_weather", {"city": "Paris"})])
+    response["id"] = "resp_9d1e9866540c42be9"
+    verified = await rollout.call("/verify", {"responses_create_params": {"input": "weather?"}, "response": response})
+    assert verified["reward"] == 1.0
+    assert calls[0] == 0
+
+
 @pytest.mark.parametrize(
     "raw",
     [
         b'{"a": NaN}',
         b"[-Infinity]",
+        b"  -Infinity",
         b'{"a": 1e400}',
-        b'{"a": 1E+308}',
+        b'{"a":\n\t-1e999}',
+        b"1e400",
         b'{"a": 1.5e0400}',
-        b"[%s]" % (b"7" * 300),
-        b'{"a": 1e30, "b": "file123", "c": -1e-400}',
-        b'{"text": "the word NaN in model output"}',
+        # 251 digits and a 2-digit exponent: beyond a double's range, missed by the check before (it wanted 300)
+        b'{"a": %se99}' % (b"9" * 251),
     ],
 )
 def test_the_quick_non_finite_check_misses_nothing_the_exact_one_finds(raw: bytes) -> None:
-    """Each sample matches the exact check (or is a harmless false alarm: the word NaN): the quick one says maybe."""
-    assert _MAYBE_NON_FINITE.search(raw) or b"NaN" in raw
+    """Each sample parses to a non-finite number: the quick check says maybe, and the exact one finds it."""
+    assert non_finite_errors(raw, pydantic_core.from_json(raw))
     assert may_hold_non_finite(raw)
 
 
-@pytest.mark.parametrize("raw", [b'{"a": 1e30, "b": [1.5, -2, 3e-99]}', b'{"city": "Paris", "days": 12}', b"{}"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": 1e30, "b": [1.5, -2, 3e-99]}',
+        b'{"city": "Paris", "days": 12}',
+        b"{}",
+        # NeMo Gym's ids hold an "e" and three digits in most rollouts: not a number, so not a candidate
+        b'{"response": {"id": "resp_9d1e9866540c42be9", "output": [{"id": "msg_1e100"}]}}',
+        b'{"a": 1e30, "b": "file123", "c": -1e-400}',
+        b'{"text": "the word NaN in model output, and Infinity too"}',
+    ],
+)
 def test_the_quick_non_finite_check_passes_plain_numbers(raw: bytes) -> None:
     assert not may_hold_non_finite(raw)
+
+
+def test_the_quick_non_finite_check_says_maybe_past_too_many_candidates() -> None:
+    """A body made of candidates that are not numbers costs a bounded number of checks, then goes the exact road."""
+    raw = b'{"ids": "%s"}' % (b"x1e100 " * 1000)
+    assert may_hold_non_finite(raw)
+    assert non_finite_errors(raw) == []
