@@ -8,6 +8,10 @@ the OpenAI SDK's pydantic models, not dicts. Every item model here subclasses th
 ``NeMoGymResponseCreateParamsNonStreaming`` is strict (an unknown key is a validation error), as NeMo Gym's is.
 Items are told apart by :func:`_item_tag`: by ``type``, and for messages by role and content (a user or system
 message may appear inside a response's ``output``, as local agents put the prompt there).
+
+A body read straight from JSON (ngym's direct road: ``model_validate_json``) reaches the SDK's tool unions as
+Python objects (:data:`_FROM_PYTHON`): read from JSON, pydantic-core builds each tool's ``Dict[str, object]`` (its
+JSON schema) again for every member of the union it tries, 5-15 times the work of reading the body once.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from openai.types.responses.response_input_content_param import ResponseInputCon
 from openai.types.responses.response_input_item import FunctionCallOutput, Message
 from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import ResponseUsage
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from openai.types.responses.tool import Tool
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from nemo_gym.server_utils import MAX_NUM_TRIES, get_response_json, raise_for_status, request
 from ngym.plugin_api import ResponseCreateParams
@@ -304,6 +309,18 @@ NeMoGymResponseInput: TypeAlias = list[NeMoGymResponseInputItem]  # type: ignore
 # ---- request parameters -----------------------------------------------------------------------------
 
 
+def _as_is(value: Any) -> Any:
+    return value
+
+
+#: A before-validator that changes nothing: what it wraps is validated from the Python objects pydantic-core
+#: makes of the JSON once, not from the JSON itself. Read from JSON, a union of models holding ``Dict[str, object]``
+#: (the SDK's tools: their parameters' JSON schema) builds that dict again for each member it tries: on NeMo Gym's
+#: tool environments the body took 3-15x as long to validate as ``json.loads`` plus Python validation (issue 22,
+#: structured_outputs 7.4 ms vs 0.5 ms per verify body). Same values, same errors, either way.
+_FROM_PYTHON = BeforeValidator(_as_is)
+
+
 class NeMoGymResponseCreateParamsNonStreaming(ResponseCreateParams):
     """``responses_create_params``: ngym's strict request fields (an unknown key is an error), with the OpenAI
     SDK's input items and tool types, as NeMo Gym declares them."""
@@ -311,6 +328,12 @@ class NeMoGymResponseCreateParamsNonStreaming(ResponseCreateParams):
     input: str | NeMoGymResponseInput  # type: ignore[assignment]
     tool_choice: ToolChoice = "auto"  # type: ignore[assignment]
     tools: list[ToolParam] = Field(default_factory=list)  # type: ignore[assignment]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_python(cls, data: Any) -> Any:
+        """The whole of it from Python objects (see ``_FROM_PYTHON``): its tools and the ``text`` format's schema."""
+        return data
 
 
 # ---- responses --------------------------------------------------------------------------------------
@@ -369,6 +392,7 @@ class NeMoGymResponse(Response):
 
     output: list[NeMoGymResponseOutputItem]  # type: ignore[assignment]
     usage: NeMoGymResponseUsage | None = None
+    tools: Annotated[list[Tool], _FROM_PYTHON]  # type: ignore[assignment]
 
     def function_calls(self) -> list[NeMoGymResponseFunctionToolCall]:
         """The tool calls of the trajectory, in order (the method ngym's own ``Response`` has, which ngym's verify

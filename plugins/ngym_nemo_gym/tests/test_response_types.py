@@ -20,6 +20,7 @@ from nemo_gym.openai_utils import (
     NeMoGymResponseReasoningItem,
 )
 from openai.types.responses import FunctionTool, ResponseOutputMessage
+from pydantic import BeforeValidator
 
 from ngym.testing import app_for_class, serve_in_process
 
@@ -140,3 +141,43 @@ def test_a_typed_seed_answer_takes_nemos_sandbox_access_model() -> None:
     assert dumped["sandbox_access"]["workdir"] == "/app"
     assert dumped["sandbox_access"]["connection"]["descriptor"] == {"id": "box-1"}
     assert ResourcesSeedSessionResponse.model_validate(dumped).sandbox_access == access
+
+
+def _tool(index: int) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {f"field_{i}": {"type": "string"} for i in range(20)}}
+    return {"type": "function", "name": f"tool_{index}", "description": "d", "parameters": schema, "strict": True}
+
+
+def test_a_json_body_with_tools_reads_as_the_same_objects_through_python() -> None:
+    """Read straight from JSON, the request and the response validate their SDK tool unions from Python objects
+    (issue 22: from JSON, pydantic-core rebuilt each tool's schema dict for every union member it tried; a
+    structured_outputs verify body took 7.4 ms instead of 0.5 ms). The objects are the same as before either way."""
+    import json
+
+    params = {
+        "input": "q",
+        "tools": [_tool(i) for i in range(3)],
+        "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}}},
+    }
+    response = _response("r", "a", tools=[_tool(i) for i in range(3)])
+    for model, body in ((NeMoGymResponseCreateParamsNonStreaming, params), (NeMoGymResponse, response)):
+        from_json = model.model_validate_json(json.dumps(body))
+        assert from_json == model.model_validate(body)
+    assert isinstance(NeMoGymResponse.model_validate_json(json.dumps(response)).tools[0], FunctionTool)
+    # the reading from Python objects itself: a before-validator around the params, and around the response's tools
+    validators = NeMoGymResponseCreateParamsNonStreaming.__pydantic_decorators__.model_validators.values()
+    assert [v.info.mode for v in validators] == ["before"]
+    assert any(isinstance(m, BeforeValidator) for m in NeMoGymResponse.model_fields["tools"].metadata)
+
+
+def test_a_bad_tool_is_refused_alike_from_json_and_from_python() -> None:
+    import json
+
+    from pydantic import ValidationError
+
+    params = {"input": "q", "tools": [{"type": "function", "name": 3, "parameters": {}}]}
+    with pytest.raises(ValidationError) as from_json:
+        NeMoGymResponseCreateParamsNonStreaming.model_validate_json(json.dumps(params))
+    with pytest.raises(ValidationError) as from_python:
+        NeMoGymResponseCreateParamsNonStreaming.model_validate(params)
+    assert [e["loc"] for e in from_json.value.errors()] == [e["loc"] for e in from_python.value.errors()]
