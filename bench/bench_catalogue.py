@@ -126,7 +126,7 @@ def summary_row(name: str, shape: str, outcome: dict) -> str:
                 merged.setdefault(row, set()).update(json.dumps(v) for v in values)
         rewards[label] = json.dumps({row: sorted(v) for row, v in sorted(merged.items())}, sort_keys=True)
     nemo, ngym = med["NeMo Gym"], med["ngym"]
-    same = rewards["NeMo Gym"] == rewards["ngym"]
+    same = len(set(rewards.values())) == 1  # every server, ngym before a change too
     rows = len(json.loads(rewards["ngym"]))
     verdict = f"yes ({rows}/{outcome['rows']} rows)" if same else "**DIFFER**"
     if not nemo["rollouts_per_s"]:
@@ -139,7 +139,18 @@ def summary_row(name: str, shape: str, outcome: dict) -> str:
         f"| {name} | {shape} | {nemo['rollouts_per_s']:.1f} | {ngym['rollouts_per_s']:.1f} | "
         f"{ngym['rollouts_per_s'] / nemo['rollouts_per_s']:.2f}× | "
         f"{nemo['cpu_ms_per_rollout'] / max(ngym['cpu_ms_per_rollout'], 1e-9):.2f}× | "
-        f"{nemo['health_p99_ms']:.1f} / {ngym['health_p99_ms']:.1f} | {verdict}{errors} |"
+        f"{nemo['health_p99_ms']:.1f} / {ngym['health_p99_ms']:.1f} | {verdict}{errors} |{before_cells(med)}"
+    )
+
+
+def before_cells(med: dict[str, dict[str, float]]) -> str:
+    """With ``--before``: ngym before the change, its rollouts/s and CPU per rollout against NeMo Gym's."""
+    before, nemo = med.get("ngym before"), med["NeMo Gym"]
+    if before is None or not before["rollouts_per_s"]:
+        return ""
+    return (
+        f" {before['rollouts_per_s']:.1f} ({before['rollouts_per_s'] / nemo['rollouts_per_s']:.2f}×) | "
+        f"{nemo['cpu_ms_per_rollout'] / max(before['cpu_ms_per_rollout'], 1e-9):.2f}× |"
     )
 
 
@@ -158,8 +169,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="environments installed at once (first run)")
     parser.add_argument("--judge", choices=("haproxy", "uvicorn"), default="haproxy")
     parser.add_argument("--prepare-only", action="store_true", help="only build the venvs")
+    parser.add_argument(
+        "--before",
+        metavar="DIR",
+        help="also serve with the ngym and ngym-nemo-gym sources in DIR (e.g. `git archive main ngym plugins | tar "
+        "-x -C DIR`): a third server, ngym before a change, in the same alternating rounds",
+    )
     args = parser.parse_args()
-    args.shipped_only = True  # bench_heavy's fork-template variants are its own subject
+    args.shipped_only = not args.before  # bench_heavy's fork-template variants are its own subject
+    if args.before:  # its sources first on the path: the editable installs' finders come after sys.path
+        before = Path(args.before).resolve()
+        path = f"{before}:{before / 'plugins' / 'ngym_nemo_gym'}"
+        bh.VARIANTS = {"ngym": {}, "ngym before": {"PYTHONPATH": path}}
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwind through the servers' finally blocks
     items = ne.load_envs(args.envs.split(","))
     skipped = {item.name: reason for item in items if (reason := not_runnable(item))}
@@ -191,7 +212,11 @@ def main() -> None:
         (ne.WORK / "logs" / item.name / "bench.json").write_text(json.dumps(outcome, default=list))
         print("\n".join(bh.summarise(item.name, outcome)), flush=True)
         summary.append(summary_row(item.name, CATALOGUE.get(item.name, ""), outcome))
-    print(f"\nload average at the end {os.getloadavg()[0]:.1f}\n\n{TABLE_HEADER}")
+    header = TABLE_HEADER
+    if args.before:
+        header = header.replace(" |\n", " | ngym before rollouts/s (/ NeMo) | CPU per rollout, NeMo / ngym before |\n")
+        header += "---|---|"
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}\n\n{header}")
     print("\n".join(summary))
     if skipped:
         print("\nNot runnable here:\n")

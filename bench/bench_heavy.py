@@ -141,6 +141,7 @@ def start_servers(
         config,
         str(port),
         json.dumps(urls),
+        json.dumps(values),  # the policy_* values its config reads (verifif's judge is ${policy_base_url})
     ]
     env = {**os.environ, "PYTHONPATH": f"{folder}:{run_root}"}
     servers["NeMo Gym"] = (
