@@ -18,7 +18,7 @@ quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1;
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions
+.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -105,6 +105,11 @@ bench: install
 # docs/performance.md's tables rerun side by side, printed as markdown (~15 min once bench_heavy's venvs exist)
 bench-table: install
 	$(PY) bench/bench_table.py
+
+# NeMo Gym's catalogue beyond the table above: ~25 environments side by side with NeMo Gym 0.7.0 (~15 min once
+# their venvs exist; the first run installs them, ~10 min), and the reason for each that cannot run here
+bench-catalogue: install
+	$(PY) bench/bench_catalogue.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
