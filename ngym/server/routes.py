@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from ngym.errors import JudgeError
+from ngym.server.env_loop import placed, wanted
 from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
@@ -59,12 +60,13 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     seed_model = seed_body_model(type(server))
     # Read once here, not per request: the manager is a pydantic private attribute, a ~3 us lookup per read.
     sessions = server.sessions
+    author = AuthorCalls.of(server)
 
     async def seed_session(request: Request) -> Any:
-        return await seed_session_route(server, request, sessions)
+        return await seed_session_route(server, request, sessions, author)
 
     async def close_session(request: Request) -> Any:
-        return await close_session_route(server, request, sessions)
+        return await close_session_route(server, request, sessions, author)
 
     # Both take only the request (they read their own bodies): RequestOnlyRoute calls them without FastAPI's
     # per-request parameter machinery.
@@ -93,6 +95,22 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     app.get("/reverify_mode")(reverify_mode)
 
 
+class AuthorCalls:
+    """The author's hooks the standard routes call, each on the environment loop when the server wants it
+    (``ngym.server.env_loop``); with ``author=None`` a route calls the server's methods as they are."""
+
+    def __init__(self, server: SimpleResourcesServer) -> None:
+        cls = type(server)
+        self.seed_session = placed(cls, server.seed_session)
+        self.seed_resources_session = placed(cls, server.seed_resources_session)
+        self.close_resources_session = placed(cls, server.close_resources_session)
+
+    @classmethod
+    def of(cls, server: SimpleResourcesServer) -> AuthorCalls | None:
+        """The server's hooks placed on the environment loop, or None when it does not want one."""
+        return cls(server) if wanted(type(server)) else None
+
+
 def add_health_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     """Liveness (``/``, ``/healthz``, ``/livez``, ``/readyz``) and readiness (``/health``) on ``app``: what
     ``ngym run``, ``ngym profile`` and the image's HEALTHCHECK wait for. A hand-built app (NeMo Gym's
@@ -119,13 +137,15 @@ def _typed_seed_body(raw: bytes) -> tuple[ResourcesSeedSessionRequest, Any] | No
     return None
 
 
-async def seed_session_route(server: SimpleResourcesServer, request: Request, sessions: SessionManager) -> Any:
+async def seed_session_route(
+    server: SimpleResourcesServer, request: Request, sessions: SessionManager, author: AuthorCalls | None = None
+) -> Any:
     """``/seed_session``: parse the body once, let the manager keep the session protocol, call the author."""
     raw = await request.body()
     session = server.bound_session(request)
     typed = _typed_seed_body(raw)
     if typed is not None:
-        return await _typed_seed(server, request, session, typed[0], sessions)
+        return await _typed_seed(server, request, session, typed[0], sessions, author)
     mcp = server.mcp_exposure
     model = seed_body_model(type(server))
     row: Any = None
@@ -134,7 +154,8 @@ async def seed_session_route(server: SimpleResourcesServer, request: Request, se
     else:  # the row's own keys go into the MCP metadata: parsed once, validated from the parsed value
         row = parse_body(raw)
         body = validate_body(model, row)
-    result = await sessions.seed_row(session, lambda: server.seed_session(request, body))  # type: ignore[arg-type]  # the author's row model
+    seed = author.seed_session if author is not None else server.seed_session
+    result = await sessions.seed_row(session, lambda: seed(request, body))  # type: ignore[arg-type]  # the author's row model
     if mcp is not None:
         answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
         answer.setdefault(MCP_SEED_KEY, mcp.seed_metadata(session.id, row if isinstance(row, dict) else {}))
@@ -150,15 +171,17 @@ async def _typed_seed(
     session: RequestSession,
     body: ResourcesSeedSessionRequest,
     sessions: SessionManager,
+    author: AuthorCalls | None = None,
 ) -> Any:
     session_id = _checked_session_id(server, body.resources_session_id)
+    seed = author.seed_resources_session if author is not None else server.seed_resources_session
     try:
         result, _ = await sessions.seed_typed(
             session,
             session_id,
             body.episode_id.model_dump(),
             body.task_id.model_dump(),
-            lambda: server.seed_resources_session(request, body),
+            lambda: seed(request, body),
         )
     except SessionConflict as exc:
         raise HTTPException(409, str(exc)) from None
@@ -175,9 +198,12 @@ async def _typed_seed(
     return answer
 
 
-async def close_session_route(server: SimpleResourcesServer, request: Request, sessions: SessionManager) -> Any:
+async def close_session_route(
+    server: SimpleResourcesServer, request: Request, sessions: SessionManager, author: AuthorCalls | None = None
+) -> Any:
     """``/close_session``: a typed body closes its id once (through the manager), any other the cookie's session."""
     data = parse_body(await request.body())
+    close = author.close_resources_session if author is not None else server.close_resources_session
     any_body = server.close_resources_session_takes_any_body
     if isinstance(data, dict) and "resources_session_id" in data:
         body = validate_body(ResourcesCloseSessionRequest, data)
@@ -185,7 +211,7 @@ async def close_session_route(server: SimpleResourcesServer, request: Request, s
         author_body: Any = data if any_body else body
         try:
             result, _ = await sessions.close_typed(
-                session_id, body.episode_id.model_dump(), lambda: server.close_resources_session(request, author_body)
+                session_id, body.episode_id.model_dump(), lambda: close(request, author_body)
             )
         except SessionConflict as exc:
             raise HTTPException(409, str(exc)) from None
@@ -196,7 +222,7 @@ async def close_session_route(server: SimpleResourcesServer, request: Request, s
     session = server.bound_session(request)
     if any_body:
         # NeMo Gym routes every close body to such an override; the cookie's own state is freed once it answered.
-        result = await server.close_resources_session(request, data or None)  # type: ignore[arg-type]  # an override taking any body
+        result = await close(request, data or None)  # type: ignore[arg-type]  # an override taking any body
         if session.record is not None:
             session.close_requested = True
         return result
@@ -222,7 +248,7 @@ def _checked_session_id(server: SimpleResourcesServer, session_id: str) -> str:
 
 def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
     """``server.verify`` wrapped: judge failures become reward 0.0; the session closes once verify answered."""
-    verify = server.verify
+    verify = placed(type(server), server.verify)
     try:
         declared = typing.get_type_hints(type(server).verify).get("return")
     except Exception:  # an annotation that does not resolve at run time: FastAPI serialises as usual
