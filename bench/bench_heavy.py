@@ -329,9 +329,10 @@ def serving_thread_line(results: dict[str, list[dict]]) -> str:
         on_cpu = statistics.median(r["loop_on_cpu"] for r in rounds)
         queued = statistics.median(r["loop_runqueue"] for r in rounds)
         preempted = statistics.median(r["loop_preempted_per_s"] for r in rounds)
+        slowest = max(r.get("max_ms", float("nan")) for r in rounds)
         parts.append(
             f"{label}: on CPU {on_cpu:.0%}, run queue {queued:.0%}, asleep {max(0.0, 1 - on_cpu - queued):.0%}, "
-            f"preempted {preempted:.0f}/s"
+            f"preempted {preempted:.0f}/s, slowest rollout {slowest:.0f} ms"
         )
     return "serving thread (share of wall time): " + "; ".join(parts)
 

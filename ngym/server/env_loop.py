@@ -16,7 +16,10 @@ same loop for all of them, for the whole life of the process), and the serving l
   parses, validates and answers the other rollouts' requests meanwhile, and a call that sleeps (``join``,
   ``waitpid``, a pipe read) releases the GIL to it;
 - context variables (ngym's current session) are seen by the environment's coroutine as on the serving loop
-  (copied when the call is handed over); a cancelled request cancels the environment's task.
+  (copied when the call is handed over); a cancelled request cancels the environment's task;
+- a handler taking the ``Request`` reads its body as before (``await request.json()``): the body is read on the
+  serving loop before the handler is handed over. What still needs the serving loop's channel
+  (``request.is_disconnected()``, streaming a body that was not read) is not available there.
 
 It is opt-in per server class (``SimpleResourcesServer.own_event_loop = True``) or per process
 (``NGYM_ENV_LOOP=1`` on, ``=0`` off, whatever the class says).
@@ -31,6 +34,8 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
+
+from starlette.requests import Request
 
 ENV_LOOP_ENV = "NGYM_ENV_LOOP"
 
@@ -129,6 +134,12 @@ def on_environment_loop(function: Callable[..., Awaitable[T]]) -> Callable[..., 
 
     @functools.wraps(function)
     async def run_there(*args: Any, **kwargs: Any) -> T:
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, Request):
+                # The request's body arrives through the serving loop's channel: read here (Starlette keeps it),
+                # so ``await request.json()`` on the environment's loop reads the kept copy.
+                await value.body()
+
         async def call() -> T:  # called there too: not a line of the author's code runs on the serving loop
             return await function(*args, **kwargs)
 

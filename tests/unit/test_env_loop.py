@@ -53,6 +53,7 @@ class Blocking(SimpleResourcesServer):
         app = super().setup_webserver()
         app.post("/block")(self.block)
         app.post("/fork")(self.fork)
+        app.post("/raw")(self.raw)
         return app
 
     async def on_startup(self) -> None:
@@ -68,6 +69,9 @@ class Blocking(SimpleResourcesServer):
         self.blocked.set()
         released = self.release.wait(body.seconds)  # blocks this loop, as the environment's own calls do
         return {"released": released, "session": request.session.get("session_id")}
+
+    async def raw(self, request: Request) -> Any:
+        return {"read": await request.json()}  # its own read of the body, on its own loop
 
     async def fork(self) -> dict[str, str]:
         reader, writer = multiprocessing.get_context("fork").Pipe(duplex=False)
@@ -136,3 +140,7 @@ async def test_the_process_setting_turns_it_off(monkeypatch: pytest.MonkeyPatch)
         Blocking.release.set()
         await RolloutClient(http).call("/block", {"seconds": 0})
         assert Blocking.loops == {"startup": id(asyncio.get_running_loop()), "tool": id(asyncio.get_running_loop())}
+
+
+async def test_a_handler_reading_its_own_body_reads_it_on_its_loop(http: httpx.AsyncClient) -> None:
+    assert (await RolloutClient(http).call("/raw", {"action": [1, 2]})) == {"read": {"action": [1, 2]}}
