@@ -48,12 +48,16 @@ from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
 #: ngym's runtime as shipped; without the fork template's huge pages; with the server raised above its children
-#: (opt-in, ngym/server/cpu_priority.py); without the fork template (the runtime before it).
+#: (opt-in, ngym/server/cpu_priority.py); with the environment's coroutines on their own loop forced on, and off
+#: (ngym/server/env_loop.py: on by default for an environment using multiprocessing); a local Ray announcing 8
+#: CPUs (NGYM_RAY_NUM_CPUS); without the fork template (the runtime before it).
 VARIANTS: dict[str, dict[str, str]] = {
     "ngym": {},
     "ngym, no huge pages": {"NGYM_FORK_HUGEPAGES": "0"},
     "ngym, server raised 15": {"NGYM_SERVER_PRIORITY": "15"},
     "ngym, environment loop": {"NGYM_ENV_LOOP": "1"},
+    "ngym, serving loop only": {"NGYM_ENV_LOOP": "0"},
+    "ngym, Ray 8 CPUs": {"NGYM_RAY_NUM_CPUS": "8"},
     "ngym, no fork template (before)": {"NGYM_FORK_WARMUP": "0"},
 }
 DEFAULT_ENVS = "math_with_judge,equivalence_llm_judge,math_with_code,code_gen"

@@ -21,8 +21,10 @@ same loop for all of them, for the whole life of the process), and the serving l
   serving loop before the handler is handed over. What still needs the serving loop's channel
   (``request.is_disconnected()``, streaming a body that was not read) is not available there.
 
-It is opt-in per server class (``SimpleResourcesServer.own_event_loop = True``) or per process
-(``NGYM_ENV_LOOP=1`` on, ``=0`` off, whatever the class says).
+It is on for a server class that says so (``own_event_loop = True``) and, when the class does not say
+(``None``, the default), for an environment whose own modules use ``multiprocessing`` (``starts_processes``):
+the pattern measured to block the serving loop. ``NGYM_ENV_LOOP=1``/``=0`` turns it on or off per process,
+whatever the class says.
 """
 
 from __future__ import annotations
@@ -119,13 +121,48 @@ ENVIRONMENT_LOOP = EnvironmentLoop()
 
 def wanted(server_class: type) -> bool:
     """Whether ``server_class``'s coroutines run on the environment loop: ``NGYM_ENV_LOOP`` (``1``/``0``) when
-    set, else the class's ``own_event_loop``."""
+    set, else the class's ``own_event_loop`` when it says (True/False), else whether it starts processes from
+    its own code (``starts_processes``)."""
     setting = os.environ.get(ENV_LOOP_ENV, "").strip().lower()
     if setting in {"1", "true", "yes", "on"}:
         return True
     if setting in {"0", "false", "no", "off"}:
         return False
-    return bool(getattr(server_class, "own_event_loop", False))
+    declared = getattr(server_class, "own_event_loop", None)
+    if declared is not None:
+        return bool(declared)
+    return starts_processes(server_class)
+
+
+#: Packages whose modules are the runtime's, not the environment's: what they import says nothing of it.
+_RUNTIME_PACKAGES = ("ngym", "nemo_gym", "ngym_nemo_gym", "builtins")
+
+
+def starts_processes(server_class: type) -> bool:
+    """Whether the environment's own modules (those defining its class and its bases, the runtime's left out)
+    hold ``multiprocessing`` (the module or anything from it) or a ``ProcessPoolExecutor``: an environment that
+    starts processes from its handlers, whose ``Process.start``/``join`` would otherwise block the serving loop
+    (NeMo Gym's math_with_code, math_with_judge). Ray's ``.remote()`` is not counted: it does not block."""
+    import sys
+
+    for cls in server_class.__mro__:
+        module_name = getattr(cls, "__module__", "") or ""
+        if module_name.split(".", 1)[0] in _RUNTIME_PACKAGES:
+            continue
+        module = sys.modules.get(module_name)
+        for value in vars(module).values() if module is not None else ():
+            origin = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+            if isinstance(origin, str) and (origin == "multiprocessing" or origin.startswith("multiprocessing.")):
+                return True
+            if value is _process_pool_executor():
+                return True
+    return False
+
+
+def _process_pool_executor() -> Any:
+    import concurrent.futures
+
+    return concurrent.futures.ProcessPoolExecutor
 
 
 def on_environment_loop(function: Callable[..., Awaitable[T]]) -> Callable[..., Coroutine[Any, Any, T]]:

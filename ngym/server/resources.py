@@ -141,8 +141,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     - ``own_event_loop``: True to run this server's coroutines (``verify``, seeds, closes, its ``async``
       method routes, ``on_startup``/``on_shutdown``) on an event loop of their own in one thread, off the loop
       that serves requests (``ngym.server.env_loop``): for an environment whose handlers block (fork, join,
-      CPU work) the other rollouts' requests and ``/health`` stop waiting behind them. ``NGYM_ENV_LOOP=1``/``0``
-      overrides it per process.
+      CPU work) the other rollouts' requests and ``/health`` stop waiting behind them. False: never. None
+      (default): when its own modules use ``multiprocessing``. ``NGYM_ENV_LOOP=1``/``0`` overrides it per process.
 
     The standard routes dispatch to ``seed_session`` (a dataset row), ``seed_resources_session`` and
     ``close_resources_session`` (NeMo Gym 0.7's typed bodies) and ``verify``; ``self.sessions`` (the
@@ -159,7 +159,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     reward_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
     not_containerizable: ClassVar[str | None] = None
     close_resources_session_takes_any_body: ClassVar[bool] = False
-    own_event_loop: ClassVar[bool] = False
+    own_event_loop: ClassVar[bool | None] = None
 
     # ---- for environment authors -------------------------------------------------------------------
 

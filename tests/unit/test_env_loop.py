@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import signal
+import sys
 import threading
+import types
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -144,3 +146,40 @@ async def test_the_process_setting_turns_it_off(monkeypatch: pytest.MonkeyPatch)
 
 async def test_a_handler_reading_its_own_body_reads_it_on_its_loop(http: httpx.AsyncClient) -> None:
     assert (await RolloutClient(http).call("/raw", {"action": [1, 2]})) == {"read": {"action": [1, 2]}}
+
+
+def _server_in_module(monkeypatch: pytest.MonkeyPatch, source: str, own_event_loop: bool | None = None) -> type:
+    """A server class defined in a fresh module whose top holds ``source`` (its imports)."""
+    module = types.ModuleType("an_environment_module")
+    exec(source, module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = {"__module__": module.__name__, "own_event_loop": own_event_loop}
+    return type("Env", (SimpleResourcesServer,), namespace)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import multiprocessing", True),  # math_with_code
+        ("import multiprocessing as mp", True),  # math_with_judge
+        ("from multiprocessing import Process", True),
+        ("from concurrent.futures import ProcessPoolExecutor", True),
+        ("import asyncio, json, os", False),  # the common environment: nothing blocks its loop
+        ("from concurrent.futures import ThreadPoolExecutor", False),
+    ],
+)
+def test_an_environment_starting_processes_gets_its_own_loop_by_default(
+    monkeypatch: pytest.MonkeyPatch, source: str, expected: bool
+) -> None:
+    monkeypatch.delenv(env_loop.ENV_LOOP_ENV, raising=False)
+    assert env_loop.wanted(_server_in_module(monkeypatch, source)) is expected
+
+
+def test_what_the_class_or_the_process_says_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(env_loop.ENV_LOOP_ENV, raising=False)
+    assert env_loop.wanted(_server_in_module(monkeypatch, "import multiprocessing", own_event_loop=False)) is False
+    assert env_loop.wanted(_server_in_module(monkeypatch, "import json", own_event_loop=True)) is True
+    monkeypatch.setenv(env_loop.ENV_LOOP_ENV, "0")
+    assert env_loop.wanted(_server_in_module(monkeypatch, "import multiprocessing")) is False
+    monkeypatch.setenv(env_loop.ENV_LOOP_ENV, "1")
+    assert env_loop.wanted(_server_in_module(monkeypatch, "import json")) is True
