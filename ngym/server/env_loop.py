@@ -186,19 +186,38 @@ def on_environment_loop(function: Callable[..., Awaitable[T]]) -> Callable[..., 
     return run_there
 
 
-def placed(server_class: type, function: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """``function`` on the environment loop when ``server_class`` wants it (``wanted``), else as it is."""
-    if not wanted(server_class) or getattr(function, "__ngym_environment_loop__", False):
-        return function
-    return on_environment_loop(function)
+#: ``app.state`` attributes: the standard routes' ``AuthorCalls``; True once the app serves on the environment loop.
+AUTHOR_CALLS_STATE = "ngym_author_calls"
+ON_ENVIRONMENT_LOOP_STATE = "ngym_on_environment_loop"
+
+
+def serve_on_environment_loop(app: Any, server: Any) -> bool:
+    """For an app about to be served (``build_app``): when ``server`` wants it (``wanted``), move the author's
+    hooks of the standard routes, its own ``async`` method routes and (through ``app.state``) its start-up and
+    shutdown hooks to the environment loop. An app built by ``setup_webserver`` alone (an environment's own
+    tests) is left as it is. True when moved."""
+    if not wanted(type(server)):
+        return False
+    author = getattr(app.state, AUTHOR_CALLS_STATE, None)
+    if author is not None:
+        author.move_to_environment_loop()
+    place_environment_routes(app, server)
+    setattr(app.state, ON_ENVIRONMENT_LOOP_STATE, True)
+    return True
+
+
+def placed_for(app: Any, function: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """``function`` on the environment loop when ``app`` serves there (``serve_on_environment_loop``), else as
+    it is."""
+    if getattr(app.state, ON_ENVIRONMENT_LOOP_STATE, False):
+        return on_environment_loop(function)
+    return function
 
 
 def place_environment_routes(app: Any, server: Any) -> int:
     """Put the environment's own routes (``app.post("/tool")(self.tool)``: an ``async`` method of ``server``) on the
-    environment loop when the server wants it; the number of routes placed. The standard routes place the author's
-    hooks themselves (``ngym.server.routes.AuthorCalls``)."""
-    if not wanted(type(server)):
-        return 0
+    environment loop; the number of routes placed. (The standard routes call the author's hooks through
+    ``ngym.server.routes.AuthorCalls``.)"""
     from fastapi import routing
 
     placed_count = 0

@@ -26,7 +26,7 @@ from ngym.domain import Domain, resolve_domain
 from ngym.metrics.aggregate import aggregate_metrics as compute_aggregate_metrics
 from ngym.metrics.aggregate import default_key_metrics
 from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
-from ngym.server.env_loop import placed
+from ngym.server.env_loop import placed_for
 from ngym.server.input_errors import StrictJSONRoute, validation_error_handler
 from ngym.server.middleware import NgymMiddleware
 from ngym.server.protocol.bodies import (
@@ -400,8 +400,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         # The author's hooks run where its handlers run (the environment loop when it has one): what they
         # make bound to a loop (a client session, a semaphore) is used on the loop it was made on.
-        on_startup, on_shutdown = placed(type(self), self.on_startup), placed(type(self), self.on_shutdown)
-        handlers = placed(type(self), _run_event_handlers)
+        on_startup, on_shutdown = placed_for(app, self.on_startup), placed_for(app, self.on_shutdown)
+        handlers = placed_for(app, _run_event_handlers)
         await on_startup()
         # FastAPI runs ``@app.on_event("startup")`` handlers only with its default lifespan, which this one
         # replaces: run them here, so an app's own handlers (NeMo Gym's competitive_coding_challenges loads its

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from ngym.errors import JudgeError
-from ngym.server.env_loop import placed, wanted
+from ngym.server.env_loop import AUTHOR_CALLS_STATE, on_environment_loop
 from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
@@ -60,7 +60,9 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     seed_model = seed_body_model(type(server))
     # Read once here, not per request: the manager is a pydantic private attribute, a ~3 us lookup per read.
     sessions = server.sessions
-    author = AuthorCalls.of(server)
+    author = AuthorCalls(server)
+    # Where ``build_app`` finds them to move them to the environment loop, for a served app that wants it.
+    setattr(app.state, AUTHOR_CALLS_STATE, author)
 
     async def seed_session(request: Request) -> Any:
         return await seed_session_route(server, request, sessions, author)
@@ -78,7 +80,7 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
         summary="Start a rollout's session (dataset row, or NeMo Gym 0.7's typed body)",
         route_class_override=RequestOnlyRoute,
     )
-    app.post("/verify", summary="Score a finished rollout")(verify_endpoint(server))
+    app.post("/verify", summary="Score a finished rollout")(verify_endpoint(server, author))
     app.router.add_api_route(
         "/close_session",
         close_session,
@@ -96,19 +98,21 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
 
 
 class AuthorCalls:
-    """The author's hooks the standard routes call, each on the environment loop when the server wants it
-    (``ngym.server.env_loop``); with ``author=None`` a route calls the server's methods as they are."""
+    """The author's hooks the standard routes call (read at each call): the server's own methods, until
+    ``move_to_environment_loop`` puts each on the environment loop (``ngym.server.env_loop``: done by
+    ``build_app`` for a served app that wants it; an app built with ``setup_webserver`` alone, as an
+    environment's own tests build it, keeps them where they were). With ``author=None`` a route calls the
+    server's methods directly."""
 
     def __init__(self, server: SimpleResourcesServer) -> None:
-        cls = type(server)
-        self.seed_session = placed(cls, server.seed_session)
-        self.seed_resources_session = placed(cls, server.seed_resources_session)
-        self.close_resources_session = placed(cls, server.close_resources_session)
+        self.verify: Callable[..., Any] = server.verify
+        self.seed_session: Callable[..., Any] = server.seed_session
+        self.seed_resources_session: Callable[..., Any] = server.seed_resources_session
+        self.close_resources_session: Callable[..., Any] = server.close_resources_session
 
-    @classmethod
-    def of(cls, server: SimpleResourcesServer) -> AuthorCalls | None:
-        """The server's hooks placed on the environment loop, or None when it does not want one."""
-        return cls(server) if wanted(type(server)) else None
+    def move_to_environment_loop(self) -> None:
+        for name in ("verify", "seed_session", "seed_resources_session", "close_resources_session"):
+            setattr(self, name, on_environment_loop(getattr(self, name)))
 
 
 def add_health_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
@@ -246,9 +250,11 @@ def _checked_session_id(server: SimpleResourcesServer, session_id: str) -> str:
     return session_id
 
 
-def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
-    """``server.verify`` wrapped: judge failures become reward 0.0; the session closes once verify answered."""
-    verify = placed(type(server), server.verify)
+def verify_endpoint(server: SimpleResourcesServer, author: AuthorCalls | None = None) -> Callable[..., Any]:
+    """``server.verify`` wrapped: judge failures become reward 0.0; the session closes once verify answered.
+    With ``author``, the verify it holds at each call (``AuthorCalls``)."""
+    verify = server.verify
+    calls = author if author is not None else AuthorCalls(server)
     try:
         declared = typing.get_type_hints(type(server).verify).get("return")
     except Exception:  # an annotation that does not resolve at run time: FastAPI serialises as usual
@@ -272,7 +278,7 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
         if mcp is not None:
             kwargs, emitted = _bare_tool_names(kwargs, mcp.server_name)
         try:
-            result = await verify(*args, **kwargs)
+            result = await calls.verify(*args, **kwargs)
             if emitted and isinstance(result, BaseVerifyRequest):
                 # Score with bare names, echo what the model emitted (the rollout's record stays true).
                 for call in result.response.function_calls():

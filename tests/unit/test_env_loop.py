@@ -183,3 +183,17 @@ def test_what_the_class_or_the_process_says_wins(monkeypatch: pytest.MonkeyPatch
     assert env_loop.wanted(_server_in_module(monkeypatch, "import multiprocessing")) is False
     monkeypatch.setenv(env_loop.ENV_LOOP_ENV, "1")
     assert env_loop.wanted(_server_in_module(monkeypatch, "import json")) is True
+
+
+async def test_an_app_built_by_setup_webserver_alone_keeps_its_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An environment's own tests build the bare app (TestClient(server.setup_webserver())): nothing moves there.
+    monkeypatch.setattr(Blocking, "loops", {})
+    monkeypatch.delenv(env_loop.ENV_LOOP_ENV, raising=False)
+    app = Blocking(config=Blocking.config_class()(name="bare")).setup_webserver()
+    async with serve_in_process(app) as http:
+        rollout = RolloutClient(http)
+        await rollout.call("/seed_session", {})
+        body = {"responses_create_params": {"input": []}, "response": make_response("x")}
+        await rollout.call("/verify", body)
+        serving = id(asyncio.get_running_loop())
+        assert {Blocking.loops[hook] for hook in ("startup", "seed", "verify")} == {serving}
