@@ -107,12 +107,12 @@ class EnvironmentLoop:
 
 
 def _new_loop_like(like: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
-    """A new loop of ``like``'s type (uvloop's or asyncio's), else asyncio's default."""
-    if type(like).__module__.startswith("uvloop"):
-        import uvloop
-
-        return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
+    """A new loop of ``like``'s type (uvloop's, when uvicorn serves on it, or asyncio's), else asyncio's default."""
+    try:
+        loop = type(like)()
+    except Exception:  # a loop class that wants arguments
+        return asyncio.new_event_loop()
+    return loop if isinstance(loop, asyncio.AbstractEventLoop) else asyncio.new_event_loop()
 
 
 #: This process's environment loop (one per serving process: each worker has its own).
