@@ -17,10 +17,14 @@ rewards on each side (they must agree).
   Python process, as ``make nemo-envs`` replays them). The judge's CPU per rollout and the load generator's cores
   are printed beside each row: a load generator near 1.0 core, or a judge near its own, measures itself.
 
+Beside each environment's rows: where each server's serving thread spent the rounds (on a CPU, in the run queue
+waiting for a core, asleep; ``/proc/PID/task/PID/schedstat``) and its slowest rollout (a bound on every verify
+child's lifetime: math_with_judge scores 0.0 when its child passes 10 s).
+
 Venvs are cached under ``~/.cache/ngym/bench-heavy`` (``NGYM_NEMO_ENVS_DIR``); the first run builds them.
 
     .venv/bin/python bench/bench_heavy.py [--envs math_with_judge,equivalence_llm_judge] [--seconds 10]
-        [--rounds 3] [--concurrency 16] [--judge haproxy|uvicorn]
+        [--rounds 3] [--concurrency 16] [--judge haproxy|uvicorn] [--variants "ngym;ngym, serving loop only"]
 """
 
 from __future__ import annotations
