@@ -24,7 +24,10 @@ same loop for all of them, for the whole life of the process), and the serving l
 It is on for a server class that says so (``own_event_loop = True``) and, when the class does not say
 (``None``, the default), for an environment whose own modules use ``multiprocessing`` (``starts_processes``):
 the pattern measured to block the serving loop. ``NGYM_ENV_LOOP=1``/``=0`` turns it on or off per process,
-whatever the class says.
+whatever the class says. It is not on for every environment: handing each call to another thread costs a light
+environment more than it saves (NeMo Gym's mcqa forced onto it: half the rollouts/s; docs/performance.md).
+Only a served app moves (``build_app`` calls ``serve_on_environment_loop``); an app built by ``setup_webserver``
+alone, as an environment's own tests build it, keeps everything on the loop it runs on.
 """
 
 from __future__ import annotations
