@@ -17,10 +17,14 @@ rewards on each side (they must agree).
   Python process, as ``make nemo-envs`` replays them). The judge's CPU per rollout and the load generator's cores
   are printed beside each row: a load generator near 1.0 core, or a judge near its own, measures itself.
 
+Beside each environment's rows: where each server's serving thread spent the rounds (on a CPU, in the run queue
+waiting for a core, asleep; ``/proc/PID/task/PID/schedstat``) and its slowest rollout (a bound on every verify
+child's lifetime: math_with_judge scores 0.0 when its child passes 10 s).
+
 Venvs are cached under ``~/.cache/ngym/bench-heavy`` (``NGYM_NEMO_ENVS_DIR``); the first run builds them.
 
     .venv/bin/python bench/bench_heavy.py [--envs math_with_judge,equivalence_llm_judge] [--seconds 10]
-        [--rounds 3] [--concurrency 16] [--judge haproxy|uvicorn]
+        [--rounds 3] [--concurrency 16] [--judge haproxy|uvicorn] [--variants "ngym;ngym, serving loop only"]
 """
 
 from __future__ import annotations
@@ -48,11 +52,16 @@ from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
 #: ngym's runtime as shipped; without the fork template's huge pages; with the server raised above its children
-#: (opt-in, ngym/server/cpu_priority.py); without the fork template (the runtime before it).
+#: (opt-in, ngym/server/cpu_priority.py); with the environment's coroutines on their own loop forced on, and off
+#: (ngym/server/env_loop.py: on by default for an environment using multiprocessing); a local Ray announcing 8
+#: CPUs (NGYM_RAY_NUM_CPUS); without the fork template (the runtime before it).
 VARIANTS: dict[str, dict[str, str]] = {
     "ngym": {},
     "ngym, no huge pages": {"NGYM_FORK_HUGEPAGES": "0"},
     "ngym, server raised 15": {"NGYM_SERVER_PRIORITY": "15"},
+    "ngym, environment loop": {"NGYM_ENV_LOOP": "1"},
+    "ngym, serving loop only": {"NGYM_ENV_LOOP": "0"},
+    "ngym, Ray 8 CPUs": {"NGYM_RAY_NUM_CPUS": "8"},
     "ngym, no fork template (before)": {"NGYM_FORK_WARMUP": "0"},
 }
 DEFAULT_ENVS = "math_with_judge,equivalence_llm_judge,math_with_code,code_gen"
@@ -76,6 +85,20 @@ def tree_cpu(pid: int) -> float:
                 children = (task / "children").read_text().split()
                 pending.extend(int(c) for c in children)
     return total
+
+
+def loop_thread_times(pid: int) -> tuple[float, float, int]:
+    """The serving thread's (the process's main thread, where uvicorn's event loop runs) seconds on a CPU, seconds
+    runnable but waiting for one (the run queue: CPU taken by its children and other tenants) and involuntary
+    context switches, from ``/proc/PID/task/PID/{schedstat,status}``. Over a round, wall time minus these two is
+    the time it slept: idle in epoll, or blocked in a call that sleeps (a child's ``join``, the GIL)."""
+    try:
+        on_cpu, waiting = (int(v) for v in Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[:2])
+        status = Path(f"/proc/{pid}/task/{pid}/status").read_text()
+    except OSError:
+        return 0.0, 0.0, 0
+    switches = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("nonvoluntary")), 0)
+    return on_cpu / 1e9, waiting / 1e9, switches
 
 
 def wait_up(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
@@ -249,9 +272,15 @@ def bench_env(item: ne.Env, bases: dict[str, Path], args: argparse.Namespace) ->
             for _ in range(args.rounds):
                 for label, (proc, url) in servers.items():
                     before = tree_cpu(proc.pid)
+                    loop_before = loop_thread_times(proc.pid)
                     judge_before = tree_cpu(judge_pid) if judge_pid else 0.0
                     result = load(url, rows_file, args.seconds, args.concurrency)
                     result["cpu_ms_per_rollout"] = (tree_cpu(proc.pid) - before) / max(result["rollouts"], 1) * 1e3
+                    loop_after = loop_thread_times(proc.pid)
+                    span = max(result["seconds"], 1e-9)
+                    result["loop_on_cpu"] = (loop_after[0] - loop_before[0]) / span
+                    result["loop_runqueue"] = (loop_after[1] - loop_before[1]) / span
+                    result["loop_preempted_per_s"] = (loop_after[2] - loop_before[2]) / span
                     judge_cpu = tree_cpu(judge_pid) - judge_before if judge_pid else 0.0
                     result["judge_cpu_ms_per_rollout"] = judge_cpu / max(result["rollouts"], 1) * 1e3
                     result["judge_cores"] = judge_cpu / max(result["seconds"], 1e-9)
@@ -292,9 +321,42 @@ def summarise(name: str, outcome: dict) -> list[str]:
             f"{m['health_p99_ms']:.1f} / {m['health_max_ms']:.0f} | {m['errors']} | {m['loadgen_cores']:.2f} | "
             f"{m['judge_cores']:.2f} |"
         )
+    lines.append(serving_thread_line(outcome["results"]))
     same = len({json.dumps(r, sort_keys=True) for r in rewards.values()}) == 1
     lines.append(f"rewards per row, all servers {'IDENTICAL' if same else 'DIFFER'}: " + json.dumps(rewards))
     return lines
+
+
+def serving_thread_line(results: dict[str, list[dict]]) -> str:
+    """Where each server's serving thread spent the rounds (medians, share of wall time): on a CPU (its work, and
+    the environment's calls made on the loop), in the run queue (runnable, no core given), asleep (idle, or
+    blocked in a sleeping call); a `/health` answer waits behind all but the idle part."""
+    parts = []
+    for label, rounds in results.items():
+        if not all("loop_on_cpu" in r for r in rounds):  # results saved by an older bench
+            continue
+        on_cpu = statistics.median(r["loop_on_cpu"] for r in rounds)
+        queued = statistics.median(r["loop_runqueue"] for r in rounds)
+        preempted = statistics.median(r["loop_preempted_per_s"] for r in rounds)
+        slowest = max(r.get("max_ms", float("nan")) for r in rounds)
+        parts.append(
+            f"{label}: on CPU {on_cpu:.0%}, run queue {queued:.0%}, asleep {max(0.0, 1 - on_cpu - queued):.0%}, "
+            f"preempted {preempted:.0f}/s, slowest rollout {slowest:.0f} ms"
+        )
+    return "serving thread (share of wall time): " + "; ".join(parts)
+
+
+def keep_variants(wanted: str | None) -> None:
+    """Serve only the named ``VARIANTS`` (all when None); an unknown name ends the run with the known ones."""
+    if not wanted:
+        return
+    names = [name.strip() for name in wanted.split(";")]
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; known: {list(VARIANTS)}")
+    for name in list(VARIANTS):
+        if name not in names:
+            del VARIANTS[name]
 
 
 def main() -> None:
@@ -309,7 +371,11 @@ def main() -> None:
     parser.add_argument(
         "--shipped-only", action="store_true", help="only NeMo Gym and ngym as shipped (not the fork-template variants)"
     )
+    parser.add_argument(
+        "--variants", help=f"ngym variants to serve, separated by ';' (default all): {', '.join(VARIANTS)}"
+    )
     args = parser.parse_args()
+    keep_variants(args.variants)
     # SIGTERM unwinds like Ctrl-C, through the finally blocks: the servers and the judge (each in its own
     # session, so a signal to this process does not reach them) are stopped
     signal.signal(signal.SIGTERM, signal.default_int_handler)

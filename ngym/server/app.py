@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from ngym.errors import ConfigError, PluginError
 from ngym.plugins import manager as plugin_manager
 from ngym.server.cpu_priority import apply_cpu_priorities
+from ngym.server.env_loop import serve_on_environment_loop
 from ngym.server.fork_template import prepare_fork_template
 from ngym.server.middleware import raise_server_exceptions
 from ngym.server.resources import SimpleResourcesServer
@@ -131,6 +132,7 @@ def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> Fas
     if app_plugins:
         plugin_manager.get_plugin_manager().hook.ngym_extend_app(app=app, server=server)
     put_tool_routes_first(app)
+    serve_on_environment_loop(app, server)  # the author's coroutines on a loop of their own, when it wants one
     if server.config.expose_tools_over_mcp:  # after the plugins: their tool routes are exposed too
         # Imported here: it brings httpx and the mcp SDK, which servers without the flag never load.
         from ngym.server import mcp_exposure

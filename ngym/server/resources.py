@@ -26,6 +26,7 @@ from ngym.domain import Domain, resolve_domain
 from ngym.metrics.aggregate import aggregate_metrics as compute_aggregate_metrics
 from ngym.metrics.aggregate import default_key_metrics
 from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
+from ngym.server.env_loop import placed_for
 from ngym.server.input_errors import StrictJSONRoute, validation_error_handler
 from ngym.server.middleware import NgymMiddleware
 from ngym.server.protocol.bodies import (
@@ -137,6 +138,11 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
       command then stops with that reason instead of building an image that cannot serve.
     - ``close_resources_session_takes_any_body``: True when ``close_resources_session`` takes every
       ``/close_session`` body (a dict, or None when empty), as NeMo Gym routes them all to it.
+    - ``own_event_loop``: True to run this server's coroutines (``verify``, seeds, closes, its ``async``
+      method routes, ``on_startup``/``on_shutdown``) on an event loop of their own in one thread, off the loop
+      that serves requests (``ngym.server.env_loop``): for an environment whose handlers block (fork, join,
+      CPU work) the other rollouts' requests and ``/health`` stop waiting behind them. False: never. None
+      (default): when its own modules use ``multiprocessing``. ``NGYM_ENV_LOOP=1``/``0`` overrides it per process.
 
     The standard routes dispatch to ``seed_session`` (a dataset row), ``seed_resources_session`` and
     ``close_resources_session`` (NeMo Gym 0.7's typed bodies) and ``verify``; ``self.sessions`` (the
@@ -153,6 +159,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     reward_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
     not_containerizable: ClassVar[str | None] = None
     close_resources_session_takes_any_body: ClassVar[bool] = False
+    own_event_loop: ClassVar[bool | None] = None
 
     # ---- for environment authors -------------------------------------------------------------------
 
@@ -391,19 +398,23 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
-        await self.on_startup()
+        # The author's hooks run where its handlers run (the environment loop when it has one): what they
+        # make bound to a loop (a client session, a semaphore) is used on the loop it was made on.
+        on_startup, on_shutdown = placed_for(app, self.on_startup), placed_for(app, self.on_shutdown)
+        handlers = placed_for(app, _run_event_handlers)
+        await on_startup()
         # FastAPI runs ``@app.on_event("startup")`` handlers only with its default lifespan, which this one
         # replaces: run them here, so an app's own handlers (NeMo Gym's competitive_coding_challenges loads its
         # evaluator in one, and refuses to start without its sandbox) run as they would on a plain FastAPI app.
-        await _run_event_handlers(getattr(app.router, "on_startup", ()))
+        await handlers(getattr(app.router, "on_startup", ()))
         assert self._ngym_sessions is not None
         self._ngym_sessions.start_sweeper()
         try:
             yield
         finally:
             await self._ngym_sessions.shutdown()
-            await _run_event_handlers(getattr(app.router, "on_shutdown", ()))
-            await self.on_shutdown()
+            await handlers(getattr(app.router, "on_shutdown", ()))
+            await on_shutdown()
 
 
 async def _run_event_handlers(handlers: Any) -> None:

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from ngym.errors import JudgeError
+from ngym.server.env_loop import AUTHOR_CALLS_STATE, on_environment_loop
 from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
@@ -59,12 +60,15 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     seed_model = seed_body_model(type(server))
     # Read once here, not per request: the manager is a pydantic private attribute, a ~3 us lookup per read.
     sessions = server.sessions
+    author = AuthorCalls(server)
+    # Where ``build_app`` finds them to move them to the environment loop, for a served app that wants it.
+    setattr(app.state, AUTHOR_CALLS_STATE, author)
 
     async def seed_session(request: Request) -> Any:
-        return await seed_session_route(server, request, sessions)
+        return await seed_session_route(server, request, sessions, author)
 
     async def close_session(request: Request) -> Any:
-        return await close_session_route(server, request, sessions)
+        return await close_session_route(server, request, sessions, author)
 
     # Both take only the request (they read their own bodies): RequestOnlyRoute calls them without FastAPI's
     # per-request parameter machinery.
@@ -76,7 +80,7 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
         summary="Start a rollout's session (dataset row, or NeMo Gym 0.7's typed body)",
         route_class_override=RequestOnlyRoute,
     )
-    app.post("/verify", summary="Score a finished rollout")(verify_endpoint(server))
+    app.post("/verify", summary="Score a finished rollout")(verify_endpoint(server, author))
     app.router.add_api_route(
         "/close_session",
         close_session,
@@ -91,6 +95,24 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
 
     add_health_routes(app, server)
     app.get("/reverify_mode")(reverify_mode)
+
+
+class AuthorCalls:
+    """The author's hooks the standard routes call (read at each call): the server's own methods, until
+    ``move_to_environment_loop`` puts each on the environment loop (``ngym.server.env_loop``: done by
+    ``build_app`` for a served app that wants it; an app built with ``setup_webserver`` alone, as an
+    environment's own tests build it, keeps them where they were). With ``author=None`` a route calls the
+    server's methods directly."""
+
+    def __init__(self, server: SimpleResourcesServer) -> None:
+        self.verify: Callable[..., Any] = server.verify
+        self.seed_session: Callable[..., Any] = server.seed_session
+        self.seed_resources_session: Callable[..., Any] = server.seed_resources_session
+        self.close_resources_session: Callable[..., Any] = server.close_resources_session
+
+    def move_to_environment_loop(self) -> None:
+        for name in ("verify", "seed_session", "seed_resources_session", "close_resources_session"):
+            setattr(self, name, on_environment_loop(getattr(self, name)))
 
 
 def add_health_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
@@ -119,13 +141,15 @@ def _typed_seed_body(raw: bytes) -> tuple[ResourcesSeedSessionRequest, Any] | No
     return None
 
 
-async def seed_session_route(server: SimpleResourcesServer, request: Request, sessions: SessionManager) -> Any:
+async def seed_session_route(
+    server: SimpleResourcesServer, request: Request, sessions: SessionManager, author: AuthorCalls | None = None
+) -> Any:
     """``/seed_session``: parse the body once, let the manager keep the session protocol, call the author."""
     raw = await request.body()
     session = server.bound_session(request)
     typed = _typed_seed_body(raw)
     if typed is not None:
-        return await _typed_seed(server, request, session, typed[0], sessions)
+        return await _typed_seed(server, request, session, typed[0], sessions, author)
     mcp = server.mcp_exposure
     model = seed_body_model(type(server))
     row: Any = None
@@ -134,7 +158,8 @@ async def seed_session_route(server: SimpleResourcesServer, request: Request, se
     else:  # the row's own keys go into the MCP metadata: parsed once, validated from the parsed value
         row = parse_body(raw)
         body = validate_body(model, row)
-    result = await sessions.seed_row(session, lambda: server.seed_session(request, body))  # type: ignore[arg-type]  # the author's row model
+    seed = author.seed_session if author is not None else server.seed_session
+    result = await sessions.seed_row(session, lambda: seed(request, body))  # type: ignore[arg-type]  # the author's row model
     if mcp is not None:
         answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
         answer.setdefault(MCP_SEED_KEY, mcp.seed_metadata(session.id, row if isinstance(row, dict) else {}))
@@ -150,15 +175,17 @@ async def _typed_seed(
     session: RequestSession,
     body: ResourcesSeedSessionRequest,
     sessions: SessionManager,
+    author: AuthorCalls | None = None,
 ) -> Any:
     session_id = _checked_session_id(server, body.resources_session_id)
+    seed = author.seed_resources_session if author is not None else server.seed_resources_session
     try:
         result, _ = await sessions.seed_typed(
             session,
             session_id,
             body.episode_id.model_dump(),
             body.task_id.model_dump(),
-            lambda: server.seed_resources_session(request, body),
+            lambda: seed(request, body),
         )
     except SessionConflict as exc:
         raise HTTPException(409, str(exc)) from None
@@ -175,9 +202,12 @@ async def _typed_seed(
     return answer
 
 
-async def close_session_route(server: SimpleResourcesServer, request: Request, sessions: SessionManager) -> Any:
+async def close_session_route(
+    server: SimpleResourcesServer, request: Request, sessions: SessionManager, author: AuthorCalls | None = None
+) -> Any:
     """``/close_session``: a typed body closes its id once (through the manager), any other the cookie's session."""
     data = parse_body(await request.body())
+    close = author.close_resources_session if author is not None else server.close_resources_session
     any_body = server.close_resources_session_takes_any_body
     if isinstance(data, dict) and "resources_session_id" in data:
         body = validate_body(ResourcesCloseSessionRequest, data)
@@ -185,7 +215,7 @@ async def close_session_route(server: SimpleResourcesServer, request: Request, s
         author_body: Any = data if any_body else body
         try:
             result, _ = await sessions.close_typed(
-                session_id, body.episode_id.model_dump(), lambda: server.close_resources_session(request, author_body)
+                session_id, body.episode_id.model_dump(), lambda: close(request, author_body)
             )
         except SessionConflict as exc:
             raise HTTPException(409, str(exc)) from None
@@ -196,7 +226,7 @@ async def close_session_route(server: SimpleResourcesServer, request: Request, s
     session = server.bound_session(request)
     if any_body:
         # NeMo Gym routes every close body to such an override; the cookie's own state is freed once it answered.
-        result = await server.close_resources_session(request, data or None)  # type: ignore[arg-type]  # an override taking any body
+        result = await close(request, data or None)  # type: ignore[arg-type]  # an override taking any body
         if session.record is not None:
             session.close_requested = True
         return result
@@ -220,9 +250,11 @@ def _checked_session_id(server: SimpleResourcesServer, session_id: str) -> str:
     return session_id
 
 
-def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
-    """``server.verify`` wrapped: judge failures become reward 0.0; the session closes once verify answered."""
+def verify_endpoint(server: SimpleResourcesServer, author: AuthorCalls | None = None) -> Callable[..., Any]:
+    """``server.verify`` wrapped: judge failures become reward 0.0; the session closes once verify answered.
+    With ``author``, the verify it holds at each call (``AuthorCalls``)."""
     verify = server.verify
+    calls = author if author is not None else AuthorCalls(server)
     try:
         declared = typing.get_type_hints(type(server).verify).get("return")
     except Exception:  # an annotation that does not resolve at run time: FastAPI serialises as usual
@@ -246,7 +278,7 @@ def verify_endpoint(server: SimpleResourcesServer) -> Callable[..., Any]:
         if mcp is not None:
             kwargs, emitted = _bare_tool_names(kwargs, mcp.server_name)
         try:
-            result = await verify(*args, **kwargs)
+            result = await calls.verify(*args, **kwargs)
             if emitted and isinstance(result, BaseVerifyRequest):
                 # Score with bare names, echo what the model emitted (the rollout's record stays true).
                 for call in result.response.function_calls():

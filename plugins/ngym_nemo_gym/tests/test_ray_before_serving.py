@@ -50,7 +50,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def ray_inits_when_first_answering(tmp_path: Path, ray_enabled: str) -> list[dict]:
+def ray_inits_when_first_answering(tmp_path: Path, ray_enabled: str, **environ: str) -> list[dict]:
     """Serve a server class with ``ray_enabled``; the ``ray.init`` calls made by the time it first answers."""
     (tmp_path / "ray").mkdir()
     (tmp_path / "ray" / "__init__.py").write_text(FAKE_RAY)
@@ -58,7 +58,8 @@ def ray_inits_when_first_answering(tmp_path: Path, ray_enabled: str) -> list[dic
     log = tmp_path / "ray.log"
     log.write_text("")
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "FAKE_RAY_LOG": str(log)}
+    outer = {key: value for key, value in os.environ.items() if key not in {"RAY_ADDRESS", "NGYM_RAY_NUM_CPUS"}}
+    env = {**outer, "PYTHONPATH": str(tmp_path), "FAKE_RAY_LOG": str(log), **environ}
     process = subprocess.Popen(
         [sys.executable, "-m", "ngym.cli", "run", "app.py:UsesRay", "--port", str(port)],
         cwd=tmp_path,
@@ -90,3 +91,14 @@ def test_a_server_declaring_ray_has_ray_started_before_it_answers(tmp_path: Path
 @pytest.mark.parametrize("ray_enabled", ["None"])
 def test_a_server_not_declaring_ray_does_not_start_it(tmp_path: Path, ray_enabled: str) -> None:
     assert ray_inits_when_first_answering(tmp_path, ray_enabled) == []
+
+
+def test_the_local_ray_announces_the_cpus_asked_for(tmp_path: Path) -> None:
+    # code_gen: each Ray task mostly waits on the processes it forks; Ray runs as many at once as it has CPUs.
+    inits = ray_inits_when_first_answering(tmp_path, "True", NGYM_RAY_NUM_CPUS="8")
+    assert inits == [{"num_cpus": 8, "ignore_reinit_error": True}]
+
+
+def test_a_cluster_address_keeps_its_own_cpus(tmp_path: Path) -> None:
+    inits = ray_inits_when_first_answering(tmp_path, "True", NGYM_RAY_NUM_CPUS="8", RAY_ADDRESS="10.0.0.1:6379")
+    assert inits == [{"address": "10.0.0.1:6379", "ignore_reinit_error": True}]
