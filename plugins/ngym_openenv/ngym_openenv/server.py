@@ -120,9 +120,6 @@ class OpenEnvServer(SimpleResourcesServer):
     manifest: ClassVar[Manifest]
     session_affinity_required = True  # a session is a live WebSocket to the environment's server
     reward_range = None  # OpenEnv rewards pass through at the environment's own scale (DIPG's is -50…+30)
-    #: ``ngym containerize`` packages it with its own virtualenv and folder: ``container_payload``
-    not_containerizable: ClassVar[str | None] = None
-
     _process: launch.OpenEnvProcess | None = PrivateAttr(default=None)
     _url: str | None = PrivateAttr(default=None)
 

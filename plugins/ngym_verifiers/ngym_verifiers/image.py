@@ -25,6 +25,11 @@ def container_payload(record: Record, layout: ImageLayout, workdir: Path) -> Con
     """The payload of ``record``'s environment for an image laid out as ``layout``."""
     key = f"verifiers-{record.name}"
     python = Path(record.python)
+    if not python.exists():  # before any wheel is built: the image could not hold its environment
+        raise PluginSourceError(
+            f"{record.name}: its interpreter {python} is missing, so its virtualenv cannot go into an image;"
+            " install the environment again (ngym install verifiers:...)"
+        )
     site_files: tuple[tuple[Path, str], ...] = ()
     if record.source.removeprefix("verifiers:").strip().endswith(".py"):
         module = _purelib(python) / f"{record.module}.py"
@@ -44,8 +49,6 @@ def container_payload(record: Record, layout: ImageLayout, workdir: Path) -> Con
 
 def _purelib(python: Path) -> Path:
     """The site-packages folder of the venv of ``python``."""
-    if not python.exists():
-        raise PluginSourceError(f"the environment's interpreter {python} is missing: install the environment again")
     found = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,

@@ -73,8 +73,6 @@ class VerifiersServer(SimpleResourcesServer):
     session_affinity_required = True
     # verifiers rewards are the rubric's weighted sum, unclipped (weights above 1 in all, or negative, are allowed)
     reward_range = None
-    #: ``ngym containerize`` packages it with its own virtualenv, record and example data: ``container_payload``
-    not_containerizable: ClassVar[str | None] = None
     _worker: Worker | None = None
 
     @classmethod
