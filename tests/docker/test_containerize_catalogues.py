@@ -1,7 +1,8 @@
 """``ngym containerize`` on installed OpenEnv and verifiers environments (issue 24), with the real Docker engine.
 
 Each test: ``ngym install`` → ``ngym containerize --run --keep`` (the image carries the environment's own
-virtualenv, re-created offline from a wheelhouse built here, and its example data) → every recorded example
+virtualenv, re-created offline from a wheelhouse built here, and its example data) → ``ngym validate`` inside the
+container (its example data replayed there) → every recorded example
 driven over HTTP (seed → tools → verify) against the container and against ``ngym run`` on this host: the same
 rewards (and, for verifiers, the same score of every reward function), equal to what install recorded.
 
@@ -82,6 +83,18 @@ def _containerize_and_compare(
     containers.append(result["run"]["container_id"])
     assert result["run"]["health"] == "healthy" and result["image_size"] > 0
     container_url = result["run"]["url"]
+
+    # the image carries the example data install recorded: ngym validate replays it inside the container
+    validated = subprocess.run(
+        ["docker", "exec", result["run"]["container_id"], "/opt/ngym/venv/bin/python", "-m", "ngym.cli", "validate"]
+        + [name, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert validated.returncode == 0, validated.stdout[-2000:] + validated.stderr[-2000:]
+    checks = {check["name"]: check for check in json.loads(validated.stdout)["checks"]}
+    assert checks["examples"]["ok"] and checks["app"]["ok"], checks
 
     port = free_port()
     host = start([str(python), "-m", "ngym.cli", "run", name, "--port", str(port)], port, env=env, timeout=180)
