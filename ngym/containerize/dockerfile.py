@@ -14,6 +14,8 @@ Stages (the classic builder and BuildKit both understand them; nothing needs ``R
 ``venv-<key>`` (only for an environment that runs in an interpreter of its own: ``ngym.containerize.payload``)
     the base image + that environment's virtualenv at ``/opt/ngym/envs/<key>``, re-created offline from
     ``wheelhouse/envs/<key>/`` (``--no-deps``: exactly the host venv's set); cached until its wheels change.
+    Its distributions installed from local folders (the environment's own code) go to
+    ``/opt/ngym/envs-code/<key>`` in a stage of their own (``venv-code-<key>``), found through a ``.pth``.
 ``code``
     ``deps`` + ngym's and the plugin's wheels installed into ``/opt/ngym/app`` (``--target``), which the venv
     finds through a ``.pth`` file. A code-only change rebuilds from here, in seconds.
@@ -34,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ngym.containerize.errors import WheelhouseError
-from ngym.containerize.payload import ENV_VENVS
+from ngym.containerize.payload import ENV_CODE, ENV_VENVS
 from ngym.containerize.spec import ImageSpec
 from ngym.containerize.wheelhouse import Wheelhouse
 
@@ -98,15 +100,21 @@ def render_dockerfile(spec: ImageSpec) -> str:
         lines.append(
             f"RUN {_exec(*pip, '--find-links', '/wheelhouse/deps', '--requirement', '/wheelhouse/requirements.txt')}"
         )
+    code_of = dict(spec.env_venv_code)
     for key, _ in spec.env_venvs:
         env_python = f"{ENV_VENVS}/{key}/bin/python"
         env_pip = [env_python, *pip[1:]]
+        env_pth = (
+            "import pathlib, sysconfig; "
+            f"pathlib.Path(sysconfig.get_path('purelib'), 'ngym-env-code.pth').write_text('{ENV_CODE}/{key}\\n')"
+        )
         lines += [
             "",
             f"# 1b. the environment's own virtualenv {key}: cached until its wheels change",
             f"FROM {spec.base_image} AS venv-{key}",
             "ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore",
             f"RUN {_exec('python3', '-m', 'venv', '--without-pip', f'{ENV_VENVS}/{key}')}",
+            f"RUN {_exec(env_python, '-c', env_pth)}",
             "COPY wheelhouse/tools/ /wheelhouse/tools/",
             f"COPY wheelhouse/envs/{key}/ /wheelhouse/envs/{key}/",
             "RUN "
@@ -119,6 +127,15 @@ def render_dockerfile(spec: ImageSpec) -> str:
                 f"/wheelhouse/envs/{key}/requirements.txt",
             ),
         ]
+        if code_of.get(key):
+            wheels = [f"/wheelhouse/envcode/{key}/{w}" for w in code_of[key]]
+            lines += [
+                "",
+                f"# 1c. the environment's own code in {key} (built from its folders): rebuilt when it changes",
+                f"FROM venv-{key} AS venv-code-{key}",
+                f"COPY wheelhouse/envcode/{key}/ /wheelhouse/envcode/{key}/",
+                f"RUN {_exec(*env_pip, '--no-deps', '--target', f'{ENV_CODE}/{key}', *wheels)}",
+            ]
     lines += [
         "",
         "# 2. code: ngym and the plugin, rebuilt on every code change (seconds)",
@@ -155,6 +172,7 @@ def render_dockerfile(spec: ImageSpec) -> str:
         "CMD []",
         "# last: the only runtime step a code change re-runs (the metadata above comes from cache)",
         f"COPY --from=code {APP} {APP}",
+        *(f"COPY --from=venv-code-{key} {ENV_CODE}/{key} {ENV_CODE}/{key}" for key, w in spec.env_venv_code if w),
         *(payload_lines if spec.payload_paths else []),
         "",
     ]
@@ -191,8 +209,9 @@ def build_context(
 
     Layout: ``Dockerfile``, ``requirements.txt``, ``wheelhouse/deps/*.whl``, ``wheelhouse/code/*.whl``,
     ``wheelhouse/tools/pip-*.whl``, plus ``extra_files``. Only the wheels the spec names are copied, so the
-    context is exactly what the spec says. ``env_wheels``: the folder holding each environment venv's wheels
-    (``wheelhouse/envs/<key>/``); ``payload``: image path → host file or folder (``payload/<path>``, made
+    context is exactly what the spec says. ``env_wheels``: the folder holding each environment venv's index
+    wheels (to ``wheelhouse/envs/<key>/``) and, in its ``code/``, those built from local folders
+    (``wheelhouse/envcode/<key>/``); ``payload``: image path → host file or folder (``payload/<path>``, made
     readable by every user: the image runs unprivileged, and a record written 0600 on the host stays unreadable).
     """
     env_wheels = env_wheels or {}
@@ -203,6 +222,9 @@ def build_context(
     for key, wheels in spec.env_venvs:
         folder = env_wheels.get(key)
         missing += [w for w in wheels if folder is None or not (folder / w).is_file()]
+    for key, wheels in spec.env_venv_code:
+        folder = env_wheels.get(key)
+        missing += [w for w in wheels if folder is None or not (folder / "code" / w).is_file()]
     missing += [f"{host} (for {path})" for path, host in payload.items() if not host.exists()]
     if not (wheelhouse.tools_dir / spec.installer_wheel).is_file():
         missing.append(spec.installer_wheel or "(no installer wheel)")
@@ -228,6 +250,10 @@ def build_context(
         (dest / "wheelhouse" / "envs" / key).mkdir(parents=True)
         for name in wheels:
             shutil.copyfile(env_wheels[key] / name, dest / "wheelhouse" / "envs" / key / name)
+    for key, wheels in spec.env_venv_code:
+        (dest / "wheelhouse" / "envcode" / key).mkdir(parents=True)
+        for name in wheels:
+            shutil.copyfile(env_wheels[key] / "code" / name, dest / "wheelhouse" / "envcode" / key / name)
     for image_path, host in sorted(payload.items()):
         _copy_readable(host, dest / "payload" / image_path.lstrip("/"))
     for rel, text in {**context_files(spec), **(extra_files or {})}.items():

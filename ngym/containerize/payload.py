@@ -29,6 +29,9 @@ from pathlib import Path
 
 #: Where the environments' own virtualenvs live in an image (one folder each, by key).
 ENV_VENVS = "/opt/ngym/envs"
+#: Where each environment venv's wheels built from local folders are installed (``--target``; a ``.pth`` in the
+#: venv names it), so a change of the environment's own code re-runs a small layer, not the whole venv.
+ENV_CODE = "/opt/ngym/envs-code"
 #: ngym's own interpreter in the image (``sys.prefix`` there); see ``ngym.containerize.dockerfile``.
 NGYM_PREFIX = "/opt/ngym/venv"
 
@@ -71,4 +74,4 @@ class ContainerPayload:
     distribution_dir: Path | None = None
 
 
-__all__ = ["ENV_VENVS", "NGYM_PREFIX", "ContainerPayload", "EnvironmentVenv", "ImageLayout"]
+__all__ = ["ENV_CODE", "ENV_VENVS", "NGYM_PREFIX", "ContainerPayload", "EnvironmentVenv", "ImageLayout"]

@@ -109,6 +109,7 @@ def image_spec(
         description=plugin.description,
         run_options=plugin.run_options,
         env_venvs=tuple((v.key, v.wheels) for v in venvs),
+        env_venv_code=tuple((v.key, v.code_wheels) for v in venvs if v.code_wheels),
         payload_paths=payload_paths,
     )
 

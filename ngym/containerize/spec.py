@@ -134,14 +134,18 @@ class ImageSpec:
     user: str = "ngym"
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
     run_options: RunOptions = RunOptions()
-    #: the environment's own virtualenvs (``ngym.containerize.payload``): (key, wheel file names), by key
+    #: the environment's own virtualenvs (``ngym.containerize.payload``): (key, its index wheels), by key
     env_venvs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: (key, wheels built from local folders) of those venvs: their own layer, like the code layer
+    env_venv_code: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: absolute image paths of the files a server class's payload adds (copied from the context's ``payload/``)
     payload_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.env_name):
             raise PluginSourceError(f"invalid environment name {self.env_name!r}")
+        if not {key for key, _ in self.env_venv_code} <= {key for key, _ in self.env_venvs}:
+            raise PluginSourceError("env_venv_code names a venv env_venvs does not")
         for key, _ in self.env_venvs:
             if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", key):
                 raise PluginSourceError(f"invalid environment venv key {key!r}")
@@ -152,7 +156,7 @@ class ImageSpec:
             *self.dependency_wheels,
             *self.code_wheels,
             *([self.installer_wheel] * bool(self.installer_wheel)),
-            *(w for _, wheels in self.env_venvs for w in wheels),
+            *(w for _, wheels in (*self.env_venvs, *self.env_venv_code) for w in wheels),
         ):
             if not wheel.endswith(".whl") or "/" in wheel or wheel.startswith("."):
                 raise ValueError(f"not a wheel file name: {wheel!r}")

@@ -7,8 +7,9 @@ The image re-creates the venv exactly: every distribution installed in it, at it
   Python is the host's, else a binary wheel downloaded for that version), cached like the main wheelhouse's
   dependencies (``ngym.containerize.wheelhouse``) under a key of the pins and the image's Python;
 - one installed from a local folder (``pip install FOLDER``; PEP 610 ``dir_info``): a wheel built from that
-  folder, every time (it is code, not a dependency); a folder that is gone cannot be packaged and is named in
-  the result's notes (the image then lacks it, and ``--run`` fails loudly if the environment needed it);
+  folder, every time (it is code, not a dependency: its own layer in the image, from ``root/code``); a folder
+  that is gone cannot be packaged and is named in the result's notes (the image then lacks it, and ``--run``
+  fails loudly if the environment needed it);
 - one installed from an archive or VCS URL: ``name @ URL``, fetched again.
 
 pip itself is left out: the image installs with pip run from its wheel, and the venv never needs it at run time.
@@ -55,11 +56,13 @@ print(json.dumps(found))
 
 @dataclass(frozen=True)
 class VenvWheels:
-    """The wheels of one environment venv, all in ``root`` (flat), and what could not be packaged."""
+    """The wheels of one environment venv: index ones in ``root``, ones built from local folders in ``root/code``;
+    and what could not be packaged."""
 
     key: str
     root: Path
     wheels: tuple[str, ...]
+    code_wheels: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
 
@@ -112,15 +115,17 @@ def build_venv_wheelhouse(
             pins.append(f"{name} @ {direct['url']}")
     log(f"wheelhouse: environment venv {venv.key}: {len(pins)} distribution(s), {len(locals_)} from local folders")
     _cached_pins(pins, dest, python_version, log=log, cache_dir=cache_dir)
+    (dest / "code").mkdir()
     if locals_:
-        build_code_wheels(locals_, dest, log=log, python=sys.executable)
+        build_code_wheels(locals_, dest / "code", log=log, python=sys.executable)
     for note in notes:
         log(f"wheelhouse: {note}")
     wheels = tuple(sorted(p.name for p in dest.glob("*.whl")))
-    non_wheels = sorted(p.name for p in dest.iterdir() if p.suffix != ".whl")
-    if non_wheels:
-        raise WheelhouseError(f"not wheels in the environment's wheelhouse: {', '.join(non_wheels)}")
-    return VenvWheels(venv.key, dest, wheels, tuple(notes))
+    code_wheels = tuple(sorted(p.name for p in (dest / "code").glob("*.whl")))
+    non_wheels = sorted(p.name for p in dest.iterdir() if p.suffix != ".whl" and p.name != "code")
+    if non_wheels or len(code_wheels) != len(locals_):
+        raise WheelhouseError(f"not the expected wheels in the environment's wheelhouse {dest}")
+    return VenvWheels(venv.key, dest, wheels, code_wheels, tuple(notes))
 
 
 def _cached_pins(pins: list[str], dest: Path, python_version: str, *, log: Log, cache_dir: Path | None) -> None:
