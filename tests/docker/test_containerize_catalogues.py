@@ -7,7 +7,8 @@ driven over HTTP (seed → tools → verify) against the container and against `
 rewards (and, for verifiers, the same score of every reward function), equal to what install recorded.
 
 One image per ecosystem: OpenEnv's template (``openenv init``, openenv 0.10.0, in the plugin tests' cached venv)
-and verifiers 0.3.1's ``vf_ledger`` module (a ``StatefulToolEnv`` with a ``Rubric``). The environment venvs'
+and verifiers 0.3.1's ``vf_ledger`` module (a ``StatefulToolEnv`` with a ``Rubric``), which is then also served
+by ``ngym up`` with the Compose engine (the same image, behind its load balancer) and taken down. The environment venvs'
 wheels are cached under ``~/.cache/ngym/wheelhouse`` and the image layers by Docker, so a second run rebuilds
 only the code layer.
 """
@@ -24,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ngym.child_server import free_port
 from ngym.containerize.smoke import ExampleRollout, drive_rollout
 from ngym.examples import dataset_row, read_example_rollouts
+from ngym.fleet.state import FleetState
 from tests.integration.conftest import child_venv, start
 
 from .conftest import BASE_IMAGE
@@ -46,6 +49,7 @@ def _openenv_tests() -> Any:
     return module
 
 
+FLEET = "i24-container-catalogue"
 LEDGER = REPO / "plugins" / "ngym_verifiers" / "tests" / "fixtures" / "vf_ledger.py"
 
 
@@ -181,3 +185,21 @@ def test_a_verifiers_module_environment_is_served_by_its_image(
     assert all(a["reward_components"]["correct_answer"] == 1.0 for a in answers)
     assert answers[-1]["reward_components"]["ledger_matches"] == 1.0
     assert all(a["reward_weights"]["ledger_matches"] == pytest.approx(0.4) for a in answers)
+
+    # `ngym up` with the Compose engine, naming the installed environment: the same image, behind its balancer
+    fleet = {"name": FLEET, "engine": "compose", "head_server": {"port": 0}, "environments": {"ledger": "vf_ledger"}}
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    env["NGYM_FLEET_BASE_IMAGE"] = BASE_IMAGE
+    up = _cli(sys.executable, env, tmp_path, "up", "fleet.yaml")
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        state = FleetState.load(tmp_path / ".ngym-fleet" / FLEET)
+        assert state is not None
+        record = state.servers["ledger"]
+        rewards = [drive_rollout(f"http://{record.host}:{record.port}", with_tools, timeout=120).reward]
+        assert rewards == [pytest.approx(1.0)]
+    finally:
+        down = _cli(sys.executable, env, tmp_path, "down", "fleet.yaml")
+    assert down.returncode == 0, down.stderr
+    left = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True).stdout
+    assert not [name for name in left.split() if name.startswith(FLEET)]
