@@ -63,6 +63,8 @@ class EnvironmentVenv:
     python: Path  #: the host interpreter (``<venv>/bin/python``)
     #: loose modules copied into its site-packages at install (host file, path relative to site-packages)
     site_files: tuple[tuple[Path, str], ...] = ()
+    #: distributions the environment cannot run without: one that cannot be packaged stops the build
+    required: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

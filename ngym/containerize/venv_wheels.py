@@ -108,13 +108,17 @@ def build_venv_wheelhouse(
         elif "dir_info" in direct:
             source = source_dir_from_direct_url(direct)
             if source is None:
-                notes.append(f"{name} {version} not packaged: it was installed from {direct.get('url')}, which is gone")
+                gone = f"{name} {version} not packaged: it was installed from {direct.get('url')}, which is gone"
+                if _canonical(name) in {_canonical(r) for r in venv.required}:
+                    raise WheelhouseError(f"{gone}; the environment needs it: install the environment again")
+                notes.append(gone)
                 continue
             locals_.append(DistributionSource(name, version, source))
         else:
             pins.append(f"{name} @ {direct['url']}")
     log(f"wheelhouse: environment venv {venv.key}: {len(pins)} distribution(s), {len(locals_)} from local folders")
-    _cached_pins(pins, dest, python_version, log=log, cache_dir=cache_dir)
+    if pins:
+        _cached_pins(pins, dest, python_version, log=log, cache_dir=cache_dir)
     (dest / "code").mkdir()
     if locals_:
         build_code_wheels(locals_, dest / "code", log=log, python=sys.executable)

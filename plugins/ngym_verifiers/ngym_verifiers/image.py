@@ -44,7 +44,8 @@ def container_payload(record: Record, layout: ImageLayout, workdir: Path) -> Con
     data = examples.folder_of(record.name)
     if data.is_dir():
         files.append((data, f"{image_records}/{record.name}"))
-    return ContainerPayload(venvs=(EnvironmentVenv(key, python, site_files),), files=tuple(files))
+    required = (record.distribution,) if record.distribution else ()  # a folder environment: its own project
+    return ContainerPayload(venvs=(EnvironmentVenv(key, python, site_files, required),), files=tuple(files))
 
 
 def _purelib(python: Path) -> Path:
