@@ -16,6 +16,7 @@ from typing import Any
 from ngym.containerize.build import BuiltImage, build_image, connect, ensure_base_image, image_python_version
 from ngym.containerize.dockerfile import build_context
 from ngym.containerize.manifests import deploy_spec, session_store_source, write_manifests
+from ngym.containerize.payload import ContainerPayload, ImageLayout
 from ngym.containerize.pip import host_python_version
 from ngym.containerize.smoke import RunResult, load_example_rollout, run_image
 from ngym.containerize.spec import (
@@ -23,12 +24,14 @@ from ngym.containerize.spec import (
     DistributionSource,
     ImageSpec,
     PluginSource,
+    container_payload,
     default_tag,
     local_dependencies,
     ngym_source,
     resolve_plugin,
     split_tag,
 )
+from ngym.containerize.venv_wheels import VenvWheels, build_venv_wheelhouse
 from ngym.containerize.wheelhouse import Wheelhouse, build_wheelhouse
 
 Log = Callable[[str], None]
@@ -83,8 +86,15 @@ class ContainerizeResult:
         return asdict(self)
 
 
-def image_spec(plugin: PluginSource, wheelhouse: Wheelhouse, base_image: str, ngym_version: str) -> ImageSpec:
-    """The spec of ``plugin``'s image from a built wheelhouse."""
+def image_spec(
+    plugin: PluginSource,
+    wheelhouse: Wheelhouse,
+    base_image: str,
+    ngym_version: str,
+    venvs: tuple[VenvWheels, ...] = (),
+    payload_paths: tuple[str, ...] = (),
+) -> ImageSpec:
+    """The spec of ``plugin``'s image from a built wheelhouse (and its environment venvs' wheels, its payload)."""
     return ImageSpec(
         env_name=plugin.name,
         distribution=plugin.distribution,
@@ -98,7 +108,18 @@ def image_spec(plugin: PluginSource, wheelhouse: Wheelhouse, base_image: str, ng
         installer_wheel=wheelhouse.installer_wheel,
         description=plugin.description,
         run_options=plugin.run_options,
+        env_venvs=tuple((v.key, v.wheels) for v in venvs),
+        env_venv_code=tuple((v.key, v.code_wheels) for v in venvs if v.code_wheels),
+        payload_paths=payload_paths,
     )
+
+
+def payload_files(payload: ContainerPayload, layout: ImageLayout) -> dict[str, Path]:
+    """Image path → host file or folder: the payload's files and its venvs' loose site-packages modules."""
+    files = {image: host for host, image in payload.files}
+    for venv in payload.venvs:
+        files |= {f"{layout.venv_purelib(venv.key)}/{rel}": host for host, rel in venv.site_files}
+    return files
 
 
 def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> ContainerizeResult:
@@ -121,9 +142,21 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
     log(f"containerize {plugin.name} ({plugin.distribution} {plugin.version}, domain {plugin.domain}) → {tag}")
 
     ngym = ngym_source()
+    tmp_dir = tempfile.TemporaryDirectory(prefix="ngym-containerize-")
+    tmp = tmp_dir.name
+    layout = ImageLayout(python_version)
+    try:
+        payload = container_payload(plugin, layout, Path(tmp) / "payload")
+    except BaseException:
+        tmp_dir.cleanup()
+        raise
     sources = [ngym]
     if plugin.distribution.lower() != "ngym":
-        sources.append(DistributionSource(plugin.distribution, plugin.version, plugin.source_dir))
+        # a generated distribution (e.g. an installed OpenEnv environment's) is built from the project its payload
+        # wrote: the installed one has no source tree, and its manifest names the host's paths
+        sources.append(
+            DistributionSource(plugin.distribution, plugin.version, payload.distribution_dir or plugin.source_dir)
+        )
         sources += local_dependencies(plugin.distribution, exclude={"ngym", plugin.distribution})
     deploy = None
     if options.compose or options.k8s:
@@ -133,14 +166,26 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
         if not deploy.affinity:  # the replicas share sessions through Redis: the image needs the store plugin
             sources.append(session_store_source())
 
-    with tempfile.TemporaryDirectory(prefix="ngym-containerize-") as tmp:
+    with tmp_dir:
         started = time.monotonic()
         wheelhouse = build_wheelhouse(sources, Path(tmp) / "wheelhouse", python_version=python_version, log=log)
+        venvs = tuple(
+            build_venv_wheelhouse(venv, Path(tmp) / "envs" / venv.key, python_version=python_version, log=log)
+            for venv in payload.venvs
+        )
         wheelhouse_seconds = time.monotonic() - started
         if not wheelhouse.pinned_to_host:
             notes.append("dependency versions resolved afresh (the host's versions were not all available)")
-        spec = image_spec(plugin, wheelhouse, options.base_image, ngym.version)
-        context_dir = build_context(spec, wheelhouse, Path(options.output or Path(tmp) / "context"))
+        notes += [note for venv in venvs for note in venv.notes]
+        files = payload_files(payload, layout)
+        spec = image_spec(plugin, wheelhouse, options.base_image, ngym.version, venvs, tuple(sorted(files)))
+        context_dir = build_context(
+            spec,
+            wheelhouse,
+            Path(options.output or Path(tmp) / "context"),
+            env_wheels={venv.key: venv.root for venv in venvs},
+            payload=files,
+        )
         log(f"build context: {context_dir}" if options.output else f"  build context: {context_dir} (temporary)")
         result = ContainerizeResult(
             name=plugin.name,

@@ -21,6 +21,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from ngym.config import environment_config_fields
 from ngym.containerize.errors import PluginSourceError
+from ngym.containerize.payload import ContainerPayload, ImageLayout
 from ngym.domain import resolve_domain
 from ngym.errors import EnvironmentNotFound, PluginError
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP
@@ -133,14 +134,29 @@ class ImageSpec:
     user: str = "ngym"
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
     run_options: RunOptions = RunOptions()
+    #: the environment's own virtualenvs (``ngym.containerize.payload``): (key, its index wheels), by key
+    env_venvs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: (key, wheels built from local folders) of those venvs: their own layer, like the code layer
+    env_venv_code: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: absolute image paths of the files a server class's payload adds (copied from the context's ``payload/``)
+    payload_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.env_name):
             raise PluginSourceError(f"invalid environment name {self.env_name!r}")
+        if not {key for key, _ in self.env_venv_code} <= {key for key, _ in self.env_venvs}:
+            raise PluginSourceError("env_venv_code names a venv env_venvs does not")
+        for key, _ in self.env_venvs:
+            if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", key):
+                raise PluginSourceError(f"invalid environment venv key {key!r}")
+        for path in self.payload_paths:
+            if not path.startswith("/") or ".." in path.split("/"):
+                raise PluginSourceError(f"a payload path must be absolute, without '..': {path!r}")
         for wheel in (
             *self.dependency_wheels,
             *self.code_wheels,
             *([self.installer_wheel] * bool(self.installer_wheel)),
+            *(w for _, wheels in (*self.env_venvs, *self.env_venv_code) for w in wheels),
         ):
             if not wheel.endswith(".whl") or "/" in wheel or wheel.startswith("."):
                 raise ValueError(f"not a wheel file name: {wheel!r}")
@@ -149,6 +165,11 @@ class ImageSpec:
     def requirements(self) -> tuple[str, ...]:
         """``name==version`` pins of the dependency wheels, sorted: the cached layer's requirements file."""
         return tuple(sorted({_pin(w) for w in self.dependency_wheels}, key=str.lower))
+
+    def venv_requirements(self, key: str) -> tuple[str, ...]:
+        """``name==version`` pins of environment venv ``key``'s wheels, sorted."""
+        wheels = dict(self.env_venvs)[key]
+        return tuple(sorted({_pin(w) for w in wheels}, key=str.lower))
 
     def labels(self) -> dict[str, str]:
         """OCI labels plus ngym's own (plugin name, domain, distribution, ngym version)."""
@@ -364,6 +385,25 @@ def _container_refusal(env: Environment) -> str | None:
         return None
     refusal = getattr(server_class, "not_containerizable", None)
     return str(refusal) if refusal else None
+
+
+def container_payload(plugin: PluginSource, layout: ImageLayout, workdir: Path) -> ContainerPayload:
+    """What the installed environment's server class adds to its image (``ngym.containerize.payload``): its
+    ``container_payload(layout, workdir)``, else nothing (most environments are their wheels alone)."""
+    try:
+        server_class = installed(plugin.name).server_class
+    except (EnvironmentNotFound, PluginError):  # a source directory, or not importable here: its wheels alone
+        return ContainerPayload()
+    make = getattr(server_class, "container_payload", None)
+    if make is None:
+        return ContainerPayload()
+    workdir.mkdir(parents=True, exist_ok=True)
+    payload = make(layout, workdir)
+    if not isinstance(payload, ContainerPayload):
+        raise PluginSourceError(
+            f"{server_class.__name__}.container_payload returned {type(payload).__name__}, not a ContainerPayload"
+        )
+    return payload
 
 
 def _run_options_of(env: Environment) -> RunOptions:

@@ -51,6 +51,8 @@ from ngym.config_tree import SERVER_TYPES  # NeMo Gym's server types: the second
 from ngym.errors import ConfigError
 
 NEMO_PREFIX = "nemo-gym:"
+#: sources of ``ngym install`` a fleet entry does not take: the entry names the installed environment instead
+_INSTALL_FIRST = ("openenv", "verifiers")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
@@ -65,6 +67,18 @@ class EnvironmentSpec(BaseModel):
     port: int | None = Field(default=None, ge=0, le=65535)
     requirements: list[str] = Field(default_factory=list, description="pip requirement lines: its own venv")
     config: dict[str, Any] = Field(default_factory=dict, description="field overrides, as `ngym run k=v`")
+
+    @field_validator("env")
+    @classmethod
+    def _installed_first(cls, value: str) -> str:
+        source = value.split(":", 1)[0]
+        if source in _INSTALL_FIRST:
+            raise ValueError(
+                f"{value!r}: {source} environments are installed once, not by the fleet (they ask for a domain and"
+                f" record example data): run `ngym install {value}`, then name it here by its installed name (the"
+                " compose engine images it with its own virtualenv)"
+            )
+        return value
 
     @property
     def is_nemo(self) -> bool:

@@ -247,3 +247,46 @@ def test_entrypoint_appends_overrides_from_the_environment() -> None:
     ]  # fmt: skip
     with pytest.raises(SystemExit, match="key=value"):
         command_line(base, {"NGYM_OVERRIDES": "--reload"})
+
+
+def test_an_environment_venv_gets_its_own_cached_stage_and_the_payload_is_copied_readable(tmp_path: Path) -> None:
+    venv_wheels = ("verifiers-0.3.1-py3-none-any.whl", "datasets-3.0.0-py3-none-any.whl")
+    record = "/opt/ngym/venv/share/ngym/verifiers/vf_x.json"
+    code = ("vf_x-0.1.0-py3-none-any.whl",)
+    spec = make_spec(
+        env_venvs=(("verifiers-vf_x", venv_wheels),), env_venv_code=(("verifiers-vf_x", code),), payload_paths=(record,)
+    )
+    dockerfile = render_dockerfile(spec)
+    assert "FROM python:3.11-slim AS venv-verifiers-vf_x" in dockerfile
+    assert '"/opt/ngym/envs/verifiers-vf_x/bin/python", "/wheelhouse/tools/pip-24.2-py3-none-any.whl/pip"' in dockerfile
+    assert "COPY --from=venv-verifiers-vf_x /opt/ngym/envs/verifiers-vf_x /opt/ngym/envs/verifiers-vf_x" in dockerfile
+    # the environment's own code in a layer of its own, on the venv's path through a .pth: a change of it re-runs
+    # that small step, not the venv's hundreds of MB
+    assert '"--target", "/opt/ngym/envs-code/verifiers-vf_x", "/wheelhouse/envcode/verifiers-vf_x/vf_x' in dockerfile
+    assert "ngym-env-code.pth').write_text('/opt/ngym/envs-code/verifiers-vf_x" in dockerfile
+    assert dockerfile.rstrip().endswith("COPY payload/ /")  # last: a record changes more often than code
+    assert "COPY payload/" not in render_dockerfile(make_spec())  # no payload, no step
+
+    folder = tmp_path / "venv-wheels"
+    folder.mkdir()
+    (folder / "code").mkdir()
+    for wheel in venv_wheels:
+        (folder / wheel).write_bytes(b"wheel")
+    (folder / "code" / code[0]).write_bytes(b"wheel")
+    host_record = tmp_path / "vf_x.json"
+    host_record.write_text("{}")
+    host_record.chmod(0o600)  # as records.write leaves it: unreadable by the image's user if copied as is
+    context = build_context(
+        spec, fake_wheelhouse(tmp_path / "wh"), tmp_path / "ctx", env_wheels={"verifiers-vf_x": folder},
+        payload={record: host_record},
+    )  # fmt: skip
+    copied = context / "payload" / record.lstrip("/")
+    assert copied.read_text() == "{}" and copied.stat().st_mode & 0o777 == 0o644
+    pins = (context / "wheelhouse" / "envs" / "verifiers-vf_x" / "requirements.txt").read_text().splitlines()[1:]
+    assert pins == ["datasets==3.0.0", "verifiers==0.3.1"]
+    assert sorted(p.name for p in (context / "wheelhouse" / "envs" / "verifiers-vf_x").glob("*.whl")) == sorted(
+        venv_wheels
+    )
+    assert (context / "wheelhouse" / "envcode" / "verifiers-vf_x" / code[0]).is_file()
+    with pytest.raises(Exception, match="payload given does not match"):
+        build_context(spec, fake_wheelhouse(tmp_path / "wh2"), tmp_path / "ctx2", env_wheels={"verifiers-vf_x": folder})

@@ -87,6 +87,8 @@ def test_requirements_key_ignores_order_and_duplicates() -> None:
             "environments.w.workers: Input should be greater than or equal to 1",
         ),
         ("environments: {'1bad': x}", "'1bad' is not a server name"),
+        ("environments: {e: 'openenv:openenv-echo'}", "run `ngym install openenv:openenv-echo`, then name it here"),
+        ("environments: {e: {env: 'verifiers:./vf.py'}}", "verifiers environments are installed once"),
         (
             "environments: {a: x}\nservers: {a: {responses_api_models: {m: {}}}}",
             "a: named both under environments and servers",

@@ -98,30 +98,43 @@ def installed_data_dir(name: str) -> Path | None:
     return Path(str(dist.locate_file(f"{module_name(name)}/data")))
 
 
-def install_project(manifest: Manifest, *, verbose: bool = False) -> None:
-    """pip-install the generated ``ngym-openenv-<name>`` distribution into ngym's interpreter."""
+def write_project(manifest: Manifest, project: Path, data_from: Path | None = None) -> Path:
+    """Write the generated distribution's project into ``project`` (a folder to build or pip-install).
+
+    Its example data comes from the manifest, or, when given, from ``data_from`` (an installed environment's
+    ``data/``: its manifest file does not hold them).
+    """
     module = module_name(manifest.name)
     description = manifest.description.splitlines()[0] if manifest.description else f"OpenEnv {manifest.name}"
+    package = project / module
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        _MODULE.format(
+            name=manifest.name,
+            source=manifest.source,
+            doc=repr(f"OpenEnv environment {manifest.name}: {description}"),
+            domain=manifest.domain,
+            description=description,
+        ),
+        encoding="utf-8",
+    )
+    manifest.save(package / "manifest.json")
+    write_example_data(manifest, package / "data")
+    if data_from is not None and data_from.is_dir():
+        for file in (EXAMPLE_ROWS, EXAMPLE_ROLLOUTS):
+            if (data_from / file).is_file():
+                (package / "data" / file).write_bytes((data_from / file).read_bytes())
+    (project / "pyproject.toml").write_text(
+        _PYPROJECT.format(distribution=distribution_name(manifest.name), name=manifest.name, module=module),
+        encoding="utf-8",
+    )
+    return project
+
+
+def install_project(manifest: Manifest, *, verbose: bool = False) -> None:
+    """pip-install the generated ``ngym-openenv-<name>`` distribution into ngym's interpreter."""
     with tempfile.TemporaryDirectory(prefix="ngym-openenv-") as tmp:
-        project = Path(tmp)
-        package = project / module
-        package.mkdir()
-        (package / "__init__.py").write_text(
-            _MODULE.format(
-                name=manifest.name,
-                source=manifest.source,
-                doc=repr(f"OpenEnv environment {manifest.name}: {description}"),
-                domain=manifest.domain,
-                description=description,
-            ),
-            encoding="utf-8",
-        )
-        manifest.save(package / "manifest.json")
-        write_example_data(manifest, package / "data")
-        (project / "pyproject.toml").write_text(
-            _PYPROJECT.format(distribution=distribution_name(manifest.name), name=manifest.name, module=module),
-            encoding="utf-8",
-        )
+        project = write_project(manifest, Path(tmp))
         # --no-deps: ngym-openenv is this very plugin, already installed (and not on the package index).
         command = [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(project)]
         result = subprocess.run(command, stdout=None if verbose else subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fastapi import Body, FastAPI, HTTPException, Request
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
@@ -36,6 +37,9 @@ from ngym_openenv import launch
 from ngym_openenv.manifest import Manifest
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.wire import CAPACITY_REACHED, Episode, OpenEnvError, OpenEnvUnreachable
+
+if TYPE_CHECKING:
+    from ngym.containerize.payload import ContainerPayload, ImageLayout
 
 log = logging.getLogger("ngym_openenv")
 
@@ -116,12 +120,6 @@ class OpenEnvServer(SimpleResourcesServer):
     manifest: ClassVar[Manifest]
     session_affinity_required = True  # a session is a live WebSocket to the environment's server
     reward_range = None  # OpenEnv rewards pass through at the environment's own scale (DIPG's is -50…+30)
-    not_containerizable = (
-        "its OpenEnv server runs in a virtualenv of its own on this host, which an ngym image does not carry yet; "
-        "run the environment's own image (OpenEnv's server/Dockerfile) and install it by URL: "
-        "ngym install openenv:http://HOST:PORT --as NAME --domain DOMAIN"
-    )
-
     _process: launch.OpenEnvProcess | None = PrivateAttr(default=None)
     _url: str | None = PrivateAttr(default=None)
 
@@ -149,6 +147,14 @@ class OpenEnvServer(SimpleResourcesServer):
         if self._process is not None:
             await asyncio.to_thread(self._process.stop)
             self._process = None
+
+    @classmethod
+    def container_payload(cls, layout: ImageLayout, workdir: Path) -> ContainerPayload:
+        """What its image carries beyond the wheels (read by ``ngym containerize``): ``ngym_openenv.image``."""
+        # deferred: the image tooling is loaded by `ngym containerize` alone, never by a running server
+        from ngym_openenv.image import container_payload
+
+        return container_payload(cls.manifest, layout, workdir)
 
     # ---- routes ----------------------------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fastapi import Body, FastAPI, HTTPException, Request
 from pydantic import Field
@@ -37,6 +38,9 @@ from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
 from ngym_verifiers.messages import chat_messages
 from ngym_verifiers.process import Worker, WorkerError, WorkerGone
 from ngym_verifiers.records import Record
+
+if TYPE_CHECKING:
+    from ngym.containerize.payload import ContainerPayload, ImageLayout
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +73,15 @@ class VerifiersServer(SimpleResourcesServer):
     session_affinity_required = True
     # verifiers rewards are the rubric's weighted sum, unclipped (weights above 1 in all, or negative, are allowed)
     reward_range = None
-    #: read by ``ngym containerize``: an image of ngym and this plugin alone would not serve the environment
-    not_containerizable: ClassVar[str | None] = (
-        "a verifiers environment runs in its own virtualenv (the verifiers version it pins and its dependencies,"
-        " hundreds of MB), which an ngym image does not carry yet; serve it with `ngym run` where it is installed"
-    )
     _worker: Worker | None = None
+
+    @classmethod
+    def container_payload(cls, layout: ImageLayout, workdir: Path) -> ContainerPayload:
+        """What its image carries beyond the wheels (read by ``ngym containerize``): ``ngym_verifiers.image``."""
+        # deferred: the image tooling is loaded by `ngym containerize` alone, never by a running server
+        from ngym_verifiers.image import container_payload
+
+        return container_payload(cls.record, layout, workdir)
 
     @classmethod
     def describe(cls) -> str:

@@ -127,7 +127,7 @@ async def test_a_reinstall_without_rollouts_removes_the_old_ones(records_dir: Pa
     assert not folder.exists()
 
 
-def test_containerize_refuses_with_the_reason_not_a_broken_image(records_dir: Path, tmp_path: Path) -> None:
+def test_containerize_without_the_venv_stops_with_the_reason(records_dir: Path, tmp_path: Path) -> None:
     import subprocess
     import sys
 
@@ -145,5 +145,5 @@ def test_containerize_refuses_with_the_reason_not_a_broken_image(records_dir: Pa
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
-    assert "cannot be containerized: a verifiers environment runs in its own virtualenv" in done.stderr
+    assert "vf_fake: its interpreter /nonexistent is missing, so its virtualenv cannot go into an image" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "c").exists()
