@@ -27,7 +27,7 @@ import typing
 from typing import Any
 
 
-def _own_client(package: str | None, mcp: bool, generic: str | None) -> tuple[type, str | None]:
+def _own_client(package: str | None, mcp: bool, generic: str | None) -> tuple[Any, str | None]:
     """The environment's own EnvClient subclass, else (or when ``generic`` says why not) OpenEnv's generic one."""
     from openenv.core.env_client import EnvClient  # type: ignore[import-not-found]
 
@@ -59,7 +59,7 @@ def _own_client(package: str | None, mcp: bool, generic: str | None) -> tuple[ty
     return GenericEnvClient, why
 
 
-def _action_type(client_cls: type) -> Any:
+def _action_type(client_cls: Any) -> Any:
     """The Action type the client's generic parameters name (``EnvClient[Action, Obs, State]``), else None."""
     for klass in client_cls.__mro__:
         for base in getattr(klass, "__orig_bases__", ()):
@@ -69,7 +69,7 @@ def _action_type(client_cls: type) -> Any:
     return None
 
 
-def _action(client_cls: type, step: dict[str, Any], mcp: bool) -> Any:
+def _action(client_cls: Any, step: dict[str, Any], mcp: bool) -> Any:
     if mcp:
         from openenv.core.env_server.mcp_types import CallToolAction  # type: ignore[import-not-found]
 
@@ -89,7 +89,7 @@ def _record(result: Any) -> dict[str, Any]:
     return {"observation": observation, "reward": result.reward, "done": bool(result.done)}
 
 
-async def _drive(client_cls: type, request: dict[str, Any], mcp: bool) -> list[dict[str, Any]]:
+async def _drive(client_cls: Any, request: dict[str, Any], mcp: bool) -> list[dict[str, Any]]:
     client = client_cls(base_url=request["url"])
     await client.connect()
     try:

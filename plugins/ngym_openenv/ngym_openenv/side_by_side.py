@@ -116,13 +116,26 @@ async def _through_ngym(
     return answers, verify
 
 
+def _expected(rule: str, records: list[dict[str, Any]], verify: dict[str, Any]) -> float | None:
+    """The reward verify must give: the rule over OpenEnv's own step rewards; no reward is a masked 0.0."""
+    if rule.startswith("state:"):  # the environment's state at verify time: not seen from OpenEnv's side here
+        return float(verify["reward"]) if isinstance(verify.get("reward"), int | float) else None
+    try:
+        return episode_reward(rule, [r["reward"] for r in records[1:]])
+    except NoReward:
+        return 0.0 if verify.get("mask_sample") else None
+
+
 def compare(server_class: Any, *, steps: int = 3) -> SideBySide:
     """Drive the installed environment whose server class is ``server_class`` both ways; see the module."""
     manifest: Manifest = server_class.manifest
     found = SideBySide(manifest.name)
     try:
         route, bodies, openenv_steps = _steps(manifest, steps)
-        running = None if manifest.url else launch.start(manifest.python or "", manifest.app or "", app_dir=manifest.app_dir, env=manifest.env)
+        running = None
+        if not manifest.url:
+            python, app = manifest.python or "", manifest.app or ""
+            running = launch.start(python, app, app_dir=manifest.app_dir, env=manifest.env)
         url = manifest.url or (running.url if running else "")
         try:
             request = {"mode": "drive", "url": url, "seed": examples.EXAMPLE_SEED, "steps": openenv_steps}
@@ -147,11 +160,7 @@ def compare(server_class: Any, *, steps: int = 3) -> SideBySide:
         found.ngym = parsed["records"]
         found.equal = sum(a == b for a, b in zip(found.openenv, found.ngym, strict=False))
         found.verify_reward = verify.get("reward")
-        try:
-            rewards = [r["reward"] for r in found.openenv[1:]]
-            found.expected_reward = episode_reward(manifest.reward_rule, rewards) if not manifest.reward_rule.startswith("state:") else found.verify_reward
-        except NoReward:
-            found.expected_reward = 0.0 if verify.get("mask_sample") else None
+        found.expected_reward = _expected(manifest.reward_rule, found.openenv, verify)
     except (RuntimeError, launch.LaunchError, subprocess.TimeoutExpired) as exc:
         found.problem = str(exc)
     return found
