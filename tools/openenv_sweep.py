@@ -3,10 +3,11 @@
     python tools/openenv_sweep.py --envs /path/to/OpenEnv/envs [--only echo_env,grid_world_env] [--work DIR]
     python tools/openenv_sweep.py --git /path/to/OpenEnv.git        # a (bare) clone: its HEAD's envs/ is used
 
-For each folder with an ``openenv.yaml``: ``ngym install openenv:<folder> --domain D`` (D from ``DOMAINS``, else
-``other``), ``ngym validate NAME --json``, ``ngym rollout NAME --model replay --json`` (no ``--data``: the example
-data install wrote), and the side by side of ``ngym_openenv.side_by_side`` (OpenEnv's own client against its own
-server and ngym, the same actions). Everything runs in a throwaway virtualenv under ``--work`` that sees this
+For each folder with an ``openenv.yaml``: ``ngym install openenv:<folder> --domain D`` (D from
+``ngym_openenv.catalog.FOLDER_DOMAINS``, else ``other``), ``ngym validate NAME --json``, ``ngym rollout NAME
+--model replay --json`` (no ``--data``: the example data install wrote), and the side by side of
+``ngym_openenv.side_by_side`` (OpenEnv's own client against its own server and ngym, the same actions).
+Everything runs in a throwaway virtualenv under ``--work`` that sees this
 interpreter's packages (nothing lands in .venv); the environments' own virtualenvs are ngym's usual cache
 (``~/.cache/ngym/openenv-venvs``), so a second run is quicker. Results are kept per folder in
 ``<work>/results/<folder>.json`` (delete one to redo it) and printed as the markdown table of
@@ -28,38 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ngym_openenv.catalog import FOLDER_DOMAINS
 
-#: The ngym domain of OpenEnv's own environments (openenv.yaml names none): what each is about.
-DOMAINS = {
-    "agent_world_model_env": "agent",
-    "atari_env": "games",
-    "browsergym_env": "agent",
-    "calendar_env": "agent",
-    "chess_env": "games",
-    "coding_env": "coding",
-    "coding_tools_env": "coding",
-    "connect4_env": "games",
-    "dipg_safety_env": "safety",
-    "finqa_env": "knowledge",
-    "git_env": "agent",
-    "grid_world_env": "games",
-    "julia_env": "coding",
-    "jupyter_env": "coding",
-    "kernrl": "coding",
-    "maze_env": "games",
-    "openapp_env": "agent",
-    "opencode_env": "coding",
-    "openspiel_env": "games",
-    "reasoning_gym_env": "math",
-    "repl_env": "coding",
-    "snake_env": "games",
-    "tbench2_env": "coding",
-    "terminus_env": "coding",
-    "textarena_env": "games",
-    "unity_env": "games",
-    "websearch_env": "knowledge",
-    "wildfire_env": "games",
-}
 STEP_TIMEOUT = 1800  # seconds for one command (an install makes a virtualenv)
 
 
@@ -108,7 +79,7 @@ def sweep_one(folder: Path, python: str, env: dict[str, str], work: Path) -> dic
     """install (unless installed) → validate → rollout (no --data) → side by side, for one folder."""
     spec = yaml.safe_load((folder / "openenv.yaml").read_text(encoding="utf-8")) or {}
     name = re.sub(r"[^A-Za-z0-9_]+", "_", str(spec.get("name") or folder.name)).strip("_").lower()
-    row: dict[str, Any] = {"folder": folder.name, "name": name, "domain": DOMAINS.get(folder.name, "other")}
+    row: dict[str, Any] = {"folder": folder.name, "name": name, "domain": FOLDER_DOMAINS.get(folder.name, "other")}
 
     def ngym(*args: str) -> subprocess.CompletedProcess[str]:
         command = [python, "-m", "ngym.cli", *args]

@@ -41,7 +41,7 @@ from packaging.version import InvalidVersion, Version
 
 from ngym.domain import Domain
 from ngym.errors import ConfigError
-from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_jsonl
+from ngym.examples import dataset_row, read_jsonl
 from ngym_openenv import examples, launch
 from ngym_openenv.catalog import available
 from ngym_openenv.errors import OpenEnvInstallError
@@ -91,7 +91,7 @@ def install_source(
     if data is not None and manifest.example_rollouts:
         echo(
             f"ngym: example data in {data}: ngym validate {manifest.name}; ngym profile {manifest.name}; "
-            f"ngym rollout {manifest.name} --data {data / EXAMPLE_ROLLOUTS} --model replay --output out.jsonl"
+            f"ngym rollout {manifest.name} --model replay --output out.jsonl"
         )
     return manifest
 

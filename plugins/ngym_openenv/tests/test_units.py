@@ -157,6 +157,34 @@ def test_available_rows_render(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "openenv-dipg-safety  safety  0.1.67" in text and "install one: ngym install openenv:NAME" in text
 
 
+def test_available_lists_the_environment_folders_of_an_openenv_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenEnv's own environments are folders of its repository, not distributions: with NGYM_OPENENV_ENVS set,
+    ``--available`` lists each (with openenv.yaml), its domain where openenv.yaml or the keywords say one."""
+    envs = tmp_path / "envs"
+    for name, yaml_text, project in (
+        ("declares_env", "name: declares\ndomain: games\nversion: 0.2.0\n", None),
+        ("keyworded_env", "name: keyworded\n", '[project]\nname = "k"\nversion = "1.0"\nkeywords = ["Coding"]\n'),
+        ("maze_env", "name: maze_env\n", '[project]\nname = "m"\ndescription = "A maze"\n'),
+    ):
+        (envs / name).mkdir(parents=True)
+        (envs / name / "openenv.yaml").write_text(yaml_text)
+        if project:
+            (envs / name / "pyproject.toml").write_text(project)
+    (envs / "not_an_env").mkdir()
+    monkeypatch.setenv(catalog.FOLDERS_ENV, str(envs))
+    rows = {Path(r["name"]).name: r for r in catalog.folder_rows({})}
+    assert sorted(rows) == ["declares_env", "keyworded_env", "maze_env"]
+    assert rows["declares_env"]["domain"] == "games" and rows["declares_env"]["version"] == "0.2.0"
+    assert rows["keyworded_env"]["domain"] == "coding" and rows["keyworded_env"]["version"] == "1.0"
+    assert rows["maze_env"]["domain"] is None
+    assert rows["maze_env"]["description"] == "needs --domain (e.g. games); A maze"  # OpenEnv's own maze_env
+    monkeypatch.setenv(catalog.FOLDERS_ENV, str(tmp_path / "nowhere"))
+    (missing,) = catalog.folder_rows({})
+    assert missing["reachable"] is False and "no such folder" in missing["description"]
+
+
 def test_a_taken_name_is_refused() -> None:
     with pytest.raises(OpenEnvInstallError, match="already installed by ngym-example-single-tool-call"):
         check_name_free("example_single_tool_call")
