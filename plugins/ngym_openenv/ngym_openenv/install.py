@@ -380,8 +380,11 @@ def _environment_venv(name: str, requirements: list[str], folder: Path | None, e
     venv.EnvBuilder(with_pip=True).create(where)
     result = _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *requirements, "uvicorn"])
     if result.returncode:
-        tail = "\n  ".join(result.stdout.splitlines()[-15:])
-        raise OpenEnvInstallError(f"pip could not install {' '.join(requirements)} into {where}:\n  {tail}")
+        log = where / "pip.log"
+        log.write_text(result.stdout, encoding="utf-8")
+        raise OpenEnvInstallError(
+            f"{_target(requirements)} cannot be installed here: {pip_reason(result.stdout)} (pip's output: {log})"
+        )
     ready.write_text(json.dumps(requirements) + "\n", encoding="utf-8")
     return str(python)
 
@@ -392,8 +395,47 @@ def _pip_into(python: str, requirements: list[str], echo: Echo) -> str:
     result = _run([python, "-m", "pip", "install", "--disable-pip-version-check", *requirements])
     if result.returncode:
         tail = "\n  ".join(result.stdout.splitlines()[-15:])
-        raise OpenEnvInstallError(f"pip could not install {' '.join(requirements)} with {python}:\n  {tail}")
+        raise OpenEnvInstallError(
+            f"{_target(requirements)} cannot be installed with {python}: {pip_reason(result.stdout)}\n  {tail}"
+        )
     return python
+
+
+def _target(requirements: list[str]) -> str:
+    """What was being installed, shortly: a folder's name, a requirements file's folder, or the requirements."""
+    if requirements[:1] == ["-r"] and len(requirements) > 1:
+        return f"{Path(requirements[1]).parent.parent.name} (its server/requirements.txt)"
+    if requirements and Path(requirements[0]).is_dir():
+        return Path(requirements[0]).name
+    return " ".join(requirements)
+
+
+#: pip's words for why an install failed, and how to say it in one line (first match wins).
+_PIP_REASONS = (
+    (
+        re.compile(r"unable to access '([^']+)'.*Could not resolve host", re.I),
+        "it needs {0}, which cannot be reached from here",
+    ),
+    (re.compile(r"Could not resolve host: (\S+)", re.I), "it needs {0}, which cannot be reached from here"),
+    (
+        re.compile(r"No matching distribution found for (\S+)"),
+        "{0} is not on the package index for this Python/platform",
+    ),
+    (re.compile(r"Package '([^']+)' requires a different Python: (.+)"), "{0} does not support this Python ({1})"),
+    (re.compile(r"ResolutionImpossible|conflicting dependencies", re.I), "its requirements conflict with each other"),
+    (re.compile(r"Failed to build (.+)"), "{0} failed to build (a compiler or system library may be missing)"),
+)
+
+
+def pip_reason(output: str) -> str:
+    """One line saying why pip failed (a host it cannot reach, a package not on the index, ...), from its output."""
+    for pattern, words in _PIP_REASONS:
+        found = pattern.search(output)
+        if found:
+            return words.format(*(g.strip() for g in found.groups()))
+    errors = [line.strip() for line in output.splitlines() if line.strip().startswith("ERROR:")]
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return (errors[0] if errors else lines[-1] if lines else "pip failed without output").removeprefix("ERROR: ")
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess[str]:

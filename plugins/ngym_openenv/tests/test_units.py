@@ -294,3 +294,23 @@ def test_a_folder_whose_project_refuses_this_python_installs_its_server_requirem
     (tmp_path / "pyproject.toml").unlink()
     (tmp_path / "server" / "requirements.txt").write_text("openenv-core>=0.2\n")
     assert _folder_requirements(tmp_path, None, said.append) == ["-r", str(tmp_path / "server" / "requirements.txt")]
+
+
+def test_a_failed_pip_install_is_said_in_one_line() -> None:
+    """OpenEnv's dm_control_env and unity_env name OpenEnv by git URL (no route to GitHub here): install printed 15
+    lines of pip's output; the reason is now one line (pip's output goes to a file the line names)."""
+    from ngym_openenv.install import pip_reason
+
+    git = (
+        "  Cloning https://github.com/huggingface/OpenEnv.git to /tmp/pip-install-x/openenv\n"
+        "  fatal: unable to access 'https://github.com/huggingface/OpenEnv.git/': Could not resolve host: github.com\n"
+        "  error: subprocess-exited-with-error\n"
+    )
+    assert pip_reason(git) == "it needs https://github.com/huggingface/OpenEnv.git/, which cannot be reached from here"
+    index = (
+        "ERROR: Could not find a version that satisfies the requirement mlagents==0.30 (from versions: none)\n"
+        "ERROR: No matching distribution found for mlagents==0.30\n"
+    )
+    assert pip_reason(index) == "mlagents==0.30 is not on the package index for this Python/platform"
+    assert pip_reason("Collecting x\nERROR: something else went wrong\nmore\n") == "something else went wrong"
+    assert "\n" not in pip_reason(git + index)
