@@ -449,6 +449,17 @@ def _probe(python: str, request: dict[str, Any]) -> dict[str, Any]:
         tail = "\n  ".join(result.stdout.splitlines()[-15:])
         raise OpenEnvInstallError(f"the environment's app could not be imported:\n  {tail}")
     facts: dict[str, Any] = json.loads(marker.removeprefix("NGYM-PROBE "))
+    if facts.get("import_error"):
+        log = venv_root() / f"import-error-{re.sub(r'[^A-Za-z0-9_.]+', '_', str(request.get('app')))}.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(str(facts.get("traceback") or ""), encoding="utf-8")
+            kept = f" (traceback: {log})"
+        except OSError:
+            kept = ""
+        raise OpenEnvInstallError(
+            f"the environment's app {request.get('app')} could not be imported: {facts['import_error']}{kept}"
+        )
     return facts
 
 

@@ -13,7 +13,8 @@ Imports nothing of ngym. OpenEnv's own client code drives OpenEnv's own server, 
 
 Prints ``OWN-CLIENT <json>``: ``{"client": "module:Class", "fallback": reason or null, "records": [...]}``, one
 record per reset/step, ``{"observation", "reward", "done"}`` as the client parsed them (the observation without
-``reward``/``done``/``metadata``, which OpenEnv's server keeps outside it).
+``reward``/``done``/``metadata``, which OpenEnv's server keeps outside it), and when driving, ``wire_reward``: the
+reward as the server sent it (what an episode's reward rule reads; a client may parse another one).
 """
 
 from __future__ import annotations
@@ -91,11 +92,21 @@ def _record(result: Any) -> dict[str, Any]:
 
 async def _drive(client_cls: Any, request: dict[str, Any], mcp: bool) -> list[dict[str, Any]]:
     client = client_cls(base_url=request["url"])
+    wire: list[Any] = []  # the reward as OpenEnv's server sent it (a client may read another one)
+    parse = client._parse_result
+
+    def keep_wire_reward(payload: dict[str, Any]) -> Any:
+        wire.append(payload.get("reward"))
+        return parse(payload)
+
+    client._parse_result = keep_wire_reward
     await client.connect()
     try:
         records = [_record(await client.reset(seed=request.get("seed")))]
         for step in request["steps"]:
             records.append(_record(await client.step(_action(client_cls, step, mcp))))
+        for record, reward in zip(records, wire, strict=False):
+            record["wire_reward"] = reward
         return records
     finally:
         await client.close()

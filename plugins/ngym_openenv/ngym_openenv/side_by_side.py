@@ -38,10 +38,11 @@ class SideBySide:
     steps: list[dict[str, Any]] = field(default_factory=list)  #: the actions, as sent through ngym
     openenv: list[dict[str, Any]] = field(default_factory=list)  #: OpenEnv's records (reset, then each step)
     ngym: list[dict[str, Any]] = field(default_factory=list)  #: ngym's answers, parsed by the same client
+    #: (each record: the parsed observation, reward and done, and ``wire_reward``, the reward as sent)
     equal: int = 0  #: records equal in observation, reward and done
     deterministic: bool = True  #: OpenEnv's two episodes gave the same records
     verify_reward: float | None = None
-    expected_reward: float | None = None  #: the reward rule applied to OpenEnv's own step rewards
+    expected_reward: float | None = None  #: the reward rule over OpenEnv's own step rewards (as its server sent them)
     problem: str | None = None
 
     @property
@@ -121,7 +122,7 @@ def _expected(rule: str, records: list[dict[str, Any]], verify: dict[str, Any]) 
     if rule.startswith("state:"):  # the environment's state at verify time: not seen from OpenEnv's side here
         return float(verify["reward"]) if isinstance(verify.get("reward"), int | float) else None
     try:
-        return episode_reward(rule, [r["reward"] for r in records[1:]])
+        return episode_reward(rule, [r.get("wire_reward", r["reward"]) for r in records[1:]])
     except NoReward:
         return 0.0 if verify.get("mask_sample") else None
 
@@ -157,7 +158,7 @@ def compare(server_class: Any, *, steps: int = 3) -> SideBySide:
         parsed = _own_client(manifest, {"mode": "parse", "answers": answers, "generic": request.get("generic")})
         if parsed.get("error"):
             raise RuntimeError(f"OpenEnv's client could not parse ngym's answers: {parsed['error']}")
-        found.ngym = parsed["records"]
+        found.ngym = [{**r, "wire_reward": a.get("reward")} for r, a in zip(parsed["records"], answers, strict=True)]
         found.equal = sum(a == b for a, b in zip(found.openenv, found.ngym, strict=False))
         found.verify_reward = verify.get("reward")
         found.expected_reward = _expected(manifest.reward_rule, found.openenv, verify)

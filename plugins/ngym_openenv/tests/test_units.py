@@ -314,3 +314,25 @@ def test_a_failed_pip_install_is_said_in_one_line() -> None:
     assert pip_reason(index) == "mlagents==0.30 is not on the package index for this Python/platform"
     assert pip_reason("Collecting x\nERROR: something else went wrong\nmore\n") == "something else went wrong"
     assert "\n" not in pip_reason(git + index)
+
+
+def test_an_app_that_fails_to_import_is_said_in_one_line(openenv_python: str, tmp_path: Path) -> None:
+    """OpenEnv's textarena_env fails at import here (nltk data it cannot download): install printed the last 15
+    lines of the traceback, which held neither the exception's type nor its first line. Now: one line."""
+    folder = tmp_path / "needs_data_env"
+    (folder / "server").mkdir(parents=True)
+    (folder / "openenv.yaml").write_text("name: needs_data\napp: server.app:app\n")
+    (folder / "server" / "__init__.py").write_text("")
+    banner = "*" * 40
+    text = f"\\n{banner}\\n  Resource words not found.\\n  Please download it.\\n{banner}"
+    (folder / "server" / "app.py").write_text(f'raise LookupError("{text}")\n')
+    with pytest.raises(OpenEnvInstallError) as raised:
+        prepare(str(folder), domain="games", options={"python": openenv_python}, echo=lambda _: None)
+    message = str(raised.value)
+    assert "\n" not in message, message
+    assert message.startswith(
+        "the environment's app server.app:app could not be imported: LookupError: Resource words not found. "
+        "Please download it. (traceback: "
+    ), message
+    log = Path(message.rsplit("(traceback: ", 1)[1].rstrip(")"))
+    assert "Traceback" in log.read_text() and "LookupError" in log.read_text()
