@@ -450,7 +450,8 @@ def _probe(python: str, request: dict[str, Any]) -> dict[str, Any]:
         raise OpenEnvInstallError(f"the environment's app could not be imported:\n  {tail}")
     facts: dict[str, Any] = json.loads(marker.removeprefix("NGYM-PROBE "))
     if facts.get("import_error"):
-        log = venv_root() / f"import-error-{re.sub(r'[^A-Za-z0-9_.]+', '_', str(request.get('app')))}.log"
+        which = f"{Path(python).parent.parent.name}-{request.get('app')}"  # the venv's name: one file per environment
+        log = venv_root() / f"import-error-{re.sub(r'[^A-Za-z0-9_.-]+', '_', which)}.log"
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text(str(facts.get("traceback") or ""), encoding="utf-8")
