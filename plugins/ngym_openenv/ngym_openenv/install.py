@@ -51,6 +51,8 @@ from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.wire import Episode, OpenEnvError
 
 PREFIX = "openenv:"
+#: Seconds the OpenEnv server has to answer ``/schema`` and ``/metadata`` at install.
+ASK_TIMEOUT = 30.0
 __all__ = [
     "OpenEnvInstallError",
     "available",
@@ -584,13 +586,18 @@ def _ask_server(url: str) -> dict[str, Any]:
     """``/schema`` and ``/metadata``, then one throwaway episode: ``reset`` and ``list_tools``."""
     http = url.replace("ws://", "http://").replace("wss://", "https://").rstrip("/").removesuffix("/ws")
     facts: dict[str, Any] = {}
-    try:
-        for route, key in (("/schema", "schema"), ("/metadata", "metadata")):
-            answer = httpx.get(http + route, timeout=30.0)
-            if answer.status_code == 200:
-                facts[key] = answer.json()
-    except httpx.HTTPError as exc:
-        raise OpenEnvInstallError(f"cannot reach the OpenEnv server at {http}: {exc}") from None
+    for route, key in (("/schema", "schema"), ("/metadata", "metadata")):
+        try:
+            answer = httpx.get(http + route, timeout=ASK_TIMEOUT)
+        except httpx.TimeoutException:
+            raise OpenEnvInstallError(
+                f"the OpenEnv server at {http} did not answer {route} within {ASK_TIMEOUT:g} s (is it waiting for a "
+                "service it needs, one it cannot reach from here?)"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise OpenEnvInstallError(f"cannot reach the OpenEnv server at {http}: {exc}") from None
+        if answer.status_code == 200:
+            facts[key] = answer.json()
     facts["tools"] = asyncio.run(_list_tools(url))
     return facts
 

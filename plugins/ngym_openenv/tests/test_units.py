@@ -337,3 +337,23 @@ def test_an_app_that_fails_to_import_is_said_in_one_line(openenv_python: str, tm
     ), message
     log = Path(message.rsplit("(traceback: ", 1)[1].rstrip(")"))
     assert "Traceback" in log.read_text() and "LookupError" in log.read_text()
+
+
+def test_a_server_that_never_answers_is_one_line_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenEnv's git_env waits for its Gitea server: install said only "cannot reach the OpenEnv server: timed out"."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)  # accepts connections (the kernel does) and never answers
+    monkeypatch.setattr(install_module, "ASK_TIMEOUT", 0.5)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        with pytest.raises(OpenEnvInstallError) as raised:
+            install_module._ask_server(url)
+    finally:
+        listener.close()
+    assert str(raised.value) == (
+        f"the OpenEnv server at {url} did not answer /schema within 0.5 s (is it waiting for a service it needs, "
+        "one it cannot reach from here?)"
+    )
