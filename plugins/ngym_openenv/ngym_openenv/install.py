@@ -607,6 +607,11 @@ async def _list_tools(url: str) -> list[dict[str, Any]] | None:
     try:
         episode = await Episode.open(url)
     except OpenEnvError as exc:
+        if re.search(r"HTTP (403|404)\b", exc.message):  # Starlette refuses a WebSocket to a route it lacks with 403
+            raise OpenEnvInstallError(
+                f"the app at {url} has no OpenEnv /ws route ({exc.message.rsplit(': ', 1)[-1]}): ngym drives "
+                "OpenEnv servers over OpenEnv's /ws protocol, and this app serves only its own routes"
+            ) from None
         raise OpenEnvInstallError(exc.message) from None
     try:
         try:

@@ -357,3 +357,22 @@ def test_a_server_that_never_answers_is_one_line_saying_so(monkeypatch: pytest.M
         f"the OpenEnv server at {url} did not answer /schema within 0.5 s (is it waiting for a service it needs, "
         "one it cannot reach from here?)"
     )
+
+
+def test_an_app_without_openenvs_ws_route_is_one_line_saying_so() -> None:
+    """OpenEnv's calendar_env registers only HTTP /reset, /step and /state: install said "server rejected WebSocket
+    connection: HTTP 403"."""
+    from fastapi import FastAPI
+
+    from ngym.rollout.thread_server import serve_app_in_thread
+
+    app = FastAPI()
+
+    @app.post("/reset")
+    def reset() -> dict[str, str]:
+        return {}
+
+    with serve_app_in_thread(app) as url, pytest.raises(OpenEnvInstallError) as raised:
+        install_module._ask_server(url)
+    message = str(raised.value)
+    assert "has no OpenEnv /ws route (HTTP 403)" in message and "\n" not in message, message
