@@ -337,12 +337,26 @@ def _folder_requirements(folder: Path, python: str | None, echo: Echo) -> list[s
     if project.is_file() or (folder / "setup.py").is_file():
         refused = _python_refused(project, python)
         if refused is None or not requirements.is_file():
-            return [str(folder)]
+            # A project that leaves OpenEnv out (openapp_env's: "installed by the Dockerfile separately") gets it
+            # from the index, as the image's base would give it.
+            return [str(folder), *([] if _names_openenv(project) else ["openenv"])]
         echo(f"ngym: {refused}: installing server/requirements.txt instead, as OpenEnv's Dockerfiles do")
     if requirements.is_file():
         named = re.findall(r"^\s*(openenv(?:[-_]core)?)\b", requirements.read_text(encoding="utf-8"), re.MULTILINE)
         return ["-r", str(requirements), *([] if named else ["openenv"])]
     return ["openenv"]
+
+
+def _names_openenv(project: Path) -> bool:
+    """Whether the project's dependencies name OpenEnv (``openenv``, ``openenv-core``, with extras or a URL);
+    a ``setup.py`` project, or one that cannot be read, is taken to."""
+    try:
+        dependencies = tomllib.loads(project.read_text(encoding="utf-8")).get("project", {}).get("dependencies")
+    except (OSError, tomllib.TOMLDecodeError):
+        return True
+    if dependencies is None:
+        return True  # dynamic (or setup.py) dependencies: not ours to second-guess
+    return any(re.match(r"\s*openenv(?:[-_]core)?\s*(?:[\[<>=!~;@ ]|$)", str(d)) for d in dependencies)
 
 
 def _python_refused(project: Path, python: str | None) -> str | None:

@@ -376,3 +376,18 @@ def test_an_app_without_openenvs_ws_route_is_one_line_saying_so() -> None:
         install_module._ask_server(url)
     message = str(raised.value)
     assert "has no OpenEnv /ws route (HTTP 403)" in message and "\n" not in message, message
+
+
+def test_a_folder_whose_project_leaves_openenv_out_gets_it(tmp_path: Path) -> None:
+    """OpenEnv's openapp_env does not list openenv (its Dockerfile installs it): the import failed in its venv."""
+    said: list[str] = []
+    for dependencies, added in (
+        ('["openenv[core]>=0.2.2", "x"]', False),
+        ('["openenv-core>=0.2"]', False),
+        ('["openenv[core] @ git+https://example.invalid/OpenEnv.git"]', False),
+        ('["openenvx", "fastapi"]', True),
+        ("[]", True),
+    ):
+        (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "e"\ndependencies = {dependencies}\n')
+        wanted = [str(tmp_path), "openenv"] if added else [str(tmp_path)]
+        assert install_module._folder_requirements(tmp_path, None, said.append) == wanted, dependencies
