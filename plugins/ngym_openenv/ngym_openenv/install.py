@@ -206,6 +206,12 @@ def _from_folder(
     requirements = _folder_requirements(home, python, echo)
     python = _pip_into(python, requirements, echo) if python else _environment_venv(name, requirements, home, echo)
     app = app or str(spec.get("app") or "server.app:app")
+    above = _named_from_above(app, folder.name)
+    if above:  # e.g. agent_world_model_env's `envs.agent_world_model_env.server.app:app`: from OpenEnv's repo root
+        root = _home() / name / "root"
+        shutil.copytree(home, root.joinpath(*above, folder.name))
+        echo(f"ngym: {app} is named from above its folder: serving it from {root} laid out as {'/'.join(above)}/")
+        home = root
     try:
         facts = _probe(python, {"app": app, "app_dir": str(home)})
     except OpenEnvInstallError as exc:
@@ -223,6 +229,13 @@ def _from_folder(
         echo,
         lambda url, more: _finish(name, str(folder), {**facts, **more}, where, chosen, rule, url, examples, echo),
     )
+
+
+def _named_from_above(app: str, folder: str) -> list[str]:
+    """The packages above the folder an ``openenv.yaml``'s app names (``envs`` of ``envs.<folder>.server.app``:
+    the app is imported from OpenEnv's repository root), else []."""
+    parts = app.partition(":")[0].split(".")
+    return parts[: parts.index(folder)] if folder in parts[1:-1] else []
 
 
 def _from_distribution(

@@ -391,3 +391,12 @@ def test_a_folder_whose_project_leaves_openenv_out_gets_it(tmp_path: Path) -> No
         (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "e"\ndependencies = {dependencies}\n')
         wanted = [str(tmp_path), "openenv"] if added else [str(tmp_path)]
         assert install_module._folder_requirements(tmp_path, None, said.append) == wanted, dependencies
+
+
+def test_an_app_named_from_the_repository_root_is_found() -> None:
+    """OpenEnv's agent_world_model_env names its app `envs.agent_world_model_env.server.app:app` (from the repo's
+    root): the import failed with "No module named 'envs'". The copy is now laid out under envs/."""
+    named = install_module._named_from_above
+    assert named("envs.agent_world_model_env.server.app:app", "agent_world_model_env") == ["envs"]
+    assert named("a.b.my_env.server.app:app", "my_env") == ["a", "b"]
+    assert named("server.app:app", "my_env") == [] and named("my_env.server.app:app", "my_env") == []
