@@ -1,6 +1,7 @@
 """Run by an OpenEnv environment's own interpreter (``python own_client.py JSON``): OpenEnv's side of a side-by-side.
 
-Imports nothing of ngym. OpenEnv's own client code drives OpenEnv's own server, or reads answers ngym gave:
+Imports nothing of ngym. The request is the JSON argument, or standard input when the argument is ``-``.
+OpenEnv's own client code drives OpenEnv's own server, or reads answers ngym gave:
 
 - the client is the environment's own ``EnvClient`` subclass (found in its package's ``client`` module, else its
   package), else, when the environment has none or it cannot be imported, OpenEnv's ``GenericEnvClient`` (MCP
@@ -113,7 +114,7 @@ async def _drive(client_cls: Any, request: dict[str, Any], mcp: bool) -> list[di
 
 
 def main() -> None:
-    request = json.loads(sys.argv[1])
+    request = json.loads(sys.stdin.read() if sys.argv[1:] == ["-"] else sys.argv[1])  # "-": a large request
     sys.path[:0] = request.get("path", [])
     mcp = bool(request.get("mcp"))
     client_cls, fallback = _own_client(request.get("package"), mcp, request.get("generic"))

@@ -66,8 +66,8 @@ def _own_client(manifest: Manifest, request: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError("installed by URL: OpenEnv's client needs the environment's interpreter (-o python=...)")
     package, path = _package_of(manifest)
     request = {"package": package, "path": path, "mcp": manifest.tool_mode == "mcp", **request}
-    result = subprocess.run(
-        [python, str(DRIVER), json.dumps(request)], capture_output=True, text=True, timeout=600, check=False
+    result = subprocess.run(  # on stdin: observations (atari's pixels) outgrow an argument list
+        [python, str(DRIVER), "-"], input=json.dumps(request), capture_output=True, text=True, timeout=600, check=False
     )
     line = next((x for x in reversed(result.stdout.splitlines()) if x.startswith("OWN-CLIENT ")), None)
     if result.returncode or line is None:
