@@ -18,7 +18,7 @@ quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1;
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions
+.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -55,6 +55,14 @@ conformance: install
 # each, scored by verifiers itself and through ngym. Outside CI: each release is a venv of its own (minutes, cached).
 verifiers-versions: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m verifiers_versions tests/conformance
+
+# Every environment folder of an OpenEnv checkout (issue 24): install → validate → rollout (no --data) → OpenEnv's own
+# client side by side with ngym. Outside CI (a virtualenv per environment: minutes each; results cached per folder in
+# ~/.cache/ngym/openenv-sweep/results). OPENENV=/path/to/OpenEnv (a checkout or clone); ARGS="--only echo_env,maze_env".
+openenv-sweep: install
+	@test -n "$(OPENENV)" || { echo "make openenv-sweep OPENENV=/path/to/OpenEnv (a checkout or a clone of huggingface/OpenEnv)"; exit 2; }
+	if [ -d "$(OPENENV)/envs" ]; then $(PY) tools/openenv_sweep.py --envs "$(OPENENV)/envs" $(ARGS); \
+	else $(PY) tools/openenv_sweep.py --git "$(OPENENV)" $(ARGS); fi
 
 # Schemathesis against every built-in server (real processes): no unexpected 5xx. A few minutes on 2 cores;
 # NGYM_FUZZ_EXAMPLES / NGYM_FUZZ_STEPS / NGYM_FUZZ_SEED change the budget and the seed.

@@ -13,7 +13,7 @@ from click._termui_impl import ProgressBar
 from ngym.cli.fleet_target import fleet_option
 from ngym.cli.progress import Ticker
 from ngym.fleet.lookup import fleet_target
-from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
+from ngym.rollout.runner import RolloutEvent, RolloutOptions, default_data, run_rollouts
 
 
 @click.command(short_help="Roll out a dataset through an environment and a model.")
@@ -22,8 +22,9 @@ from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
     "--data",
     "data",
     type=click.Path(path_type=Path, dir_okay=False),
-    required=True,
-    help="Dataset rows (JSONL, NeMo Gym format).",
+    default=None,
+    help="Dataset rows (JSONL, NeMo Gym format). Default: the installed environment's example data "
+    "(data/example.jsonl, else data/example_rollouts.jsonl: what `ngym install` wrote), named on one line.",
 )
 @click.option("--model-url", default=None, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1.")
 @click.option(
@@ -76,7 +77,7 @@ from ngym.rollout.runner import RolloutEvent, RolloutOptions, run_rollouts
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of progress and text.")
 def rollout(
     target: str,
-    data: Path,
+    data: Path | None,
     model_url: str | None,
     model: str | None,
     api_key_env: str | None,
@@ -94,12 +95,14 @@ def rollout(
 ) -> None:
     """Roll out every row of --data (× --repeats) through TARGET, an installed environment (started with
     `ngym run` on a free port and stopped after) or the URL of a running one; with --fleet, the name of an
-    environment of a running fleet (`ngym up`), found through its head server's global config.
+    environment of a running fleet (`ngym up`), found through its head server's global config. Without --data,
+    an installed environment's own example data is rolled out (the file is named on stderr).
 
     \b
     Examples:
       ngym rollout example_single_tool_call --data rows.jsonl --model-url http://127.0.0.1:8000/v1
       ngym rollout workplace_assistant --data rows.jsonl --model replay --output out.jsonl
+      ngym rollout dipg_safety --model replay          # an installed environment's example data
       ngym rollout http://127.0.0.1:9000 --data rows.jsonl --model-url https://api.openai.com/v1 \\
           --model gpt-4.1 --api-key-env OPENAI_API_KEY --repeats 4 --resume
       ngym rollout weather --fleet fleet.yaml --data rows.jsonl --model-url http://127.0.0.1:8000/v1
@@ -107,8 +110,12 @@ def rollout(
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Retries are worth seeing: the openai client logs each one ("Retrying request in ...") at INFO.
     logging.getLogger("openai._base_client").setLevel(logging.INFO)
+    resolved = fleet_target(target, fleet)
+    if data is None:
+        data = default_data(target if fleet else resolved)
+        click.echo(f"ngym: no --data: rolling out {target}'s example data, {data}", err=True)
     options = RolloutOptions(
-        target=fleet_target(target, fleet),
+        target=resolved,
         data=data,
         model_url=model_url,
         model=model,

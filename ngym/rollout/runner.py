@@ -27,6 +27,7 @@ import httpx
 
 from ngym.child_server import serve_environment
 from ngym.errors import ConfigError
+from ngym.examples import EXAMPLE_ROLLOUTS, EXAMPLE_ROWS
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_episode, run_rollout
 from ngym.rollout.errors import RolloutError
 from ngym.rollout.gymnasium import is_gymnasium_style, server_post_routes
@@ -120,6 +121,25 @@ class RolloutSummary:
             "env_url": self.env_url,
             "model_url": self.model_url,
         }
+
+
+def default_data(target: str) -> Path:
+    """The rows ``ngym rollout`` reads when ``--data`` is not given: the installed environment's own example data,
+    ``data/example.jsonl`` (its rows), else ``data/example_rollouts.jsonl`` (recorded rollouts, rows too).
+
+    That is what ``ngym install`` writes for OpenEnv and verifiers environments, and what built-ins ship. A URL
+    (or a fleet's environment) has no folder here, and an environment without example data has nothing to read:
+    both are a ConfigError asking for ``--data``.
+    """
+    if is_url(target):
+        raise ConfigError(f"{target}: a running server's data is not here: give --data ROWS.jsonl")
+    spec = resolve(target)  # a clear error for a misspelt name
+    found = spec.data_file(EXAMPLE_ROWS) or spec.data_file(EXAMPLE_ROLLOUTS)
+    if found is None:
+        raise ConfigError(
+            f"{target} ships no example data (data/{EXAMPLE_ROWS} or data/{EXAMPLE_ROLLOUTS}): give --data ROWS.jsonl"
+        )
+    return found
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

@@ -94,3 +94,31 @@ def test_without_a_terminal_progress_is_printed_as_plain_lines(tmp_path: Path) -
     assert progress and all(line.startswith("  … rollouts: ") for line in progress), done.stderr
     assert any("/3 done" in line for line in progress)
     assert "3 rollouts written" in done.stdout
+
+
+def test_without_data_an_installed_environment_rolls_out_its_own_example_data(tmp_path: Path) -> None:
+    """``ngym rollout NAME --model replay`` needed ``--data`` even when install wrote example data (issue 24)."""
+    done = _rollout(WEATHER, "--model", "replay", "--output", str(tmp_path / "o.jsonl"), "--json")
+    assert done.returncode == 0, done.stderr
+    named = [line for line in done.stderr.splitlines() if "no --data" in line]
+    assert named == [f"ngym: no --data: rolling out {WEATHER}'s example data, {_weather_data() / 'example.jsonl'}"]
+    summary = json.loads(done.stdout)
+    recorded = _recorded_rewards()
+    assert summary["done"] == len(recorded) and summary["failed"] == []
+    assert summary["mean_reward"] == pytest.approx(sum(recorded) / len(recorded))
+
+
+def test_without_data_nothing_to_default_to_is_one_line_asking_for_data(tmp_path: Path) -> None:
+    folder = tmp_path / "bare_env"
+    (folder / "configs").mkdir(parents=True)
+    (folder / "app.py").write_text(
+        "from ngym.plugin_api import SimpleResourcesServer\n\n\nclass Bare(SimpleResourcesServer):\n    pass\n"
+    )
+    config = folder / "configs" / "bare_env.yaml"
+    config.write_text("bare_env:\n  resources_servers:\n    bare_env:\n      entrypoint: app.py\n      domain: games\n")
+    bare = _rollout(str(config), "--model", "replay", "--output", str(tmp_path / "a.jsonl"))
+    url = _rollout("http://127.0.0.1:9", "--model", "replay", "--output", str(tmp_path / "b.jsonl"))
+    for done, why in ((bare, "ships no example data"), (url, "give --data")):
+        assert done.returncode == 2, done.stdout + done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and why in lines[0] and "Traceback" not in done.stderr, done.stderr

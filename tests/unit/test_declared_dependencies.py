@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: venv's business (OpenEnv, verifiers), never a dependency of the plugin's distribution.
 OTHER_INTERPRETER = {
     (REPO / "plugins/ngym_openenv/ngym_openenv/probe.py").as_posix(),
+    (REPO / "plugins/ngym_openenv/ngym_openenv/own_client.py").as_posix(),
     (REPO / "plugins/ngym_verifiers/ngym_verifiers/worker.py").as_posix(),
 }
 

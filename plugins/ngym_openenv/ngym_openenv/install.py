@@ -41,7 +41,7 @@ from packaging.version import InvalidVersion, Version
 
 from ngym.domain import Domain
 from ngym.errors import ConfigError
-from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_jsonl
+from ngym.examples import dataset_row, read_jsonl
 from ngym_openenv import examples, launch
 from ngym_openenv.catalog import available
 from ngym_openenv.errors import OpenEnvInstallError
@@ -51,6 +51,8 @@ from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.wire import Episode, OpenEnvError
 
 PREFIX = "openenv:"
+#: Seconds the OpenEnv server has to answer ``/schema`` and ``/metadata`` at install.
+ASK_TIMEOUT = 30.0
 __all__ = [
     "OpenEnvInstallError",
     "available",
@@ -91,7 +93,7 @@ def install_source(
     if data is not None and manifest.example_rollouts:
         echo(
             f"ngym: example data in {data}: ngym validate {manifest.name}; ngym profile {manifest.name}; "
-            f"ngym rollout {manifest.name} --data {data / EXAMPLE_ROLLOUTS} --model replay --output out.jsonl"
+            f"ngym rollout {manifest.name} --model replay --output out.jsonl"
         )
     return manifest
 
@@ -204,6 +206,12 @@ def _from_folder(
     requirements = _folder_requirements(home, python, echo)
     python = _pip_into(python, requirements, echo) if python else _environment_venv(name, requirements, home, echo)
     app = app or str(spec.get("app") or "server.app:app")
+    above = _named_from_above(app, folder.name)
+    if above:  # e.g. agent_world_model_env's `envs.agent_world_model_env.server.app:app`: from OpenEnv's repo root
+        root = _home() / name / "root"
+        shutil.copytree(home, root.joinpath(*above, folder.name))
+        echo(f"ngym: {app} is named from above its folder: serving it from {root} laid out as {'/'.join(above)}/")
+        home = root
     try:
         facts = _probe(python, {"app": app, "app_dir": str(home)})
     except OpenEnvInstallError as exc:
@@ -221,6 +229,13 @@ def _from_folder(
         echo,
         lambda url, more: _finish(name, str(folder), {**facts, **more}, where, chosen, rule, url, examples, echo),
     )
+
+
+def _named_from_above(app: str, folder: str) -> list[str]:
+    """The packages above the folder an ``openenv.yaml``'s app names (``envs`` of ``envs.<folder>.server.app``:
+    the app is imported from OpenEnv's repository root), else []."""
+    parts = app.partition(":")[0].split(".")
+    return parts[: parts.index(folder)] if folder in parts[1:-1] else []
 
 
 def _from_distribution(
@@ -335,12 +350,26 @@ def _folder_requirements(folder: Path, python: str | None, echo: Echo) -> list[s
     if project.is_file() or (folder / "setup.py").is_file():
         refused = _python_refused(project, python)
         if refused is None or not requirements.is_file():
-            return [str(folder)]
+            # A project that leaves OpenEnv out (openapp_env's: "installed by the Dockerfile separately") gets it
+            # from the index, as the image's base would give it.
+            return [str(folder), *([] if _names_openenv(project) else ["openenv"])]
         echo(f"ngym: {refused}: installing server/requirements.txt instead, as OpenEnv's Dockerfiles do")
     if requirements.is_file():
         named = re.findall(r"^\s*(openenv(?:[-_]core)?)\b", requirements.read_text(encoding="utf-8"), re.MULTILINE)
         return ["-r", str(requirements), *([] if named else ["openenv"])]
     return ["openenv"]
+
+
+def _names_openenv(project: Path) -> bool:
+    """Whether the project's dependencies name OpenEnv (``openenv``, ``openenv-core``, with extras or a URL);
+    a ``setup.py`` project, or one that cannot be read, is taken to."""
+    try:
+        dependencies = tomllib.loads(project.read_text(encoding="utf-8")).get("project", {}).get("dependencies")
+    except (OSError, tomllib.TOMLDecodeError):
+        return True
+    if dependencies is None:
+        return True  # dynamic (or setup.py) dependencies: not ours to second-guess
+    return any(re.match(r"\s*openenv(?:[-_]core)?\s*(?:[\[<>=!~;@ ]|$)", str(d)) for d in dependencies)
 
 
 def _python_refused(project: Path, python: str | None) -> str | None:
@@ -380,8 +409,11 @@ def _environment_venv(name: str, requirements: list[str], folder: Path | None, e
     venv.EnvBuilder(with_pip=True).create(where)
     result = _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *requirements, "uvicorn"])
     if result.returncode:
-        tail = "\n  ".join(result.stdout.splitlines()[-15:])
-        raise OpenEnvInstallError(f"pip could not install {' '.join(requirements)} into {where}:\n  {tail}")
+        log = where / "pip.log"
+        log.write_text(result.stdout, encoding="utf-8")
+        raise OpenEnvInstallError(
+            f"{_target(requirements)} cannot be installed here: {pip_reason(result.stdout)} (pip's output: {log})"
+        )
     ready.write_text(json.dumps(requirements) + "\n", encoding="utf-8")
     return str(python)
 
@@ -392,8 +424,47 @@ def _pip_into(python: str, requirements: list[str], echo: Echo) -> str:
     result = _run([python, "-m", "pip", "install", "--disable-pip-version-check", *requirements])
     if result.returncode:
         tail = "\n  ".join(result.stdout.splitlines()[-15:])
-        raise OpenEnvInstallError(f"pip could not install {' '.join(requirements)} with {python}:\n  {tail}")
+        raise OpenEnvInstallError(
+            f"{_target(requirements)} cannot be installed with {python}: {pip_reason(result.stdout)}\n  {tail}"
+        )
     return python
+
+
+def _target(requirements: list[str]) -> str:
+    """What was being installed, shortly: a folder's name, a requirements file's folder, or the requirements."""
+    if requirements[:1] == ["-r"] and len(requirements) > 1:
+        return f"{Path(requirements[1]).parent.parent.name} (its server/requirements.txt)"
+    if requirements and Path(requirements[0]).is_dir():
+        return Path(requirements[0]).name
+    return " ".join(requirements)
+
+
+#: pip's words for why an install failed, and how to say it in one line (first match wins).
+_PIP_REASONS = (
+    (
+        re.compile(r"unable to access '([^']+)'.*Could not resolve host", re.I),
+        "it needs {0}, which cannot be reached from here",
+    ),
+    (re.compile(r"Could not resolve host: (\S+)", re.I), "it needs {0}, which cannot be reached from here"),
+    (
+        re.compile(r"No matching distribution found for (\S+)"),
+        "{0} is not on the package index for this Python/platform",
+    ),
+    (re.compile(r"Package '([^']+)' requires a different Python: (.+)"), "{0} does not support this Python ({1})"),
+    (re.compile(r"ResolutionImpossible|conflicting dependencies", re.I), "its requirements conflict with each other"),
+    (re.compile(r"Failed to build (.+)"), "{0} failed to build (a compiler or system library may be missing)"),
+)
+
+
+def pip_reason(output: str) -> str:
+    """One line saying why pip failed (a host it cannot reach, a package not on the index, ...), from its output."""
+    for pattern, words in _PIP_REASONS:
+        found = pattern.search(output)
+        if found:
+            return words.format(*(g.strip() for g in found.groups()))
+    errors = [line.strip() for line in output.splitlines() if line.strip().startswith("ERROR:")]
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return (errors[0] if errors else lines[-1] if lines else "pip failed without output").removeprefix("ERROR: ")
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
@@ -407,6 +478,18 @@ def _probe(python: str, request: dict[str, Any]) -> dict[str, Any]:
         tail = "\n  ".join(result.stdout.splitlines()[-15:])
         raise OpenEnvInstallError(f"the environment's app could not be imported:\n  {tail}")
     facts: dict[str, Any] = json.loads(marker.removeprefix("NGYM-PROBE "))
+    if facts.get("import_error"):
+        which = f"{Path(python).parent.parent.name}-{request.get('app')}"  # the venv's name: one file per environment
+        log = venv_root() / f"import-error-{re.sub(r'[^A-Za-z0-9_.-]+', '_', which)}.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(str(facts.get("traceback") or ""), encoding="utf-8")
+            kept = f" (traceback: {log})"
+        except OSError:
+            kept = ""
+        raise OpenEnvInstallError(
+            f"the environment's app {request.get('app')} could not be imported: {facts['import_error']}{kept}"
+        )
     return facts
 
 
@@ -530,13 +613,18 @@ def _ask_server(url: str) -> dict[str, Any]:
     """``/schema`` and ``/metadata``, then one throwaway episode: ``reset`` and ``list_tools``."""
     http = url.replace("ws://", "http://").replace("wss://", "https://").rstrip("/").removesuffix("/ws")
     facts: dict[str, Any] = {}
-    try:
-        for route, key in (("/schema", "schema"), ("/metadata", "metadata")):
-            answer = httpx.get(http + route, timeout=30.0)
-            if answer.status_code == 200:
-                facts[key] = answer.json()
-    except httpx.HTTPError as exc:
-        raise OpenEnvInstallError(f"cannot reach the OpenEnv server at {http}: {exc}") from None
+    for route, key in (("/schema", "schema"), ("/metadata", "metadata")):
+        try:
+            answer = httpx.get(http + route, timeout=ASK_TIMEOUT)
+        except httpx.TimeoutException:
+            raise OpenEnvInstallError(
+                f"the OpenEnv server at {http} did not answer {route} within {ASK_TIMEOUT:g} s (is it waiting for a "
+                "service it needs, one it cannot reach from here?)"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise OpenEnvInstallError(f"cannot reach the OpenEnv server at {http}: {exc}") from None
+        if answer.status_code == 200:
+            facts[key] = answer.json()
     facts["tools"] = asyncio.run(_list_tools(url))
     return facts
 
@@ -546,6 +634,11 @@ async def _list_tools(url: str) -> list[dict[str, Any]] | None:
     try:
         episode = await Episode.open(url)
     except OpenEnvError as exc:
+        if re.search(r"HTTP (403|404)\b", exc.message):  # Starlette refuses a WebSocket to a route it lacks with 403
+            raise OpenEnvInstallError(
+                f"the app at {url} has no OpenEnv /ws route ({exc.message.rsplit(': ', 1)[-1]}): ngym drives "
+                "OpenEnv servers over OpenEnv's /ws protocol, and this app serves only its own routes"
+            ) from None
         raise OpenEnvInstallError(exc.message) from None
     try:
         try:

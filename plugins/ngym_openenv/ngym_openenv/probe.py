@@ -14,6 +14,7 @@ import importlib
 import importlib.metadata
 import json
 import sys
+import traceback
 from typing import Any
 
 
@@ -57,6 +58,14 @@ def _env_server_of(module_name: str) -> tuple[str, Any] | None:
     return None
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: message`` on one line: the message's lines joined, banner lines (``*****``) dropped, cut."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    text = " ".join(line for line in lines if line and line.strip("*=-") != "")
+    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def main(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("app_dir"):
         sys.path.insert(0, request["app_dir"])
@@ -67,7 +76,12 @@ def main(request: dict[str, Any]) -> dict[str, Any]:
     app = request.get("app")
     if app:
         module_name, _, attribute = app.partition(":")
-        found = _env_server_of(module_name)
+        try:
+            found = _env_server_of(module_name)
+        except Exception as exc:  # said in one line by the install; the whole traceback kept beside it
+            out["import_error"] = one_line(exc)
+            out["traceback"] = traceback.format_exc()
+            return out
         server = found[1] if found else None
     else:
         errors = []

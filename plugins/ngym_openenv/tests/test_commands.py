@@ -67,8 +67,10 @@ def _check_commands(python: Path, env: dict[str, str], name: str, tmp: Path, rew
     assert all(c["ok"] for n, c in checks.items() if n.startswith("soundness")), checks
 
     out = tmp / f"{name}-rollouts.jsonl"
-    rolled = _ngym(python, env, "rollout", name, "--data", str(rollouts), "--model", "replay", "--output", str(out))
+    # no --data: the example data install wrote (issue 24), named on one line
+    rolled = _ngym(python, env, "rollout", name, "--model", "replay", "--output", str(out))
     assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    assert f"ngym: no --data: rolling out {name}'s example data, {rows}" in rolled.stderr
     lines = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
     assert len(lines) == 1
     verified = lines[0]

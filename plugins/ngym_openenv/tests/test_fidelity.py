@@ -102,6 +102,36 @@ async def test_template_environment_step_by_step(template_folder: Path, openenv_
     assert verify["mask_sample"] is False and verify["reward_rule"] == "last"
 
 
+async def test_template_environment_fronted_by_url_step_by_step(
+    template_folder: Path, openenv_python: str, driver: Any
+) -> None:
+    """Issue 24: "an OpenEnv server that runs elsewhere (its own container, /ws protocol) can be fronted too, by URL".
+    The template's own app runs under uvicorn as OpenEnv documents it (a separate process ngym does not manage);
+    ngym is installed in front of it by URL; OpenEnv's own client and ngym then drive that same server, one
+    episode after the other (it keeps max_concurrent_envs=1), over OpenEnv's /ws protocol both."""
+    running = launch.start(openenv_python, "server.app:app", app_dir=str(template_folder))
+    try:
+        manifest = await asyncio.to_thread(
+            lambda: prepare(running.url, as_name="fidelity_url", domain="other", echo=print)
+        )
+        assert manifest.url == running.url and manifest.python is None and manifest.tool_mode == "step"
+        assert "message" in manifest.action_schema["properties"]
+        client = {
+            "client": "fidelity_echo.client:FidelityEchoEnv",
+            "action": "fidelity_echo.models:FidelityEchoAction",
+            "path": [str(template_folder.parent)],
+        }
+        theirs = driver(openenv_python, {**client, "mode": "drive", "url": running.url, "steps": TEMPLATE_STEPS})
+        answers, verify = await _through_ngym(manifest, TEMPLATE_STEPS)
+        ours = driver(openenv_python, {**client, "mode": "parse", "answers": answers})
+    finally:
+        running.stop()
+    assert len(ours["records"]) == len(TEMPLATE_STEPS) + 1
+    for index, (mine, reference) in enumerate(zip(ours["records"], theirs["records"], strict=True)):
+        assert mine == reference, f"step {index} differs"
+    assert verify["reward"] == theirs["records"][-1]["reward"] and verify["mask_sample"] is False
+
+
 #: One DIPG case (the environment reads `<context>`/`<question>` from the user turn, the answer from the
 #: assistant's); a data set of one row, because the server shuffles its rows with an unseeded random.
 DIPG_ROW = {

@@ -16,6 +16,7 @@ from ngym_openenv import launch
 from ngym_openenv.install import OpenEnvInstallError, prepare
 from ngym_openenv.manifest import Manifest
 from ngym_openenv.server import server_class
+from ngym_openenv.side_by_side import compare
 
 from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
 
@@ -162,3 +163,13 @@ async def test_a_folder_laid_out_like_openenvs_own_envs(openenv_python: str) -> 
         assert answer["done"] is True and answer["observation"]["position"] == 3
         verify = await rollout.call("/verify", VERIFY)
     assert verify["step_rewards"] == [0.5, -0.1, 0.5, 0.5, 1.0] and verify["reward"] == pytest.approx(2.4)
+
+    # side by side (what `make openenv-sweep` runs on OpenEnv's own folders): OpenEnv's client against OpenEnv's
+    # server and ngym, install's example action three times; no client.py here, so OpenEnv's generic client
+    found = await asyncio.to_thread(compare, server_class(manifest))
+    assert found.client == "openenv.core.generic_client:GenericEnvClient", found
+    assert found.fallback and "steps_env" in found.fallback
+    assert found.problem is None and found.deterministic
+    assert [r["wire_reward"] for r in found.openenv] == [0.0, 0.5, 0.5, 1.0] and found.openenv[-1]["done"] is True
+    assert found.equal == 4 and found.ngym == found.openenv
+    assert found.verify_reward == found.expected_reward == pytest.approx(2.0) and found.same  # the sum rule

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from ngym_openenv import catalog
+from ngym_openenv import install as install_module
 from ngym_openenv.examples import (
     EXAMPLE_SEED,
     example_action,
@@ -157,6 +158,34 @@ def test_available_rows_render(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "openenv-dipg-safety  safety  0.1.67" in text and "install one: ngym install openenv:NAME" in text
 
 
+def test_available_lists_the_environment_folders_of_an_openenv_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenEnv's own environments are folders of its repository, not distributions: with NGYM_OPENENV_ENVS set,
+    ``--available`` lists each (with openenv.yaml), its domain where openenv.yaml or the keywords say one."""
+    envs = tmp_path / "envs"
+    for name, yaml_text, project in (
+        ("declares_env", "name: declares\ndomain: games\nversion: 0.2.0\n", None),
+        ("keyworded_env", "name: keyworded\n", '[project]\nname = "k"\nversion = "1.0"\nkeywords = ["Coding"]\n'),
+        ("maze_env", "name: maze_env\n", '[project]\nname = "m"\ndescription = "A maze"\n'),
+    ):
+        (envs / name).mkdir(parents=True)
+        (envs / name / "openenv.yaml").write_text(yaml_text)
+        if project:
+            (envs / name / "pyproject.toml").write_text(project)
+    (envs / "not_an_env").mkdir()
+    monkeypatch.setenv(catalog.FOLDERS_ENV, str(envs))
+    rows = {Path(r["name"]).name: r for r in catalog.folder_rows({})}
+    assert sorted(rows) == ["declares_env", "keyworded_env", "maze_env"]
+    assert rows["declares_env"]["domain"] == "games" and rows["declares_env"]["version"] == "0.2.0"
+    assert rows["keyworded_env"]["domain"] == "coding" and rows["keyworded_env"]["version"] == "1.0"
+    assert rows["maze_env"]["domain"] is None
+    assert rows["maze_env"]["description"] == "needs --domain (e.g. games); A maze"  # OpenEnv's own maze_env
+    monkeypatch.setenv(catalog.FOLDERS_ENV, str(tmp_path / "nowhere"))
+    (missing,) = catalog.folder_rows({})
+    assert missing["reachable"] is False and "no such folder" in missing["description"]
+
+
 def test_a_taken_name_is_refused() -> None:
     with pytest.raises(OpenEnvInstallError, match="already installed by ngym-example-single-tool-call"):
         check_name_free("example_single_tool_call")
@@ -266,3 +295,108 @@ def test_a_folder_whose_project_refuses_this_python_installs_its_server_requirem
     (tmp_path / "pyproject.toml").unlink()
     (tmp_path / "server" / "requirements.txt").write_text("openenv-core>=0.2\n")
     assert _folder_requirements(tmp_path, None, said.append) == ["-r", str(tmp_path / "server" / "requirements.txt")]
+
+
+def test_a_failed_pip_install_is_said_in_one_line() -> None:
+    """OpenEnv's dm_control_env and unity_env name OpenEnv by git URL (no route to GitHub here): install printed 15
+    lines of pip's output; the reason is now one line (pip's output goes to a file the line names)."""
+    from ngym_openenv.install import pip_reason
+
+    git = (
+        "  Cloning https://github.com/huggingface/OpenEnv.git to /tmp/pip-install-x/openenv\n"
+        "  fatal: unable to access 'https://github.com/huggingface/OpenEnv.git/': Could not resolve host: github.com\n"
+        "  error: subprocess-exited-with-error\n"
+    )
+    assert pip_reason(git) == "it needs https://github.com/huggingface/OpenEnv.git/, which cannot be reached from here"
+    index = (
+        "ERROR: Could not find a version that satisfies the requirement mlagents==0.30 (from versions: none)\n"
+        "ERROR: No matching distribution found for mlagents==0.30\n"
+    )
+    assert pip_reason(index) == "mlagents==0.30 is not on the package index for this Python/platform"
+    assert pip_reason("Collecting x\nERROR: something else went wrong\nmore\n") == "something else went wrong"
+    assert "\n" not in pip_reason(git + index)
+
+
+def test_an_app_that_fails_to_import_is_said_in_one_line(openenv_python: str, tmp_path: Path) -> None:
+    """OpenEnv's textarena_env fails at import here (nltk data it cannot download): install printed the last 15
+    lines of the traceback, which held neither the exception's type nor its first line. Now: one line."""
+    folder = tmp_path / "needs_data_env"
+    (folder / "server").mkdir(parents=True)
+    (folder / "openenv.yaml").write_text("name: needs_data\napp: server.app:app\n")
+    (folder / "server" / "__init__.py").write_text("")
+    banner = "*" * 40
+    text = f"\\n{banner}\\n  Resource words not found.\\n  Please download it.\\n{banner}"
+    (folder / "server" / "app.py").write_text(f'raise LookupError("{text}")\n')
+    with pytest.raises(OpenEnvInstallError) as raised:  # the probe install runs (prepare would pip-install first)
+        install_module._probe(openenv_python, {"app": "server.app:app", "app_dir": str(folder)})
+    message = str(raised.value)
+    assert "\n" not in message, message
+    assert message.startswith(
+        "the environment's app server.app:app could not be imported: LookupError: Resource words not found. "
+        "Please download it. (traceback: "
+    ), message
+    log = Path(message.rsplit("(traceback: ", 1)[1].rstrip(")"))
+    assert "Traceback" in log.read_text() and "LookupError" in log.read_text()
+
+
+def test_a_server_that_never_answers_is_one_line_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenEnv's git_env waits for its Gitea server: install said only "cannot reach the OpenEnv server: timed out"."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)  # accepts connections (the kernel does) and never answers
+    monkeypatch.setattr(install_module, "ASK_TIMEOUT", 0.5)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        with pytest.raises(OpenEnvInstallError) as raised:
+            install_module._ask_server(url)
+    finally:
+        listener.close()
+    assert str(raised.value) == (
+        f"the OpenEnv server at {url} did not answer /schema within 0.5 s (is it waiting for a service it needs, "
+        "one it cannot reach from here?)"
+    )
+
+
+def test_an_app_without_openenvs_ws_route_is_one_line_saying_so() -> None:
+    """OpenEnv's calendar_env registers only HTTP /reset, /step and /state: install said "server rejected WebSocket
+    connection: HTTP 403"."""
+    from fastapi import FastAPI
+
+    from ngym.rollout.thread_server import serve_app_in_thread
+
+    app = FastAPI()
+
+    @app.post("/reset")
+    def reset() -> dict[str, str]:
+        return {}
+
+    with serve_app_in_thread(app) as url, pytest.raises(OpenEnvInstallError) as raised:
+        install_module._ask_server(url)
+    message = str(raised.value)
+    assert "has no OpenEnv /ws route (HTTP 403)" in message and "\n" not in message, message
+
+
+def test_a_folder_whose_project_leaves_openenv_out_gets_it(tmp_path: Path) -> None:
+    """OpenEnv's openapp_env does not list openenv (its Dockerfile installs it): the import failed in its venv."""
+    said: list[str] = []
+    for dependencies, added in (
+        ('["openenv[core]>=0.2.2", "x"]', False),
+        ('["openenv-core>=0.2"]', False),
+        ('["openenv[core] @ git+https://example.invalid/OpenEnv.git"]', False),
+        ('["openenvx", "fastapi"]', True),
+        ("[]", True),
+    ):
+        (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "e"\ndependencies = {dependencies}\n')
+        wanted = [str(tmp_path), "openenv"] if added else [str(tmp_path)]
+        assert install_module._folder_requirements(tmp_path, None, said.append) == wanted, dependencies
+
+
+def test_an_app_named_from_the_repository_root_is_found() -> None:
+    """OpenEnv's agent_world_model_env names its app `envs.agent_world_model_env.server.app:app` (from the repo's
+    root): the import failed with "No module named 'envs'". The copy is now laid out under envs/."""
+    named = install_module._named_from_above
+    assert named("envs.agent_world_model_env.server.app:app", "agent_world_model_env") == ["envs"]
+    assert named("a.b.my_env.server.app:app", "my_env") == ["a", "b"]
+    assert named("server.app:app", "my_env") == [] and named("my_env.server.app:app", "my_env") == []
