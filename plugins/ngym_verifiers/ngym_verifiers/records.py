@@ -36,6 +36,8 @@ class Record:
     rewards: list[dict[str, Any]] = field(default_factory=list)
     examples: list[dict[str, Any]] = field(default_factory=list)
     description: str = ""
+    #: what was installed of it in its venv (``venvs.fingerprint``); "" in records made before it was kept
+    fingerprint: str = ""
 
 
 def records_dir() -> Path:
