@@ -213,16 +213,25 @@ def test_verifiers_nemo_gym_taskset_drives_ngym_builtin(notes_record: Any, tmp_p
 
 @pytest.mark.parametrize(
     ("fixture", "reason"),
-    [("vf_guess.py", "env_response speaks between model turns"), ("vf_ranked.py", "group-level reward functions")],
+    [
+        ("vf_guess.py", "env_response speaks between model turns"),
+        ("vf_ranked.py", "group-level reward functions"),
+        ("vf_debate.py", r"load_environment\(\) returned a vf_debate.DebateEnv, not a verifiers Environment"),
+        ("vf_hubrows.py", "refused: it needs the dataset ngym-tests/never-published from the Hugging Face Hub, which"),
+    ],
 )
 def test_what_does_not_map_is_refused_at_install(
-    ledger_record: Any, records_dir: Path, fixture: str, reason: str
+    ledger_record: Any, records_dir: Path, fixture: str, reason: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A MultiTurnEnv game and a group reward are refused with the reason (same cached venv as vf_ledger)."""
+    """A MultiTurnEnv game, a group reward, a load_environment returning something else than a verifiers
+    Environment and rows only the Hugging Face Hub has (offline) are refused with the reason in one line (same
+    cached venv as vf_ledger)."""
     from ngym_verifiers.install import VerifiersInstallError, install_source
 
-    with pytest.raises(VerifiersInstallError, match=reason):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as a machine without the Hub, without datasets' 30 s of retries
+    with pytest.raises(VerifiersInstallError, match=reason) as refused:
         install_source(f"verifiers:{FIXTURES / fixture}", domain="games", echo=lambda line: None)
+    assert "\n" not in str(refused.value) and "Traceback" not in str(refused.value)
     assert not (records_dir / f"{Path(fixture).stem}.json").exists()
 
 

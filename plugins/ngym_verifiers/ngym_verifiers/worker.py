@@ -31,6 +31,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import sys
 import traceback
 from typing import Any
@@ -45,6 +46,40 @@ class Refused(Exception):
 
 class BadRequest(Exception):
     """The request names something the environment does not have (a task, a tool)."""
+
+
+#: exception types (by name, anywhere in the chain) that mean "the network was needed and is not there"
+_UNREACHABLE = {
+    "ConnectionError", "ConnectTimeout", "ConnectTimeoutError", "NameResolutionError", "MaxRetryError",
+    "NewConnectionError", "gaierror", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "DatasetNotFoundError",
+    "HfHubHTTPError", "RepositoryNotFoundError", "APIConnectionError",
+}  # fmt: skip
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """Why ``exc`` is the environment needing the network (a dataset on the Hugging Face Hub, a model API) that
+    this machine cannot reach and has not cached; None when it is something else."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    names = {type(e).__name__ for e in seen}
+    text = " ".join(str(e) for e in seen)
+    if not names & _UNREACHABLE and "huggingface.co" not in text:
+        return None
+    first = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    hub = re.search(r"reach '([^']+)' on the Hub", text)
+    if hub:
+        what = f"the dataset {hub.group(1)} from the Hugging Face Hub"
+    elif "huggingface" in text.lower() or " on the Hub" in text or names & _HUB:
+        what = "data from the Hugging Face Hub"
+    else:
+        what = "a network service"
+    return f"it needs {what}, which this machine cannot reach and has not cached ({first})"
+
+
+_HUB = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "DatasetNotFoundError", "HfHubHTTPError"}
 
 
 def _import_source(source: str) -> Any:
@@ -146,6 +181,7 @@ class TasksetEnvironment(Sessions):
                 rewards.append({"name": fn.__name__, "weight": getattr(fn, "_vf_weight", 1.0)})
             if sample.plugged_judges():
                 raise Refused("judges (LLM-as-judge rewards) need a model client: not served yet")
+            _refuse_what_a_server_cannot_play(sample)
         examples = [_v1_example(task, tools) for task in tasks[:EXAMPLES]]
         return {"api": self.api, "tools": tools, "rewards": rewards, "num_tasks": len(tasks), "examples": examples}
 
@@ -256,6 +292,30 @@ def _refuse_own_env(taskset_id: str) -> None:
         )
 
 
+def _refuse_what_a_server_cannot_play(task: Any) -> None:
+    """Refuse, at install, a 0.4 task whose rollouts ngym could not score as verifiers would: one that rewrites
+    the conversation at the model/tool boundary, or whose every reward (or setup) needs a runtime."""
+    from verifiers.v1.utils.decorators import discover_decorated
+
+    name = type(task).__name__
+    intercepts = [fn.__name__ for fn in discover_decorated(task, "intercept")]
+    if intercepts:
+        raise Refused(
+            f"{name} rewrites the conversation between the model and its tools (@vf.intercept:"
+            f" {', '.join(intercepts)}), which a resources server never sees: the rollouts it would score are not"
+            " the ones verifiers plays"
+        )
+    if _needs_runtime(task.setup):
+        raise Refused(f"{name}.setup needs a runtime (a container or sandbox), which ngym does not give a task yet")
+    rewards = [fn.__name__ for fn in task.hooks("reward")]
+    needing = [fn.__name__ for fn in task.hooks("reward") if _needs_runtime(fn)]
+    if rewards and needing == rewards:
+        raise Refused(
+            f"every reward of {name} ({', '.join(needing)}) needs a runtime (a container or sandbox), which ngym does"
+            " not give a task yet: nothing it serves could be scored"
+        )
+
+
 def _needs_runtime(fn: Any) -> bool:
     param = inspect.signature(fn).parameters.get("runtime")
     return param is not None and param.default is inspect.Parameter.empty and _overridden(fn)
@@ -340,6 +400,12 @@ class LegacyEnvironment(Sessions):
         os.environ.setdefault("OPENAI_API_KEY", "ngym-no-model")  # init_state builds a client it never calls here
         self.env = module.load_environment(**args)
         env = self.env
+        environment_class = getattr(vf, "Environment", None)  # <= 0.3's base class (0.4 has none)
+        if environment_class is not None and not isinstance(env, environment_class):
+            raise Refused(
+                f"load_environment() returned a {type(env).__module__}.{type(env).__name__}, not a verifiers"
+                " Environment: ngym serves verifiers' own Environment API (its dataset, tools and rubric)"
+            )
         if getattr(env, "requires_group_rollouts", False) or _has_group_rewards(env.rubric):
             raise Refused(
                 f"{type(env).__name__}'s rubric has group-level reward functions (they score several rollouts"
@@ -544,6 +610,9 @@ async def serve(source: str, args: dict[str, Any], out: Any) -> None:
         answer({"ok": False, "kind": "refused", "error": str(exc)})
         return
     except Exception as exc:
+        if reason := unreachable(exc):
+            answer({"ok": False, "kind": "refused", "error": reason, "trace": traceback.format_exc()})
+            return
         answer(
             {
                 "ok": False,
@@ -568,6 +637,9 @@ async def serve(source: str, args: dict[str, Any], out: Any) -> None:
         except BadRequest as exc:
             answer({"ok": False, "kind": "bad_request", "error": str(exc)})
         except Exception as exc:  # the environment's own failure: reported, never a reward
+            if reason := unreachable(exc):
+                answer({"ok": False, "kind": "refused", "error": reason, "trace": traceback.format_exc()})
+                continue
             answer(
                 {
                     "ok": False,
