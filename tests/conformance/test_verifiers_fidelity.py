@@ -246,3 +246,59 @@ async def test_a_taskset_exporting_its_own_env_is_refused(notes_record: Any) -> 
     with pytest.raises(WorkerError, match=r"exports its own Env \(ChattyEnv\) whose run\(\) drives the rollout") as e:
         await Worker.start(notes_record.python, "vf_chatty")
     assert e.value.kind == "refused"
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("intercept", r"RewritingTask rewrites the conversation between the model and its tools \(@vf.intercept:"),
+        ("runtime", r"every reward of RuntimeTask \(ran\) needs a runtime"),
+    ],
+)
+async def test_a_task_a_server_cannot_play_is_refused(
+    notes_record: Any, mode: str, reason: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verifiers 0.4 tasks whose rollouts ngym cannot score as verifiers would (bash_interception's
+    ``@vf.intercept``; gsm8k's reward run in a runtime): refused with the reason when asked what it serves."""
+    from ngym_verifiers.install import copy_module
+    from ngym_verifiers.process import Worker, WorkerError
+
+    copy_module(Path(notes_record.python), FIXTURES / "vf_rewrites.py")
+    monkeypatch.setenv("VF_REWRITES", mode)
+    worker = await Worker.start(notes_record.python, "vf_rewrites")
+    try:
+        with pytest.raises(WorkerError, match=reason) as refused:
+            await worker.ask("describe")
+    finally:
+        await worker.stop()
+    assert refused.value.kind == "refused"
+
+
+def test_a_hub_dataset_can_be_given_from_a_file(
+    ledger_record: Any, records_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused offline above; with ``-o dataset:NAME=FILE.jsonl`` the environment's own ``load_dataset(NAME)``
+    reads the file, its own code shapes the rows, and its own reward scores the reference answers."""
+    from ngym_verifiers import examples
+    from ngym_verifiers.install import install_source
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"text": "abc"}\n{"text": "ngym"}\n')
+    record = install_source(
+        f"verifiers:{FIXTURES / 'vf_hubrows.py'}",
+        domain="other",
+        options={"dataset:ngym-tests/never-published": str(rows)},
+        echo=lambda line: None,
+    )
+    rows.unlink()  # the install kept its own copy, which the server reads at each start
+    assert record.datasets and Path(record.datasets["ngym-tests/never-published"]).is_file()
+    folder = examples.folder_of(record.name) / "data"
+    recorded = [json.loads(line) for line in (folder / "example_rollouts.jsonl").read_text().splitlines()]
+    answers = [r["response"]["output"][0]["content"][0]["text"] for r in recorded]
+    assert answers == ["cba", "mygn"] and [r["reward"] for r in recorded] == [1.0, 1.0]
+    reset_registry()
+    done = subprocess.run(
+        [sys.executable, "-m", "ngym.cli", "validate", record.name], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

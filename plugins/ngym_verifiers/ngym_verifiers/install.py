@@ -263,15 +263,20 @@ def install_source(
     ``options`` (``ngym install -o KEY=VALUE``) are arguments of the environment's ``load_environment`` (or its
     taskset's config): each value is read as JSON when it parses (``-o max_turns=3``), else kept as text.
     """
-    args = {**(args or {}), **{key: _option_value(value) for key, value in (options or {}).items()}} or None
+    options = dict(options or {})
+    dataset_files = {
+        k.removeprefix(DATASET_OPTION): options.pop(k) for k in list(options) if k.startswith(DATASET_OPTION)
+    }
+    args = {**(args or {}), **{key: _option_value(value) for key, value in options.items()}} or None
     source = parse_source(text)
     name = as_name or source.name
     if not records.NAME.match(name):
         raise VerifiersInstallError(f"{name!r} is not a usable environment name (letters, digits, _; --as NAME)")
+    datasets = keep_datasets(name, dataset_files)
     venv = venvs.venv_for(source.index_requirements)
     # held from pip to the recorded fingerprint: another install into this venv (the same requirements) waits
     with venvs.installing(venv, echo):
-        record, made = _install_into(venv, source, text, name, domain, args, verbose=verbose, echo=echo)
+        record, made = _install_into(venv, source, text, name, domain, args, datasets, verbose=verbose, echo=echo)
     folder = examples.write(name, made)
     records.write(record)
     in_use = {Path(r.python).parent.parent for r in records.all_records()}
@@ -296,6 +301,7 @@ def _install_into(
     name: str,
     domain: str | None,
     args: dict[str, Any] | None,
+    datasets: dict[str, str],
     *,
     verbose: bool,
     echo: Echo,
@@ -324,7 +330,7 @@ def _install_into(
         )
     echo(f"ngym: asking {module} what it serves, and scoring its tasks' reference answers as example rollouts")
     try:
-        described, made = asyncio.run(examples.describe_and_record(str(python), module, args))
+        described, made = asyncio.run(examples.describe_and_record(str(python), module, args, datasets))
     except WorkerError as exc:
         reason = "refused" if exc.kind == "refused" else "failed to load"
         detail = f"\n{exc.trace}" if exc.trace and verbose else ""
@@ -343,11 +349,36 @@ def _install_into(
         rewards=list(described.get("rewards", [])),
         examples=list(described.get("examples", [])),
         description=_description(described, module),
+        datasets=datasets,
         fingerprint=venvs.fingerprint(
             python, distribution=source.distribution, module=module if source.kind == "module" else None
         ),
     )
     return record, made
+
+
+#: ``-o dataset:NAME=FILE.jsonl``: the environment's ``datasets.load_dataset(NAME, ...)`` reads FILE instead of the
+#: Hugging Face Hub (this key cannot be an argument of ``load_environment``: it is no Python name)
+DATASET_OPTION = "dataset:"
+
+
+def keep_datasets(name: str, files: dict[str, str]) -> dict[str, str]:
+    """Copy each ``-o dataset:NAME=FILE`` file beside the environment's record (the server reads it at each
+    start, so it must outlive the user's copy); {dataset name: kept file}."""
+    kept: dict[str, str] = {}
+    for dataset, given in files.items():
+        path = Path(given).expanduser()
+        if not dataset or not path.is_file():
+            raise VerifiersInstallError(
+                f"-o {DATASET_OPTION}{dataset}={given}: expected {DATASET_OPTION}NAME=FILE.jsonl with an existing"
+                " file (JSON lines, one row of the dataset each)"
+            )
+        target = examples.folder_of(name) / "datasets" / (re.sub(r"[^A-Za-z0-9_.-]", "_", dataset) + ".jsonl")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path.resolve() != target.resolve():
+            target.write_bytes(path.read_bytes())
+        kept[dataset] = str(target)
+    return kept
 
 
 def installed_version(python: Path, distribution: str) -> str | None:

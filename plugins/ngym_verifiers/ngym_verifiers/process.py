@@ -52,13 +52,18 @@ class Worker:
         self._hold = hold  # the venv's use lock: the cache's pruning leaves a venv alone while a worker runs in it
 
     @classmethod
-    async def start(cls, python: str, module: str, args: dict[str, Any] | None = None) -> Worker:
-        """Start the worker and read its greeting (the API it found), or raise what it said went wrong."""
+    async def start(
+        cls, python: str, module: str, args: dict[str, Any] | None = None, datasets: dict[str, str] | None = None
+    ) -> Worker:
+        """Start the worker and read its greeting (the API it found), or raise what it said went wrong.
+
+        ``datasets``: {name: local JSON-lines file} read instead of the Hugging Face Hub's dataset of that name."""
         if not Path(python).exists():
             raise WorkerGone(f"the environment's interpreter {python} is missing (reinstall the environment)")
         hold = venvs.hold_for_use(python)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"}
         env.pop("PYTHONPATH", None)  # ngym's own path must not leak into the environment's interpreter
+        env["NGYM_VERIFIERS_DATASETS"] = json.dumps(datasets or {})
         proc = await asyncio.create_subprocess_exec(
             *worker_command(python, module, args),
             stdin=asyncio.subprocess.PIPE,

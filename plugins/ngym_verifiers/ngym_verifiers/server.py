@@ -106,7 +106,9 @@ class VerifiersServer(SimpleResourcesServer):
 
     async def on_startup(self) -> None:
         installed_as_recorded(self.record)
-        self._worker = await Worker.start(self.record.python, self.record.module, self.record.args)
+        self._worker = await Worker.start(
+            self.record.python, self.record.module, self.record.args, self.record.datasets
+        )
 
     async def on_shutdown(self) -> None:
         if self._worker is not None:

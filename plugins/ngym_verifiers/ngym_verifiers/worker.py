@@ -76,10 +76,36 @@ def unreachable(exc: BaseException) -> str | None:
         what = "data from the Hugging Face Hub"
     else:
         what = "a network service"
-    return f"it needs {what}, which this machine cannot reach and has not cached ({first})"
+    hint = f"; give its rows from a file: -o dataset:{hub.group(1)}=ROWS.jsonl" if hub else ""
+    return f"it needs {what}, which this machine cannot reach and has not cached ({first}){hint}"
 
 
 _HUB = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "DatasetNotFoundError", "HfHubHTTPError"}
+
+
+#: JSON {dataset name: local JSON-lines file}: ``datasets.load_dataset(name, ...)`` reads the file instead of the
+#: Hugging Face Hub (``ngym install ... -o dataset:NAME=FILE.jsonl``), the environment's own code processing the rows
+DATASETS_ENV = "NGYM_VERIFIERS_DATASETS"
+
+
+def local_datasets(files: dict[str, str]) -> None:
+    """Make ``datasets.load_dataset`` read each named dataset from its local file (before the environment's
+    module is imported, so a ``from datasets import load_dataset`` there gets this one too)."""
+    if not files:
+        return
+    import datasets
+
+    hub_load = datasets.load_dataset
+
+    def load_dataset(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if path not in files:
+            return hub_load(path, *args, **kwargs)
+        split = kwargs.get("split")
+        # a config name (args[0] or name=) selects nothing in a single file; a split keeps its slice ("test[:5]")
+        rows = hub_load("json", data_files=files[path], split=re.sub(r"^[A-Za-z0-9_-]+", "train", split or "train"))
+        return rows if split else datasets.DatasetDict({"train": rows})
+
+    datasets.load_dataset = load_dataset
 
 
 def _import_source(source: str) -> Any:
@@ -605,6 +631,7 @@ async def serve(source: str, args: dict[str, Any], out: Any) -> None:
         out.flush()
 
     try:
+        local_datasets(json.loads(os.environ.get(DATASETS_ENV) or "{}"))
         env = load(source, args)
     except Refused as exc:
         answer({"ok": False, "kind": "refused", "error": str(exc)})
