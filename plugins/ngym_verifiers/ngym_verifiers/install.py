@@ -57,6 +57,9 @@ class Source:
     #: installed beside the project: ``verifiers`` when a folder's project does not name it (verifiers' own
     #: example environments are members of its workspace and leave it out)
     added: tuple[str, ...] = ()
+    #: a folder's dependencies when its pyproject.toml lists them (not dynamic): installed first, then the project
+    #: alone, built once (pip would otherwise build it twice: to resolve, then to take its current code)
+    dependencies: tuple[str, ...] = ()
 
 
 def parse_source(text: str) -> Source:
@@ -81,6 +84,7 @@ def parse_source(text: str) -> Source:
             declared = [f"{dist} (its folder's own dependencies)"]  # not known before pip builds it
         named = any(_requirement_name(str(d)) == "verifiers" for d in declared)
         added = () if named else ("verifiers",)
+        static = "dependencies" in project and "dependencies" not in project.get("dynamic", [])
         return Source(
             "folder",
             [str(path.resolve())],
@@ -89,6 +93,7 @@ def parse_source(text: str) -> Source:
             dist,
             index_requirements=(*map(str, declared), *added),
             added=added,
+            dependencies=(*map(str, declared), *added) if static else (),
         )
     if path.suffix == ".py":
         if not path.is_file():
@@ -158,11 +163,18 @@ def ensure_venv(venv: Path, echo: Echo) -> Path:
     return python
 
 
-def pip_install(python: Path, requirements: list[str], *, verbose: bool, echo: Echo) -> None:
+def pip_install(
+    python: Path, requirements: list[str], *, verbose: bool, echo: Echo, dependencies: tuple[str, ...] = ()
+) -> None:
+    """pip ``requirements`` into the venv; a local project's current code is always taken. With its
+    ``dependencies`` known, they are installed first and the project alone after them (one build of it)."""
     echo(f"ngym: installing {' '.join(requirements)} into it (the first time takes a few minutes)")
     args = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--upgrade-strategy", "only-if-needed"]
-    _run([*args, *requirements], "pip install", verbose=verbose)
     folders = [r for r in requirements if Path(r).is_dir()]
+    if dependencies and folders:
+        _run([*args, *dependencies], "pip install (the dependencies)", verbose=verbose)
+    else:
+        _run([*args, *requirements], "pip install", verbose=verbose)
     if folders:  # a local project of the same version counts as installed: take its current code anyway
         _run([*args, "--force-reinstall", "--no-deps", *folders], "pip install (the project)", verbose=verbose)
 
@@ -310,7 +322,9 @@ def _install_into(
     python = ensure_venv(venv, echo)
     if source.added:
         echo(f"ngym: {source.distribution} does not name verifiers among its dependencies: adding it")
-    pip_install(python, [*source.requirements, *source.added], verbose=verbose, echo=echo)
+    pip_install(
+        python, [*source.requirements, *source.added], verbose=verbose, echo=echo, dependencies=source.dependencies
+    )
     if source.kind == "module":
         assert source.module_file is not None
         copy_module(python, source.module_file)
