@@ -302,3 +302,13 @@ def test_a_hub_dataset_can_be_given_from_a_file(
         [sys.executable, "-m", "ngym.cli", "validate", record.name], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+async def test_a_module_that_is_no_environment_is_refused(notes_record: Any) -> None:
+    """verifiers' own ``compact`` is a harness: verifiers' loader says it exports no Taskset; ngym says what it is."""
+    from ngym_verifiers.install import copy_module
+    from ngym_verifiers.process import Worker, WorkerError
+
+    copy_module(Path(notes_record.python), FIXTURES / "vf_harness.py")
+    with pytest.raises(WorkerError, match=r"vf_harness is not a verifiers environment: .* exports CompactingHarness"):
+        await Worker.start(notes_record.python, "vf_harness")

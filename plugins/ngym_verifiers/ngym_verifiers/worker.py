@@ -603,7 +603,16 @@ def load(source: str, args: dict[str, Any]) -> Any:
     module = _import_source(source)
     if hasattr(module, "load_environment") and callable(module.load_environment):
         return LegacyEnvironment(module, args)
-    return TasksetEnvironment(module.__name__, args)
+    try:
+        return TasksetEnvironment(module.__name__, args)
+    except (TypeError, ImportError, AttributeError) as exc:
+        if "Taskset" not in str(exc) and "verifiers.v1" not in str(exc):
+            raise
+        exported = ", ".join(map(str, getattr(module, "__all__", []))) or "nothing in __all__"
+        raise Refused(
+            f"{module.__name__} is not a verifiers environment: it has no load_environment() (verifiers <= 0.3) and"
+            f" exports no Taskset (0.4; it exports {exported}): a harness or a library, perhaps ({exc})"
+        ) from exc
 
 
 async def handle(env: Any, request: dict[str, Any]) -> dict[str, Any]:
