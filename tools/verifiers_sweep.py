@@ -76,8 +76,10 @@ def text_of(content: Any) -> str:
     return ""
 
 
-async def ngym_side(name: str, n: int) -> dict[str, dict[str, Any]]:
-    """Each of the first n tasks, seeded and verified with its reference answer through the installed server."""
+async def ngym_side(name: str, n: int, script: dict[str, list[Any]] | None) -> dict[str, dict[str, Any]]:
+    """The first n tasks through the installed server: with ``script`` ({prompt words: turns}, a turn being a final
+    text or a list of [tool, arguments] calls), each played call by call through the tool routes; without, each
+    task's reference answer (the recorded example rollouts). Keyed by the script's key (or the prompt's text)."""
     from ngym_verifiers import examples
 
     from ngym.plugins.registry import reset_registry
@@ -88,17 +90,47 @@ async def ngym_side(name: str, n: int) -> dict[str, dict[str, Any]]:
     recorded = [json.loads(line) for line in rollouts.read_text().splitlines()][:n] if rollouts.is_file() else []
     results: dict[str, dict[str, Any]] = {}
     async with serve_in_process(app_for(name)) as http:
-        for row in recorded:
+        for index in range(n if script else len(recorded)):
             client = RolloutClient(http)
-            seeded = await client.call("/seed_session", {"verifiers": row["verifiers"]})
-            key = prompt_key(seeded["prompt"])
+            seed = {"idx": index} if script else recorded[index]["verifiers"]
+            seeded = await client.call("/seed_session", {"verifiers": seed})
+            prompt = " ".join(text_of(m.get("content")) for m in seeded["prompt"])
+            if script:
+                key = next((k for k in script if k in prompt), None)
+                if key is None:
+                    raise RuntimeError(f"no script for task {index}: {prompt[:120]!r}")
+                output, tool_outputs = await play(client, script[key])
+                response = {"id": "r", "created_at": 0.0, "model": "scripted", "object": "response", "output": output,
+                            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}  # fmt: skip
+            else:
+                key, response, tool_outputs = prompt_key(seeded["prompt"]), recorded[index]["response"], []
             verified = await client.call(
-                "/verify",
-                {"responses_create_params": {"input": []}, "response": row["response"], "verifiers": row["verifiers"]},
+                "/verify", {"responses_create_params": {"input": []}, "response": response, "verifiers": seed}
             )
-            answer = text_of(row["response"]["output"][0]["content"])
-            results[key] = {"answer": answer, "verify": verified, "recorded": row["reward"]}
+            answer = text_of(response["output"][-1].get("content")) if response["output"] else ""
+            results[key] = {"answer": answer, "verify": verified, "tool_outputs": tool_outputs}
     return results
+
+
+async def play(client: Any, turns: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """A script's turns as Responses output items, each tool call made through the server's tool route."""
+    output: list[dict[str, Any]] = []
+    tool_outputs: list[str] = []
+    for turn_index, turn in enumerate(turns):
+        if isinstance(turn, str):
+            output.append({"type": "message", "id": f"msg_{turn_index}", "role": "assistant", "status": "completed",
+                           "content": [{"type": "output_text", "text": turn, "annotations": []}]})  # fmt: skip
+            continue
+        answers = []
+        for call_index, (tool, arguments) in enumerate(turn):
+            call_id = f"call_{turn_index}_{call_index}"
+            answer = await client.call(f"/{tool}", arguments)
+            tool_outputs.append(answer["output"])
+            output.append({"type": "function_call", "name": tool, "arguments": json.dumps(arguments),
+                           "call_id": call_id, "id": f"fc_{call_id}", "status": "completed"})  # fmt: skip
+            answers.append({"type": "function_call_output", "call_id": call_id, "output": answer["output"]})
+        output.extend(answers)
+    return output, tool_outputs
 
 
 def prompt_key(messages: list[dict[str, Any]]) -> str:
@@ -134,20 +166,22 @@ def verifiers_side(record: Any, scripts: dict[str, list[Any]], n: int, work: Pat
     return list(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def side_by_side(name: str, n: int) -> dict[str, Any]:
+def side_by_side(name: str, n: int, script: dict[str, list[Any]] | None) -> dict[str, Any]:
     from ngym_verifiers import records
 
     record = records.read(name)
-    ours = asyncio.run(ngym_side(name, n))
+    ours = asyncio.run(ngym_side(name, n, script))
     if not ours:
         return {"side_by_side": "no example rollouts to compare"}
-    scripts: dict[str, list[Any]] = {key: [row["answer"]] for key, row in ours.items()}
+    scripts: dict[str, list[Any]] = (
+        {k: script[k] for k in ours} if script else {k: [r["answer"]] for k, r in ours.items()}
+    )
     with tempfile.TemporaryDirectory(prefix="vf-sweep-") as work:
         try:
             theirs = verifiers_side(record, scripts, len(ours), Path(work))
         except Exception as exc:  # verifiers' own run failed: reported, not compared
             return {"side_by_side": f"verifiers' own run failed: {exc}"[:400]}
-    equal, functions, differences = 0, 0, []
+    equal, functions, calls, differences = 0, 0, 0, []
     for row in theirs:
         key = next((k for k in ours if k in row["prompt"]), None)
         if key is None:
@@ -161,13 +195,20 @@ def side_by_side(name: str, n: int) -> dict[str, Any]:
         functions += len(scores)
         same = all(abs(mine["reward_components"].get(k, float("nan")) - v) < 1e-9 for k, v in scores.items())
         same = same and abs(mine["reward"] - row["reward"]) < 1e-9
+        same = same and ours[key]["tool_outputs"] == row["tool_outputs"]
+        calls += len(row["tool_outputs"])
         equal += same
         if not same:
-            differences.append(f"{key[:60]!r}: verifiers {scores} = {row['reward']}, ngym {mine['reward_components']}")
-    verdict = f"{equal}/{len(theirs)} rollouts equal ({functions} scores)" if theirs else "verifiers scored nothing"
+            differences.append(
+                f"{key[:60]!r}: verifiers {scores} = {row['reward']}, tools {row['tool_outputs']}; ngym"
+                f" {mine['reward_components']} = {mine['reward']}, tools {ours[key]['tool_outputs']}"
+            )
+    what = f"{functions} scores, {calls} tool outputs" if script else f"{functions} scores, reference answers"
+    verdict = f"{equal}/{len(theirs)} rollouts equal ({what})" if theirs else "verifiers scored nothing"
     return {
         "side_by_side": verdict,
         "rewards": [row["reward"] for row in theirs],
+        "ngym_rewards": [ours[k]["verify"]["reward"] for k in ours],
         "differences": differences,
         "all_equal": bool(theirs) and equal == len(theirs) == len(ours),
     }
@@ -178,10 +219,17 @@ def main() -> None:
     parser.add_argument("sources", nargs="+")
     parser.add_argument("--n", type=int, default=3, help="rollouts compared per environment")
     parser.add_argument("--domain-fallback", default="agent")
+    parser.add_argument(
+        "--scripts",
+        type=Path,
+        default=Path(__file__).with_name("verifiers_sweep_scripts.json"),
+        help="JSON {environment: {prompt words: [turns]}}: scripted rollouts with tool calls for those environments",
+    )
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="ngym-vf-sweep-")))
     options = parser.parse_args()
     options.out.mkdir(parents=True, exist_ok=True)
     os.environ["NGYM_VERIFIERS_RECORDS"] = str(options.out / "records")
+    scripts = json.loads(options.scripts.read_text()) if options.scripts.is_file() else {}
     rows = []
     with (options.out / "sweep.jsonl").open("a") as log:
         for source in options.sources:
@@ -193,7 +241,8 @@ def main() -> None:
                     "valid" if validated.returncode == 0 else last_line(validated.stdout + validated.stderr)
                 )
                 try:
-                    result.update(side_by_side(name, options.n))
+                    script = scripts.get(name)
+                    result.update(side_by_side(name, len(script) if script else options.n, script))
                 except Exception as exc:  # one environment's failure must not end the sweep
                     result["side_by_side"] = f"ngym side failed: {type(exc).__name__}: {exc}"[:400]
             rows.append(result)

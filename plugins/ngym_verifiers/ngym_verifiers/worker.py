@@ -166,11 +166,10 @@ class TasksetEnvironment(Sessions):
         _refuse_own_env(taskset_id)
         self.taskset_class = type(self.taskset)
         self.task_class = self.taskset_class.task_type()
-        if self.taskset_class.toolsets(self.taskset.config):
-            raise Refused(
-                f"{self.taskset_class.__name__} declares taskset-wide toolsets (one server shared by every rollout),"
-                " whose state is not a rollout's: not served as a resources server"
-            )
+        # Taskset-wide toolsets: one server per environment worker shared by every rollout, set up once and never
+        # given a task (verifiers' own rule); each call still sees the calling rollout's state as `self.state`.
+        self.shared = list(self.taskset_class.toolsets(self.taskset.config))
+        self._shared_ready = False
         self.tasks: list[Any] | None = None
         super().__init__()
 
@@ -200,7 +199,7 @@ class TasksetEnvironment(Sessions):
         tools: list[dict[str, Any]] = []
         rewards: list[dict[str, Any]] = []
         if sample is not None:
-            for toolset in self._toolsets(sample):
+            for toolset in [*self._toolsets(sample), *self.shared]:
                 for name, fn in self._tools(toolset).items():
                     tools.append({"name": name, "description": (fn.__doc__ or "").strip(), "parameters": _schema(fn)})
             for fn in sample.hooks("reward"):
@@ -246,6 +245,13 @@ class TasksetEnvironment(Sessions):
             await toolset.setup_task(task.data)
             for name, fn in self._tools(toolset).items():
                 toolsets[name] = (toolset, fn)
+        if not self._shared_ready:
+            for toolset in self.shared:
+                await toolset.setup()
+            self._shared_ready = True
+        for toolset in self.shared:
+            for name, fn in self._tools(toolset).items():
+                toolsets.setdefault(name, (toolset, fn))
         self.sessions[session] = {"task": task, "trace": trace, "tools": toolsets}
         return {"prompt": _plain(_v1_prompt(task))}
 
