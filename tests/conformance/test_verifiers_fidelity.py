@@ -253,6 +253,7 @@ async def test_a_taskset_exporting_its_own_env_is_refused(notes_record: Any) -> 
     [
         ("intercept", r"RewritingTask rewrites the conversation between the model and its tools \(@vf.intercept:"),
         ("runtime", r"every reward of RuntimeTask \(ran\) needs a runtime"),
+        ("remote", r"RemoteToolset's tools are served by a remote MCP server \(http://127.0.0.1:9/mcp\)"),
     ],
 )
 async def test_a_task_a_server_cannot_play_is_refused(
@@ -312,3 +313,29 @@ async def test_a_module_that_is_no_environment_is_refused(notes_record: Any) -> 
     copy_module(Path(notes_record.python), FIXTURES / "vf_harness.py")
     with pytest.raises(WorkerError, match=r"vf_harness is not a verifiers environment: .* exports CompactingHarness"):
         await Worker.start(notes_record.python, "vf_harness")
+
+
+async def test_a_taskset_wide_toolset_is_served_with_each_rollouts_state(notes_record: Any) -> None:
+    """One shared server (set up once per worker, as verifiers does) and two interleaved rollouts: each call sees
+    its own rollout's state, and each rollout is scored on its own state."""
+    from ngym_verifiers.install import copy_module
+    from ngym_verifiers.process import Worker
+
+    copy_module(Path(notes_record.python), FIXTURES / "vf_shared.py")
+    worker = await Worker.start(notes_record.python, "vf_shared")
+    try:
+        described = await worker.ask("describe")
+        assert [t["name"] for t in described["tools"]] == ["pad_roundtrip"]
+        for session, idx in (("a", 0), ("b", 1)):
+            await worker.ask("seed", session=session, row={"idx": idx})
+        outputs = [
+            (await worker.ask("tool", session=s, name="pad_roundtrip", arguments={"word": w}))["output"]
+            for s, w in (("a", "alpha"), ("b", "bravo"), ("a", "again"))
+        ]
+        assert outputs == ["->alpha (setups 1)", "->bravo (setups 1)", "alpha->again (setups 1)"]
+        scored = await worker.ask("verify", session="b", messages=[{"role": "assistant", "content": "bravo"}])
+        assert scored["reward"] == 1.0
+        scored = await worker.ask("verify", session="a", messages=[{"role": "assistant", "content": "alpha"}])
+        assert scored["reward"] == 0.0  # a's slot holds "again"
+    finally:
+        await worker.stop()

@@ -200,6 +200,12 @@ class TasksetEnvironment(Sessions):
         rewards: list[dict[str, Any]] = []
         if sample is not None:
             for toolset in [*self._toolsets(sample), *self.shared]:
+                url = getattr(getattr(toolset, "config", None), "url", None)
+                if url:  # its tools live on that server: ngym would serve none of them
+                    raise Refused(
+                        f"{type(toolset).__name__}'s tools are served by a remote MCP server ({url}), which ngym does"
+                        " not front: it serves a toolset's own @vf.tool methods (and that server needs the network)"
+                    )
                 for name, fn in self._tools(toolset).items():
                     tools.append({"name": name, "description": (fn.__doc__ or "").strip(), "parameters": _schema(fn)})
             for fn in sample.hooks("reward"):
