@@ -36,6 +36,13 @@ sys.path.insert(0, str(ROOT))
 from tests.conformance.scripted_model import ScriptedModel  # noqa: E402
 
 DRIVER = ROOT / "tests" / "conformance" / "verifiers_driver.py"
+WORKER_DIR = ROOT / "plugins" / "ngym_verifiers" / "ngym_verifiers"
+#: vf-eval with datasets.load_dataset reading the environment's -o dataset: files (the worker's own shim)
+VF_EVAL_WITH_FILES = (
+    f"import json, sys; sys.path.insert(0, {str(WORKER_DIR)!r}); import worker;"
+    " worker.local_datasets(json.loads(sys.argv.pop(1))); sys.argv[0] = 'vf-eval';"
+    " from verifiers.v1.cli.eval.main import main; sys.exit(main())"
+)
 
 
 def ngym(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
@@ -50,12 +57,14 @@ def last_line(text: str) -> str:
 
 
 def install(source: str, fallback: str) -> tuple[dict[str, Any], str | None]:
-    """Install; (result, the environment's name or None)."""
+    """Install (``SOURCE#KEY=VALUE#...`` adds ``-o KEY=VALUE``s); (result, the environment's name or None)."""
     started = time.monotonic()
-    done = ngym("install", f"verifiers:{source}")
+    source, *pairs = source.split("#")
+    options = [arg for pair in pairs for arg in ("-o", pair)]
+    done = ngym("install", f"verifiers:{source}", *options)
     asked = "--domain" in done.stdout + done.stderr and done.returncode != 0 and "declares no domain" in done.stderr
     if asked:
-        done = ngym("install", f"verifiers:{source}", "--domain", fallback)
+        done = ngym("install", f"verifiers:{source}", "--domain", fallback, *options)
     out = done.stdout + done.stderr
     result: dict[str, Any] = {
         "source": source,
@@ -150,9 +159,11 @@ def verifiers_side(record: Any, scripts: dict[str, list[Any]], n: int, work: Pat
             if done.returncode:
                 raise RuntimeError(last_line(done.stderr))
             return list(json.loads(done.stdout.strip().splitlines()[-1]))
-        vf_eval = str(Path(record.python).with_name("vf-eval"))
+        vf_eval = [str(Path(record.python).with_name("vf-eval"))]
+        if record.datasets:  # verifiers reads the same local files as ngym's worker does (-o dataset:NAME=FILE)
+            vf_eval = [record.python, "-c", VF_EVAL_WITH_FILES, json.dumps(record.datasets)]
         done = subprocess.run(
-            [vf_eval, record.module, "--model", "scripted", "--client.base-url", model.base_url,
+            [*vf_eval, record.module, "--model", "scripted", "--client.base-url", model.base_url,
              "--client.api-key-var", "NGYM_SCRIPTED_KEY", "-n", str(n), "-c", "1", "--push", "false",
              "--output-dir", str(work), "--rich", "None", "--env.agent.runtime.type", "subprocess"],
             capture_output=True, text=True, timeout=1800, env=env,
