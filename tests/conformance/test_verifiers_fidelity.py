@@ -254,6 +254,7 @@ async def test_a_taskset_exporting_its_own_env_is_refused(notes_record: Any) -> 
         ("intercept", r"RewritingTask rewrites the conversation between the model and its tools \(@vf.intercept:"),
         ("runtime", r"every reward of RuntimeTask \(ran\) needs a runtime"),
         ("remote", r"RemoteToolset's tools are served by a remote MCP server \(http://127.0.0.1:9/mcp\)"),
+        ("stop", r"StoppingTask stops its rollouts on what the model.s responses or requests carry \(@vf.stop: cited"),
     ],
 )
 async def test_a_task_a_server_cannot_play_is_refused(

@@ -343,6 +343,13 @@ def _refuse_what_a_server_cannot_play(task: Any) -> None:
             f" {', '.join(intercepts)}), which a resources server never sees: the rollouts it would score are not"
             " the ones verifiers plays"
         )
+    at_boundary = [fn.__name__ for fn in task.hooks("stop") if _at_model_boundary(fn)]
+    if at_boundary:
+        raise Refused(
+            f"{name} stops its rollouts on what the model's responses or requests carry (@vf.stop:"
+            f" {', '.join(at_boundary)}), which a resources server never sees: the stop, and any reward that reads"
+            " it, would never happen"
+        )
     if _needs_runtime(task.setup):
         raise Refused(f"{name}.setup needs a runtime (a container or sandbox), which ngym does not give a task yet")
     rewards = [fn.__name__ for fn in task.hooks("reward")]
@@ -352,6 +359,17 @@ def _refuse_what_a_server_cannot_play(task: Any) -> None:
             f"every reward of {name} ({', '.join(needing)}) needs a runtime (a container or sandbox), which ngym does"
             " not give a task yet: nothing it serves could be scored"
         )
+
+
+def _at_model_boundary(fn: Any) -> bool:
+    """A hook that inspects a typed model ``Request`` or ``Response`` (not the trace ngym hands to /verify)."""
+    for param in inspect.signature(fn).parameters.values():
+        annotation = (
+            param.annotation if isinstance(param.annotation, str) else getattr(param.annotation, "__name__", "")
+        )
+        if param.name in ("request", "response") or annotation.rsplit(".", 1)[-1] in ("Request", "Response"):
+            return True
+    return False
 
 
 def _needs_runtime(fn: Any) -> bool:
