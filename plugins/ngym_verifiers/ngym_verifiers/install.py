@@ -444,10 +444,13 @@ def uninstall(name: str, *, echo: Echo = print) -> bool:
     examples.remove(name)
     venv = Path(record.python).parent.parent
     shared = any(other.python == record.python for other in records.all_records())
-    if venv.parent == venvs.venvs_dir() and not shared:
-        import shutil
-
-        shutil.rmtree(venv, ignore_errors=True)
-    kept = " kept: other environments use it" if shared else " removed"
+    if shared:
+        kept = " kept: other environments use it"
+    elif venv.parent != venvs.venvs_dir():
+        kept = " kept: not in ngym's cache"
+    elif venvs.remove_unless_in_use(venv):
+        kept = " removed"
+    else:  # a server of it (or of an environment installed elsewhere with the same requirements) is running
+        kept = " kept: in use (a running server or an install holds it; pruned once idle)"
     echo(f"ngym: uninstalled {name} (verifiers environment; its virtualenv {venv}{kept})")
     return True

@@ -131,7 +131,7 @@ def prune(keep: Iterable[Path], echo: Echo, *, now: float | None = None) -> list
         if idle <= age and not half_made:
             continue
         size = _size(venv)
-        if _remove_unless_in_use(venv):
+        if remove_unless_in_use(venv):
             removed.append(venv)
             freed += size
     if removed:
@@ -143,7 +143,8 @@ def prune(keep: Iterable[Path], echo: Echo, *, now: float | None = None) -> list
     return removed
 
 
-def _remove_unless_in_use(venv: Path) -> bool:
+def remove_unless_in_use(venv: Path) -> bool:
+    """Remove the venv unless an install or a running worker holds it; whether it was removed."""
     install_lock, use_lock = _lock_file(venv, "install"), _lock_file(venv, "use")
     with install_lock.open("a") as first, use_lock.open("a") as second:
         try:

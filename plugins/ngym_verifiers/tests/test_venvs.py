@@ -183,3 +183,23 @@ def test_a_single_module_is_fingerprinted_by_its_file() -> None:
     with pytest.raises(ReplacedError, match="was replaced"):
         installed_as_recorded(record)
     installed_as_recorded(record_for(venv, "", module="vf_ledger", distribution=None))  # an older record: served
+
+
+def test_uninstall_keeps_a_venv_a_running_server_uses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Venvs are shared by requirement set across ngym installs (another prefix's records are not seen here):
+    uninstalling the last environment here that names one must not pull it from under a running worker."""
+    from ngym_verifiers import records
+    from ngym_verifiers.install import uninstall
+
+    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path / "records"))
+    venv = fake_venv("verifiers-1", 0)
+    hold = venvs.hold_for_use(venv / "bin" / "python")
+    records.write(record_for(venv, ""))
+    lines: list[str] = []
+    assert uninstall("vf_notes", echo=lines.append)
+    assert venv.exists() and "kept: in use" in lines[-1]
+    assert hold is not None
+    hold.close()
+    records.write(record_for(venv, ""))
+    assert uninstall("vf_notes", echo=lines.append)
+    assert not venv.exists() and lines[-1].endswith(" removed)")
