@@ -18,7 +18,7 @@ quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1;
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep
+.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -63,6 +63,14 @@ openenv-sweep: install
 	@test -n "$(OPENENV)" || { echo "make openenv-sweep OPENENV=/path/to/OpenEnv (a checkout or a clone of huggingface/OpenEnv)"; exit 2; }
 	if [ -d "$(OPENENV)/envs" ]; then $(PY) tools/openenv_sweep.py --envs "$(OPENENV)/envs" $(ARGS); \
 	else $(PY) tools/openenv_sweep.py --git "$(OPENENV)" $(ARGS); fi
+
+# Other verifiers environments, each installed, validated and scored side by side with verifiers' own scoring
+# (tools/verifiers_sweep.py; the table in docs/coming-from-verifiers.md). Outside CI: a venv per requirement set.
+# VF_SOURCES: folders (e.g. a checkout's environments/*/), .py modules or distributions on the package index.
+VF_SOURCES ?=
+verifiers-sweep: install
+	@test -n "$(VF_SOURCES)" || { echo "make verifiers-sweep VF_SOURCES='path/to/verifiers/environments/*/ some-dist'"; exit 2; }
+	NGYM_STRICT_PLUGINS=1 $(PY) tools/verifiers_sweep.py $(VF_SOURCES)
 
 # Schemathesis against every built-in server (real processes): no unexpected 5xx. A few minutes on 2 cores;
 # NGYM_FUZZ_EXAMPLES / NGYM_FUZZ_STEPS / NGYM_FUZZ_SEED change the budget and the seed.

@@ -213,16 +213,25 @@ def test_verifiers_nemo_gym_taskset_drives_ngym_builtin(notes_record: Any, tmp_p
 
 @pytest.mark.parametrize(
     ("fixture", "reason"),
-    [("vf_guess.py", "env_response speaks between model turns"), ("vf_ranked.py", "group-level reward functions")],
+    [
+        ("vf_guess.py", "env_response speaks between model turns"),
+        ("vf_ranked.py", "group-level reward functions"),
+        ("vf_debate.py", r"load_environment\(\) returned a vf_debate.DebateEnv, not a verifiers Environment"),
+        ("vf_hubrows.py", "refused: it needs the dataset ngym-tests/never-published from the Hugging Face Hub, which"),
+    ],
 )
 def test_what_does_not_map_is_refused_at_install(
-    ledger_record: Any, records_dir: Path, fixture: str, reason: str
+    ledger_record: Any, records_dir: Path, fixture: str, reason: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A MultiTurnEnv game and a group reward are refused with the reason (same cached venv as vf_ledger)."""
+    """A MultiTurnEnv game, a group reward, a load_environment returning something else than a verifiers
+    Environment and rows only the Hugging Face Hub has (offline) are refused with the reason in one line (same
+    cached venv as vf_ledger)."""
     from ngym_verifiers.install import VerifiersInstallError, install_source
 
-    with pytest.raises(VerifiersInstallError, match=reason):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as a machine without the Hub, without datasets' 30 s of retries
+    with pytest.raises(VerifiersInstallError, match=reason) as refused:
         install_source(f"verifiers:{FIXTURES / fixture}", domain="games", echo=lambda line: None)
+    assert "\n" not in str(refused.value) and "Traceback" not in str(refused.value)
     assert not (records_dir / f"{Path(fixture).stem}.json").exists()
 
 
@@ -237,3 +246,97 @@ async def test_a_taskset_exporting_its_own_env_is_refused(notes_record: Any) -> 
     with pytest.raises(WorkerError, match=r"exports its own Env \(ChattyEnv\) whose run\(\) drives the rollout") as e:
         await Worker.start(notes_record.python, "vf_chatty")
     assert e.value.kind == "refused"
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("intercept", r"RewritingTask rewrites the conversation between the model and its tools \(@vf.intercept:"),
+        ("runtime", r"every reward of RuntimeTask \(ran\) needs a runtime"),
+        ("remote", r"RemoteToolset's tools are served by a remote MCP server \(http://127.0.0.1:9/mcp\)"),
+        ("stop", r"StoppingTask stops its rollouts on what the model.s responses or requests carry \(@vf.stop: cited"),
+    ],
+)
+async def test_a_task_a_server_cannot_play_is_refused(
+    notes_record: Any, mode: str, reason: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verifiers 0.4 tasks whose rollouts ngym cannot score as verifiers would (bash_interception's
+    ``@vf.intercept``; gsm8k's reward run in a runtime): refused with the reason when asked what it serves."""
+    from ngym_verifiers.install import copy_module
+    from ngym_verifiers.process import Worker, WorkerError
+
+    copy_module(Path(notes_record.python), FIXTURES / "vf_rewrites.py")
+    monkeypatch.setenv("VF_REWRITES", mode)
+    worker = await Worker.start(notes_record.python, "vf_rewrites")
+    try:
+        with pytest.raises(WorkerError, match=reason) as refused:
+            await worker.ask("describe")
+    finally:
+        await worker.stop()
+    assert refused.value.kind == "refused"
+
+
+def test_a_hub_dataset_can_be_given_from_a_file(
+    ledger_record: Any, records_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused offline above; with ``-o dataset:NAME=FILE.jsonl`` the environment's own ``load_dataset(NAME)``
+    reads the file, its own code shapes the rows, and its own reward scores the reference answers."""
+    from ngym_verifiers import examples
+    from ngym_verifiers.install import install_source
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"text": "abc"}\n{"text": "ngym"}\n')
+    record = install_source(
+        f"verifiers:{FIXTURES / 'vf_hubrows.py'}",
+        domain="other",
+        options={"dataset:ngym-tests/never-published": str(rows)},
+        echo=lambda line: None,
+    )
+    rows.unlink()  # the install kept its own copy, which the server reads at each start
+    assert record.datasets and Path(record.datasets["ngym-tests/never-published"]).is_file()
+    folder = examples.folder_of(record.name) / "data"
+    recorded = [json.loads(line) for line in (folder / "example_rollouts.jsonl").read_text().splitlines()]
+    answers = [r["response"]["output"][0]["content"][0]["text"] for r in recorded]
+    assert answers == ["cba", "mygn"] and [r["reward"] for r in recorded] == [1.0, 1.0]
+    reset_registry()
+    done = subprocess.run(
+        [sys.executable, "-m", "ngym.cli", "validate", record.name], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+async def test_a_module_that_is_no_environment_is_refused(notes_record: Any) -> None:
+    """verifiers' own ``compact`` is a harness: verifiers' loader says it exports no Taskset; ngym says what it is."""
+    from ngym_verifiers.install import copy_module
+    from ngym_verifiers.process import Worker, WorkerError
+
+    copy_module(Path(notes_record.python), FIXTURES / "vf_harness.py")
+    with pytest.raises(WorkerError, match=r"vf_harness is not a verifiers environment: .* exports CompactingHarness"):
+        await Worker.start(notes_record.python, "vf_harness")
+
+
+async def test_a_taskset_wide_toolset_is_served_with_each_rollouts_state(notes_record: Any) -> None:
+    """One shared server (set up once per worker, as verifiers does) and two interleaved rollouts: each call sees
+    its own rollout's state, and each rollout is scored on its own state."""
+    from ngym_verifiers.install import copy_module
+    from ngym_verifiers.process import Worker
+
+    copy_module(Path(notes_record.python), FIXTURES / "vf_shared.py")
+    worker = await Worker.start(notes_record.python, "vf_shared")
+    try:
+        described = await worker.ask("describe")
+        assert [t["name"] for t in described["tools"]] == ["pad_roundtrip"]
+        for session, idx in (("a", 0), ("b", 1)):
+            await worker.ask("seed", session=session, row={"idx": idx})
+        outputs = [
+            (await worker.ask("tool", session=s, name="pad_roundtrip", arguments={"word": w}))["output"]
+            for s, w in (("a", "alpha"), ("b", "bravo"), ("a", "again"))
+        ]
+        assert outputs == ["->alpha (setups 1)", "->bravo (setups 1)", "alpha->again (setups 1)"]
+        scored = await worker.ask("verify", session="b", messages=[{"role": "assistant", "content": "bravo"}])
+        assert scored["reward"] == 1.0
+        scored = await worker.ask("verify", session="a", messages=[{"role": "assistant", "content": "alpha"}])
+        assert scored["reward"] == 0.0  # a's slot holds "again"
+    finally:
+        await worker.stop()

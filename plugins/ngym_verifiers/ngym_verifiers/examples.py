@@ -127,9 +127,11 @@ async def record(worker: Worker, described: dict[str, Any]) -> Examples:
     return made
 
 
-async def describe_and_record(python: str, module: str, args: dict[str, Any] | None) -> tuple[dict[str, Any], Examples]:
+async def describe_and_record(
+    python: str, module: str, args: dict[str, Any] | None, datasets: dict[str, str] | None = None
+) -> tuple[dict[str, Any], Examples]:
     """Start a worker, ask what the environment serves, record its examples, stop it (for ``ngym install``)."""
-    worker = await Worker.start(python, module, args)
+    worker = await Worker.start(python, module, args, datasets)
     try:
         described = await worker.ask("describe")
         described["api"] = worker.api

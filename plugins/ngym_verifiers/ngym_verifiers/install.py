@@ -15,7 +15,6 @@ plugin``), so ``ngym list`` shows the environment without starting anything.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
 import subprocess
@@ -26,10 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ngym.config import cache_dir
 from ngym.domain import Domain
 from ngym.errors import NgymError
-from ngym_verifiers import examples, records
+from ngym_verifiers import examples, records, venvs
 from ngym_verifiers.catalog import KNOWN
 from ngym_verifiers.process import WorkerError
 
@@ -53,6 +51,15 @@ class Source:
     module: str | None  # known now (a module file) or found after install (folder, distribution)
     distribution: str | None
     module_file: Path | None = None
+    #: what pip brings from the package index, which keys the venv (a folder's path never does: the same project
+    #: from a clone, a test's temporary copy or another worktree reuses one venv)
+    index_requirements: tuple[str, ...] = ()
+    #: installed beside the project: ``verifiers`` when a folder's project does not name it (verifiers' own
+    #: example environments are members of its workspace and leave it out)
+    added: tuple[str, ...] = ()
+    #: a folder's dependencies when its pyproject.toml lists them (not dynamic): installed first, then the project
+    #: alone, built once (pip would otherwise build it twice: to resolve, then to take its current code)
+    dependencies: tuple[str, ...] = ()
 
 
 def parse_source(text: str) -> Source:
@@ -72,12 +79,35 @@ def parse_source(text: str) -> Source:
             raise VerifiersInstallError(f"{path}: a verifiers environment folder has a pyproject.toml (none here)")
         project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
         dist = str(project.get("name") or path.name)
-        return Source("folder", [str(path.resolve())], _module_name(dist), None, dist)
+        declared = project.get("dependencies")
+        if not isinstance(declared, list) or "dependencies" in project.get("dynamic", []):
+            declared = [f"{dist} (its folder's own dependencies)"]  # not known before pip builds it
+        named = any(_requirement_name(str(d)) == "verifiers" for d in declared)
+        added = () if named else ("verifiers",)
+        static = "dependencies" in project and "dependencies" not in project.get("dynamic", [])
+        return Source(
+            "folder",
+            [str(path.resolve())],
+            _module_name(dist),
+            None,
+            dist,
+            index_requirements=(*map(str, declared), *added),
+            added=added,
+            dependencies=(*map(str, declared), *added) if static else (),
+        )
     if path.suffix == ".py":
         if not path.is_file():
             raise VerifiersInstallError(f"{path}: no such module file")
         requirements = inline_requirements(path.read_text(encoding="utf-8")) or ["verifiers"]
-        return Source("module", requirements, _module_name(path.stem), path.stem, None, path.resolve())
+        return Source(
+            "module",
+            requirements,
+            _module_name(path.stem),
+            path.stem,
+            None,
+            path.resolve(),
+            index_requirements=tuple(requirements),
+        )
     if spec.startswith((".", "/", "~")):
         raise VerifiersInstallError(f"{spec}: no such folder or module file")
     # DISTRIBUTION:MODULE names the module that serves it, when it is not the distribution's own top-level
@@ -89,7 +119,9 @@ def parse_source(text: str) -> Source:
     if not match:
         raise VerifiersInstallError(f"{spec!r} is not a distribution name, a folder or a .py module")
     name = _module_name(module.rsplit(".", 1)[-1] if module else match.group(0))
-    return Source("distribution", [requirement], name, module or None, match.group(0))
+    return Source(
+        "distribution", [requirement], name, module or None, match.group(0), index_requirements=(requirement,)
+    )
 
 
 _MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -97,6 +129,11 @@ _MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 def _module_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name).lower()
+
+
+def _requirement_name(requirement: str) -> str:
+    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else ""
 
 
 #: PEP 723's own reference expression for an inline metadata block.
@@ -110,17 +147,6 @@ def inline_requirements(text: str) -> list[str]:
         return []
     body = "\n".join(line[2:] if line.startswith("# ") else line[1:] for line in match.group("body").splitlines())
     return [str(d) for d in tomllib.loads(body).get("dependencies", [])]
-
-
-def venvs_dir() -> Path:
-    return cache_dir() / "verifiers" / "venvs"
-
-
-def venv_for(name: str, requirements: list[str]) -> Path:
-    """The cached venv of an environment: one per requirement set and interpreter, so module environments that
-    pin the same verifiers share one (a folder's requirement is its path: its own venv)."""
-    key = "|".join([*sorted(requirements), str(sys.version_info[:2]), sys.base_prefix])
-    return venvs_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 def venv_python(venv: Path) -> Path:
@@ -137,11 +163,18 @@ def ensure_venv(venv: Path, echo: Echo) -> Path:
     return python
 
 
-def pip_install(python: Path, requirements: list[str], *, verbose: bool, echo: Echo) -> None:
+def pip_install(
+    python: Path, requirements: list[str], *, verbose: bool, echo: Echo, dependencies: tuple[str, ...] = ()
+) -> None:
+    """pip ``requirements`` into the venv; a local project's current code is always taken. With its
+    ``dependencies`` known, they are installed first and the project alone after them (one build of it)."""
     echo(f"ngym: installing {' '.join(requirements)} into it (the first time takes a few minutes)")
     args = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--upgrade-strategy", "only-if-needed"]
-    _run([*args, *requirements], "pip install", verbose=verbose)
     folders = [r for r in requirements if Path(r).is_dir()]
+    if dependencies and folders:
+        _run([*args, *dependencies], "pip install (the dependencies)", verbose=verbose)
+    else:
+        _run([*args, *requirements], "pip install", verbose=verbose)
     if folders:  # a local project of the same version counts as installed: take its current code anyway
         _run([*args, "--force-reinstall", "--no-deps", *folders], "pip install (the project)", verbose=verbose)
 
@@ -242,19 +275,61 @@ def install_source(
     ``options`` (``ngym install -o KEY=VALUE``) are arguments of the environment's ``load_environment`` (or its
     taskset's config): each value is read as JSON when it parses (``-o max_turns=3``), else kept as text.
     """
-    args = {**(args or {}), **{key: _option_value(value) for key, value in (options or {}).items()}} or None
+    options = dict(options or {})
+    dataset_files = {
+        k.removeprefix(DATASET_OPTION): options.pop(k) for k in list(options) if k.startswith(DATASET_OPTION)
+    }
+    args = {**(args or {}), **{key: _option_value(value) for key, value in options.items()}} or None
     source = parse_source(text)
     name = as_name or source.name
     if not records.NAME.match(name):
         raise VerifiersInstallError(f"{name!r} is not a usable environment name (letters, digits, _; --as NAME)")
-    venv = venv_for(source.name if source.kind != "module" else "modules", source.requirements)
+    datasets = keep_datasets(name, dataset_files)
+    venv = venvs.venv_for(source.index_requirements)
+    # held from pip to the recorded fingerprint: another install into this venv (the same requirements) waits
+    with venvs.installing(venv, echo):
+        record, made = _install_into(venv, source, text, name, domain, args, datasets, verbose=verbose, echo=echo)
+    folder = examples.write(name, made)
+    records.write(record)
+    in_use = {Path(r.python).parent.parent for r in records.all_records()}
+    venvs.prune(in_use | {venv}, echo)
+    for problem in made.problems:
+        echo(f"ngym: warning: no example rollout for {problem}")
+    tools = ", ".join(t["name"] for t in record.tools) or "no tools"
+    rewards = ", ".join(f"{r['name']}×{r['weight']:g}" for r in record.rewards) or "no rewards"
+    echo(f"ngym: installed {name} ({record.domain}; verifiers {record.api} API; tools: {tools}; rewards: {rewards})")
+    echo(
+        f"ngym: example data: {len(made.rows)} rows, {len(made.rollouts)} recorded rollouts (the reference answers'"
+        f" rewards) in {folder / 'data'}"
+    )
+    echo(f"      try: ngym run {name} | ngym validate {name} | ngym profile {name} --duration 10s")
+    return record
+
+
+def _install_into(
+    venv: Path,
+    source: Source,
+    text: str,
+    name: str,
+    domain: str | None,
+    args: dict[str, Any] | None,
+    datasets: dict[str, str],
+    *,
+    verbose: bool,
+    echo: Echo,
+) -> tuple[records.Record, examples.Examples]:
+    """pip, the module, the domain and the worker's description of the environment: its record and examples."""
     python = ensure_venv(venv, echo)
-    pip_install(python, source.requirements, verbose=verbose, echo=echo)
-    module = source.module
+    if source.added:
+        echo(f"ngym: {source.distribution} does not name verifiers among its dependencies: adding it")
+    pip_install(
+        python, [*source.requirements, *source.added], verbose=verbose, echo=echo, dependencies=source.dependencies
+    )
     if source.kind == "module":
         assert source.module_file is not None
         copy_module(python, source.module_file)
-    elif source.module is None and source.distribution is not None:
+    module = source.module
+    if source.module is None and source.distribution is not None:
         module = choose_module(installed_modules(python, source.distribution), source.distribution)
     assert module is not None
     folder = Path(source.requirements[0]) if source.kind == "folder" else None
@@ -269,7 +344,7 @@ def install_source(
         )
     echo(f"ngym: asking {module} what it serves, and scoring its tasks' reference answers as example rollouts")
     try:
-        described, made = asyncio.run(examples.describe_and_record(str(python), module, args))
+        described, made = asyncio.run(examples.describe_and_record(str(python), module, args, datasets))
     except WorkerError as exc:
         reason = "refused" if exc.kind == "refused" else "failed to load"
         detail = f"\n{exc.trace}" if exc.trace and verbose else ""
@@ -288,20 +363,36 @@ def install_source(
         rewards=list(described.get("rewards", [])),
         examples=list(described.get("examples", [])),
         description=_description(described, module),
+        datasets=datasets,
+        fingerprint=venvs.fingerprint(
+            python, distribution=source.distribution, module=module if source.kind == "module" else None
+        ),
     )
-    folder = examples.write(name, made)
-    records.write(record)
-    for problem in made.problems:
-        echo(f"ngym: warning: no example rollout for {problem}")
-    tools = ", ".join(t["name"] for t in record.tools) or "no tools"
-    rewards = ", ".join(f"{r['name']}×{r['weight']:g}" for r in record.rewards) or "no rewards"
-    echo(f"ngym: installed {name} ({record.domain}; verifiers {record.api} API; tools: {tools}; rewards: {rewards})")
-    echo(
-        f"ngym: example data: {len(made.rows)} rows, {len(made.rollouts)} recorded rollouts (the reference answers'"
-        f" rewards) in {folder / 'data'}"
-    )
-    echo(f"      try: ngym run {name} | ngym validate {name} | ngym profile {name} --duration 10s")
-    return record
+    return record, made
+
+
+#: ``-o dataset:NAME=FILE.jsonl``: the environment's ``datasets.load_dataset(NAME, ...)`` reads FILE instead of the
+#: Hugging Face Hub (this key cannot be an argument of ``load_environment``: it is no Python name)
+DATASET_OPTION = "dataset:"
+
+
+def keep_datasets(name: str, files: dict[str, str]) -> dict[str, str]:
+    """Copy each ``-o dataset:NAME=FILE`` file beside the environment's record (the server reads it at each
+    start, so it must outlive the user's copy); {dataset name: kept file}."""
+    kept: dict[str, str] = {}
+    for dataset, given in files.items():
+        path = Path(given).expanduser()
+        if not dataset or not path.is_file():
+            raise VerifiersInstallError(
+                f"-o {DATASET_OPTION}{dataset}={given}: expected {DATASET_OPTION}NAME=FILE.jsonl with an existing"
+                " file (JSON lines, one row of the dataset each)"
+            )
+        target = examples.folder_of(name) / "datasets" / (re.sub(r"[^A-Za-z0-9_.-]", "_", dataset) + ".jsonl")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path.resolve() != target.resolve():
+            target.write_bytes(path.read_bytes())
+        kept[dataset] = str(target)
+    return kept
 
 
 def installed_version(python: Path, distribution: str) -> str | None:
@@ -353,10 +444,13 @@ def uninstall(name: str, *, echo: Echo = print) -> bool:
     examples.remove(name)
     venv = Path(record.python).parent.parent
     shared = any(other.python == record.python for other in records.all_records())
-    if venv.parent == venvs_dir() and not shared:
-        import shutil
-
-        shutil.rmtree(venv, ignore_errors=True)
-    kept = " kept: other environments use it" if shared else " removed"
+    if shared:
+        kept = " kept: other environments use it"
+    elif venv.parent != venvs.venvs_dir():
+        kept = " kept: not in ngym's cache"
+    elif venvs.remove_unless_in_use(venv):
+        kept = " removed"
+    else:  # a server of it (or of an environment installed elsewhere with the same requirements) is running
+        kept = " kept: in use (a running server or an install holds it; pruned once idle)"
     echo(f"ngym: uninstalled {name} (verifiers environment; its virtualenv {venv}{kept})")
     return True

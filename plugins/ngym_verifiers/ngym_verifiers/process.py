@@ -11,9 +11,10 @@ import asyncio
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ngym.errors import NgymError
+from ngym_verifiers import venvs
 
 WORKER = Path(__file__).with_name("worker.py")
 #: a worker answer larger than this is refused rather than buffered without bound.
@@ -44,18 +45,25 @@ def worker_command(python: str, module: str, args: dict[str, Any] | None = None)
 class Worker:
     """A running worker: ``await Worker.start(...)``, then ``await worker.ask(op, ...)``."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, api: str) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, api: str, hold: IO[str] | None = None) -> None:
         self.proc = proc
         self.api = api
         self._lock = asyncio.Lock()
+        self._hold = hold  # the venv's use lock: the cache's pruning leaves a venv alone while a worker runs in it
 
     @classmethod
-    async def start(cls, python: str, module: str, args: dict[str, Any] | None = None) -> Worker:
-        """Start the worker and read its greeting (the API it found), or raise what it said went wrong."""
+    async def start(
+        cls, python: str, module: str, args: dict[str, Any] | None = None, datasets: dict[str, str] | None = None
+    ) -> Worker:
+        """Start the worker and read its greeting (the API it found), or raise what it said went wrong.
+
+        ``datasets``: {name: local JSON-lines file} read instead of the Hugging Face Hub's dataset of that name."""
         if not Path(python).exists():
             raise WorkerGone(f"the environment's interpreter {python} is missing (reinstall the environment)")
+        hold = venvs.hold_for_use(python)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"}
         env.pop("PYTHONPATH", None)  # ngym's own path must not leak into the environment's interpreter
+        env["NGYM_VERIFIERS_DATASETS"] = json.dumps(datasets or {})
         proc = await asyncio.create_subprocess_exec(
             *worker_command(python, module, args),
             stdin=asyncio.subprocess.PIPE,
@@ -64,11 +72,17 @@ class Worker:
             env=env,
             limit=LINE_LIMIT,
         )
-        hello = await _read(proc)
+        worker = cls(proc, "", hold)
+        try:
+            hello = await _read(proc)
+        except BaseException:
+            await worker.stop()
+            raise
         if not hello.get("ok"):
-            await _stop(proc)
+            await worker.stop()
             raise WorkerError(str(hello.get("kind", "failed")), str(hello.get("error")), hello.get("trace"))
-        return cls(proc, str(hello.get("api")))
+        worker.api = str(hello.get("api"))
+        return worker
 
     async def ask(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return the answer's fields; a worker error is raised as ``WorkerError``."""
@@ -88,6 +102,9 @@ class Worker:
 
     async def stop(self) -> None:
         await _stop(self.proc)
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
 
 
 async def _read(proc: asyncio.subprocess.Process) -> dict[str, Any]:

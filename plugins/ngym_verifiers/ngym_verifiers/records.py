@@ -36,6 +36,10 @@ class Record:
     rewards: list[dict[str, Any]] = field(default_factory=list)
     examples: list[dict[str, Any]] = field(default_factory=list)
     description: str = ""
+    #: what was installed of it in its venv (``venvs.fingerprint``); "" in records made before it was kept
+    fingerprint: str = ""
+    #: {Hugging Face dataset name: a local JSON-lines file kept beside the record}: read instead of the Hub
+    datasets: dict[str, str] = field(default_factory=dict)
 
 
 def records_dir() -> Path:

@@ -34,7 +34,9 @@ from ngym import (
     Domain,
     SimpleResourcesServer,
 )
+from ngym.errors import NgymError
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
+from ngym_verifiers import venvs
 from ngym_verifiers.messages import chat_messages
 from ngym_verifiers.process import Worker, WorkerError, WorkerGone
 from ngym_verifiers.records import Record
@@ -109,7 +111,10 @@ class VerifiersServer(SimpleResourcesServer):
         return call_tool
 
     async def on_startup(self) -> None:
-        self._worker = await Worker.start(self.record.python, self.record.module, self.record.args)
+        installed_as_recorded(self.record)
+        self._worker = await Worker.start(
+            self.record.python, self.record.module, self.record.args, self.record.datasets
+        )
 
     async def on_shutdown(self) -> None:
         if self._worker is not None:
@@ -173,6 +178,29 @@ class VerifiersServer(SimpleResourcesServer):
         if self._worker is not None:
             with contextlib.suppress(WorkerError):  # a dead worker holds nothing any more
                 await self._worker.ask("close", session=session_id)
+
+
+class ReplacedError(NgymError):
+    """The venv now holds other code under the environment's name than what was installed and recorded."""
+
+    exit_code = 2
+
+
+def installed_as_recorded(record: Record) -> None:
+    """Refuse to serve when the environment's code in its venv is no longer what ``ngym install`` recorded.
+
+    venvs are shared by requirement set, so installing another folder or module of the same name into the same
+    venv replaces this one's code: serving it would score with reward functions other than the recorded ones."""
+    if not record.fingerprint:
+        return  # recorded before fingerprints were kept
+    module = record.module if record.distribution is None else None
+    now = venvs.fingerprint(record.python, distribution=record.distribution, module=module)
+    if now != record.fingerprint:
+        what = "is no longer installed" if not now else "was replaced by another install of that name"
+        raise ReplacedError(
+            f"{record.name}: its code in {Path(record.python).parent.parent} {what} since it was installed from"
+            f" {record.source}: install it again (ngym install {record.source})"
+        )
 
 
 def server_class(record: Record) -> type[VerifiersServer]:

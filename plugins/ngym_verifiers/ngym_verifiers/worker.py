@@ -31,6 +31,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import sys
 import traceback
 from typing import Any
@@ -45,6 +46,66 @@ class Refused(Exception):
 
 class BadRequest(Exception):
     """The request names something the environment does not have (a task, a tool)."""
+
+
+#: exception types (by name, anywhere in the chain) that mean "the network was needed and is not there"
+_UNREACHABLE = {
+    "ConnectionError", "ConnectTimeout", "ConnectTimeoutError", "NameResolutionError", "MaxRetryError",
+    "NewConnectionError", "gaierror", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "DatasetNotFoundError",
+    "HfHubHTTPError", "RepositoryNotFoundError", "APIConnectionError",
+}  # fmt: skip
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """Why ``exc`` is the environment needing the network (a dataset on the Hugging Face Hub, a model API) that
+    this machine cannot reach and has not cached; None when it is something else."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    names = {type(e).__name__ for e in seen}
+    text = " ".join(str(e) for e in seen)
+    if not names & _UNREACHABLE and "huggingface.co" not in text:
+        return None
+    first = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    hub = re.search(r"reach '([^']+)' on the Hub", text)
+    if hub:
+        what = f"the dataset {hub.group(1)} from the Hugging Face Hub"
+    elif "huggingface" in text.lower() or " on the Hub" in text or names & _HUB:
+        what = "data from the Hugging Face Hub"
+    else:
+        what = "a network service"
+    hint = f"; give its rows from a file: -o dataset:{hub.group(1)}=ROWS.jsonl" if hub else ""
+    return f"it needs {what}, which this machine cannot reach and has not cached ({first}){hint}"
+
+
+_HUB = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "DatasetNotFoundError", "HfHubHTTPError"}
+
+
+#: JSON {dataset name: local JSON-lines file}: ``datasets.load_dataset(name, ...)`` reads the file instead of the
+#: Hugging Face Hub (``ngym install ... -o dataset:NAME=FILE.jsonl``), the environment's own code processing the rows
+DATASETS_ENV = "NGYM_VERIFIERS_DATASETS"
+
+
+def local_datasets(files: dict[str, str]) -> None:
+    """Make ``datasets.load_dataset`` read each named dataset from its local file (before the environment's
+    module is imported, so a ``from datasets import load_dataset`` there gets this one too)."""
+    if not files:
+        return
+    import datasets
+
+    hub_load = datasets.load_dataset
+
+    def load_dataset(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if path not in files:
+            return hub_load(path, *args, **kwargs)
+        split = kwargs.get("split")
+        # a config name (args[0] or name=) selects nothing in a single file; a split keeps its slice ("test[:5]")
+        rows = hub_load("json", data_files=files[path], split=re.sub(r"^[A-Za-z0-9_-]+", "train", split or "train"))
+        return rows if split else datasets.DatasetDict({"train": rows})
+
+    datasets.load_dataset = load_dataset
 
 
 def _import_source(source: str) -> Any:
@@ -105,11 +166,10 @@ class TasksetEnvironment(Sessions):
         _refuse_own_env(taskset_id)
         self.taskset_class = type(self.taskset)
         self.task_class = self.taskset_class.task_type()
-        if self.taskset_class.toolsets(self.taskset.config):
-            raise Refused(
-                f"{self.taskset_class.__name__} declares taskset-wide toolsets (one server shared by every rollout),"
-                " whose state is not a rollout's: not served as a resources server"
-            )
+        # Taskset-wide toolsets: one server per environment worker shared by every rollout, set up once and never
+        # given a task (verifiers' own rule); each call still sees the calling rollout's state as `self.state`.
+        self.shared = list(self.taskset_class.toolsets(self.taskset.config))
+        self._shared_ready = False
         self.tasks: list[Any] | None = None
         super().__init__()
 
@@ -139,13 +199,20 @@ class TasksetEnvironment(Sessions):
         tools: list[dict[str, Any]] = []
         rewards: list[dict[str, Any]] = []
         if sample is not None:
-            for toolset in self._toolsets(sample):
+            for toolset in [*self._toolsets(sample), *self.shared]:
+                url = getattr(getattr(toolset, "config", None), "url", None)
+                if url:  # its tools live on that server: ngym would serve none of them
+                    raise Refused(
+                        f"{type(toolset).__name__}'s tools are served by a remote MCP server ({url}), which ngym does"
+                        " not front: it serves a toolset's own @vf.tool methods (and that server needs the network)"
+                    )
                 for name, fn in self._tools(toolset).items():
                     tools.append({"name": name, "description": (fn.__doc__ or "").strip(), "parameters": _schema(fn)})
             for fn in sample.hooks("reward"):
                 rewards.append({"name": fn.__name__, "weight": getattr(fn, "_vf_weight", 1.0)})
             if sample.plugged_judges():
                 raise Refused("judges (LLM-as-judge rewards) need a model client: not served yet")
+            _refuse_what_a_server_cannot_play(sample)
         examples = [_v1_example(task, tools) for task in tasks[:EXAMPLES]]
         return {"api": self.api, "tools": tools, "rewards": rewards, "num_tasks": len(tasks), "examples": examples}
 
@@ -184,6 +251,13 @@ class TasksetEnvironment(Sessions):
             await toolset.setup_task(task.data)
             for name, fn in self._tools(toolset).items():
                 toolsets[name] = (toolset, fn)
+        if not self._shared_ready:
+            for toolset in self.shared:
+                await toolset.setup()
+            self._shared_ready = True
+        for toolset in self.shared:
+            for name, fn in self._tools(toolset).items():
+                toolsets.setdefault(name, (toolset, fn))
         self.sessions[session] = {"task": task, "trace": trace, "tools": toolsets}
         return {"prompt": _plain(_v1_prompt(task))}
 
@@ -254,6 +328,48 @@ def _refuse_own_env(taskset_id: str) -> None:
             f"{taskset_id} exports its own Env ({env_class.__name__}) whose run() drives the rollout (it can speak"
             " between model turns): a resources server only answers tool calls, so this taskset is not served"
         )
+
+
+def _refuse_what_a_server_cannot_play(task: Any) -> None:
+    """Refuse, at install, a 0.4 task whose rollouts ngym could not score as verifiers would: one that rewrites
+    the conversation at the model/tool boundary, or whose every reward (or setup) needs a runtime."""
+    from verifiers.v1.utils.decorators import discover_decorated
+
+    name = type(task).__name__
+    intercepts = [fn.__name__ for fn in discover_decorated(task, "intercept")]
+    if intercepts:
+        raise Refused(
+            f"{name} rewrites the conversation between the model and its tools (@vf.intercept:"
+            f" {', '.join(intercepts)}), which a resources server never sees: the rollouts it would score are not"
+            " the ones verifiers plays"
+        )
+    at_boundary = [fn.__name__ for fn in task.hooks("stop") if _at_model_boundary(fn)]
+    if at_boundary:
+        raise Refused(
+            f"{name} stops its rollouts on what the model's responses or requests carry (@vf.stop:"
+            f" {', '.join(at_boundary)}), which a resources server never sees: the stop, and any reward that reads"
+            " it, would never happen"
+        )
+    if _needs_runtime(task.setup):
+        raise Refused(f"{name}.setup needs a runtime (a container or sandbox), which ngym does not give a task yet")
+    rewards = [fn.__name__ for fn in task.hooks("reward")]
+    needing = [fn.__name__ for fn in task.hooks("reward") if _needs_runtime(fn)]
+    if rewards and needing == rewards:
+        raise Refused(
+            f"every reward of {name} ({', '.join(needing)}) needs a runtime (a container or sandbox), which ngym does"
+            " not give a task yet: nothing it serves could be scored"
+        )
+
+
+def _at_model_boundary(fn: Any) -> bool:
+    """A hook that inspects a typed model ``Request`` or ``Response`` (not the trace ngym hands to /verify)."""
+    for param in inspect.signature(fn).parameters.values():
+        annotation = (
+            param.annotation if isinstance(param.annotation, str) else getattr(param.annotation, "__name__", "")
+        )
+        if param.name in ("request", "response") or annotation.rsplit(".", 1)[-1] in ("Request", "Response"):
+            return True
+    return False
 
 
 def _needs_runtime(fn: Any) -> bool:
@@ -340,6 +456,12 @@ class LegacyEnvironment(Sessions):
         os.environ.setdefault("OPENAI_API_KEY", "ngym-no-model")  # init_state builds a client it never calls here
         self.env = module.load_environment(**args)
         env = self.env
+        environment_class = getattr(vf, "Environment", None)  # <= 0.3's base class (0.4 has none)
+        if environment_class is not None and not isinstance(env, environment_class):
+            raise Refused(
+                f"load_environment() returned a {type(env).__module__}.{type(env).__name__}, not a verifiers"
+                " Environment: ngym serves verifiers' own Environment API (its dataset, tools and rubric)"
+            )
         if getattr(env, "requires_group_rollouts", False) or _has_group_rewards(env.rubric):
             raise Refused(
                 f"{type(env).__name__}'s rubric has group-level reward functions (they score several rollouts"
@@ -511,7 +633,16 @@ def load(source: str, args: dict[str, Any]) -> Any:
     module = _import_source(source)
     if hasattr(module, "load_environment") and callable(module.load_environment):
         return LegacyEnvironment(module, args)
-    return TasksetEnvironment(module.__name__, args)
+    try:
+        return TasksetEnvironment(module.__name__, args)
+    except (TypeError, ImportError, AttributeError) as exc:
+        if "Taskset" not in str(exc) and "verifiers.v1" not in str(exc):
+            raise
+        exported = ", ".join(map(str, getattr(module, "__all__", []))) or "nothing in __all__"
+        raise Refused(
+            f"{module.__name__} is not a verifiers environment: it has no load_environment() (verifiers <= 0.3) and"
+            f" exports no Taskset (0.4; it exports {exported}): a harness or a library, perhaps ({exc})"
+        ) from exc
 
 
 async def handle(env: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -539,11 +670,15 @@ async def serve(source: str, args: dict[str, Any], out: Any) -> None:
         out.flush()
 
     try:
+        local_datasets(json.loads(os.environ.get(DATASETS_ENV) or "{}"))
         env = load(source, args)
     except Refused as exc:
         answer({"ok": False, "kind": "refused", "error": str(exc)})
         return
     except Exception as exc:
+        if reason := unreachable(exc):
+            answer({"ok": False, "kind": "refused", "error": reason, "trace": traceback.format_exc()})
+            return
         answer(
             {
                 "ok": False,
@@ -568,6 +703,9 @@ async def serve(source: str, args: dict[str, Any], out: Any) -> None:
         except BadRequest as exc:
             answer({"ok": False, "kind": "bad_request", "error": str(exc)})
         except Exception as exc:  # the environment's own failure: reported, never a reward
+            if reason := unreachable(exc):
+                answer({"ok": False, "kind": "refused", "error": reason, "trace": traceback.format_exc()})
+                continue
             answer(
                 {
                     "ok": False,
