@@ -2,7 +2,8 @@
 
 1. The environment gets a virtualenv of its own (OpenEnv's requirements — ``fastmcp>=3``, ``gradio`` — and the
    environment's pins never meet ngym's), made once per set of requirements under
-   ``$NGYM_CACHE_DIR/openenv-venvs`` (default ``~/.cache/ngym/openenv-venvs``) and reused while it works.
+   ``$NGYM_CACHE_DIR/openenv-venvs`` (default ``~/.cache/ngym/openenv-venvs``) and reused while it works;
+   an install removes the venvs of the installs of its name it replaced (``venv_prune``).
    A URL needs none: the OpenEnv server already runs there.
 2. ``probe.py`` runs in it: the distribution's summary and keywords, its app (``openenv.yaml``'s ``app`` for a
    folder, else the module whose ``create_app`` builds it; ``--app`` overrides), and what the app's server says
@@ -48,6 +49,7 @@ from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.manifest import Manifest, ToolSpec
 from ngym_openenv.project import check_name_free, install_project, installed_data_dir
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
+from ngym_openenv.venv_prune import prune_replaced
 from ngym_openenv.wire import Episode, OpenEnvError
 
 PREFIX = "openenv:"
@@ -83,6 +85,7 @@ def install_source(
     manifest = prepare(source, as_name=as_name, domain=domain, options=options, echo=echo)
     check_name_free(manifest.name)
     install_project(manifest, verbose=verbose)
+    _prune_older_venvs(manifest, echo)
     where = manifest.url or manifest.app
     tools = ", ".join(t.name for t in manifest.tools) if manifest.tool_mode == "mcp" else "step"
     echo(
@@ -306,6 +309,17 @@ def _manifest(
         openenv_version=facts.get("openenv_version"),
         **where,
     )
+
+
+def _prune_older_venvs(manifest: Manifest, echo: Echo) -> None:
+    """Once the new install is in place: the venvs of the installs of this name it replaced (an edited folder
+    gets a new venv), so that reinstalls do not fill the disk. A venv ngym did not make (``-o python=``) or a
+    URL install has none of its own."""
+    if not manifest.python:
+        return
+    venv = Path(manifest.python).parent.parent
+    if venv.parent.resolve() == venv_root().resolve():
+        prune_replaced(venv_root(), manifest.name, venv, echo)
 
 
 def _ngym_name(text: str) -> str:
