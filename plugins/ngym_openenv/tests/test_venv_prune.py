@@ -35,9 +35,11 @@ def test_a_venv_a_running_process_uses_is_kept(tmp_path: Path) -> None:
     old, new = venv_dirs(tmp_path, "maze-aaaaaaaaaaaa", "maze-bbbbbbbbbbbb")
     # A process started from the older venv (as `ngym run` starts the replaced install's server from it).
     script = old / "bin" / "serve.py"
-    script.write_text("import time; time.sleep(60)\n")
-    process = subprocess.Popen([sys.executable, str(script)])
+    script.write_text("import time; print('up', flush=True); time.sleep(60)\n")
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == b"up\n"  # running, not still starting (or already gone)
         said: list[str] = []
         assert prune_replaced(tmp_path, "maze", new, said.append) == []
         assert old.exists() and "keeping" in said[0]
