@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ngym.child_python import python_module
 from ngym.errors import NgymError
 
 LOOPBACK = "127.0.0.1"
@@ -129,7 +130,7 @@ def start_environment(
     ``env`` is added to this process's environment; output goes to ``log`` (discarded without one).
     The caller waits (``wait_healthy``) and stops it (``stop_process``); ``serve_environment`` does both.
     """
-    command = [sys.executable, "-m", "ngym.cli", "run", target, "--host", LOOPBACK, "--port", str(port)]
+    command = python_module("ngym.cli", "run", target, "--host", LOOPBACK, "--port", str(port))
     command += ["--workers", str(workers), *overrides]
     environ = {**os.environ, **env} if env is not None else None
     if log is None:

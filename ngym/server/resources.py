@@ -131,8 +131,8 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     - ``reverify_mode``: ``"stateless"`` when re-running verify on a stored response is meaningful.
     - ``always_full_reward``: True when the reward does not depend on the response (``ngym validate``'s
       soundness pass then skips its "must not score 1.0" checks).
-    - ``reward_range``: the ``(low, high)`` a ``/verify`` reward must lie in (``ngym validate`` checks it);
-      default ``(0.0, 1.0)``; None for a server that passes on another ecosystem's rewards at their own scale
+    - ``reward_range``: the ``(low, high)`` a ``/verify`` reward must lie in (``ngym validate``, ``rollout`` and
+      ``profile`` check it; ``GET /health`` reports it); default ``(0.0, 1.0)``; None for a server that passes on another ecosystem's rewards at their own scale
       (an OpenEnv environment's, e.g. -50…+30), so only "is a number" is checked.
     - ``not_containerizable``: why ``ngym containerize`` cannot package this server (None: it can); the
       command then stops with that reason instead of building an image that cannot serve.

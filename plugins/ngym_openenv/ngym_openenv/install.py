@@ -614,11 +614,15 @@ def _ask_launched(
     """Start the environment's OpenEnv server once, ask it (``_ask_server``), and ``then(url, facts)``."""
     echo(f"ngym: starting {app} once to read its schema and tools and record an example")
     try:
-        running = launch.start(python, app, app_dir=app_dir)
+        running = launch.start(python, app, app_dir=app_dir, progress=echo)
     except launch.LaunchError as exc:
         raise OpenEnvInstallError(str(exc)) from None
     try:
-        return then(running.url, _ask_server(running.url))
+        try:
+            facts = _ask_server(running.url)
+        except OpenEnvInstallError as exc:
+            raise OpenEnvInstallError(f"{exc} ({running.where()})") from None
+        return then(running.url, facts)
     finally:
         running.stop()
 
