@@ -18,6 +18,7 @@ from ngym.config_tree import ConfigTree, load_tree
 from ngym.errors import ConfigError
 from ngym.nemo.model_urls import export_global_config, export_model_instances, export_model_urls
 from ngym.readiness import needs
+from ngym.required_env import check_env
 from ngym.server.app import ServeSpec
 from ngym.server.host import serve_many, serve_one
 from ngym.suggest import did_you_mean
@@ -62,6 +63,7 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
     export_global_config(served, overrides=tree_overrides, tree=tree)
     for environment in environments:
         environment.check_config_domain()
+        check_env(environment)  # a declared variable unset: one line now, not a server failing minutes later
         check_override_keys(environment, {k: v for k, v in field_overrides.items() if k not in top_level})
     specs = [
         environment.serve_spec(

@@ -31,6 +31,7 @@ from ngym.nemo.folder import (
 from ngym.nemo.package import build_project
 from ngym.plugins.registry import get_registry, reset_registry
 from ngym.readiness import needs
+from ngym.required_env import declared_env, missing_env, missing_line
 from ngym.targets import installed
 
 SOURCE_PREFIX = "nemo-gym:"
@@ -119,6 +120,9 @@ def install_nemo_environment(
         environment = None
     for need in needs(name, environment.folder, environment.fields) if environment is not None else []:
         echo(f"ngym: before it serves a rollout, {need.sentence(name)}")
+    unset = missing_env(declared_env(environment)) if environment is not None else {}
+    if unset:
+        echo(f"ngym: before it serves a rollout: {missing_line(name, unset, 'set it in the shell that runs it')}")
     return InstallResult(name, env, [env.distribution, *(s.distribution for s in siblings)])
 
 

@@ -221,3 +221,79 @@ def test_make_progress_lines_double_their_interval(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     ticks = [line for line in done.stdout.splitlines() if line.startswith("make:   …")]
     assert 1 <= len(ticks) <= 3, done.stdout
+
+
+# S4: the environment variables an environment needs are declared and checked first, by name
+
+
+def _needing_a_variable(tmp_path: Path, in_config: bool = False) -> Path:
+    folder = _environment(tmp_path)
+    if in_config:
+        config = next((folder / "configs").glob("*.yaml"))
+        config.write_text(config.read_text() + "      required_env:\n        NGYM_TEST_ROWS: a JSONL file of dataset rows\n")
+    else:
+        app = folder / "app.py"
+        marker = "    session_state_model = "
+        source = app.read_text()
+        app.write_text(
+            source.replace(marker, '    required_env = {"NGYM_TEST_ROWS": "a JSONL file of dataset rows"}\n' + marker, 1)
+        )
+    return folder
+
+
+@pytest.mark.parametrize("in_config", [False, True], ids=["class", "config"])
+def test_run_validate_prepare_and_containerize_name_a_missing_variable_first(tmp_path: Path, in_config: bool) -> None:
+    folder = _needing_a_variable(tmp_path, in_config)
+    env = {"NGYM_TEST_ROWS": ""}
+    for command in (
+        ("run", str(folder), "--port", "1"),
+        ("validate", str(folder)),
+        ("prepare", str(folder)),
+        ("containerize", str(folder), "--run", "--base-image", "no-such-image:never-pulled"),
+    ):
+        done = _ngym(*command, cwd=tmp_path, env=env, timeout=120)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert "needs the environment variable NGYM_TEST_ROWS (a JSONL file of dataset rows), not set here" in (
+            done.stderr
+        ), (command, done.stderr)
+        assert "Traceback" not in done.stderr
+    # containerize --run takes it with -e: the check passes (and the build is what fails next, on the base image)
+    given = _ngym(
+        "containerize", str(folder), "--run", "-e", "NGYM_TEST_ROWS=/data/rows.jsonl", "--base-image",
+        "no-such-image:never-pulled", cwd=tmp_path, env=env, timeout=120,
+    )  # fmt: skip
+    assert "NGYM_TEST_ROWS" not in given.stderr, given.stderr
+
+
+def test_a_declared_variable_that_is_set_lets_the_environment_serve(tmp_path: Path) -> None:
+    from ngym.cli.run import build_specs
+
+    folder = _needing_a_variable(tmp_path)
+    os.environ["NGYM_TEST_ROWS"] = "/tmp/rows.jsonl"
+    try:
+        assert build_specs((str(folder),), None, None)
+    finally:
+        del os.environ["NGYM_TEST_ROWS"]
+
+
+# Friction 3: -e and -v for containerize --run's smoke container
+
+
+def test_containerize_env_and_volume_options_parse_as_docker_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ngym.containerize.run_inputs import parse_env, parse_volumes
+
+    monkeypatch.setenv("FROM_SHELL", "shell value")
+    assert parse_env(["A=1", "B=x=y", "FROM_SHELL"]) == {"A": "1", "B": "x=y", "FROM_SHELL": "shell value"}
+    with pytest.raises(ConfigError, match="-e NOT_SET_HERE_E33: NOT_SET_HERE_E33 is not set in this shell"):
+        parse_env(["NOT_SET_HERE_E33"])
+    assert parse_volumes([f"{tmp_path}:/data:ro", f"{tmp_path}:/rw"]) == [f"{tmp_path}:/data:ro", f"{tmp_path}:/rw:rw"]
+    for bad in ("nocolon", f"{tmp_path}:relative", f"{tmp_path / 'missing'}:/data"):
+        with pytest.raises(ConfigError):
+            parse_volumes([bad])
+
+
+def test_containerize_without_run_refuses_e_and_v_in_one_line(tmp_path: Path) -> None:
+    done = _ngym("containerize", "example_single_tool_call", "-e", "A=1", cwd=tmp_path, timeout=60)
+    assert done.returncode == 2 and "-e and -v apply to --run" in done.stderr, done.stderr

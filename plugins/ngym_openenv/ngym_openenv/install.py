@@ -45,6 +45,8 @@ from ngym.errors import ConfigError
 from ngym.examples import dataset_row, read_jsonl
 from ngym_openenv import examples, launch
 from ngym_openenv.catalog import available
+from ngym.required_env import missing_env, missing_line
+from ngym_openenv.required_env import detect_required_env
 from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.manifest import Manifest, ToolSpec
 from ngym_openenv.project import check_name_free, install_project, installed_data_dir
@@ -197,6 +199,12 @@ def _from_folder(
     if not isinstance(spec, dict):
         raise OpenEnvInstallError(f"{spec_file}: expected a mapping (name:, app:, ...)")
     name = as_name or _ngym_name(str(spec.get("name") or folder.name))
+    required = detect_required_env(folder)
+    unset = missing_env(required)
+    if unset:  # install starts it once to record an example: it would fail minutes from now, naming nothing
+        raise OpenEnvInstallError(
+            missing_line(name, unset, "set it and install again (ngym starts the environment once at install)")
+        )
     # The folder is copied (the environment keeps working when the original moves or changes), into a folder
     # named as a package: OpenEnv's own envs import their models relatively (`from ..models import ...`), which
     # works only when the app is imported as `<package>.server.app`, as OpenEnv's Dockerfiles serve them.
@@ -225,13 +233,15 @@ def _from_folder(
         facts = _probe(python, {"app": app, "app_dir": str(home)})
     chosen = _domain(domain, spec.get("domain"), facts, name)
     where = {"python": python, "app": app, "app_dir": str(home)}
-    return _ask_launched(
+    manifest = _ask_launched(
         python,
         app,
         str(home),
         echo,
         lambda url, more: _finish(name, str(folder), {**facts, **more}, where, chosen, rule, url, examples, echo),
     )
+    manifest.required_env = required
+    return manifest
 
 
 def _named_from_above(app: str, folder: str) -> list[str]:
