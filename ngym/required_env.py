@@ -9,6 +9,7 @@ instead of a server that fails minutes later with a timeout that names nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -42,10 +43,8 @@ def declared_env(environment: Environment) -> dict[str, str]:
     The class is imported to read its declaration; one that cannot be imported declares nothing here (the
     command reports the import error itself, better)."""
     declared: dict[str, str] = {}
-    try:
+    with contextlib.suppress(Exception):  # a broken class is reported by the command that loads it
         declared.update(_as_mapping(getattr(environment.server_class, CONFIG_KEY, None)))
-    except Exception:  # noqa: BLE001 - a broken class is reported by the command that loads it
-        pass
     declared.update(_as_mapping(environment.fields.get(CONFIG_KEY)))
     return declared
 

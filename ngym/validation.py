@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ngym.errors import ConfigError, PluginError
-from ngym.rewards import reward_problem
 from ngym.examples import dataset_row, read_example_rollouts, read_jsonl
+from ngym.rewards import reward_problem
 from ngym.rollout.gymnasium import RESET, STEP, ModelRequest, Recording, drive_async, episode, is_gymnasium_style
 from ngym.server.app import create_app, in_working_directory
 from ngym.server.protocol import FAILURE_CLASS_KEY, FAILURE_JUDGE_ERROR_KEY

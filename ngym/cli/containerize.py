@@ -12,11 +12,11 @@ import click
 from ngym.cli.progress import Ticker
 from ngym.containerize.pipeline import ContainerizeOptions
 from ngym.containerize.pipeline import containerize as run_containerize
-from ngym.containerize.spec import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
 from ngym.containerize.run_inputs import parse_env, parse_volumes
+from ngym.containerize.spec import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
+from ngym.errors import NgymError
 from ngym.readiness import needs_of
 from ngym.required_env import check_env
-from ngym.errors import NgymError
 from ngym.targets import Environment, resolve
 
 

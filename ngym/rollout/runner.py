@@ -28,6 +28,7 @@ import httpx
 from ngym.child_server import fetch_health, serve_environment
 from ngym.errors import ConfigError
 from ngym.examples import EXAMPLE_ROLLOUTS, EXAMPLE_ROWS
+from ngym.rewards import bounds_from_health, out_of_range_failure
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_episode, run_rollout
 from ngym.rollout.errors import RolloutError
 from ngym.rollout.gymnasium import is_gymnasium_style, server_post_routes
@@ -54,7 +55,6 @@ from ngym.rollout.replay_model import (
 )
 from ngym.rollout.replay_model import read_rows as read_replay_rows
 from ngym.rollout.thread_server import serve_app_in_thread
-from ngym.rewards import bounds_from_health, out_of_range_failure
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from ngym.targets import is_url, resolve
 
@@ -282,10 +282,10 @@ async def _run(
     model = ModelClient(
         model_url, model=options.model, api_key=api_key, timeout=options.timeout, max_retries=options.max_retries
     )
-    if not any((row.get("responses_create_params") or {}).get("model") for row in rows):
-        if await model.resolve_model() is None:  # every rollout would fail for want of a model name: say why once
-            await model.close()
-            raise ConfigError(model.no_model_line())
+    named = any((row.get("responses_create_params") or {}).get("model") for row in rows)
+    if not named and await model.resolve_model() is None:  # every rollout would fail for want of one: say why once
+        await model.close()
+        raise ConfigError(model.no_model_line())
     # seed → tools → verify, or a Gymnasium-style server's reset → step… (told apart by its routes)
     routes = await asyncio.to_thread(server_post_routes, env_url, options.timeout)
     gymnasium = routes is not None and is_gymnasium_style(routes)

@@ -24,11 +24,11 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
+from ngym.child_python import children_use_safe_path, forget_safe_path, python_module
 from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
 from ngym.server import http_protocol
 from ngym.server.affinity import LISTEN_FD_ENV, AffineWorkers
-from ngym.child_python import children_use_safe_path, forget_safe_path, python_module
 from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.base import CLASS_OVERRIDES_ENV
 from ngym.server.cpu_priority import apply_cpu_priorities

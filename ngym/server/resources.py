@@ -132,8 +132,9 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     - ``always_full_reward``: True when the reward does not depend on the response (``ngym validate``'s
       soundness pass then skips its "must not score 1.0" checks).
     - ``reward_range``: the ``(low, high)`` a ``/verify`` reward must lie in (``ngym validate``, ``rollout`` and
-      ``profile`` check it; ``GET /health`` reports it); default ``(0.0, 1.0)``; None for a server that passes on another ecosystem's rewards at their own scale
-      (an OpenEnv environment's, e.g. -50…+30), so only "is a number" is checked.
+      ``profile`` check it; ``GET /health`` reports it); default ``(0.0, 1.0)``; None for a server that passes on
+      another ecosystem's rewards at their own scale (an OpenEnv environment's, e.g. -50…+30), so only "is a number"
+      is checked.
     - ``required_env``: the environment variables the server cannot start without, each with what it is
       (``{"DIPG_DATASET_PATH": "a JSONL file of dataset rows"}``); ``ngym run``, ``validate``, ``prepare`` and
       ``containerize --run`` (whose ``-e`` gives them to the container) stop with one line naming a missing one.

@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 NGYM = str(Path(sys.executable).parent / "ngym")
 
 
-def _ngym(*args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _ngym(
+    *args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, **(env or {})}
     environ.pop("NGYM_DEBUG", None)
     return subprocess.run([NGYM, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environ)
@@ -139,7 +141,9 @@ def beside_a_checkout(tmp_path: Path) -> Path:
 
 
 def test_rollout_from_beside_a_checkout_imports_the_installed_package(beside_a_checkout: Path) -> None:
-    done = _ngym("rollout", "example_single_tool_call", "--model", "replay", "--output", "o.jsonl", cwd=beside_a_checkout)
+    done = _ngym(
+        "rollout", "example_single_tool_call", "--model", "replay", "--output", "o.jsonl", cwd=beside_a_checkout
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "imported ./ngym" not in done.stdout + done.stderr
 
@@ -201,7 +205,9 @@ def not_a_model_server() -> Iterator[str]:
         server.shutdown()
 
 
-def test_a_model_url_without_the_model_api_is_one_line_naming_the_cause(tmp_path: Path, not_a_model_server: str) -> None:
+def test_a_model_url_without_the_model_api_is_one_line_naming_the_cause(
+    tmp_path: Path, not_a_model_server: str
+) -> None:
     done = _ngym("rollout", "example_single_tool_call", "--model-url", not_a_model_server, cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "/v1/models found no model (HTTP 404: no /models there)" in done.stderr
@@ -230,13 +236,17 @@ def _needing_a_variable(tmp_path: Path, in_config: bool = False) -> Path:
     folder = _environment(tmp_path)
     if in_config:
         config = next((folder / "configs").glob("*.yaml"))
-        config.write_text(config.read_text() + "      required_env:\n        NGYM_TEST_ROWS: a JSONL file of dataset rows\n")
+        config.write_text(
+            config.read_text() + "      required_env:\n        NGYM_TEST_ROWS: a JSONL file of dataset rows\n"
+        )
     else:
         app = folder / "app.py"
         marker = "    session_state_model = "
         source = app.read_text()
         app.write_text(
-            source.replace(marker, '    required_env = {"NGYM_TEST_ROWS": "a JSONL file of dataset rows"}\n' + marker, 1)
+            source.replace(
+                marker, '    required_env = {"NGYM_TEST_ROWS": "a JSONL file of dataset rows"}\n' + marker, 1
+            )
         )
     return folder
 

@@ -43,13 +43,13 @@ from packaging.version import InvalidVersion, Version
 from ngym.domain import Domain
 from ngym.errors import ConfigError
 from ngym.examples import dataset_row, read_jsonl
+from ngym.required_env import missing_env, missing_line
 from ngym_openenv import examples, launch
 from ngym_openenv.catalog import available
-from ngym.required_env import missing_env, missing_line
-from ngym_openenv.required_env import detect_required_env
 from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.manifest import Manifest, ToolSpec
 from ngym_openenv.project import check_name_free, install_project, installed_data_dir
+from ngym_openenv.required_env import detect_required_env
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.venv_prune import prune_replaced
 from ngym_openenv.wire import Episode, OpenEnvError

@@ -150,6 +150,8 @@ def _wait_ready(running: OpenEnvProcess, timeout: float, progress: Callable[[str
             running.stop()
             raise LaunchError(f"the OpenEnv server did not answer /schema within {timeout:g} s ({running.where()})")
         if progress is not None and now >= next_report:
-            progress(f"ngym: … {now - started:.0f} s waiting for the OpenEnv server to answer /schema ({running.where()})")
+            progress(
+                f"ngym: … {now - started:.0f} s waiting for the OpenEnv server to answer /schema ({running.where()})"
+            )
             next_report = now + PROGRESS_EVERY_S
         time.sleep(0.2)

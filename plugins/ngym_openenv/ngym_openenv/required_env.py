@@ -17,7 +17,9 @@ import re
 from pathlib import Path
 
 _SUBSCRIPT = re.compile(r"""os\.environ\[\s*['"]([A-Z][A-Z0-9_]*)['"]\s*\](?!\s*=[^=])""")
-_GET = re.compile(r"""^\s*(\w+)\s*(?::[^=]+)?=\s*os\.(?:environ\.get|getenv)\(\s*['"]([A-Z][A-Z0-9_]*)['"]\s*\)\s*(#.*)?$""")
+_GET = re.compile(
+    r"""^\s*(\w+)\s*(?::[^=]+)?=\s*os\.(?:environ\.get|getenv)\(\s*['"]([A-Z][A-Z0-9_]*)['"]\s*\)\s*(#.*)?$"""
+)
 _MESSAGE = re.compile(r"""raise\s+\w+\(\s*f?['"](.+?)['"]""")
 _LOOKAHEAD = 4
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from threading import Thread
 
@@ -21,10 +22,12 @@ def _closed_port() -> int:
 
 
 @pytest.fixture
-def retrying_server(tmp_path: Path) -> launch.OpenEnvProcess:
+def retrying_server(tmp_path: Path) -> Iterator[launch.OpenEnvProcess]:
     """A process that says it is retrying a download and never serves (as DIPG's did for 540 s)."""
     code = "import time; print('retrying the Hugging Face download (attempt 3)', flush=True); time.sleep(600)"
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     log = tmp_path / "server.log"
     running = launch.OpenEnvProcess(process, f"http://127.0.0.1:{_closed_port()}", deque(maxlen=40), log)
     Thread(target=launch._drain, args=(process, running.output, log.open("w")), daemon=True).start()
@@ -46,5 +49,7 @@ def test_a_server_that_never_answers_names_its_log_and_last_line(
     message = str(raised.value)
     assert f"its log: {retrying_server.log}" in message
     assert "its last line: retrying the Hugging Face download (attempt 3)" in message
-    assert said and "waiting for the OpenEnv server to answer /schema" in said[0] and str(retrying_server.log) in said[0]
+    assert (
+        said and "waiting for the OpenEnv server to answer /schema" in said[0] and str(retrying_server.log) in said[0]
+    )
     assert "retrying the Hugging Face download" in Path(str(retrying_server.log)).read_text()

@@ -10,7 +10,7 @@ from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.required_env import detect_required_env
 
 #: as DIPG's server/app.py reads its dataset path
-DIPG_LIKE_APP = '''
+DIPG_LIKE_APP = """
 import os
 
 # Get the dataset path from an environment variable.
@@ -21,7 +21,7 @@ if not DATASET_PATH:
 CONFLICT_REWARD = float(os.environ.get("E33_CONFLICT_REWARD", 10.0))
 TOKEN = os.environ["E33_SERVICE_TOKEN"]
 os.environ["E33_SET_HERE"] = "1"
-'''
+"""
 
 
 @pytest.fixture
