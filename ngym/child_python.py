@@ -6,7 +6,7 @@ the installed package. Children ngym starts itself run with ``-P`` (Python 3.11'
 on ``sys.path``); the children a supervisor starts later (session-affine workers) get ``PYTHONSAFEPATH`` from
 ``children_use_safe_path``, which the child's entry takes back off (``forget_safe_path``) so the environment's own
 subprocesses (``python generate_data.py`` importing its neighbours) behave as usual. An environment's own folder
-stays importable: a file target's folder is put on ``sys.path`` explicitly (``ngym.server.app``).
+stays importable: a file target's folder is put on ``sys.path`` explicitly (``ngym.server.pipeline.app``).
 """
 
 from __future__ import annotations
