@@ -83,7 +83,9 @@ def profile(
     else:
         name, data = resolve_target(options.target, options.data)
         log = options.report_dir / "server.log" if options.report_dir is not None else None
-        server = serve_environment(options.target, workers=options.workers, timeout=options.startup_timeout_s, log=log)
+        server = serve_environment(
+            options.target, workers=options.workers, timeout=options.startup_timeout_s, log=log, progress=say
+        )
     rows = load_rows(data)  # bad data is an error before any server starts
     if not is_url(options.target):
         say(f"ngym profile: starting {options.target} ({options.workers} worker(s)) on 127.0.0.1")

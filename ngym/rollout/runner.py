@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -189,8 +190,13 @@ def _environment(options: RolloutOptions, model_url: str) -> Iterator[str]:
         yield url
         return
     resolve(options.target)  # a clear error for a misspelt name, before starting anything
-    with serve_environment(options.target, overrides=overrides) as url:
+    with serve_environment(options.target, overrides=overrides, progress=_say) as url:
         yield url
+
+
+def _say(line: str) -> None:
+    """A progress line on stderr (while the environment ngym started is not ready yet)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 @contextmanager

@@ -307,3 +307,29 @@ def test_containerize_env_and_volume_options_parse_as_docker_run(
 def test_containerize_without_run_refuses_e_and_v_in_one_line(tmp_path: Path) -> None:
     done = _ngym("containerize", "example_single_tool_call", "-e", "A=1", cwd=tmp_path, timeout=60)
     assert done.returncode == 2 and "-e and -v apply to --run" in done.stderr, done.stderr
+
+
+# Friction 2: a long wait says what it waits for, with the log
+
+
+def test_waiting_for_an_environment_shows_progress_with_its_log(tmp_path: Path) -> None:
+    from ngym.child_server import EnvironmentStartError, free_port, wait_healthy
+
+    log = tmp_path / "server.log"
+    code = "import time; print('downloading the dataset (attempt 2)', flush=True); time.sleep(600)"
+    with log.open("w") as out:
+        process = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(600):  # until the line is written (bounded: 60 s)
+            if log.read_text():
+                break
+            threading.Event().wait(0.1)
+        said: list[str] = []
+        with pytest.raises(EnvironmentStartError):
+            wait_healthy(f"http://127.0.0.1:{free_port()}", process, 0.5, log, progress=said.append, every=0.0)
+    finally:
+        process.kill()
+        process.wait()
+    assert said, "no progress line"
+    assert "waiting for the environment to answer" in said[0] and f"its log: {log}" in said[0]
+    assert "its last line: downloading the dataset (attempt 2)" in said[0]
