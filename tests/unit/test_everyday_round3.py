@@ -68,6 +68,20 @@ def test_ngym_run_of_a_missing_folder_is_one_line_and_exit_2(tmp_path: Path) -> 
     assert "no such file or folder" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_containerize_and_test_of_a_missing_folder_never_mean_the_installed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ngym.containerize.errors import PluginSourceError
+    from ngym.containerize.spec import resolve_plugin
+    from ngym.nemo.envtest import locate
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PluginSourceError, match="./example_single_tool_call: no such folder"):
+        resolve_plugin("./example_single_tool_call")
+    with pytest.raises(ConfigError, match="./example_single_tool_call: no such folder"):
+        locate("./example_single_tool_call")
+
+
 # S1: a reward outside the environment's reward_range is a counted failure, never part of a mean
 
 
