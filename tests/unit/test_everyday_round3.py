@@ -347,3 +347,17 @@ def test_waiting_for_an_environment_shows_progress_with_its_log(tmp_path: Path) 
     assert said, "no progress line"
     assert "waiting for the environment to answer" in said[0] and f"its log: {log}" in said[0]
     assert "its last line: downloading the dataset (attempt 2)" in said[0]
+
+
+def test_install_names_the_variables_an_installed_environment_needs(tmp_path: Path) -> None:
+    folder = _needing_a_variable(tmp_path)
+    distribution = folder.name.replace("_", "-")
+    try:
+        done = _ngym("install", str(folder), cwd=tmp_path, env={"NGYM_TEST_ROWS": ""}, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (
+            f"ngym: before it serves a rollout: {folder.name} needs the environment variable NGYM_TEST_ROWS "
+            "(a JSONL file of dataset rows), not set here: set it in the shell that runs it"
+        ) in done.stdout
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", distribution], capture_output=True)
