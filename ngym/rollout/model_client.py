@@ -106,8 +106,9 @@ class ModelClient:
             after = " after retries" if retried else ""
             if exc.status_code in (404, 405):
                 raise ModelError(
-                    f"the model server has no POST {self.base_url.rstrip('/')}/responses (HTTP {exc.status_code}): "
-                    "not an OpenAI Responses API server, or --model-url lacks its /v1"
+                    f"model server answered HTTP {exc.status_code}: {_short(exc)} (no POST "
+                    f"{self.base_url.rstrip('/')}/responses there: not an OpenAI Responses API server, or --model-url "
+                    "lacks its /v1)"
                 ) from exc
             raise ModelError(f"model server answered HTTP {exc.status_code}{after}: {_short(exc)}") from exc
         except openai.APITimeoutError as exc:
