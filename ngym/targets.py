@@ -13,6 +13,9 @@ or passes to ``ngym.testing.app_for``:
 
 A running server's **URL** is not an environment: commands that can drive one check ``is_url`` first.
 
+A target written as a path (``./x``, ``../x``, ``/x``, ``~/x``, ``a/b``, ``x.py``, ``x.yaml``: ``is_path_shaped``)
+names a file or folder only: when it is not there, that is one error line, never the installed environment ``x``.
+
 An installed name is resolved by the registry (``ngym.plugins.registry``) and nothing else, so a name means
 the same thing to every command, with the same registration rules, whether or not hook plugins are installed.
 With none installed (the usual case in an image) the registry holds only the ``ngym.resources_servers`` entry
