@@ -49,7 +49,7 @@ from ngym_openenv.catalog import available
 from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.manifest import Manifest, ToolSpec
 from ngym_openenv.project import check_name_free, install_project, installed_data_dir
-from ngym_openenv.required_env import detect_required_env
+from ngym_openenv.required_env import detect_required_env, package_folder
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.venv_prune import prune_replaced
 from ngym_openenv.wire import Episode, OpenEnvError
@@ -272,13 +272,22 @@ def _from_distribution(
         raise OpenEnvInstallError(f"{distribution}: {facts['error']}; name it with --app module:attribute")
     chosen = _domain(domain, None, facts, name)
     where = {"python": python, "app": facts["app"]}
-    return _ask_launched(
+    folder = package_folder(python, str(facts["app"]))
+    required = detect_required_env(folder) if folder is not None else {}
+    unset = missing_env(required)
+    if unset:  # before it is started: it would fail minutes from now with a timeout that names nothing
+        raise OpenEnvInstallError(
+            missing_line(name, unset, "set it and install again (ngym starts the environment once at install)")
+        )
+    manifest = _ask_launched(
         python,
         facts["app"],
         None,
         echo,
         lambda url, more: _finish(name, requirement, {**facts, **more}, where, chosen, rule, url, examples, echo),
     )
+    manifest.required_env = required
+    return manifest
 
 
 def _finish(

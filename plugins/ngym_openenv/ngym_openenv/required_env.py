@@ -14,6 +14,7 @@ default is a setting, not a need. Test folders are not read.
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 _SUBSCRIPT = re.compile(r"""os\.environ\[\s*['"]([A-Z][A-Z0-9_]*)['"]\s*\](?!\s*=[^=])""")
@@ -51,4 +52,20 @@ def detect_required_env(folder: Path) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-__all__ = ["detect_required_env"]
+def package_folder(python: str, app: str) -> Path | None:
+    """The folder of the top-level package of ``app`` (``module:attribute``) in ``python``'s environment (None
+    when it cannot be told: then nothing is detected)."""
+    package = app.partition(":")[0].split(".")[0]
+    code = (
+        "import importlib.util, sys; s = importlib.util.find_spec(sys.argv[1]); "
+        "print(next(iter(s.submodule_search_locations or []), '') if s else '')"
+    )
+    try:
+        done = subprocess.run([python, "-c", code, package], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = done.stdout.strip()
+    return Path(found) if done.returncode == 0 and found and Path(found).is_dir() else None
+
+
+__all__ = ["detect_required_env", "package_folder"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from ngym_openenv import install as install_module
 from ngym_openenv.errors import OpenEnvInstallError
-from ngym_openenv.required_env import detect_required_env
+from ngym_openenv.required_env import detect_required_env, package_folder
 
 #: as DIPG's server/app.py reads its dataset path
 DIPG_LIKE_APP = """
@@ -58,3 +58,12 @@ def test_install_names_a_missing_variable_before_building_anything(
         "dipg_like_env needs the environment variable E33_DATASET_PATH (The E33_DATASET_PATH environment variable "
         "must be set.), not set here: set it and install again"
     )
+
+
+def test_an_installed_distributions_package_folder_is_found_in_its_interpreter() -> None:
+    import sys
+
+    import ngym_openenv
+
+    assert package_folder(sys.executable, "ngym_openenv.server:app") == Path(ngym_openenv.__file__).parent
+    assert package_folder(sys.executable, "no_such_package_e33.server:app") is None
