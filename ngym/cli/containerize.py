@@ -125,7 +125,7 @@ def containerize(
             "names with -v HOST:CONTAINER[:ro]",
         )
 
-    unmet = needs_of(target) if run_ else []
+    unmet = needs_of(target, variables=False) if run_ else []  # its variables: checked against -e above
     for sentence in unmet:
         click.echo(f"ngym: {sentence}; the image is built, its smoke rollout is not run", err=True)
     run_ = run_ and not unmet

@@ -40,16 +40,14 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ngym.domain import Domain
-from ngym.errors import ConfigError
-from ngym.examples import dataset_row, read_jsonl
-from ngym.required_env import missing_env, missing_line
+from ngym import ConfigError, Domain
+from ngym.plugin_api import dataset_row, read_jsonl
 from ngym_openenv import examples, launch
 from ngym_openenv.catalog import available
 from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.manifest import Manifest, ToolSpec
 from ngym_openenv.project import check_name_free, install_project, installed_data_dir
-from ngym_openenv.required_env import detect_required_env, package_folder
+from ngym_openenv.required_env import detect_required_env, package_folder, unset_line
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.venv_prune import prune_replaced
 from ngym_openenv.wire import Episode, OpenEnvError
@@ -61,7 +59,7 @@ __all__ = [
     "OpenEnvInstallError",
     "available",
     "install_source",
-]  # the contract of ngym.installer.SOURCE_ADAPTERS
+]  # what ngym_openenv.plugin registers as the openenv: install source
 Echo = Callable[[str], None]
 
 
@@ -200,11 +198,9 @@ def _from_folder(
         raise OpenEnvInstallError(f"{spec_file}: expected a mapping (name:, app:, ...)")
     name = as_name or _ngym_name(str(spec.get("name") or folder.name))
     required = detect_required_env(folder)
-    unset = missing_env(required)
+    unset = unset_line(name, required)
     if unset:  # install starts it once to record an example: it would fail minutes from now, naming nothing
-        raise OpenEnvInstallError(
-            missing_line(name, unset, "set it and install again (ngym starts the environment once at install)")
-        )
+        raise OpenEnvInstallError(unset)
     # The folder is copied (the environment keeps working when the original moves or changes), into a folder
     # named as a package: OpenEnv's own envs import their models relatively (`from ..models import ...`), which
     # works only when the app is imported as `<package>.server.app`, as OpenEnv's Dockerfiles serve them.
@@ -274,11 +270,9 @@ def _from_distribution(
     where = {"python": python, "app": facts["app"]}
     folder = package_folder(python, str(facts["app"]))
     required = detect_required_env(folder) if folder is not None else {}
-    unset = missing_env(required)
+    unset = unset_line(name, required)
     if unset:  # before it is started: it would fail minutes from now with a timeout that names nothing
-        raise OpenEnvInstallError(
-            missing_line(name, unset, "set it and install again (ngym starts the environment once at install)")
-        )
+        raise OpenEnvInstallError(unset)
     manifest = _ask_launched(
         python,
         facts["app"],
@@ -370,7 +364,7 @@ def _home() -> Path:
 
 
 def venv_root() -> Path:
-    from ngym.config import cache_dir
+    from ngym.plugin_api import cache_dir
 
     return cache_dir() / "openenv-venvs"
 

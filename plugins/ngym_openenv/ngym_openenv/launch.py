@@ -26,7 +26,7 @@ from typing import IO
 
 import httpx
 
-from ngym.errors import NgymError
+from ngym import NgymError
 
 
 class LaunchError(NgymError):

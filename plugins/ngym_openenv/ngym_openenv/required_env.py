@@ -13,6 +13,7 @@ default is a setting, not a need. Test folders are not read.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -68,4 +69,18 @@ def package_folder(python: str, app: str) -> Path | None:
     return Path(found) if done.returncode == 0 and found and Path(found).is_dir() else None
 
 
-__all__ = ["detect_required_env", "package_folder"]
+def unset_line(name: str, required: dict[str, str]) -> str | None:
+    """The install's one line naming each required variable this shell lacks (with what the code says), else
+    None (the wording of ``ngym.required_env``'s, which ``ngym run`` and the other commands print)."""
+    unset = {var: what for var, what in required.items() if not os.environ.get(var)}
+    if not unset:
+        return None
+    named = "; ".join(f"{var} ({what})" for var, what in unset.items())
+    noun = "variable" if len(unset) == 1 else "variables"
+    return (
+        f"{name} needs the environment {noun} {named}, not set here: set it and install again (ngym starts the "
+        "environment once at install)"
+    )
+
+
+__all__ = ["detect_required_env", "package_folder", "unset_line"]
