@@ -73,7 +73,7 @@ def test_containerize_and_test_of_a_missing_folder_never_mean_the_installed_one(
 ) -> None:
     from ngym.containerize.errors import PluginSourceError
     from ngym.containerize.spec import resolve_plugin
-    from ngym.nemo.envtest import locate
+    from ngym.envtest import locate
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(PluginSourceError, match="./example_single_tool_call: no such folder"):
