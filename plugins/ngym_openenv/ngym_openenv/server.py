@@ -181,9 +181,7 @@ class OpenEnvServer(SimpleResourcesServer):
         if failed is not None:
             await asyncio.gather(*(asyncio.to_thread(p.stop) for p in processes))
             raise failed
-        self._pool = Pool(
-            [Backend(p.url, uds=p.uds, capacity=m.max_concurrent_envs, process=p) for p in processes]
-        )
+        self._pool = Pool([Backend(p.url, uds=p.uds, capacity=m.max_concurrent_envs, process=p) for p in processes])
         log.info("%s: %d OpenEnv server(s) %s started", m.name, len(processes), app)
 
     async def on_shutdown(self) -> None:
