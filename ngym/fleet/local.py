@@ -9,24 +9,29 @@ its reason and left out of the global config; the others come up. ``down`` stops
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
-from ngym.child_server import free_port
-from ngym.errors import NgymError
+from ngym.child_server import LOOPBACK, free_port
+from ngym.errors import ConfigError, NgymError
+from ngym.fleet.front import start_front
 from ngym.fleet.global_config import build_global_config, dump
 from ngym.fleet.isolation import ensure_venv
-from ngym.fleet.launch import environment_command, server_command, server_env
+from ngym.fleet.launch import environment_command, environment_env, environment_target, server_command, server_env
 from ngym.fleet.spec import FleetSpec
-from ngym.fleet.state import FleetState, ProcessRecord, ServerRecord, proc_start_time, stop_process
+from ngym.fleet.state import FleetState, ProcessRecord, ServerRecord, proc_start_time, stop_process, write_private
+from ngym.server.haproxy import HAPROXY_INSTALL_HINT, haproxy_binary
 
 #: seconds a server has to answer after its process started (NGYM_FLEET_STARTUP_SECONDS overrides)
 STARTUP_SECONDS = 180.0
@@ -43,15 +48,41 @@ class Reporter:
 def new_state(spec: FleetSpec, engine: str) -> FleetState:
     """A fresh state for ``up`` (refused while a previous ``up`` of this fleet still runs)."""
     state_dir = spec.state_dir()
-    (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    (state_dir / "logs").mkdir(parents=True, exist_ok=True, mode=0o700)
+    state_dir.chmod(0o700)  # its files may hold secrets
     previous = FleetState.load(state_dir)
-    if previous is not None and (previous.project or any(r.process and r.process.alive() for r in _records(previous))):
+    if previous is not None and (
+        previous.project or any(p.alive() for r in _records(previous) for p in (r.process, r.front) if p is not None)
+    ):
         raise NgymError(f"fleet {spec.name!r} is already up (state in {state_dir}); `ngym down` it first")
     head_port = int(spec.head_server.get("port", 11000)) or free_port(spec.host)
     head_host = str(spec.head_server.get("host", spec.host))
     for path in (state_dir / "global_config.yaml", state_dir / "server_instances.json"):
         path.unlink(missing_ok=True)
-    return FleetState(name=spec.name, engine=engine, head=ServerRecord(kind="head", host=head_host, port=head_port))
+    state = FleetState(name=spec.name, engine=engine, head=ServerRecord(kind="head", host=head_host, port=head_port))
+    state.save(state_dir)  # from now on `ngym down` finds each process as soon as it started
+    return state
+
+
+@contextlib.contextmanager
+def recorded(state: FleetState, state_dir: Path) -> Iterator[None]:
+    """Start a process in the block and save the state after it, with Ctrl-C and SIGTERM held back meanwhile
+    (and raised as ``KeyboardInterrupt`` after): a process that started is in the saved state before ``up`` can
+    be interrupted (and stop it). Held back by a handler, not by the signal mask, which children would inherit."""
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+        state.save(state_dir)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if held:
+        signal.raise_signal(held[0])
 
 
 def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float = STARTUP_SECONDS) -> FleetState:
@@ -61,9 +92,12 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
     state_dir = spec.state_dir()
     logs = state_dir / "logs"
 
-    # 1. environments: isolation (venvs, possibly slow: one at a time, with progress), then start all
+    fronted = _have_haproxy(report)
+    # 1. environments: isolation (venvs, possibly slow: one at a time, with progress), then start all, each
+    # behind its front (the environment's URL) when HAProxy is here
     for name, env in spec.environments.items():
         port = env.port or free_port(spec.host)
+        unit_host, unit_port = (LOOPBACK, free_port(LOOPBACK)) if fronted else (spec.host, port)
         record = state.servers[name] = ServerRecord(kind="environment", host=spec.host, port=port, workers=env.workers)
         log = logs / f"{name}.log"
         try:
@@ -72,14 +106,26 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             if lines:
                 report.status = f"{name}: virtualenv"
                 python = str(ensure_venv(lines, logs / f"{name}.venv.log", _prefixed(report, name)))
-            cmd = environment_command(spec, env, spec.host, port, python, name)
+            cmd = environment_command(spec, env, unit_host, unit_port, python, name)
+            record.target, record.python = environment_target(spec, env, name), python or ""
         except NgymError as exc:
             record.reason = str(exc)
             report.line(f"{name}: FAILED: {exc}")
             continue
-        record.process = _spawn(cmd, log, cwd=spec.base_dir)
-    state.save(state_dir)
+        with recorded(state, state_dir):
+            record.process = _spawn(cmd, log, cwd=spec.base_dir, env={**os.environ, **environment_env(env)})
+        if fronted:
+            try:
+                with recorded(state, state_dir):
+                    record.front = start_front(env, (spec.host, port), (unit_host, unit_port), logs, name)
+            except OSError as exc:  # its port is taken
+                record.reason = f"cannot listen on {spec.host}:{port}: {exc.strerror}"
+                report.line(f"{name}: FAILED: {record.reason}")
+                stop_process(record.process)
     _wait(state, [n for n in spec.environments], report, startup_seconds, "/health")
+    for record in state.servers.values():
+        if not record.ok and record.front is not None:  # nothing behind it
+            stop_process(record.front)
 
     return finish(spec, state, report, startup_seconds)
 
@@ -116,7 +162,7 @@ def finish(
     kept = spec.model_copy(update={"environments": {n: e for n, e in spec.environments.items() if state.servers[n].ok}})
     config = {**build_global_config(kept, (head_host, head_port), named, domains), **(extra_config or {})}
     text = dump(config)
-    (state_dir / "global_config.yaml").write_text(text)
+    write_private(state_dir / "global_config.yaml", text)  # every server's keys: the head server serves it redacted
     if head is None:
         head_cmd = [
             sys.executable,
@@ -127,10 +173,11 @@ def finish(
             head_host,
             str(head_port),
         ]
-        state.head.process = _spawn(head_cmd, logs / "head_server.log", cwd=spec.base_dir)
+        with recorded(state, state_dir):
+            state.head.process = _spawn(head_cmd, logs / "head_server.log", cwd=spec.base_dir)
     else:
         head.start(text)
-    state.save(state_dir)
+        state.save(state_dir)
 
     # NeMo Gym servers started as NeMo Gym starts them (config injected); external ones are only named
     for name, server in spec.servers.items():
@@ -140,7 +187,8 @@ def finish(
             continue
         cmd, cwd = server_command(server, record.host, record.port, spec.base_dir)
         try:
-            record.process = _spawn(cmd, logs / f"{name}.log", cwd=cwd, env=server_env(text, name))
+            with recorded(state, state_dir):
+                record.process = _spawn(cmd, logs / f"{name}.log", cwd=cwd, env=server_env(text, name))
         except OSError as exc:  # its folder or interpreter is missing: named, the others go on
             record.reason = f"cannot start `{cmd[0]}` in {cwd}: {exc.strerror}: {exc.filename}"
             report.line(f"{name}: FAILED: {record.reason}")
@@ -175,6 +223,19 @@ def _wait_remote_head(state: FleetState, report: Reporter, seconds: float) -> No
     report.line(f"(head): up at http://{state.head.host}:{state.head.port}")
 
 
+def _have_haproxy(report: Reporter) -> bool:
+    """Whether environments get a front (HAProxy is installed); says once what is missing when it is not."""
+    try:
+        haproxy_binary()
+    except ConfigError:
+        report.line(
+            f"(no HAProxy here: an environment whose process dies leaves its port closed, which NeMo Gym's client "
+            f"retries without end; {HAPROXY_INSTALL_HINT} gives each one a front that answers 503)"
+        )
+        return False
+    return True
+
+
 def _domain(record: ServerRecord) -> str | None:
     domain = _health(record).get("domain")
     return domain if isinstance(domain, str) else None
@@ -201,6 +262,9 @@ def down(state: FleetState, timeout: float = 10.0) -> list[str]:
         thread.start()
     for thread in threads:
         thread.join()
+    fronts = [r.front for r in state.servers.values() if r.front is not None]
+    for front in fronts:  # after their units: a request meanwhile is answered 503, not refused
+        stop_process(front, timeout)
     if state.head.process is not None and stop_process(state.head.process, timeout):
         stopped.append("(head)")
     return sorted(stopped)

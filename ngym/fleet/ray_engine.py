@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from ngym.errors import NgymError
+from ngym.fleet.front import affinity_settings
 from ngym.fleet.isolation import ensure_venv
-from ngym.fleet.launch import environment_args
+from ngym.fleet.launch import environment_args, environment_env
 from ngym.fleet.local import Reporter, answers, finish, new_state
 from ngym.fleet.local import down as local_down
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec
@@ -164,19 +165,6 @@ def _cause(exc: Exception) -> str:
     return str(cause if isinstance(cause, Exception) else exc).strip().splitlines()[-1][:500]
 
 
-def _affinity_settings(env: EnvironmentSpec) -> tuple[str, float, int]:
-    """The session cookie's name, the session TTL and the session cap the front's HAProxy needs (the
-    environment's overrides, else the defaults of ``BaseResourcesServerConfig``)."""
-    from ngym.server.resources import BaseResourcesServerConfig
-
-    fields = BaseResourcesServerConfig.model_fields
-
-    def pick(key: str) -> Any:
-        return env.config.get(key, fields[key].default)
-
-    return str(pick("session_cookie_name")), float(pick("session_ttl_seconds")), int(pick("max_sessions"))
-
-
 def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float = 180.0) -> FleetState:
     """Place every environment's replicas on the cluster (spread over nodes), put an affinity HAProxy in front
     of each environment, wait for each to answer, then start the head server (both on the head node, in the
@@ -225,6 +213,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             # one secret for all replicas: a rollout whose replica is lost reaches another that reads its cookie
             # and answers session_lost (masked), not a fresh session
             extra[SESSION_SECRET_ENV] = secrets.token_urlsafe(32)
+        extra.update(environment_env(env))  # its secret overrides: never on a command line
         lines = env.isolation_key(spec.base_dir, name)
         if lines:
             # Made here first, in the venv cache: nodes that share it (a shared filesystem) find it ready, so
@@ -317,7 +306,7 @@ def _front_environment(
     # so its collector would wait forever for the rows of a dead node's environment.
     try:
         record.host, record.port = ray.get(front.reserve.remote(name, env.port or 0), timeout=60)
-        cookie, ttl, cap = _affinity_settings(env)
+        cookie, ttl, cap = affinity_settings(env)
         ray.get(front.route.remote(name, [(r.host, r.port) for r in up], cookie, ttl, cap), timeout=60)
     except Exception as exc:
         record.reason = f"its HAProxy on the head node did not start: {_cause(exc)}"

@@ -28,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ngym.fleet.state import write_private
 from ngym.server.haproxy import Backend, haproxy_binary, haproxy_config
 
 __all__ = ["FRONT", "FleetFront", "HEAD_NODE_RESOURCE"]
@@ -103,7 +104,7 @@ class FleetFront:
 
     def start_head(self, config_text: str) -> None:
         """Start the head server on its reserved address, serving ``config_text`` as the global config."""
-        (self.dir / "global_config.yaml").write_text(config_text)
+        write_private(self.dir / "global_config.yaml", config_text)  # served redacted by the head server
         sock = self.sockets.pop("(head)")
         host, port = sock.getsockname()[:2]
         sock.close()  # uvicorn binds its own (a listening socket was never made of it: no TIME_WAIT to wait out)

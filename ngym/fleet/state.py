@@ -12,7 +12,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -52,7 +51,10 @@ class ServerRecord(BaseModel):
     reason: str = ""
     workers: int = 1
     process: ProcessRecord | None = None
+    front: ProcessRecord | None = None  # the local engine: the HAProxy on its URL, in front of its process
     service: str = ""  # the Compose service, for the compose engine
+    target: str = ""  # what `ngym run` serves (an environment: its installed name or path)
+    python: str = ""  # the interpreter serving it, when not ngym's own (its own virtualenv)
     #: the ray engine: the environment's replicas (behind the front's HAProxy when more than one)
     replicas: list[ReplicaRecord] = Field(default_factory=list)
 
@@ -69,15 +71,26 @@ class FleetState(BaseModel):
     ray_address: str = ""  # the ray engine: the cluster the actors were placed on
 
     def save(self, state_dir: Path) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = state_dir / (STATE_FILE + ".tmp")
-        tmp.write_text(self.model_dump_json(indent=2))
-        tmp.replace(state_dir / STATE_FILE)
+        write_private(state_dir / STATE_FILE, self.model_dump_json(indent=2))
 
     @classmethod
     def load(cls, state_dir: Path) -> FleetState | None:
         path = state_dir / STATE_FILE
         return cls.model_validate(json.loads(path.read_text())) if path.is_file() else None
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600; its folder 0700), replacing it at once: the
+    fleet's files may hold secrets (the global config holds every server's keys)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # an older file of that name kept its mode
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    tmp.replace(path)
 
 
 def proc_start_time(pid: int) -> str:
@@ -101,12 +114,24 @@ def stop_process(record: ProcessRecord, timeout: float = 10.0) -> bool:
         return False
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        _reap(record.pid)
         if not record.alive() and not _group_alive(record.pid):
             return True
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(record.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0  # SIGKILL cannot be refused: gone as soon as the kernel is done with it
+    while _group_alive(record.pid) and time.monotonic() < deadline:
+        _reap(record.pid)
+        time.sleep(0.05)
     return True
+
+
+def _reap(pid: int) -> None:
+    """Collect ``pid``'s exit status when it is our child (``up`` stopping what it started): a zombie would keep
+    its group alive."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -117,7 +142,3 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def json_default(value: Any) -> Any:
-    return str(value)
