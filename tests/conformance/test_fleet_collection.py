@@ -1,7 +1,8 @@
 """A fleet brought up by ``ngym up``, driven by NeMo Gym 0.7.0's own collector through the fleet's head server.
 
 The fleet: two built-ins and an environment folder, ``ngym replay-model`` as the policy model, and NeMo Gym's own
-Simple Agent and legacy-agent environment servers (from its venv, started as ``gym env start`` starts them).
+Simple Agents (from its venv, started as ``gym env start`` starts them), written as docs/scale-out.md shows
+them: agents only; the fleet adds the legacy-agent environment server NeMo Gym's collector needs for each.
 ``ng_collect_rollouts`` is given only the head server's address: every server is found by name in the global
 config the fleet serves, which has no placeholder entries. Then ``ngym down`` leaves no process behind.
 """
@@ -75,19 +76,6 @@ def fleet_file(tmp_path: Path, nemo_python: Path) -> Path:
             },
             "launch": {"python": str(nemo_python), "dir": str(site / "responses_api_agents" / "simple_agent")},
         }
-        servers[f"{env}_env"] = {
-            "environment_servers": {
-                "legacy_agent": {
-                    "entrypoint": "app.py",
-                    "agent_server": {"type": "responses_api_agents", "name": agent},
-                    "max_concurrent_episodes": None,
-                    "queue_timeout_seconds": None,
-                    "default_episode_timeout_seconds": 600,
-                    "cleanup_timeout_seconds": 60,
-                }
-            },
-            "launch": {"python": str(nemo_python), "dir": str(site / "environment_servers" / "legacy_agent")},
-        }
     fleet = {
         "name": "nemo-collect",
         "head_server": {"port": 0},
@@ -116,6 +104,7 @@ def test_nemo_gyms_collector_drives_a_fleet_found_by_name(tmp_path: Path, nemo_p
     assert state is not None
     try:
         assert up.returncode == 0, up.stdout + up.stderr
+        assert {f"{agent}_env" for agent in AGENTS} <= {n for n, r in state.servers.items() if r.ok}
         head = f"http://{state.head.host}:{state.head.port}"
         with urllib.request.urlopen(f"{head}/global_config_dict_yaml", timeout=10) as response:
             served = yaml.safe_load(json.loads(response.read()))
