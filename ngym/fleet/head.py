@@ -4,8 +4,10 @@ NeMo Gym's ``ServerClient.load_from_global_config`` GETs ``/global_config_dict_y
 named in its own (CLI) config and parses the body as JSON holding the YAML text; ``/server_instances`` lists the
 running servers. Secrets are masked in what it serves (:func:`ngym.redact.redact`: keys, tokens, passwords,
 values of secret environment variables): the servers the fleet starts read the whole config from their
-environment, and anyone who can reach the head server's port can read what it serves. Run as ``python -m ngym.fleet.head CONFIG.yaml INSTANCES.json HOST PORT``; it rereads the
-files on each request, so ``up`` can add servers after it started.
+environment, and anyone who can reach the head server's port can read what it serves.
+
+Run as ``python -m ngym.fleet.head CONFIG.yaml INSTANCES.json HOST PORT``; it rereads the files on each request,
+so ``up`` can add servers after it started.
 """
 
 from __future__ import annotations

@@ -226,7 +226,9 @@ def test_down_during_up_stops_the_up_and_everything(tmp_path: Path, env: dict[st
 
 
 def test_a_misspelled_environment_fails_once_and_leaves_nothing_running(tmp_path: Path, env: dict[str, str]) -> None:
-    (tmp_path / "fleet.yaml").write_text(json.dumps({"name": "typo", "environments": {"cart": "shoping_cart"}}))
+    (tmp_path / "fleet.yaml").write_text(
+        json.dumps({"name": "typo", "head_server": {"port": 0}, "environments": {"cart": "shoping_cart"}})
+    )
     up = ngym("up", "fleet.yaml", cwd=tmp_path, env=env)
     assert up.returncode == 1, up.stdout + up.stderr
     out = up.stdout + up.stderr
@@ -253,7 +255,9 @@ def test_a_misspelled_fleet_key_says_what_was_meant(
     assert "Extra inputs are not permitted" not in up.stderr and len(up.stderr.strip().splitlines()) == 1
 
 
-def test_a_dead_unit_of_the_local_engine_answers_503_at_once(tmp_path: Path, env: dict[str, str], cleanup: None) -> None:
+def test_a_dead_unit_of_the_local_engine_answers_503_at_once(
+    tmp_path: Path, env: dict[str, str], cleanup: None
+) -> None:
     """Behind its front, a unit that died is an HTTP 503, which ends a client's request (NeMo Gym's client retries
     a refused connection without end); the front goes with `down`."""
     write_fleet(tmp_path, "front")
