@@ -13,28 +13,24 @@ exits or does not answer in time raises ``EnvironmentStartError`` quoting the en
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ngym.errors import NgymError
+from ngym import processes
+from ngym.processes import StartError, fetch_json, spawn
 
 LOOPBACK = "127.0.0.1"
 
 
-class EnvironmentStartError(NgymError):
-    """An environment started as a child process exited, or did not answer in time."""
+#: an environment started as a child process exited, or did not answer in time
+EnvironmentStartError = StartError
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -46,29 +42,7 @@ def free_port(host: str = LOOPBACK) -> int:
 
 def fetch_health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     """``GET <url>/health`` as JSON, or None when the server does not answer (yet)."""
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout) as response:  # noqa: S310
-            data = json.loads(response.read() or b"{}")
-            return data if isinstance(data, dict) else {}
-    except (OSError, urllib.error.URLError, ValueError):
-        return None
-
-
-def _answers(url: str, timeout: float) -> bool:
-    """Whether ``GET url`` answers 2xx."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310 - our own loopback server
-            return True
-    except (OSError, urllib.error.URLError, ValueError):
-        return False
-
-
-def log_tail(log: Path | None, lines: int = 8) -> str:
-    """``": a | b | c"``: the last non-blank lines of a server's log (empty when there is none)."""
-    if log is None or not log.is_file():
-        return ""
-    text = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-lines:]
-    return (": " + " | ".join(text)) if text else ""
+    return fetch_json(url.rstrip("/") + "/health", timeout)
 
 
 def wait_healthy(
@@ -82,37 +56,12 @@ def wait_healthy(
 ) -> None:
     """Poll ``GET <url><path>`` until it answers 2xx; ``EnvironmentStartError`` with the log's tail if
     ``process`` exits first or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _answers(url.rstrip("/") + path, timeout=1.0):
-            return
-        if process is not None and process.poll() is not None:
-            raise EnvironmentStartError(f"the environment exited with code {process.returncode}{log_tail(log)}")
-        time.sleep(interval)
-    raise EnvironmentStartError(f"the environment did not answer {url}{path} within {timeout:.0f}s{log_tail(log)}")
-
-
-def _signal(process: subprocess.Popen[Any], sig: int) -> None:
-    """Signal the process's group when it leads one (started with ``start_new_session``), else the process."""
-    try:
-        if os.getpgid(process.pid) == process.pid:
-            os.killpg(process.pid, sig)
-        else:
-            process.send_signal(sig)
-    except ProcessLookupError:
-        pass
+    processes.wait_healthy(url.rstrip("/") + path, process, timeout, log, interval=interval, what="the environment")
 
 
 def stop_process(process: subprocess.Popen[Any], grace: float = 15.0) -> None:
     """SIGTERM the server (its whole process group when it leads one: uvicorn workers), SIGKILL after ``grace``."""
-    if process.poll() is not None:
-        return
-    _signal(process, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        _signal(process, signal.SIGKILL)
-        process.wait(timeout=grace)
+    processes.stop(process, grace)
 
 
 def start_environment(
@@ -132,13 +81,7 @@ def start_environment(
     command = [sys.executable, "-m", "ngym.cli", "run", target, "--host", LOOPBACK, "--port", str(port)]
     command += ["--workers", str(workers), *overrides]
     environ = {**os.environ, **env} if env is not None else None
-    if log is None:
-        return subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=environ, start_new_session=True
-        )
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=environ, start_new_session=True)
+    return spawn(command, log, env=environ, append=False)
 
 
 @contextmanager

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ngym.cli.progress import Ticker
 from ngym.errors import ConfigError
+from ngym.fleet.bringup import Reporter
+from ngym.fleet.engines import Engine
+from ngym.fleet.engines import engine as fleet_engine
 from ngym.fleet.lock import stop_running_up, up_lock
 from ngym.fleet.spec import FleetSpec, load_fleet
 from ngym.fleet.state import FleetState
@@ -32,13 +33,6 @@ def _state(spec: FleetSpec) -> FleetState:
     return state
 
 
-def _engine(name: str) -> Any:
-    """The engine module (``up``, ``down``, ``Reporter``); imported when used: Docker's SDK and Ray are heavy."""
-    return importlib.import_module(
-        f"ngym.fleet.{ {'local': 'local', 'compose': 'compose', 'ray': 'ray_engine'}[name] }"
-    )
-
-
 @contextlib.contextmanager
 def _signals_interrupt() -> Iterator[None]:
     """SIGTERM (``kill``, a job scheduler) interrupts like Ctrl-C for the block."""
@@ -53,7 +47,7 @@ def _signals_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _stop_started(spec: FleetSpec, engine: Any) -> list[str]:
+def _stop_started(spec: FleetSpec, engine: Engine) -> list[str]:
     """Stop every process the saved state names (an interrupted or failed ``up``) and forget the state."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     state = FleetState.load(spec.state_dir())
@@ -89,8 +83,8 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
         )
         return
     with up_lock(spec.state_dir(), spec.name), _signals_interrupt():
-        engine = _engine(spec.engine)
-        reporter = engine.Reporter(lambda line: click.echo(f"  {line}", err=True))
+        engine = fleet_engine(spec.engine)
+        reporter = Reporter(lambda line: click.echo(f"  {line}", err=True))
         click.echo(
             f"ngym up: fleet {spec.name!r} ({spec.engine}): {len(spec.environments)} environment(s), "
             f"{len(spec.servers)} other server(s)",
@@ -167,7 +161,7 @@ def down(fleet_file: Path) -> None:
         else:
             click.echo(f"ngym down: fleet {spec.name!r}: stopped the `ngym up` in progress (pid {interrupted})")
         return
-    engine = _engine(state.engine)
+    engine = fleet_engine(state.engine)
     with Ticker("ngym down"):
         stopped = engine.down(state)
     (spec.state_dir() / "state.json").unlink(missing_ok=True)

@@ -10,12 +10,12 @@ those rows as failed and finishes. The Ray engine's front does the same on the c
 from __future__ import annotations
 
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from ngym.fleet.spec import EnvironmentSpec
-from ngym.fleet.state import ProcessRecord, proc_start_time
+from ngym.fleet.state import ProcessRecord
+from ngym.processes import spawn, start_time
 from ngym.server.haproxy import Backend, haproxy_binary, haproxy_config
 
 
@@ -55,13 +55,5 @@ def start_front(
             )
         )
         log = folder / f"{name}.front.log"
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [binary, "-db", "-f", str(config)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                pass_fds=(sock.fileno(),),
-                start_new_session=True,
-            )
-    return ProcessRecord(pid=proc.pid, start_time=proc_start_time(proc.pid), log=str(log))
+        proc = spawn([binary, "-db", "-f", str(config)], log, pass_fds=(sock.fileno(),))
+    return ProcessRecord(pid=proc.pid, start_time=start_time(proc.pid), log=str(log))

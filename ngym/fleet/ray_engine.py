@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from ngym.errors import NgymError
+from ngym.fleet.bringup import Reporter, answers, finish, new_state, stop_processes
 from ngym.fleet.front import affinity_settings
 from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.launch import environment_args, environment_env
-from ngym.fleet.local import Reporter, answers, finish, new_state
-from ngym.fleet.local import down as local_down
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec
 from ngym.fleet.state import FleetState, ReplicaRecord, ServerRecord
+from ngym.processes import spawn
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 
 __all__ = ["Reporter", "down", "up"]
@@ -85,19 +85,15 @@ class EnvironmentHost:
         # An environment that runs Ray tasks (NeMo Gym's code_gen: `@ray.remote` checks) joins this cluster, so
         # its tasks go to the cluster's CPUs on any node, not to a private Ray started inside its process.
         cluster = {"RAY_ADDRESS": ray.get_runtime_context().gcs_address}
-        with open(self.log, "ab") as out:
-            # cwd: not the Ray worker's (the folder `ray start` ran in): `python -m` puts it first on sys.path,
-            # and a `resources_servers/` there would shadow a nemo-gym: entry's own package
-            self.process = subprocess.Popen(
-                command,
-                cwd=log_dir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **cluster, **(env or {})},
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        # cwd: not the Ray worker's (the folder `ray start` ran in): `python -m` puts it first on sys.path,
+        # and a `resources_servers/` there would shadow a nemo-gym: entry's own package
+        self.process = spawn(
+            command,
+            Path(self.log),
+            cwd=log_dir,
+            env={**os.environ, **cluster, **(env or {})},
+            preexec_fn=_die_with_parent,
+        )
         return host, port, ray.get_runtime_context().get_node_id()
 
     def failure(self) -> str:
@@ -143,7 +139,7 @@ def _connect(address: str | None) -> Any:
 
 
 class _Front:
-    """The front actor seen from ``finish``: it runs the head server (:class:`ngym.fleet.local.RemoteHead`)."""
+    """The front actor seen from ``finish``: it runs the head server (:class:`ngym.fleet.bringup.RemoteHead`)."""
 
     def __init__(self, ray: Any, actor: Any) -> None:
         self.ray, self.actor = ray, actor
@@ -346,7 +342,7 @@ def down(state: FleetState, timeout: float = 10.0, address: str | None = None) -
             ray.util.remove_placement_group(ray.util.get_placement_group(record.service))
     if state.head.service and _stop_actor(ray, [state.head.service], timeout):
         stopped.append("(head)")
-    return sorted([*stopped, *local_down(state, timeout)])
+    return sorted([*stopped, *stop_processes(state, timeout)])
 
 
 def _stop_actor(ray: Any, names: list[str], timeout: float) -> bool:

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from ngym.fleet.state import write_private
+from ngym.processes import spawn
 from ngym.server.haproxy import Backend, haproxy_binary, haproxy_config
 
 __all__ = ["FRONT", "FleetFront", "HEAD_NODE_RESOURCE"]
@@ -151,15 +152,13 @@ class FleetFront:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _spawn(self, name: str, command: list[str], pass_fds: tuple[int, ...] = ()) -> None:
-        with (self.dir / f"{name}.log").open("ab") as out:
-            self.processes[name] = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                pass_fds=pass_fds,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 (the point: nothing outlives the actor)
-            )
+        self.processes[name] = spawn(
+            command,
+            self.dir / f"{name}.log",
+            pass_fds=pass_fds,
+            new_session=False,
+            preexec_fn=_die_with_parent,  # the point: nothing outlives the actor
+        )
         if pass_fds:  # HAProxy holds the socket now
             with contextlib.suppress(KeyError):
                 self.sockets.pop(name).close()

@@ -6,14 +6,13 @@ exactly the processes ``up`` started, even if a pid was reused since.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import time
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+
+from ngym.processes import start_time, stop_group
 
 STATE_FILE = "state.json"
 
@@ -94,51 +93,10 @@ def write_private(path: Path, text: str) -> None:
 
 
 def proc_start_time(pid: int) -> str:
-    """The kernel's start time of ``pid`` (clock ticks since boot), or "" when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    # the command name (field 2) may hold spaces and parentheses: split after its closing one
-    fields = stat.rpartition(")")[2].split()
-    return "" if fields[0] in ("Z", "X") else fields[19]  # a zombie has exited: only its parent has not reaped it
+    """The kernel's start time of ``pid`` (see :func:`ngym.processes.start_time`)."""
+    return start_time(pid)
 
 
 def stop_process(record: ProcessRecord, timeout: float = 10.0) -> bool:
     """SIGTERM the process group ``up`` started, SIGKILL it after ``timeout`` s; True if it was running."""
-    if not record.alive():
-        return False
-    try:
-        os.killpg(record.pid, signal.SIGTERM)  # each server leads its own group (start_new_session)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _reap(record.pid)
-        if not record.alive() and not _group_alive(record.pid):
-            return True
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(record.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0  # SIGKILL cannot be refused: gone as soon as the kernel is done with it
-    while _group_alive(record.pid) and time.monotonic() < deadline:
-        _reap(record.pid)
-        time.sleep(0.05)
-    return True
-
-
-def _reap(pid: int) -> None:
-    """Collect ``pid``'s exit status when it is our child (``up`` stopping what it started): a zombie would keep
-    its group alive."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return stop_group(record.pid, record.start_time, timeout) if record.start_time else False
