@@ -4,7 +4,7 @@ A unit that dies (its ``ngym run`` killed, out of memory) would leave its port c
 retried without end by NeMo Gym's client (its collector never finishes). Behind the front, the dead unit's
 requests are answered ``503`` at once: an HTTP answer ends a client's request, so NeMo Gym's collector records
 those rows as failed and finishes. The Ray engine's front does the same on the cluster
-(:mod:`ngym.fleet.ray_front`); both use :func:`ngym.server.haproxy.haproxy_config`.
+(:mod:`ngym.fleet.ray_front`); both use :func:`ngym.server.hosting.haproxy.haproxy_config`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 from ngym.fleet.spec import EnvironmentSpec
 from ngym.fleet.state import ProcessRecord
 from ngym.processes import spawn, start_time
-from ngym.server.haproxy import Backend, haproxy_binary, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
 
 
 def affinity_settings(env: EnvironmentSpec) -> tuple[str, float, int]:
     """The session cookie's name, the session TTL and the session cap a front's HAProxy needs (the
     environment's overrides, else the defaults of ``BaseResourcesServerConfig``)."""
-    from ngym.server.resources import BaseResourcesServerConfig
+    from ngym.server.pipeline.resources import BaseResourcesServerConfig
 
     fields = BaseResourcesServerConfig.model_fields
 

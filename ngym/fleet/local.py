@@ -29,7 +29,7 @@ from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.launch import environment_command, environment_env, environment_target
 from ngym.fleet.spec import FleetSpec
 from ngym.fleet.state import FleetState, ServerRecord, stop_process
-from ngym.server.haproxy import HAPROXY_INSTALL_HINT, haproxy_binary
+from ngym.server.hosting.haproxy import HAPROXY_INSTALL_HINT, haproxy_binary
 
 
 def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float = STARTUP_SECONDS) -> FleetState:

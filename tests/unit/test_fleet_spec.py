@@ -17,7 +17,7 @@ from ngym.fleet.launch import environment_command, environment_env, server_comma
 from ngym.fleet.spec import load_fleet, requirements_key
 from ngym.fleet.status import ServerStatus, render
 from ngym.redact import take_secret_overrides
-from ngym.server.traffic import Traffic
+from ngym.server.pipeline.traffic import Traffic
 
 FLEET = """
 name: demo
