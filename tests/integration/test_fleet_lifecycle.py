@@ -281,3 +281,16 @@ def test_a_dead_unit_of_the_local_engine_answers_503_at_once(
     down = ngym("down", "fleet.yaml", cwd=tmp_path, env=env)
     assert down.returncode == 0, down.stderr
     assert_all_stopped([weather.front, *started(state)])
+
+
+def test_without_haproxy_the_local_engine_says_so_and_serves_each_unit_directly(
+    tmp_path: Path, env: dict[str, str], cleanup: None
+) -> None:
+    write_fleet(tmp_path, "nofront")
+    up = ngym("up", "fleet.yaml", cwd=tmp_path, env={**env, "NGYM_HAPROXY": str(tmp_path / "no-haproxy")})
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "no HAProxy here" in up.stderr and "apt-get install haproxy" in up.stderr
+    state = state_of(tmp_path, "nofront")
+    assert state is not None and state.servers["weather"].front is None
+    with urllib.request.urlopen(f"http://127.0.0.1:{state.servers['weather'].port}/health", timeout=30) as response:
+        assert response.status == 200
