@@ -13,7 +13,7 @@ import click
 
 from ngym.cli.progress import Ticker
 from ngym.errors import ConfigError
-from ngym.fleet.bringup import Reporter
+from ngym.fleet.bringup import FleetAlreadyUp, Reporter
 from ngym.fleet.engines import Engine
 from ngym.fleet.engines import engine as fleet_engine
 from ngym.fleet.lock import stop_running_up, up_lock
@@ -93,6 +93,8 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
         try:
             with Ticker("ngym up", lambda: reporter.status):
                 state = engine.up(spec, reporter, startup_seconds)
+        except FleetAlreadyUp:  # refused before starting anything: what runs is another `up`'s
+            raise
         except BaseException as exc:  # Ctrl-C, SIGTERM, an error: nothing it started is left running
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
             stopped = _stop_started(spec, engine)

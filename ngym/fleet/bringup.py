@@ -31,6 +31,10 @@ from ngym.processes import fetch_json, log_line, spawn, start_time, status_of
 STARTUP_SECONDS = 180.0
 
 
+class FleetAlreadyUp(NgymError):
+    """``up`` of a fleet that is up: refused before anything is started (and nothing of it is stopped)."""
+
+
 class Reporter:
     """Where ``up`` reports: ``line`` for events worth a line, ``status`` for a progress line to redraw."""
 
@@ -48,7 +52,7 @@ def new_state(spec: FleetSpec, engine: str) -> FleetState:
     if previous is not None and (
         previous.project or any(p.alive() for r in _records(previous) for p in (r.process, r.front) if p is not None)
     ):
-        raise NgymError(f"fleet {spec.name!r} is already up (state in {state_dir}); `ngym down` it first")
+        raise FleetAlreadyUp(f"fleet {spec.name!r} is already up (state in {state_dir}); `ngym down` it first")
     head_port = int(spec.head_server.get("port", 11000)) or free_port(spec.host)
     head_host = str(spec.head_server.get("host", spec.host))
     for path in (state_dir / "global_config.yaml", state_dir / "server_instances.json"):

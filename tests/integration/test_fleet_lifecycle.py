@@ -292,5 +292,12 @@ def test_without_haproxy_the_local_engine_says_so_and_serves_each_unit_directly(
     assert "no HAProxy here" in up.stderr and "apt-get install haproxy" in up.stderr
     state = state_of(tmp_path, "nofront")
     assert state is not None and state.servers["weather"].front is None
-    with urllib.request.urlopen(f"http://127.0.0.1:{state.servers['weather'].port}/health", timeout=30) as response:
+    health = f"http://127.0.0.1:{state.servers['weather'].port}/health"
+    with urllib.request.urlopen(health, timeout=30) as response:
+        assert response.status == 200
+    # a second `up` of the running fleet is refused, and stops nothing of it
+    again = ngym("up", "fleet.yaml", cwd=tmp_path, env=env)
+    assert again.returncode != 0 and "already up" in again.stderr, again.stdout + again.stderr
+    assert [p for p in started(state) if p.alive()] == started(state)
+    with urllib.request.urlopen(health, timeout=30) as response:
         assert response.status == 200
