@@ -101,25 +101,32 @@ def stop(process: subprocess.Popen[Any], grace: float = 15.0) -> None:
         process.wait(timeout=grace)
 
 
-def status_of(url: str, timeout: float = 2.0) -> int | None:
-    """The HTTP status ``GET url`` answers, or None when nothing answers."""
+def probe(url: str, timeout: float = 2.0) -> tuple[int | None, dict[str, Any] | None]:
+    """``GET url``: (its HTTP status, or None when nothing answers; its body as a JSON object, ``{}`` for another
+    JSON value, None when it is not JSON or the answer is not 2xx)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - our own servers
-            return int(response.status)
+            status, raw = int(response.status), response.read()
     except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        return int(exc.code), None
     except (OSError, ValueError):
-        return None
+        return None, None
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError:
+        return status, None
+    return status, data if isinstance(data, dict) else {}
+
+
+def status_of(url: str, timeout: float = 2.0) -> int | None:
+    """The HTTP status ``GET url`` answers, or None when nothing answers."""
+    return probe(url, timeout)[0]
 
 
 def fetch_json(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     """``GET url`` as a JSON object (``{}`` for another JSON value), or None when it does not answer 2xx JSON."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - our own servers
-            data = json.loads(response.read() or b"{}")
-            return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return None
+    status, body = probe(url, timeout)
+    return body if status is not None and 200 <= status < 300 else None
 
 
 def wait_healthy(

@@ -117,20 +117,7 @@ def test_nemo_gyms_collector_drives_a_fleet_found_by_name(tmp_path: Path, nemo_p
 
         rows, expected = _rows()
         (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        collect = subprocess.run(
-            [
-                str(nemo_python.parent / "ng_collect_rollouts"),
-                f"+head_server.host={state.head.host}",
-                f"+head_server.port={state.head.port}",
-                f"+input_jsonl_fpath={tmp_path / 'in.jsonl'}",
-                f"+output_jsonl_fpath={tmp_path / 'out.jsonl'}",
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "NO_COLOR": "1"},
-        )
+        collect = _collect(nemo_python, state, tmp_path)
         assert collect.returncode == 0, collect.stdout[-3000:] + collect.stderr[-3000:]
         out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
         got = {r["_ng_task_index"]: r for r in out}
@@ -153,6 +140,26 @@ def test_nemo_gyms_collector_drives_a_fleet_found_by_name(tmp_path: Path, nemo_p
     processes = [r.process for r in [state.head, *state.servers.values()] if r.process is not None]
     assert len(processes) == 11
     assert not [p.pid for p in processes if p.alive()]
+
+
+def _collect(nemo_python: Path, state: FleetState, work: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """NeMo Gym's ``ng_collect_rollouts`` over ``work/in.jsonl`` into ``work/out.jsonl``, given only the head
+    server's address."""
+    return subprocess.run(
+        [
+            str(nemo_python.parent / "ng_collect_rollouts"),
+            f"+head_server.host={state.head.host}",
+            f"+head_server.port={state.head.port}",
+            f"+input_jsonl_fpath={work / 'in.jsonl'}",
+            f"+output_jsonl_fpath={work / 'out.jsonl'}",
+            *extra,
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
 
 
 def _rows() -> tuple[list[dict[str, Any]], list[float]]:
@@ -183,21 +190,8 @@ def test_with_a_dead_unit_on_the_local_engine_nemo_gyms_collector_finishes(tmp_p
             time.sleep(0.05)
         rows, expected = _rows()
         (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        collect = subprocess.run(
-            [
-                str(nemo_python.parent / "ng_collect_rollouts"),
-                f"+head_server.host={state.head.host}",
-                f"+head_server.port={state.head.port}",
-                f"+input_jsonl_fpath={tmp_path / 'in.jsonl'}",
-                f"+output_jsonl_fpath={tmp_path / 'out.jsonl'}",
-                "+route_failures_to_sidecar=true",
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,  # without the front it never finishes: this bound is the test's failure, not a wait
-            env={**os.environ, "NO_COLOR": "1"},
-        )
+        # without the front it never finishes: _collect's bound is then the test's failure, not a wait
+        collect = _collect(nemo_python, state, tmp_path, "+route_failures_to_sidecar=true")
         assert collect.returncode == 0, collect.stdout[-3000:] + collect.stderr[-3000:]
         out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
         failed = [json.loads(line) for line in (tmp_path / "out_failures.jsonl").read_text().splitlines()]

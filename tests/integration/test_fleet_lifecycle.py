@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,23 @@ def wait_until_started(root: Path, name: str, up: subprocess.Popen[str], server:
         assert up.poll() is None, up.communicate()
         time.sleep(0.1)
     raise AssertionError(f"`ngym up` did not start {server} within 300 s")
+
+
+def interrupted_up(
+    root: Path, env: dict[str, str], name: str, interrupt: Callable[[subprocess.Popen[str]], object]
+) -> tuple[FleetState, subprocess.Popen[str], str]:
+    """Start an `up` that waits on a sleeper, ``interrupt`` it once it started it, wait for it to end: (the state
+    it had saved, the process, its stderr)."""
+    write_fleet(root, name, servers={"sleeper": SLEEPER})
+    up = start_up(root, env)
+    try:
+        state = wait_until_started(root, name, up)
+        interrupt(up)
+        _, err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    return state, up, err
 
 
 def assert_all_stopped(processes: list[ProcessRecord]) -> None:
@@ -179,15 +196,7 @@ def test_one_up_at_a_time_and_sigterm_stops_what_it_started(tmp_path: Path, env:
 
 
 def test_ctrl_c_during_up_leaves_nothing(tmp_path: Path, env: dict[str, str], cleanup: None) -> None:
-    write_fleet(tmp_path, "ctrlc", servers={"sleeper": SLEEPER})
-    up = start_up(tmp_path, env)
-    try:
-        state = wait_until_started(tmp_path, "ctrlc", up)
-        up.send_signal(signal.SIGINT)
-        _, err = up.communicate(timeout=120)
-    finally:
-        if up.poll() is None:
-            up.kill()
+    state, up, err = interrupted_up(tmp_path, env, "ctrlc", lambda up: up.send_signal(signal.SIGINT))
     assert up.returncode == 130 and "Traceback" not in err, err
     assert_all_stopped(started(state))
 
@@ -211,16 +220,11 @@ def test_down_after_up_was_killed_stops_everything_it_had_started(
 
 
 def test_down_during_up_stops_the_up_and_everything(tmp_path: Path, env: dict[str, str], cleanup: None) -> None:
-    write_fleet(tmp_path, "during", servers={"sleeper": SLEEPER})
-    up = start_up(tmp_path, env)
-    try:
-        state = wait_until_started(tmp_path, "during", up)
-        down = ngym("down", "fleet.yaml", cwd=tmp_path, env=env)
-        up.communicate(timeout=120)
-    finally:
-        if up.poll() is None:
-            up.kill()
-    assert down.returncode == 0, down.stdout + down.stderr
+    downs: list[subprocess.CompletedProcess[str]] = []
+    state, up, _ = interrupted_up(
+        tmp_path, env, "during", lambda up: downs.append(ngym("down", "fleet.yaml", cwd=tmp_path, env=env))
+    )
+    assert downs[0].returncode == 0, downs[0].stdout + downs[0].stderr
     assert up.returncode == 130
     assert_all_stopped(started(state))
 
