@@ -131,7 +131,9 @@ class Rollout:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Rollout:
-        return cls(dict(data["row"]), dict(data.get("cookies") or {}), list(data.get("output") or []), bool(data.get("open")))
+        return cls(
+            dict(data["row"]), dict(data.get("cookies") or {}), list(data.get("output") or []), bool(data.get("open"))
+        )
 
 
 def _seeded(rollout: Rollout, base_url: str, response: httpx.Response) -> dict[str, Any]:

@@ -113,7 +113,9 @@ class NgymEnv(BaseTextEnv):  # type: ignore[misc]
         for name, arguments in calls:
             observations.append({"role": "tool", "content": self.wire.call(self.rollout, name, arguments)})
         for block in bad:
-            observations.append({"role": "tool", "content": f'{{"error": "not a tool call: {json.dumps(block)[1:-1]}"}}'})
+            observations.append(
+                {"role": "tool", "content": f'{{"error": "not a tool call: {json.dumps(block)[1:-1]}"}}'}
+            )
         if (calls or bad) and self.turns < self.max_turns:
             return BaseTextEnvStepOutput(observations=observations, reward=0.0, done=False, metadata={})
         return self._finish()

@@ -179,7 +179,7 @@ class NgymTool(BaseTool):  # type: ignore[misc]
         fields[ROLLOUT_FIELD] = trajectory.as_dict()
         return ToolResponse(text=text), None, {}
 
-    async def calc_reward(self, instance_id: str, **kwargs: Any) -> float | None:  # type: ignore[override]
+    async def calc_reward(self, instance_id: str, **kwargs: Any) -> float | None:
         """Verify the instance's trajectory (``final_text``: the model's last message); None when masked."""
         held = self._held(instance_id)
         final_text = kwargs.get("final_text")

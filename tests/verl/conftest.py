@@ -1,4 +1,4 @@
-"""The verl venv (tools/verl_venv.sh) and ngym servers as real processes, for tests that drive verl's and SkyRL's code."""
+"""The verl venv (tools/verl_venv.sh) and ngym servers as real processes, for the verl and SkyRL tests."""
 
 from __future__ import annotations
 

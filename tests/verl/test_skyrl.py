@@ -16,7 +16,9 @@ DRIVER = Path(__file__).with_name("skyrl_driver.py")
 
 
 @pytest.mark.parametrize("name", ["example_single_tool_call", "workplace_assistant", "example_session_state_mgmt"])
-def test_skyrl_env_replays_recorded_rollouts(name: str, serve: Callable[[str], str], in_verl: Callable[..., Any]) -> None:
+def test_skyrl_env_replays_recorded_rollouts(
+    name: str, serve: Callable[[str], str], in_verl: Callable[..., Any]
+) -> None:
     url = serve(name)
     rollouts = recorded(name)
     answer = in_verl(DRIVER, {"url": url, "rollouts": rollouts})

@@ -98,7 +98,9 @@ def test_verl_tools_parallel_rollouts_are_isolated(
         DRIVER, {"mode": "replay", "parallel": True, "config": str(tmp_path / "tools.yaml"), "rollouts": rollouts}
     )
     assert [r["reward"] for r in answer["results"]] == [r["reward"] for r in rollouts]
-    assert [parsed(r["outputs"]) for r in answer["results"]] == [parsed(r["recorded_outputs"]) for r in answer["results"]]
+    assert [parsed(r["outputs"]) for r in answer["results"]] == [
+        parsed(r["recorded_outputs"]) for r in answer["results"]
+    ]
     assert live_sessions(url) == 0
 
 

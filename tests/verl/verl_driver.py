@@ -48,7 +48,9 @@ async def replay_one(tools: dict[str, BaseTool], rollout: dict[str, Any]) -> dic
             assert isinstance(answer, ToolResponse)
             outputs.append(answer.text or "")
             step_rewards.append(step_reward)
-        reward = await next(iter(tools.values())).calc_reward(instance, final_text=final_text(rollout["response"]["output"]))
+        reward = await next(iter(tools.values())).calc_reward(
+            instance, final_text=final_text(rollout["response"]["output"])
+        )
     finally:
         for tool in tools.values():
             await tool.release(instance)
@@ -66,7 +68,12 @@ async def replay(payload: dict[str, Any]) -> dict[str, Any]:
         results = [await replay_one(tools, r) for r in rollouts]
     classes = sorted({f"{type(t).__module__}.{type(t).__qualname__}" for t in loaded})
     schemas = {t.name: t.tool_schema.model_dump(exclude_none=True) for t in loaded}
-    return {"results": results, "classes": classes, "schemas": schemas, "all_base_tools": all(isinstance(t, BaseTool) for t in loaded)}
+    return {
+        "results": results,
+        "classes": classes,
+        "schemas": schemas,
+        "all_base_tools": all(isinstance(t, BaseTool) for t in loaded),
+    }
 
 
 async def masked(payload: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +89,9 @@ async def masked(payload: dict[str, Any]) -> dict[str, Any]:
             await tools[item["name"]].execute(instance, json.loads(item["arguments"]))
     held = _instances[(tool.url, instance)]
     cookie = "; ".join(f"{k}={v}" for k, v in held.rollout.cookies.items())
-    httpx.post(f"{tool.url}/close_session", json={}, headers={"cookie": cookie}).raise_for_status()  # the server lost it
+    httpx.post(
+        f"{tool.url}/close_session", json={}, headers={"cookie": cookie}
+    ).raise_for_status()  # the server lost it
     reward = await tool.calc_reward(instance)
     answer = tool.verify_answer(instance) or {}
     await tool.release(instance)
@@ -109,7 +118,10 @@ def score(payload: dict[str, Any]) -> dict[str, Any]:
         extra_info = {"ngym_rollout": {**kept.as_dict(), "open": True}, "ngym_url": url}
         try:
             result = compute_score("ngym", "", "", extra_info, on_masked=on_masked)
-            answers[on_masked] = {"score": None if math.isnan(result["score"]) else result["score"], "nan": math.isnan(result["score"])}
+            answers[on_masked] = {
+                "score": None if math.isnan(result["score"]) else result["score"],
+                "nan": math.isnan(result["score"]),
+            }
         except MaskedReward as exc:
             answers[on_masked] = {"raised": str(exc)}
     # and a rollout that is not lost scores the recorded reward
