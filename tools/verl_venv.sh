@@ -11,7 +11,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 REQS="$HERE/verl-requirements.txt"
 KEY="$(sha256sum "$REQS" | cut -c1-16)"
 VENV="${NGYM_VERL_VENV:-$HOME/.cache/ngym/verl/$KEY}"
-CHECK="import verl.tools.base_tool, verl.tools.utils.tool_registry, skyrl_gym, httpx, yaml"
+CHECK="import verl.tools.base_tool, verl.tools.tool_registry, skyrl_gym, httpx, yaml"
 
 if [ -x "$VENV/bin/python" ] && [ -f "$VENV/.ngym-complete" ] && "$VENV/bin/python" -c "$CHECK" >/dev/null 2>&1; then
   echo "$VENV"

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
-from verl.tools.utils.tool_registry import initialize_tools_from_config
+from verl.tools.tool_registry import initialize_tools_from_config
 from verl.workers.rollout.replica import TokenOutput
 
 from ngym.train.verl import compute_score, verl_row

@@ -2,7 +2,7 @@
 classes drive an ngym server through recorded rollouts. Reads a JSON payload on stdin, prints a JSON answer.
 
 Modes:
-- ``replay``: load the tool config with ``verl.tools.utils.tool_registry.initialize_tools_from_config``; for each
+- ``replay``: load the tool config with ``verl.tools.tool_registry.initialize_tools_from_config``; for each
   recorded rollout, every tool ``create``s the same instance id (one session), each recorded ``function_call`` is
   ``execute``d by the tool of its name, ``calc_reward`` verifies (with the recorded final text), every tool
   ``release``s. ``parallel``: all rollouts at once (asyncio.gather), else one after another.
@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import ToolResponse
-from verl.tools.utils.tool_registry import initialize_tools_from_config
+from verl.tools.tool_registry import initialize_tools_from_config
 
 
 def final_text(output: list[dict[str, Any]]) -> str:
