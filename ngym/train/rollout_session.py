@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx
@@ -57,6 +59,20 @@ def reward_of(verified: Mapping[str, Any] | None) -> float | None:
 
 def _arguments(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value if value is not None else {})
+
+
+def no_cookie_jar() -> CookieJar:
+    """A jar that keeps nothing: a shared client must never send one rollout's cookie with another's request."""
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
+#: control tokens a decoded completion may carry (``<|im_end|>``, ``</s>``, ``<eos>``): not the model's text
+_CONTROL_TOKENS = re.compile(r"<\|[^|<>\s]{1,40}\|>|</s>|<eos>|<\|endoftext\|>")
+
+
+def visible_text(text: str) -> str:
+    """The text a model's message shows: control tokens a tokenizer's decode left in it removed, then stripped."""
+    return _CONTROL_TOKENS.sub("", text).strip()
 
 
 def merge_cookies(cookies: dict[str, str], response: httpx.Response) -> None:
@@ -181,7 +197,9 @@ class AsyncWire:
             # loops that are closed leave their clients behind: drop them (their connections died with the loop)
             self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
             limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-            client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, limits=limits)
+            client = httpx.AsyncClient(
+                base_url=self.base_url, timeout=self.timeout, limits=limits, cookies=no_cookie_jar()
+            )
             self._clients[id(loop)] = held = (loop, client)
         return held[1]
 
@@ -237,7 +255,7 @@ class SyncWire:
     def __init__(self, base_url: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.base_url = base_url.rstrip("/")
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        self.http = httpx.Client(base_url=self.base_url, timeout=timeout, limits=limits)
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout, limits=limits, cookies=no_cookie_jar())
 
     def _post(self, rollout: Rollout, path: str, body: Any) -> httpx.Response:
         response = self.http.post(path, json=body, headers=cookie_header(rollout.cookies))

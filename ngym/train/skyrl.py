@@ -29,7 +29,7 @@ from typing import Any
 import skyrl_gym
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from ngym.train.rollout_session import Rollout, SyncWire, dataset_row, reward_of
+from ngym.train.rollout_session import Rollout, SyncWire, dataset_row, reward_of, visible_text
 
 ENV_ID = "ngym"
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
@@ -75,7 +75,7 @@ def parse_tool_calls(action: str) -> tuple[str, list[tuple[str, dict[str, Any]]]
             bad.append(block)
             continue
         calls.append((call["name"], arguments))
-    text = _TOOL_CALL.sub("", action).strip()
+    text = visible_text(_TOOL_CALL.sub("", action))
     return text, calls, bad
 
 

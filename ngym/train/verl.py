@@ -38,7 +38,15 @@ from uuid import uuid4
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from ngym.train.rollout_session import AsyncWire, Rollout, SyncWire, WireError, dataset_row, reward_of
+from ngym.train.rollout_session import (
+    AsyncWire,
+    Rollout,
+    SyncWire,
+    WireError,
+    dataset_row,
+    reward_of,
+    visible_text,
+)
 
 log = logging.getLogger("ngym.train")
 
@@ -211,8 +219,8 @@ def _record_assistant_text(trajectory: Rollout, fields: dict[str, Any], messages
     assistants = [m for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant"]
     seen = int(fields.get("ngym_assistant_turns", 0))
     for message in assistants[seen:]:
-        text = _message_text(message)
-        if text.strip():
+        text = visible_text(_message_text(message))
+        if text:
             trajectory.add_message(text)
     fields["ngym_assistant_turns"] = len(assistants)
 
@@ -224,7 +232,7 @@ def final_text_of(messages: Any) -> str:
     last = messages[-1]
     if not isinstance(last, Mapping) or last.get("role") != "assistant" or last.get("tool_calls"):
         return ""
-    return _message_text(last)
+    return visible_text(_message_text(last))
 
 
 def compute_score(

@@ -140,13 +140,17 @@ async def main_async(payload: dict[str, Any]) -> dict[str, Any]:
         # verl's reward managers hand compute_score the row's extra_info updated with the loop's extra fields
         extra_info = {**row["extra_info"], **output.extra_fields}
         response = tok.decode(output.response_ids)
-        scored = await asyncio.to_thread(compute_score, row["data_source"], response, "", extra_info)
+        held = dict(extra_info.get("ngym_rollout") or {})
+        scored = await asyncio.to_thread(
+            compute_score, row["data_source"], response, "", extra_info, on_masked=payload.get("on_masked", "raise")
+        )
         return {
-            "score": scored["score"],
+            "score": None if scored["score"] != scored["score"] else scored["score"],
             "tool_rewards": output.extra_fields.get("tool_rewards"),
             "tool_calls_in_response": response.count("<tool_call>"),
             "tool_outputs_in_response": response.count("<tool_response>"),
             "num_turns": output.num_turns,
+            "trajectory": [i["type"] for i in held.get("output", [])],
         }
 
     results = await asyncio.gather(*(one(i, r) for i, r in enumerate(rows)))
