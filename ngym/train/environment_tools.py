@@ -57,7 +57,7 @@ def openapi_of_url(url: str, timeout: float = 30.0) -> dict[str, Any]:
 
 def openapi_of_target(target: str) -> tuple[dict[str, Any], Path | None]:
     """The OpenAPI document of an environment built in this process, and its ``data/example.jsonl`` (if any)."""
-    from ngym.server.app import create_app, in_working_directory
+    from ngym.server.pipeline.app import create_app, in_working_directory
     from ngym.targets import resolve
 
     environment = resolve(target)
