@@ -178,6 +178,11 @@ class NgymTool(BaseTool):  # type: ignore[misc]
             fields[URL_FIELD] = self.url
         else:
             await self.wire.close(rollout)  # a session seeded for this call alone: the trajectory has one
+            if fields.get(URL_FIELD) != self.url:
+                raise WireError(
+                    f"ngym tool {self.name} ({self.url}) called in a trajectory of the environment at "
+                    f"{fields.get(URL_FIELD)}: one verl rollout runs on one environment"
+                )
             trajectory = Rollout.from_dict(held)
         messages = getattr(agent_data, "messages", None)
         if isinstance(messages, list):
