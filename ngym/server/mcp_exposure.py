@@ -89,7 +89,10 @@ def _body_schema(route: APIRoute) -> dict[str, Any]:
     except Exception:  # an annotation that does not resolve: accept any object, the route still validates
         return _PERMISSIVE_SCHEMA
     hints.pop("return", None)
-    models = [t for t in hints.values() if isinstance(t, type) and issubclass(t, BaseModel)]
+    # ``BaseModel`` itself (a route taking any object, as workplace_assistant's do) has no schema of its own.
+    models = [t for t in hints.values() if isinstance(t, type) and issubclass(t, BaseModel) and t is not BaseModel]
+    if not models and any(t is BaseModel for t in hints.values()):
+        return _PERMISSIVE_SCHEMA
     if not models:
         return _EMPTY_SCHEMA
     return models[0].model_json_schema() if len(models) == 1 else _PERMISSIVE_SCHEMA

@@ -1,0 +1,259 @@
+"""The ORS front (ngym.server.fronts.ors) in process: its wire, sessions, rewards and refusals.
+
+The ``openreward`` SDK's own client drives it over real sockets in tests/ors/ (``make ors``); these tests pin the
+front's behaviour with plain HTTP and run in ``make test``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from ngym import BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
+from ngym.examples import dataset_row, read_example_rollouts, recorded_tool_calls
+from ngym.targets import resolve
+from ngym.testing import RolloutClient, app_for, app_for_class, run_recorded_rollout, serve_in_process
+
+
+def _sse_result(response: httpx.Response) -> Any:
+    """The JSON answer of an ORS event stream (chunks joined), or ("error", data)."""
+    events: list[tuple[str, str]] = []
+    for block in response.text.split("\r\n\r\n"):
+        name, data = "", []
+        for line in block.split("\r\n"):
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data.append(line[6:])
+        if name:
+            events.append((name, "\n".join(data)))
+    assert events[0][0] == "task_id"
+    if events[-1][0] == "error":
+        return ("error", events[-1][1])
+    return json.loads("".join(data for name, data in events[1:]))
+
+
+class ORS:
+    """A minimal ORS client over an httpx client (the SDK's calls, one by one)."""
+
+    def __init__(self, http: httpx.AsyncClient, prefix: str = "/ors") -> None:
+        self.http = http
+        self.prefix = prefix
+
+    async def session(self, **create: Any) -> str:
+        opened = await self.http.post(f"{self.prefix}/create_session")
+        sid = _sse_result_sid(opened)
+        created = await self.http.post(f"{self.prefix}/create", json=create, headers={"x-session-id": sid})
+        assert created.status_code == 200, created.text
+        return sid
+
+    async def call(self, sid: str, name: str, arguments: dict[str, Any]) -> Any:
+        answer = await self.http.post(
+            f"{self.prefix}/call", json={"name": name, "input": arguments}, headers={"x-session-id": sid}
+        )
+        assert answer.status_code == 200, answer.text
+        return _sse_result(answer)
+
+    async def delete(self, sid: str) -> None:
+        assert (await self.http.post(f"{self.prefix}/delete", headers={"x-session-id": sid})).status_code == 200
+
+
+def _sse_result_sid(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    first = response.text.split("\r\n")[1]
+    assert first.startswith("data: ")
+    return first[6:]
+
+
+async def _live(http: httpx.AsyncClient) -> int:
+    return int((await http.get("/health")).json()["live_sessions"])
+
+
+async def test_splits_tasks_and_tools_come_from_the_environment() -> None:
+    async with serve_in_process(app_for("example_single_tool_call")) as http:
+        assert (await http.get("/ors/splits")).json() == [{"name": "example", "type": "validation"}]
+        folder = resolve("example_single_tool_call").folder
+        assert folder is not None
+        rows = [json.loads(line) for line in (folder / "data" / "example.jsonl").read_text().splitlines() if line]
+        assert (await http.post("/ors/num_tasks", json={"split": "example"})).json() == {"num_tasks": len(rows)}
+        task = (await http.post("/ors/task", json={"split": "example", "index": 1})).json()
+        assert task == {"task": rows[1], "env_name": "example_single_tool_call"}
+        tools = (await http.get("/ors/example_single_tool_call/tools")).json()
+        by_name = {t["name"]: t for t in tools["tools"]}
+        assert set(by_name) == {"get_weather", "submit_answer"}
+        assert by_name["get_weather"]["input_schema"]["properties"]["city"]["type"] == "string"
+        assert tools["terminal_tool"] == {"name": "submit_answer", "arg": "answer", "description": by_name["submit_answer"]["description"]}
+
+
+@pytest.mark.parametrize("name", ["example_single_tool_call", "example_session_state_mgmt", "workplace_assistant"])
+async def test_recorded_rollouts_score_the_same_as_on_nemo_gyms_wire(name: str) -> None:
+    """Each recorded rollout's tool calls and final message, replayed through ORS and through NeMo Gym's wire on
+    the same server: equal rewards, every ngym session closed afterwards."""
+    folder = resolve(name).folder
+    assert folder is not None
+    rollouts = read_example_rollouts(folder / "data" / "example_rollouts.jsonl")
+    async with serve_in_process(app_for(name)) as http:
+        ors = ORS(http)
+        for index, rollout in enumerate(rollouts):
+            nemo = await run_recorded_rollout(RolloutClient(http), rollout)
+            sid = await ors.session(split="example", index=index)
+            for call in recorded_tool_calls(rollout["response"]):
+                out = await ors.call(sid, call.name, call.arguments)
+                assert out["ok"] and out["output"]["finished"] is False and out["output"]["reward"] is None
+            final = _final_text(rollout["response"])
+            out = await ors.call(sid, "submit_answer", {"answer": final})
+            assert out["output"]["finished"] is True
+            assert out["output"]["reward"] == nemo["reward"] == rollout["reward"], (index, out, nemo)
+            await ors.delete(sid)
+        assert await _live(http) == 0
+
+
+def _final_text(response: dict[str, Any]) -> str:
+    messages = [item for item in response["output"] if item.get("type") == "message"]
+    return "".join(part.get("text", "") for part in messages[-1]["content"]) if messages else ""
+
+
+async def test_an_episode_sent_as_task_spec_is_seeded_with_that_row() -> None:
+    folder = resolve("example_session_state_mgmt").folder
+    assert folder is not None
+    row = dataset_row(read_example_rollouts(folder / "data" / "example_rollouts.jsonl")[0])
+    async with serve_in_process(app_for("example_session_state_mgmt")) as http:
+        ors = ORS(http)
+        sid = await ors.session(task_spec={**row, "initial_count": 40, "expected_count": 42})
+        prompt = (await http.get("/ors/prompt", headers={"x-session-id": sid})).json()
+        assert prompt == [{"type": "text", "text": row["responses_create_params"]["input"][0]["content"], "detail": None}]
+        await ors.call(sid, "increment_counter", {"count": 2})
+        counted = await ors.call(sid, "get_counter_value", {})
+        assert json.loads(counted["output"]["blocks"][0]["text"]) == {"count": 42}
+        assert (await ors.call(sid, "submit_answer", {"answer": "42"}))["output"]["reward"] == 1.0
+        late = await ors.call(sid, "get_counter_value", {})
+        assert late == {"ok": False, "error": late["error"], "reason": "episode_finished"}
+        await ors.delete(sid)
+        assert await _live(http) == 0
+
+
+async def test_parallel_sessions_keep_their_own_state() -> None:
+    async with serve_in_process(app_for("example_session_state_mgmt")) as http:
+        ors = ORS(http)
+        spec = {"responses_create_params": {"input": "count"}, "initial_count": 0, "expected_count": 5}
+        first, second = await ors.session(task_spec=spec), await ors.session(task_spec={**spec, "expected_count": 7})
+        await ors.call(first, "increment_counter", {"count": 5})
+        await ors.call(second, "increment_counter", {"count": 3})
+        await ors.call(second, "increment_counter", {"count": 4})
+        assert (await ors.call(first, "submit_answer", {"answer": ""}))["output"]["reward"] == 1.0
+        assert (await ors.call(second, "submit_answer", {"answer": ""}))["output"]["reward"] == 1.0
+        await ors.delete(first)
+        await ors.delete(second)
+        assert await _live(http) == 0
+
+
+async def test_a_failed_judge_is_no_reward_not_zero() -> None:
+    """The judge unreachable: /verify masks the sample, and ORS reports no reward (null), never 0.0."""
+    app = app_for("equivalence_llm_judge", judge_base_url="http://127.0.0.1:9/v1", judge_timeout_seconds=2)
+    async with serve_in_process(app) as http:
+        ors = ORS(http)
+        sid = await ors.session(split="example", index=0)
+        out = await ors.call(sid, "submit_answer", {"answer": "Paris"})
+        assert out["ok"] and out["output"]["finished"] is True
+        assert out["output"]["reward"] is None
+        assert out["output"]["metadata"]["mask_sample"] is True
+        await ors.delete(sid)
+        assert await _live(http) == 0
+
+
+async def test_a_lost_session_is_no_reward() -> None:
+    """The session's state gone from the server (here: closed on NeMo Gym's wire behind the front's back): the
+    next tool call ends the episode with no reward."""
+    app = app_for("example_session_state_mgmt")
+    async with serve_in_process(app) as http:
+        ors = ORS(http)
+        spec = {"responses_create_params": {"input": "count"}, "initial_count": 0, "expected_count": 1}
+        sid = await ors.session(task_spec=spec)
+        episode = app.state.ngym_fronts["ors"].episodes.get(sid)
+        closed = await http.post("/close_session", json={}, headers={"cookie": episode.cookie.decode()})
+        assert closed.status_code == 200
+        out = await ors.call(sid, "increment_counter", {"count": 1})
+        assert out["ok"] and out["output"]["finished"] is True and out["output"]["reward"] is None
+        assert out["output"]["metadata"]["failure_kind"] == "session_lost"
+        await ors.delete(sid)
+        assert await _live(http) == 0
+
+
+async def test_bad_input_is_a_4xx_that_says_what_to_fix() -> None:
+    async with serve_in_process(app_for("example_single_tool_call")) as http:
+        async def status(method: str, path: str, **kwargs: Any) -> tuple[int, str]:
+            answer = await http.request(method, path, **kwargs)
+            return answer.status_code, json.dumps(answer.json()["detail"])
+
+        sid = {"x-session-id": "not-created"}
+        assert (await status("POST", "/ors/create", json={"split": "example", "index": 0}))[0] == 400  # no header
+        code, detail = await status("POST", "/ors/create", json={"split": "nope", "index": 0}, headers=sid)
+        assert code == 400 and "unknown split 'nope'" in detail
+        code, detail = await status("POST", "/ors/create", json={"split": "example", "index": 99}, headers=sid)
+        assert code == 400 and "out of range" in detail
+        code, detail = await status("POST", "/ors/create", json={"split": "example"}, headers=sid)
+        assert code == 422 and "split and index" in detail
+        code, detail = await status("POST", "/ors/create", content=b"{not json", headers=sid)
+        assert code == 400 and "not JSON" in detail
+        code, detail = await status("POST", "/ors/task", json={"split": "example", "index": "x"})
+        assert code == 422 and "index" in detail
+        code, detail = await status("GET", "/ors/another_env/tools")
+        assert code == 404 and "another_env" in detail
+        code, detail = await status("POST", "/ors/call", json={"name": "get_weather", "input": {}}, headers=sid)
+        assert code == 404 and "POST /create first" in detail
+        code, detail = await status("POST", "/ors/create", json={"task_spec": [1]}, headers=sid)
+        assert code == 422 and "task_spec" in detail
+
+        ors = ORS(http)
+        real = await ors.session(split="example", index=0)
+        bad = await ors.call(real, "get_weather", {"town": "Oslo"})
+        assert bad["ok"] is False and bad["reason"] == "input_validation" and "city" in bad["error"]
+        unknown = await ors.call(real, "launch", {})
+        assert unknown["ok"] is False and unknown["reason"] == "not_found" and "get_weather" in unknown["error"]
+        await ors.delete(real)
+        assert await _live(http) == 0
+
+
+class _CallBody(BaseModel):
+    text: str
+
+
+class _ToolNamedLikeORS(SimpleResourcesServer):
+    """A tool route named like an ORS route (``/call``): NeMo Gym's agents still reach it at the root."""
+
+    domain = Domain.AGENT
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/call")(self.call)
+        return app
+
+    async def call(self, body: _CallBody) -> dict[str, str]:
+        return {"echo": body.text}
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        called = any(call.name == "call" for call in body.response.function_calls())
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0 if called else 0.0)
+
+
+async def test_root_requests_are_ors_only_with_ors_headers() -> None:
+    """The SDK sends its requests at the root (its HTTP client drops a base URL's path): those carrying
+    X-Session-ID reach the front; NeMo Gym's agents, which never send it, reach the tool route of that name."""
+    async with serve_in_process(app_for_class(_ToolNamedLikeORS, name="echo")) as http:
+        nemo = RolloutClient(http)
+        await nemo.call("/seed_session", {"responses_create_params": {"input": "hi"}})
+        assert await nemo.call("/call", {"text": "hello"}) == {"echo": "hello"}
+
+        ors = ORS(http, prefix="")
+        sid = await ors.session(task_spec={"responses_create_params": {"input": "say hi"}})
+        out = await ors.call(sid, "call", {"text": "over ORS"})
+        assert json.loads(out["output"]["blocks"][0]["text"]) == {"echo": "over ORS"}
+        assert (await ors.call(sid, "submit_answer", {"answer": "done"}))["output"]["reward"] == 1.0
+        # the SDK's ping: {base_url}/ping with a base URL ending in "/"
+        assert (await http.post("/ors//ping", headers={"x-session-id": sid})).status_code == 200
+        await ors.delete(sid)
