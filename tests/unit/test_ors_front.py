@@ -46,7 +46,8 @@ class ORS:
         self.prefix = prefix
 
     async def session(self, **create: Any) -> str:
-        opened = await self.http.post(f"{self.prefix}/create_session")
+        # as the SDK asks for it: an event stream
+        opened = await self.http.post(f"{self.prefix}/create_session", headers={"accept": "text/event-stream"})
         sid = _sse_result_sid(opened)
         created = await self.http.post(f"{self.prefix}/create", json=create, headers={"x-session-id": sid})
         assert created.status_code == 200, created.text
