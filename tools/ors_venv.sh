@@ -23,7 +23,8 @@ fi
 
 KEY="$( { cat "$REQS"; "$PYTHON" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-16)"
 VENV="${NGYM_ORS_VENV:-$HOME/.cache/ngym/ors-client/$KEY}"
-CHECK="import openreward, openreward.api.environments.client"
+TRL="trl==1.16.0"
+CHECK="import openreward, openreward.api.environments.client, trl.experimental.openreward, datasets"
 
 if [ -x "$VENV/bin/python" ] && [ -f "$VENV/.ngym-complete" ] && "$VENV/bin/python" -c "$CHECK" >/dev/null 2>&1; then
   echo "$VENV"
@@ -33,12 +34,14 @@ if [ "${1:-}" = "--probe" ]; then  # only say whether the venv is made (exit 1: 
   exit 1
 fi
 
-echo "ors_venv: making $VENV with $("$PYTHON" --version) and $REQS (~1 min the first time)" >&2
+echo "ors_venv: making $VENV with $("$PYTHON" --version) and $REQS (~2 min the first time)" >&2
 rm -rf "$VENV"
 mkdir -p "$(dirname "$VENV")"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQS" >&2
+# TRL's ORS binding without the trainer's torch/transformers (its package imports them lazily).
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "$TRL" >&2
 "$VENV/bin/python" -c "$CHECK" >&2
 touch "$VENV/.ngym-complete"
 echo "$VENV"

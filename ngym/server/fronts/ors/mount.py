@@ -10,15 +10,13 @@ ORS clients reach it two ways:
   for an event stream (``/create_session``); NeMo Gym's wire sends neither, so a tool route named like an ORS
   route (``/call``, ``/prompt``) still answers NeMo Gym's agents.
 
-This module imports only Starlette: building an app pays one route and one middleware, and a request on NeMo
-Gym's wire pays one set lookup of its first path segment.
+This module imports nothing heavy: building an app pays one middleware, and a request on NeMo Gym's wire pays one
+prefix check and one set lookup of its first path segment.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-
-from starlette.routing import Mount
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -37,7 +35,7 @@ ROOT_SEGMENTS = frozenset(
 
 
 class _LazyFront:
-    """The ORS router of one server, built on the first request to it."""
+    """The ORS router of one server, built on the first request to it, behind the server's request limits."""
 
     def __init__(self, server: SimpleResourcesServer, app: FastAPI) -> None:
         self._server = server
@@ -50,8 +48,14 @@ class _LazyFront:
             # Imported here: the front (its modules, pydantic models, the tool harvest) is loaded only by servers
             # an ORS client talks to.
             from ngym.server.fronts.ors.front import build_front
+            from ngym.server.request_limits import RequestLimitsMiddleware
 
-            self._router = build_front(self._server, self._app).router()
+            config = self._server.config
+            self._router = RequestLimitsMiddleware(
+                build_front(self._server, self._app).router(),
+                max_body_bytes=config.max_request_body_bytes,
+                body_timeout_seconds=config.request_body_timeout_seconds,
+            )
         return self._router
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -69,31 +73,34 @@ def is_ors_request(scope: Any) -> bool:
     return False
 
 
-class ORSRootRequests:
-    """Plain-ASGI middleware: the SDK's root requests go to the mount (``/call`` → ``/ors/call``), and a doubled
-    slash after the mount (the SDK's ``{base_url}/ping`` with a base URL ending in ``/``) is made single."""
+class ORSRequests:
+    """Plain-ASGI middleware, outermost on the app: ORS requests (``/ors/...``, and the SDK's at the root) go
+    straight to the front, past the app's session middleware and routes (the front's own calls into the app go
+    through them all); every other request passes on after one prefix check and one set lookup."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, front: _LazyFront) -> None:
         self.app = app
+        self.front = front
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             path: str = scope["path"]
-            if path.startswith(MOUNT_PATH + "//"):
-                _rewrite(scope, MOUNT_PATH + "/" + path[len(MOUNT_PATH) :].lstrip("/"))
-            elif is_ors_request(scope):
-                _rewrite(scope, MOUNT_PATH + path)
+            if path.startswith(MOUNT_PATH) and (len(path) == len(MOUNT_PATH) or path[len(MOUNT_PATH)] == "/"):
+                # "/ors//ping": the SDK's "{base_url}/ping" with a base URL ending in "/"
+                await self.front(_relative(scope, "/" + path[len(MOUNT_PATH) :].lstrip("/")), receive, send)
+                return
+            if is_ors_request(scope):
+                await self.front(_relative(scope, path), receive, send)
+                return
         await self.app(scope, receive, send)
 
 
-def _rewrite(scope: Any, path: str) -> None:
-    scope["path"] = path
-    scope["raw_path"] = path.encode()
+def _relative(scope: Any, path: str) -> Any:
+    return {**scope, "path": path, "raw_path": path.encode(), "root_path": scope.get("root_path", "") + MOUNT_PATH}
 
 
 def mount_ors(server: SimpleResourcesServer, app: FastAPI) -> None:
-    """Serve ``server``'s environment over ORS at ``/ors`` on ``app`` (after every other route)."""
-    if any(getattr(route, "path", None) == MOUNT_PATH for route in app.router.routes):
-        return  # the app serves its own /ors (a route or an earlier mount): it keeps it
-    app.router.routes.append(Mount(MOUNT_PATH, app=_LazyFront(server, app)))
-    app.add_middleware(ORSRootRequests)
+    """Serve ``server``'s environment over ORS at ``/ors`` on ``app`` (and the SDK's root requests)."""
+    if any(getattr(route, "path", None) in (MOUNT_PATH, MOUNT_PATH + "/{path:path}") for route in app.router.routes):
+        return  # the app serves its own /ors: it keeps it
+    app.add_middleware(ORSRequests, front=_LazyFront(server, app))

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
@@ -224,13 +225,15 @@ async def _body(request: Request, model: type[M]) -> M:
 
 
 def _guard(handler: Handler) -> Handler:
-    """A route answering a ``FrontError`` as its status with a JSON ``detail``."""
+    """A route answering a ``FrontError`` (or the request limits' refusal) as its status with a JSON ``detail``."""
 
     async def guarded(request: Request) -> Response:
         try:
             return await handler(request)
         except FrontError as exc:
             return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+        except HTTPException as exc:  # the request limits' 413 and 408
+            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     guarded.__name__ = getattr(handler, "__name__", "route")
     return guarded
