@@ -123,15 +123,28 @@ def start(environment: str) -> tuple[subprocess.Popen[bytes], str]:
 
 
 async def one_round(
-    url: str, pid: int, driver: Driver, rollouts: list[dict[str, Any]], rows: list[dict[str, Any]], seconds: float,
+    url: str,
+    pid: int,
+    driver: Driver,
+    rollouts: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    seconds: float,
     concurrency: int,
-) -> tuple[float, float]:
-    """``concurrency`` loops replaying rollouts for ``seconds``: (rollouts/s, server CPU ms per rollout)."""
+) -> tuple[float, float, float]:
+    """``concurrency`` loops replaying rollouts for ``seconds``: (rollouts/s, server CPU ms per rollout, HTTP
+    requests per rollout)."""
     indexes = [rows.index(dataset_row(r)) for r in rollouts]
-    done = 0
+    done = requests = 0
+
+    async def count(request: httpx.Request) -> None:
+        nonlocal requests
+        requests += 1
+
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+    hooks = {"request": [count]}
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits, event_hooks=hooks) as http:
         await driver.rollout(http, indexes[0], rollouts[0])  # warm: the first request of a front imports it
+        requests = 0
         cpu_before, began = process_cpu(pid), time.monotonic()
         deadline = began + seconds
 
@@ -142,13 +155,15 @@ async def one_round(
                 recorded = rollouts[k % len(rollouts)]
                 reward = await driver.rollout(http, indexes[k % len(rollouts)], recorded)
                 if reward != recorded["reward"]:
-                    raise SystemExit(f"{driver.name}: rollout {k % len(rollouts)} got {reward}, recorded {recorded['reward']}")
+                    raise SystemExit(
+                        f"{driver.name}: rollout {k % len(rollouts)} got {reward}, recorded {recorded['reward']}"
+                    )
                 done += 1
                 k += 1
 
         await asyncio.gather(*(loop(i) for i in range(concurrency)))
         elapsed, cpu = time.monotonic() - began, process_cpu(pid) - cpu_before
-    return done / elapsed, 1000 * cpu / max(done, 1)
+    return done / elapsed, 1000 * cpu / max(done, 1), requests / max(done, 1)
 
 
 def main() -> None:
@@ -160,15 +175,17 @@ def main() -> None:
     parser.add_argument("--environments", default=",".join(ENVIRONMENTS))
     args = parser.parse_args()
     drivers = [DRIVERS[name]() for name in args.protocols.split(",")]
-    print(f"| environment | protocol | rollouts/s | server CPU ms/rollout | rollouts/s vs {drivers[0].name} | CPU/rollout vs {drivers[0].name} |")
-    print("|---|---|---:|---:|---:|---:|")
+    base = drivers[0].name
+    print("| environment | protocol | HTTP requests/rollout | rollouts/s | server CPU ms/rollout |"
+          f" vs {base}: rollouts/s | vs {base}: CPU/rollout | vs {base}: CPU/request |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for environment in args.environments.split(","):
         folder = ROOT / "resources_servers" / environment / "data"
         rollouts = read_example_rollouts(folder / "example_rollouts.jsonl")
         rows = read_jsonl(folder / "example.jsonl")
         proc, url = start(environment)
         try:
-            results: dict[str, list[tuple[float, float]]] = {d.name: [] for d in drivers}
+            results: dict[str, list[tuple[float, float, float]]] = {d.name: [] for d in drivers}
             for _ in range(args.rounds):
                 for driver in drivers:
                     results[driver.name].append(
@@ -176,12 +193,16 @@ def main() -> None:
                     )
         finally:
             stop_process(proc)
-        base_rate = statistics.median(r for r, _ in results[drivers[0].name])
-        base_cpu = statistics.median(c for _, c in results[drivers[0].name])
+        base_rate = statistics.median(r for r, _, _ in results[base])
+        base_cpu = statistics.median(c for _, c, _ in results[base])
+        base_requests = results[base][0][2]
         for driver in drivers:
-            rate = statistics.median(r for r, _ in results[driver.name])
-            cpu = statistics.median(c for _, c in results[driver.name])
-            print(f"| {environment} | {driver.name} | {rate:.0f} | {cpu:.2f} | {rate / base_rate:.2f}x | {cpu / base_cpu:.2f}x |")
+            rate = statistics.median(r for r, _, _ in results[driver.name])
+            cpu = statistics.median(c for _, c, _ in results[driver.name])
+            requests = results[driver.name][0][2]
+            per_request = (cpu / requests) / (base_cpu / base_requests)
+            print(f"| {environment} | {driver.name} | {requests:.1f} | {rate:.0f} | {cpu:.2f} |"
+                  f" {rate / base_rate:.2f}x | {cpu / base_cpu:.2f}x | {per_request:.2f}x |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,9 +17,7 @@ def ors_python() -> Path:
     is made (about a minute), and a failure to make it fails the test."""
     in_ci = os.environ.get("CI", "").lower() == "true"
     if not in_ci and not os.environ.get("NGYM_ORS_VENV"):
-        probe = subprocess.run(
-            ["bash", str(ORS_VENV_SCRIPT), "--probe"], capture_output=True, text=True
-        )
+        probe = subprocess.run(["bash", str(ORS_VENV_SCRIPT), "--probe"], capture_output=True, text=True)
         if probe.returncode != 0:
             pytest.skip("no ORS client venv yet (make it with tools/ors_venv.sh, or run `make ors`)")
     made = subprocess.run(["bash", str(ORS_VENV_SCRIPT)], capture_output=True, text=True, timeout=900)

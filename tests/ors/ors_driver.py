@@ -38,7 +38,9 @@ async def _episode(env: Any, plan: dict[str, Any], episode: dict[str, Any], subm
     from openreward.api.environments.client import Task
 
     if "task_spec" in episode:
-        task = Task(server_name=env.server, environment_name=plan["env_name"], task_spec=episode["task_spec"], namespace=None)
+        task = Task(
+            server_name=env.server, environment_name=plan["env_name"], task_spec=episode["task_spec"], namespace=None
+        )
         session = env.session(task=task)
     else:
         session = env.session(split=plan["split"], index=episode["index"])

@@ -27,6 +27,7 @@ from ngym.targets import resolve
 from ngym.testing import RolloutClient, app_for, run_recorded_rollout
 
 DRIVER = Path(__file__).with_name("ors_driver.py")
+TRL_DRIVER = Path(__file__).with_name("trl_spec_driver.py")
 BUILTINS = [
     "example_single_tool_call",
     "example_session_state_mgmt",
@@ -36,10 +37,10 @@ BUILTINS = [
 ]
 
 
-def drive(python: Path, plan: dict[str, Any]) -> dict[str, Any]:
-    """Run the ORS client on ``plan`` (tests/ors/ors_driver.py) in the ORS venv; what it saw."""
+def drive(python: Path, plan: dict[str, Any], driver: Path = DRIVER) -> dict[str, Any]:
+    """Run the ORS client on ``plan`` (tests/ors/ors_driver.py, or ``driver``) in the ORS venv; what it saw."""
     done = subprocess.run(
-        [str(python), str(DRIVER)], input=json.dumps(plan), capture_output=True, text=True, timeout=300
+        [str(python), str(driver)], input=json.dumps(plan), capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-4000:]
     seen: dict[str, Any] = json.loads(done.stdout)
@@ -153,3 +154,30 @@ def test_bad_tool_input_reaches_the_ors_client_as_its_error(ors_python: Path) ->
     assert bad["error"] == "ToolCallError" and bad["reason"] == "input_validation" and "city" in bad["detail"]
     assert unknown["reason"] == "not_found" and "get_weather" in unknown["detail"]
     assert seen["episodes"][0]["after_finish"]["reason"] == "episode_finished"
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_trl_openreward_spec_trains_on_what_nemo_gyms_wire_scores(name: str, ors_python: Path) -> None:
+    """TRL's OpenRewardSpec pointed at the server's /ors, used as GRPOTrainer uses it (dataset, one environment per
+    rollout, the model's tool calls as method calls, reward_funcs): its rewards are NeMo Gym's wire's."""
+    folder = resolve(name).folder
+    assert folder is not None
+    rollouts = read_example_rollouts(folder / "data" / "example_rollouts.jsonl")
+    rows = read_jsonl(folder / "data" / EXAMPLE_ROWS)
+    episodes = [
+        {
+            "index": rows.index({k: v for k, v in r.items() if k not in ("response", "reward")}),
+            "calls": [[c.name, c.arguments] for c in recorded_tool_calls(r["response"])],
+            "answer": _final_text(r["response"]),
+        }
+        for r in rollouts
+    ]
+    with served(name) as url:
+        nemo = asyncio.run(_nemo_rewards(url, rollouts))
+        plan = {"url": f"{url}/ors/", "env_name": name, "split": "example", "episodes": episodes}
+        seen = drive(ors_python, plan, TRL_DRIVER)
+        assert _live_sessions(url) == 0
+    assert seen["dataset_rows"] == len({e["index"] for e in episodes})
+    assert "submit_answer" in seen["tools"]
+    assert seen["rewards"] == nemo == [r["reward"] for r in rollouts]
+    assert all(seen["finished"])

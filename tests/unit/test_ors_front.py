@@ -88,7 +88,11 @@ async def test_splits_tasks_and_tools_come_from_the_environment() -> None:
         by_name = {t["name"]: t for t in tools["tools"]}
         assert set(by_name) == {"get_weather", "submit_answer"}
         assert by_name["get_weather"]["input_schema"]["properties"]["city"]["type"] == "string"
-        assert tools["terminal_tool"] == {"name": "submit_answer", "arg": "answer", "description": by_name["submit_answer"]["description"]}
+        assert tools["terminal_tool"] == {
+            "name": "submit_answer",
+            "arg": "answer",
+            "description": by_name["submit_answer"]["description"],
+        }
 
 
 @pytest.mark.parametrize("name", ["example_single_tool_call", "example_session_state_mgmt", "workplace_assistant"])
@@ -127,7 +131,9 @@ async def test_an_episode_sent_as_task_spec_is_seeded_with_that_row() -> None:
         ors = ORS(http)
         sid = await ors.session(task_spec={**row, "initial_count": 40, "expected_count": 42})
         prompt = (await http.get("/ors/prompt", headers={"x-session-id": sid})).json()
-        assert prompt == [{"type": "text", "text": row["responses_create_params"]["input"][0]["content"], "detail": None}]
+        assert prompt == [
+            {"type": "text", "text": row["responses_create_params"]["input"][0]["content"], "detail": None}
+        ]
         await ors.call(sid, "increment_counter", {"count": 2})
         counted = await ors.call(sid, "get_counter_value", {})
         assert json.loads(counted["output"]["blocks"][0]["text"]) == {"count": 42}
@@ -187,6 +193,7 @@ async def test_a_lost_session_is_no_reward() -> None:
 
 async def test_bad_input_is_a_4xx_that_says_what_to_fix() -> None:
     async with serve_in_process(app_for("example_single_tool_call")) as http:
+
         async def status(method: str, path: str, **kwargs: Any) -> tuple[int, str]:
             answer = await http.request(method, path, **kwargs)
             return answer.status_code, json.dumps(answer.json()["detail"])

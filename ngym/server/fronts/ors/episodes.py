@@ -156,12 +156,16 @@ class Episodes:
     async def _submit(self, episode: Episode, final_text: str) -> dict[str, Any]:
         row = episode.row
         response = trajectory.response(episode.steps, final_text, row, f"resp_ors_{episode.sid}")
-        answer = await inprocess.post(self.app, "/verify", json.dumps({**row, "response": response}).encode(), episode.cookie)
+        answer = await inprocess.post(
+            self.app, "/verify", json.dumps({**row, "response": response}).encode(), episode.cookie
+        )
         episode.finished = True
         if answer.status >= 400:
             await self._close(episode)
             metadata = {"mask_sample": True, "failure_kind": VERIFIER_ERROR, "failure_reason": answer.text[:2000]}
-            return wire.tool_success(f"verify failed (HTTP {answer.status})", reward=None, finished=True, metadata=metadata)
+            return wire.tool_success(
+                f"verify failed (HTTP {answer.status})", reward=None, finished=True, metadata=metadata
+            )
         if self.server.config.close_session_after_verify:
             episode.closed = True  # the server closed it after verify
         else:
@@ -170,8 +174,12 @@ class Episodes:
         if not isinstance(verified, dict):
             return wire.tool_success("verify answered no object", reward=None, finished=True, metadata=None)
         reward = trajectory.reward_of(verified)
-        text = "The episode is over: no reward (masked)." if reward is None else f"The episode is over. Reward: {reward}"
-        return wire.tool_success(text, reward=reward, finished=True, metadata=trajectory.outcome_metadata(verified, row))
+        text = (
+            "The episode is over: no reward (masked)." if reward is None else f"The episode is over. Reward: {reward}"
+        )
+        return wire.tool_success(
+            text, reward=reward, finished=True, metadata=trajectory.outcome_metadata(verified, row)
+        )
 
 
 def _detail(text: str) -> Any:

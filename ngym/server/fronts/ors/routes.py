@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from importlib import metadata
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -21,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 
-from ngym import __version__
+from ngym.errors import ConfigError
 from ngym.server.fronts.ors import sse, tasks, wire
 from ngym.server.fronts.ors.episodes import KEPT_RESULTS, Episode, Episodes, FrontError
 from ngym.server.fronts.ors.tools import Toolbox
@@ -68,7 +69,7 @@ class ORSFront:
         return JSONResponse({"status": "ok"})
 
     async def version(self, request: Request) -> Response:
-        return JSONResponse({"version": __version__, "build_sha": None})
+        return JSONResponse({"version": _version(), "build_sha": None})
 
     async def list_environments(self, request: Request) -> Response:
         return JSONResponse([self.name])
@@ -197,8 +198,17 @@ class ORSFront:
             ("/score_group", self.score_group, "POST"),
         ]
         for prefix in ("", "/{env_name}"):
-            routes += [Route(prefix + path, _guard(handler), methods=[method]) for path, handler, method in per_environment]
+            routes += [
+                Route(prefix + path, _guard(handler), methods=[method]) for path, handler, method in per_environment
+            ]
         return Router(routes=routes)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("ngym")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _sid(request: Request) -> str:
@@ -232,6 +242,8 @@ def _guard(handler: Handler) -> Handler:
             return await handler(request)
         except FrontError as exc:
             return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+        except ConfigError as exc:  # the server's own data (a split's file) is broken: say which
+            return JSONResponse({"detail": str(exc)}, status_code=500)
         except HTTPException as exc:  # the request limits' 413 and 408
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 

@@ -14,19 +14,22 @@ the server runs in. A task is the row itself: ``task_spec`` is the JSON object `
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ngym.examples import EXAMPLE_ROWS, read_jsonl
+from ngym.errors import ConfigError
 
 if TYPE_CHECKING:
     from ngym.server.resources import SimpleResourcesServer
 
 log = logging.getLogger("ngym.ors")
 
+#: ngym's example-data convention (``ngym.examples.EXAMPLE_ROWS``; the server runtime does not import the tooling).
+EXAMPLE_ROWS = "example.jsonl"
 TASKS_ENV = "NGYM_ORS_TASKS"
 CONFIG_KEY = "ors_tasks"
 _SPLIT_TYPES = {"train": "train", "validation": "validation", "test": "test"}
@@ -48,6 +51,26 @@ class Split:
 
     def as_wire(self) -> dict[str, str]:
         return {"name": self.name, "type": self.type}
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL file (blank lines skipped); a missing file or a line that is not a JSON object is a
+    ConfigError naming the file and line."""
+    if not path.is_file():
+        raise ConfigError(f"ORS split file not found: {path}")
+    rows: list[dict[str, Any]] = []
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise ConfigError(f"{path}:{number}: not JSON: {exc}") from None
+            if not isinstance(row, dict):
+                raise ConfigError(f"{path}:{number}: a row must be a JSON object")
+            rows.append(row)
+    return rows
 
 
 def split_type(name: str, declared: str | None = None) -> str:
@@ -76,7 +99,7 @@ def _parse_mapping(text: str) -> dict[str, str]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, eq, path = item.partition("=")
         if not eq or not name.strip() or not path.strip():
-            raise ValueError(f"{TASKS_ENV}: expected split=path.jsonl[,split=path.jsonl], got {item!r}")
+            raise ConfigError(f"{TASKS_ENV}: expected split=path.jsonl[,split=path.jsonl], got {item!r}")
         mapping[name.strip()] = path.strip()
     return mapping
 
@@ -88,7 +111,7 @@ def discover_splits(server: SimpleResourcesServer) -> list[Split]:
     given = extra.get(CONFIG_KEY) or (_parse_mapping(os.environ[TASKS_ENV]) if os.environ.get(TASKS_ENV) else None)
     if given:
         if not isinstance(given, dict):
-            raise ValueError(f"{CONFIG_KEY} must map split names to JSONL paths, got {type(given).__name__}")
+            raise ConfigError(f"{CONFIG_KEY} must map split names to JSONL paths, got {type(given).__name__}")
         return [Split(str(name), split_type(str(name)), _resolve(str(path), folder)) for name, path in given.items()]
     splits: list[Split] = []
     datasets = extra.get("datasets")
@@ -111,7 +134,9 @@ def _text_of(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "".join(
-            str(part.get("text", "")) for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
         )
     return ""
 

@@ -90,7 +90,8 @@ def _declared(row: dict[str, Any] | None) -> dict[str, ToolSpec] | None:
     for tool in declared:
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             continue
-        function = tool.get("function") if isinstance(tool.get("function"), dict) else tool  # Chat or Responses
+        nested = tool.get("function")
+        function: dict[str, Any] = nested if isinstance(nested, dict) else tool  # Chat's form or Responses'
         name = function.get("name")
         if isinstance(name, str) and name:
             schema = function.get("parameters")
