@@ -7,6 +7,7 @@ front's behaviour with plain HTTP and run in ``make test``.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -265,3 +266,29 @@ async def test_root_requests_are_ors_only_with_ors_headers() -> None:
         # the SDK's ping: {base_url}/ping with a base URL ending in "/"
         assert (await http.post("/ors//ping", headers={"x-session-id": sid})).status_code == 200
         await ors.delete(sid)
+
+
+async def test_the_servers_request_limits_hold_for_ors_bodies() -> None:
+    """ORS requests skip the app's routes, not its limits: a body over ``max_request_body_bytes`` is a 413."""
+    async with serve_in_process(app_for("example_single_tool_call", max_request_body_bytes=2000)) as http:
+        spec = {"responses_create_params": {"input": "x" * 5000}}
+        answer = await http.post("/ors/create", json={"task_spec": spec}, headers={"x-session-id": "big"})
+        assert answer.status_code == 413 and "max_request_body_bytes" in answer.json()["detail"]
+        assert await _live(http) == 0
+
+
+async def test_splits_can_point_at_any_jsonl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``NGYM_ORS_TASKS`` names the splits and their files; a broken file is a 500 that names it."""
+    (tmp_path / "train.jsonl").write_text(json.dumps({"responses_create_params": {"input": "Weather in Rome?"}}) + "\n")
+    (tmp_path / "broken.jsonl").write_text("{not json\n")
+    monkeypatch.setenv("NGYM_ORS_TASKS", f"train={tmp_path / 'train.jsonl'},broken={tmp_path / 'broken.jsonl'}")
+    async with serve_in_process(app_for("example_single_tool_call")) as http:
+        splits = (await http.get("/ors/splits")).json()
+        assert splits == [{"name": "train", "type": "train"}, {"name": "broken", "type": "validation"}]
+        ors = ORS(http)
+        sid = await ors.session(split="train", index=0)
+        prompt = (await http.get("/ors/prompt", headers={"x-session-id": sid})).json()
+        assert prompt[0]["text"] == "Weather in Rome?"
+        await ors.delete(sid)
+        broken = await http.post("/ors/num_tasks", json={"split": "broken"})
+        assert broken.status_code == 500 and "broken.jsonl:1: not JSON" in broken.json()["detail"]
