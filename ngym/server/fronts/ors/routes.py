@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from importlib import metadata
 from collections.abc import Awaitable, Callable
+from importlib import metadata
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
