@@ -1,6 +1,17 @@
-"""Protocol fronts: other clients' protocols served over the same session manager and the environment's own routes.
+"""Protocol fronts: other protocols served beside the resources-server routes, by the same server.
 
-Each front lives in a module or package of its own here and is mounted on every server app under a path of its
-own (``/ors``: the Open Reward Standard), imported on its first request, so a server whose clients speak NeMo
-Gym's wire never loads it.
+A front is a thin translation of a protocol's requests into the same session manager
+(``ngym.server.sessions``) and the environment's own methods (its tools, ``seed_session``, ``verify``). It has
+no sessions and no reward path of its own: a rollout served through a front is kept, scored and masked
+exactly as one served through the standard routes (``ngym.server.pipeline.routes``).
+
+- ``mcp``: ``expose_tools_over_mcp``: the environment's tool routes over MCP (streamable HTTP at ``/mcp``),
+  inside each rollout's session.
+- ``ors/``: the Open Reward Standard (``/ors``, and the ``openreward`` SDK's requests at the root), mounted on
+  every app and imported on its first request.
+- ``openenv/``: OpenEnv's front.
+
+Fronts are built on the request pipeline (``ngym.server.pipeline``). The pipeline imports no front, apart from
+the app assembly (``pipeline.app.build_app``) installing the fronts: ORS on every app (its light mount
+module only), MCP when the config asks for it (``expose_tools_over_mcp``).
 """

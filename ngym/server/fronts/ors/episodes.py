@@ -28,7 +28,7 @@ from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.pipeline.resources import SimpleResourcesServer
 
 log = logging.getLogger("ngym.ors")
 

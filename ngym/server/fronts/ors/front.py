@@ -12,7 +12,7 @@ from ngym.server.fronts.ors.tools import Toolbox
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.pipeline.resources import SimpleResourcesServer
 
 
 def build_front(server: SimpleResourcesServer, app: FastAPI) -> ORSFront:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.pipeline.resources import SimpleResourcesServer
 
 MOUNT_PATH = "/ors"
 #: First path segments of the ORS routes a root request may be (``/<env_name>/...`` forms aside: the SDK sends
@@ -48,7 +48,7 @@ class _LazyFront:
             # Imported here: the front (its modules, pydantic models, the tool harvest) is loaded only by servers
             # an ORS client talks to.
             from ngym.server.fronts.ors.front import build_front
-            from ngym.server.request_limits import RequestLimitsMiddleware
+            from ngym.server.pipeline.request_limits import RequestLimitsMiddleware
 
             config = self._server.config
             self._router = RequestLimitsMiddleware(

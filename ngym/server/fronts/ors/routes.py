@@ -26,7 +26,7 @@ from ngym.errors import ConfigError
 from ngym.server.fronts.ors import sse, tasks, wire
 from ngym.server.fronts.ors.episodes import KEPT_RESULTS, Episode, Episodes, FrontError
 from ngym.server.fronts.ors.tools import Toolbox
-from ngym.server.input_errors import parse_json
+from ngym.server.pipeline.intake import parse_json
 
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[Request], Awaitable[Response]]

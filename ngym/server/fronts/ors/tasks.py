@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ngym.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.pipeline.resources import SimpleResourcesServer
 
 log = logging.getLogger("ngym.ors")
 

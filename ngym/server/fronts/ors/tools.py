@@ -1,7 +1,7 @@
 """An environment's tools as ORS tool specs: its tool routes with their bodies' JSON Schema, plus the final answer.
 
 The tool routes are the ones MCP exposure serves (every ``POST /<name>`` that is not a protocol route, found by
-``ngym.server.mcp_exposure.harvest_tools``). A session whose row declares its tools
+``ngym.server.fronts.mcp.harvest_tools``). A session whose row declares its tools
 (``responses_create_params.tools``, as NeMo Gym rows do) sees those, with the row's own descriptions and
 parameter schemas: what the model would have been shown on NeMo Gym's wire.
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from ngym.server.mcp_exposure import harvest_tools
+from ngym.server.fronts.mcp import harvest_tools
 
 SUBMIT_TOOL = "submit_answer"
 SUBMIT_ARGUMENT = "answer"
