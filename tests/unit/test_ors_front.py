@@ -115,6 +115,7 @@ async def test_recorded_rollouts_score_the_same_as_on_nemo_gyms_wire(name: str) 
             out = await ors.call(sid, "submit_answer", {"answer": final})
             assert out["output"]["finished"] is True
             assert out["output"]["reward"] == nemo["reward"] == rollout["reward"], (index, out, nemo)
+            assert not {"responses_create_params", "response", "reward"} & set(out["output"]["metadata"])
             await ors.delete(sid)
         assert await _live(http) == 0
 

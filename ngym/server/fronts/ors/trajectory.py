@@ -71,8 +71,9 @@ def reward_of(verified: dict[str, Any]) -> float | None:
 
 def outcome_metadata(verified: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """What the verify answer adds to the row (judge evaluations, parsed answers, failure kinds), for
-    ``ToolOutput.metadata``; the echoed row and trajectory are left out."""
-    return {k: v for k, v in verified.items() if k != "response" and (k not in row or row[k] != v)}
+    ``ToolOutput.metadata``; the echoed row, request and trajectory are left out (the reward has its own field)."""
+    echoed = ("response", "responses_create_params", "reward")
+    return {k: v for k, v in verified.items() if k not in echoed and (k not in row or row[k] != v)}
 
 
 def lost_metadata(detail: str) -> dict[str, Any]:
