@@ -293,3 +293,53 @@ async def test_splits_can_point_at_any_jsonl(tmp_path: Path, monkeypatch: pytest
         await ors.delete(sid)
         broken = await http.post("/ors/num_tasks", json={"split": "broken"})
         assert broken.status_code == 500 and "broken.jsonl:1: not JSON" in broken.json()["detail"]
+
+
+async def test_finished_episodes_never_deleted_do_not_fill_the_table() -> None:
+    """A client that never calls /delete: its finished episodes are forgotten when the table reaches
+    ``max_sessions``, so new sessions still open (the ngym sessions were closed by verify)."""
+    app = app_for("example_single_tool_call", max_sessions=4)
+    async with serve_in_process(app) as http:
+        ors = ORS(http)
+        for _ in range(10):
+            sid = await ors.session(split="example", index=0)
+            assert (await ors.call(sid, "submit_answer", {"answer": "x"}))["output"]["finished"] is True
+        assert len(app.state.ngym_fronts["ors"].episodes) <= 4
+        assert await _live(http) == 0
+
+
+async def test_a_resumed_call_answers_the_same_run_without_running_it_again() -> None:
+    """A client whose /call stream was cut resends it with the task id: the same answer, the tool not run twice."""
+    async with serve_in_process(app_for("example_session_state_mgmt")) as http:
+        ors = ORS(http)
+        spec = {"responses_create_params": {"input": "count"}, "initial_count": 0, "expected_count": 1}
+        sid = await ors.session(task_spec=spec)
+        headers = {"x-session-id": sid}
+        first = await http.post("/ors/call", json={"name": "increment_counter", "input": {"count": 1}}, headers=headers)
+        task_id = first.text.split("\r\n")[1][6:]
+        again = await http.post(
+            "/ors/call", json={"name": "increment_counter", "input": {"count": 1}, "task_id": task_id}, headers=headers
+        )
+        assert _sse_result(again) == _sse_result(first)
+        counted = await ors.call(sid, "get_counter_value", {})
+        assert json.loads(counted["output"]["blocks"][0]["text"]) == {"count": 1}  # incremented once
+        unknown = await http.post("/ors/call", json={"name": "x", "input": {}, "task_id": "nope"}, headers=headers)
+        assert _sse_result(unknown) == ("error", "unknown task_id")
+        await ors.delete(sid)
+
+
+async def test_a_long_call_streams_pings_until_its_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call not done within PING_SECONDS is answered as a stream: task id, a ping per interval, then the answer."""
+    import asyncio
+
+    from ngym.server.fronts.ors import sse
+
+    monkeypatch.setattr(sse, "PING_SECONDS", 0.01)
+    running: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    response = await sse.respond("t1", running)
+    chunks = response.body_iterator  # type: ignore[attr-defined]
+    assert await chunks.__anext__() == sse.event("task_id", "t1")
+    assert await chunks.__anext__() == ": ping\r\n\r\n"  # the answer is not there yet: it cannot have ended
+    running.set_result('{"ok": true}')
+    rest = [chunk async for chunk in chunks]
+    assert rest[-1] == sse.event("end", '{"ok": true}')

@@ -80,6 +80,8 @@ class Episodes:
         self._sweep()
         if sid in self._live:
             raise FrontError(400, f"session {sid!r} already exists")
+        if len(self._live) >= self.server.config.max_sessions:
+            self._forget_finished()
         answer = await inprocess.post(self.app, "/seed_session", json.dumps(row).encode())
         if answer.status >= 400:
             # The environment's own refusal (422 for a row it does not accept, 503 when full), passed on as is.
@@ -111,6 +113,14 @@ class Episodes:
         answer = await inprocess.post(self.app, "/close_session", b"{}", episode.cookie)
         if answer.status >= 400:
             log.warning("ORS session %s: /close_session answered %s: %s", episode.sid, answer.status, answer.text[:200])
+
+    def _forget_finished(self) -> None:
+        """Forget the finished episodes a client never deleted (their sessions are closed), oldest first, down to
+        half the server's ``max_sessions``: the table stays bounded when clients skip ``/delete``."""
+        finished = sorted((e.last_used, sid) for sid, e in self._live.items() if e.finished)
+        excess = len(self._live) - self.server.config.max_sessions // 2
+        for _, sid in finished[: max(0, excess)]:
+            del self._live[sid]
 
     def _sweep(self) -> None:
         """Forget episodes idle longer than the server's session TTL (the server expired their sessions)."""
