@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import Body, FastAPI
 from pydantic import BaseModel
 
 from ngym import BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
@@ -343,3 +343,33 @@ async def test_a_long_call_streams_pings_until_its_answer(monkeypatch: pytest.Mo
     running.set_result('{"ok": true}')
     rest = [chunk async for chunk in chunks]
     assert rest[-1] == sse.event("end", '{"ok": true}')
+
+
+class _DeclaredSchemaTools(SimpleResourcesServer):
+    """Tools whose body is a plain dict with the schema given for /docs, as OpenEnv's and verifiers' are served."""
+
+    domain = Domain.AGENT
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        schema = {"type": "object", "properties": {"guess": {"type": "string"}}, "required": ["guess"]}
+        app.post(
+            "/guess",
+            summary="guess",
+            description="Guess the word.",
+            openapi_extra={"requestBody": {"content": {"application/json": {"schema": schema}}}},
+        )(self.guess)
+        return app
+
+    async def guess(self, body: dict[str, Any] = Body(default_factory=dict)) -> dict[str, Any]:  # noqa: B008
+        return {"correct": body.get("guess") == "ngym"}
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+
+async def test_a_tool_schema_given_for_the_docs_is_the_ors_tool_schema() -> None:
+    async with serve_in_process(app_for_class(_DeclaredSchemaTools, name="words")) as http:
+        tools = {t["name"]: t for t in (await http.get("/ors/tools")).json()["tools"]}
+        assert tools["guess"]["input_schema"]["required"] == ["guess"]
+        assert tools["guess"]["description"] == "Guess the word."
