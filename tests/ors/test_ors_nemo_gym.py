@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 
 from ngym.examples import EXAMPLE_ROWS, read_example_rollouts, read_jsonl, recorded_tool_calls
-from ngym.nemo import wheel as nemo_wheel
+from ngym_nemo_gym.catalogue import wheel as nemo_wheel
 from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.testing import app_for
 
