@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ngym.examples import EXAMPLE_ROWS, read_example_rollouts, read_jsonl, recorded_tool_calls
 from ngym_nemo_gym.catalogue import wheel as nemo_wheel
+
+from ngym.examples import EXAMPLE_ROWS, read_example_rollouts, read_jsonl, recorded_tool_calls
 from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.testing import app_for
 
