@@ -1,5 +1,5 @@
 """A server as a child process: start it, wait until it answers, stop it and every process it started, read
-the end of its log. ``ngym rollout``/``profile`` (``ngym.child_server``) and the fleet's engines
+the end of its log. The fleet's engines
 (``ngym.fleet``) start their servers through these.
 
 Each server starts in a session of its own (its pid is its process group), so stopping it reaches its uvicorn

@@ -32,6 +32,8 @@ RUNTIME_MAY_IMPORT = {
     "ngym.metrics",  # the statistics /aggregate_metrics answers with
     "ngym.metrics.aggregate",
     "ngym.metrics.repeats",
+    "ngym.rewards",  # the reward rule /health reports (stdlib only)
+    "ngym.child_python",  # how a supervisor starts its workers without the current folder on sys.path (stdlib only)
 }
 
 
@@ -109,6 +111,7 @@ PIPELINE, HOSTING, FRONTS = "ngym.server.pipeline", "ngym.server.hosting", "ngym
 PIPELINE_REACHES_OUT = {
     ("ngym.server.pipeline.app", "ngym.server.hosting.env_loop"): "build_app: the app on the environment loop",
     ("ngym.server.pipeline.app", "ngym.server.fronts.mcp"): "build_app: expose_tools_over_mcp",
+    ("ngym.server.pipeline.app", "ngym.server.fronts.ors.mount"): "build_app: the ORS front's mount on every app",
     ("ngym.server.pipeline.routes", "ngym.server.hosting.env_loop"): "the author's hooks on the environment loop",
     ("ngym.server.pipeline.resources", "ngym.server.hosting.env_loop"): "start-up hooks on the environment loop",
 }
