@@ -185,21 +185,22 @@ def flood(url: str, requests: int, shape: Callable[[int], tuple[str, str, dict[s
     returns status -> count, and asserts none of them was answered with ``Set-Cookie``."""
     per_thread = -(-requests // threads)
 
-    def run(t: int) -> tuple[dict[int, int], int]:
+    def run(t: int) -> tuple[dict[int, int], list[str]]:
         counts: dict[int, int] = {}
-        cookies = 0
+        cookies = []
         with new_client() as client:
             for i in range(t * per_thread, min(requests, (t + 1) * per_thread)):
                 method, path, headers, body = shape(i)
                 answer = client.request(method, f"{url}{path}", headers=headers, content=body or None)
                 counts[answer.status_code] = counts.get(answer.status_code, 0) + 1
-                cookies += "set-cookie" in answer.headers
+                if "set-cookie" in answer.headers:
+                    cookies.append(f"{method} {path} {headers} {body[:80]!r} -> {answer.status_code}")
         return counts, cookies
 
     total: dict[int, int] = {}
     with ThreadPoolExecutor(threads) as pool:
         for counts, cookies in pool.map(run, range(threads)):
-            assert cookies == 0, f"{cookies} answers to the flood set a session cookie"
+            assert not cookies, f"{len(cookies)} answers to the flood set a session cookie, e.g. {cookies[:3]}"
             for status, n in counts.items():
                 total[status] = total.get(status, 0) + n
     return total
