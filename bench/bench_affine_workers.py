@@ -49,6 +49,7 @@ def learned_table_config(listen_fd: int, backends: list[tuple[str, int]], cookie
     """The HAProxy configuration ngym used before stateless routing: stick tables learned from every answer's
     ``Set-Cookie`` (kept here only as the bench's "before")."""
     size = max(1024, 2 * cap * max(1, len(backends)))
+    typed = "path_end /seed_session /close_session"
     servers = "\n".join(
         f"    server w{i} 127.0.0.1:{port} check inter 1s fall 2 rise 1" for i, (_, port) in enumerate(backends)
     )
@@ -76,7 +77,7 @@ backend workers
     stick match req.cook({cookie})
     stick store-response res.cook({cookie})
     stick on path,field(3,/) table rollout_ids if {{ path_beg /ng-rollout/ }}
-    stick on req.body,json_query('$.resources_session_id') table typed_ids if {{ path_end /seed_session /close_session }}
+    stick on req.body,json_query('$.resources_session_id') table typed_ids if {{ {typed} }}
     http-response set-header X-Ngym-Worker %s
 {servers}
 backend rollout_ids

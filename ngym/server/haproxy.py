@@ -91,9 +91,11 @@ def haproxy_config(
     # server; the checks alone still take a dead one out within ~2 s (fall 2, inter 1s).
     observe = " observe layer4 error-limit 1 on-error mark-down" if len(backends) > 1 else ""
     servers = "\n".join(
-        f"    server {b.name} {b.host}:{b.port} check inter 1s fall 2 rise 1{observe}{' disabled' if b.disabled else ''}"
+        f"    server {b.name} {b.host}:{b.port} check inter 1s fall 2 rise 1{observe}"
+        + (" disabled" if b.disabled else "")
         for b in backends
     )
+    duplicate = f"if {{ req.cook_cnt({cookie_name}) gt 1 }}"
     stats = f"\n    stats socket {stats_socket} mode 600 level user" if stats_socket else ""
     routing = ""
     stride_op = f"div({stride})," if stride > 1 else ""
@@ -136,7 +138,7 @@ frontend ngym
     bind fd@{listen_fd}
     option http-buffer-request
     # two session cookies: the proxy and the server could read different sessions from one request
-    http-request return status 400 content-type application/json string '{_DUPLICATE_COOKIE_BODY}' if {{ req.cook_cnt({cookie_name}) gt 1 }}
+    http-request return status 400 content-type application/json string '{_DUPLICATE_COOKIE_BODY}' {duplicate}
     default_backend workers
 
 backend workers

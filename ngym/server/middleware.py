@@ -232,7 +232,9 @@ class NgymMiddleware:
                 try:
                     await sessions.on_unseeded_done(session.id)
                 except Exception:
-                    log.exception("freeing what %s %s kept under its one-off session id failed", scope["method"], scope["path"])
+                    log.exception(
+                        "freeing what %s %s kept under its one-off session id failed", scope["method"], scope["path"]
+                    )
             if session.close_requested:
                 try:
                     await sessions.close(session.id)

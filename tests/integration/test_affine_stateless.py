@@ -16,11 +16,11 @@ import pytest
 from tests.support.affinity_probes import (
     COOKIE,
     affine_server,
-    new_client,
     churn,
     flood,
     idle_sessions,
     junk_get,
+    new_client,
     seed,
     stop_cont_probe,
     verified_unmasked,

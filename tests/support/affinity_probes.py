@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-from http.cookiejar import CookieJar
 import socket
 import subprocess
 import tempfile
@@ -17,6 +16,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar
 from pathlib import Path
 
 import httpx
@@ -146,7 +146,9 @@ class Rollout:
         return answer
 
     def verify(self, client: httpx.Client) -> dict[str, object]:
-        answer = self.call(client, "/verify", {**self.row, "expected_count": self.expected, "response": make_response()})
+        answer = self.call(
+            client, "/verify", {**self.row, "expected_count": self.expected, "response": make_response()}
+        )
         assert answer.status_code == 200, answer.text
         return {**answer.json(), "worker": answer.headers.get("x-ngym-worker")}
 
@@ -180,7 +182,9 @@ def verified_unmasked(rollouts: list[Rollout]) -> list[dict[str, object]]:
     return wrong
 
 
-def flood(url: str, requests: int, shape: Callable[[int], tuple[str, str, dict[str, str], bytes]], threads: int = 8) -> dict[int, int]:
+def flood(
+    url: str, requests: int, shape: Callable[[int], tuple[str, str, dict[str, str], bytes]], threads: int = 8
+) -> dict[int, int]:
     """``requests`` requests shaped by ``shape(i) -> (method, path, headers, body)`` on keep-alive connections;
     returns status -> count, and asserts none of them was answered with ``Set-Cookie``."""
     per_thread = -(-requests // threads)

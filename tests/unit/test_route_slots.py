@@ -92,5 +92,3 @@ def test_a_bad_slot_setting_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(ROUTE_SLOT_ENV, "3/2")
     with pytest.raises(ConfigError, match="NGYM_ROUTE_SLOT='3/2'"):
         app_for("example_session_state_mgmt")
-
-

@@ -19,6 +19,7 @@ class, so NeMo Gym code runs as written:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import typing
@@ -234,10 +235,8 @@ def _drop_key_from_own_dicts(server: Any, key: str) -> None:
     private = getattr(server, "__pydantic_private__", None) or {}
     for value in (*vars(server).values(), *private.values()):
         if isinstance(value, dict) and key in value:
-            try:
+            with contextlib.suppress(KeyError, TypeError):  # a concurrent pop, a dict subclass that refuses
                 del value[key]
-            except (KeyError, TypeError):  # a concurrent pop, a dict subclass that refuses
-                pass
 
 
 # Set after the class is made, so pydantic does not take it for a field. NeMo Gym's Gymnasium base and games keep
