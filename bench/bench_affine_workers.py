@@ -8,7 +8,7 @@ these servers are measured side by side, alternating, ROUNDS times:
 - ``table 1`` / ``table 2``: 1 or 2 workers behind HAProxy routing by a stick table learned from each answer's
   ``Set-Cookie`` (the design stateless routing replaced: ``learned_table_config`` below);
 - ``hash 1`` / ``hash 2``: 1 or 2 workers behind HAProxy routing by ``crc32(session id) mod N`` read from the
-  request (``ngym.server.haproxy``; ``hash 2`` is ``ngym run NAME --workers 2``).
+  request (``ngym.server.hosting.haproxy``; ``hash 2`` is ``ngym run NAME --workers 2``).
 
 Columns: rollouts/s and its ratio to ``direct 1``; CPU ms per rollout (every process of the server: supervisor,
 workers, HAProxy, sandboxes) and its ratio; ``proxy CPU``: HAProxy's own share of that CPU (the routing layer).
@@ -89,8 +89,8 @@ backend typed_ids
 
 def serve_proxied(name: str, port: int, workers: int, learned: bool) -> None:
     """``table N`` / ``hash N``: N workers behind HAProxy, as ``--workers N`` runs them (in a child process)."""
-    from ngym.server.affinity import AffineWorkers
-    from ngym.server.app import build_server, load_server_class
+    from ngym.server.hosting.affinity import AffineWorkers
+    from ngym.server.pipeline.app import build_server, load_server_class
 
     spec = resolve(name).serve_spec()
     server = build_server(spec, load_server_class(spec.target))

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ngym.child_server import wait_healthy
-from ngym.server.haproxy import Backend, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_config
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV
 from tests.integration.conftest import VENV_BIN
 from tests.integration.test_affine_workers import HAPROXY, counter_rollout

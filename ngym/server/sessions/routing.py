@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from ngym.errors import ConfigError
 
 #: ``I/N``: this process is slot I of a routing set of N (set by ``ngym run --workers``, the Ray engine, or by hand
-#: for hosts behind one HAProxy configured by ``ngym.server.haproxy.haproxy_config``). Nested sets (a Ray replica
-#: that itself runs ``--workers``) chain levels, outermost first: ``R/NR,W/NW``.
+#: for hosts behind one HAProxy configured by ``ngym.server.hosting.haproxy.haproxy_config``). Nested sets (a Ray
+#: replica that itself runs ``--workers``) chain levels, outermost first: ``R/NR,W/NW``.
 ROUTE_SLOT_ENV = "NGYM_ROUTE_SLOT"
 
 

@@ -79,7 +79,7 @@ def raise_server_exceptions(app: Any, on: bool) -> None:
     NeMo Gym's bare app (``setup_webserver()``) has no exception middleware: NeMo adds it only when it serves
     (``run_webserver``), so an environment's own tests expect an error to reach them through Starlette's
     ``TestClient`` or httpx's ``ASGITransport``. The compat layer turns this on for such apps; every app ngym
-    serves (``ngym.server.app.build_app``) turns it off again.
+    serves (``ngym.server.pipeline.app.build_app``) turns it off again.
     """
     setattr(app.state, RAISE_SERVER_EXCEPTIONS, on)
 
@@ -167,8 +167,8 @@ class NgymMiddleware:
                     if switched is not None:
                         session.id = str(switched)
                         session.sets_cookie = True
-                    elif session.record is not None:
-                        session.close_requested = True
+                    else:
+                        session.close_after_response()
                 elif session.is_new and compat.read and session.record is None and int(message["status"]) < 400:
                     # no session came with the request, yet ported code kept state under its id (NeMo Gym's lazy
                     # seed, e.g. a Gymnasium /reset): a live session now, bounded, expiring, closed like any other

@@ -5,7 +5,7 @@ requests would reach workers that do not hold its session. Environments whose st
 (NeMo Gym's ``self.sessions[...]``, math_with_code's live sandbox, workplace_assistant's databases) and every
 environment on the memory store therefore run as N single-worker processes, each on its own loopback socket,
 behind HAProxy, which sends every request of a rollout to the worker its session id names (worker I is routing
-slot I of N, ``NGYM_ROUTE_SLOT``; ``ngym.server.sessions.routing``, ``ngym.server.haproxy``).
+slot I of N, ``NGYM_ROUTE_SLOT``; ``ngym.server.sessions.routing``, ``ngym.server.hosting.haproxy``).
 
 This process is the supervisor: it binds the public socket (so ``--port 0`` works and the port is known before
 anything starts) and each worker's socket, hands them to HAProxy and the workers as inherited descriptors,
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ngym.server.app import SPEC_ENV, ServeSpec
-from ngym.server.haproxy import Backend, haproxy_binary, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
+from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
 
 log = logging.getLogger("ngym.serve")
@@ -141,7 +141,7 @@ class AffineWorkers:
             # the session ids it makes route back to it
             ROUTE_SLOT_ENV: str(self.outer_slot.inner(worker.index, len(self.workers))),
         }
-        cmd = [sys.executable, "-m", "ngym.server.host", "1", "1" if self.access_log else "0"]
+        cmd = [sys.executable, "-m", "ngym.server.hosting.host", "1", "1" if self.access_log else "0"]
         worker.process = subprocess.Popen(
             cmd,
             env=env,

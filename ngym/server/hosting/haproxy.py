@@ -114,7 +114,7 @@ def haproxy_config(
                 *(f"    use-server {b.name} if {{ var(txn.ngym_slot) -m int {i} }}" for i, b in enumerate(backends)),
             ]
         )
-    return f"""# written by ngym (ngym.server.haproxy); regenerated at every start
+    return f"""# written by ngym (ngym.server.hosting.haproxy); regenerated at every start
 global
     log stderr format short local0 warning{stats}
 
