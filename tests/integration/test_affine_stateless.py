@@ -18,6 +18,7 @@ from tests.support.affinity_probes import (
     affine_server,
     churn,
     flood,
+    haproxy_states,
     idle_sessions,
     junk_get,
     new_client,
@@ -94,3 +95,93 @@ def test_a_typed_close_is_honoured_only_by_the_worker_holding_the_session() -> N
         assert after.status_code == 410, after.text
         assert http.post(f"{served.url}/seed_session", json=typed).status_code == 409
         assert verified_unmasked([other]) == []
+
+
+def test_haproxy_routes_every_key_to_the_slot_the_workers_compute() -> None:
+    """The generated configuration (real HAProxy, stub backends that say who they are) routes the cookie's id, the
+    typed body's id and the rollout prefix to ``slot_of`` of that id, at an outer level and at a nested one."""
+    import json
+    import socket
+    import subprocess
+    import tempfile
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from pathlib import Path
+
+    from ngym.server.hosting.haproxy import Backend, haproxy_config
+    from ngym.server.sessions.routing import RouteSlot, slot_of
+
+    def _states(path: str) -> dict[str, str]:
+        try:
+            return haproxy_states(path)
+        except OSError:  # HAProxy not listening on it yet
+            return {}
+
+    class Echo(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        do_GET = do_POST  # HAProxy's health check
+
+    class Quiet(ThreadingHTTPServer):
+        def handle_error(self, request: object, client_address: object) -> None:
+            pass  # HAProxy closing a health check's connection early
+
+    stubs = [Quiet(("127.0.0.1", 0), Echo) for _ in range(3)]
+    for stub in stubs:
+        threading.Thread(target=stub.serve_forever, daemon=True).start()
+    assert HAPROXY is not None
+    try:
+        for stride in (1, 2):  # the outermost set, and a set nested in an outer one of 2 (a replica's workers)
+            public = socket.socket()
+            public.bind(("127.0.0.1", 0))
+            public.listen()
+            public.set_inheritable(True)
+            backends = [Backend(f"w{i}", "127.0.0.1", s.server_address[1]) for i, s in enumerate(stubs)]
+            with tempfile.TemporaryDirectory() as tmp:
+                config = Path(tmp) / "haproxy.cfg"
+                stats = str(Path(tmp) / "stats.sock")
+                config.write_text(
+                    haproxy_config(
+                        listen_fd=public.fileno(),
+                        backends=backends,
+                        cookie_name=COOKIE,
+                        stride=stride,
+                        stats_socket=stats,
+                    )
+                )
+                assert "stick" not in config.read_text()
+                proxy = subprocess.Popen([HAPROXY, "-db", "-f", str(config)], pass_fds=(public.fileno(),))
+                url = f"http://127.0.0.1:{public.getsockname()[1]}"
+                try:
+                    with new_client() as http:
+                        deadline = time.monotonic() + 30
+                        while set(_states(stats).values()) != {"UP"}:  # until every backend passed its checks
+                            assert time.monotonic() < deadline, _states(stats)
+                            time.sleep(0.1)
+                        ids = [RouteSlot(((i % 2, 2), (i % 3, 3))).new_id() for i in range(12)]
+                        ids += ["typed-1", "a.b.c", "x_y-z", "12-3-a1", "resources-session-0f0f"]
+                        for sid in ids:
+                            want = f"w{slot_of(sid, 3, stride)}"
+                            cookie = {"cookie": f"{COOKIE}={sid}.c2lnbmF0dXJl; other=1"}
+                            typed = json.dumps({"resources_session_id": sid, "episode_id": {"rollout_id": "r"}})
+                            answers = [
+                                http.post(f"{url}/increment_counter", headers=cookie),
+                                http.post(f"{url}/seed_session", content=typed, headers={"cookie": f"{COOKIE}=z.t"}),
+                                http.post(f"{url}/ng-rollout/{sid}/get_counter_value"),
+                            ]
+                            assert [a.headers["x-ngym-worker"] for a in answers] == [want] * 3, sid
+                finally:
+                    proxy.terminate()
+                    proxy.wait(10)
+                    public.close()
+    finally:
+        for stub in stubs:
+            stub.shutdown()

@@ -75,21 +75,7 @@ class Affine:
 
     def server_states(self) -> dict[str, str]:
         """HAProxy's view: worker name -> UP / DOWN / ... (``show stat`` of the ``workers`` backend)."""
-        with socket.socket(socket.AF_UNIX) as conn:
-            conn.settimeout(5)
-            conn.connect(self.stats_socket())
-            conn.sendall(b"show stat\n")
-            data = b""
-            while chunk := conn.recv(65536):
-                data += chunk
-        lines = data.decode().splitlines()
-        header = lines[0].lstrip("# ").split(",")
-        states = {}
-        for line in lines[1:]:
-            row = dict(zip(header, line.split(","), strict=False))
-            if row.get("pxname") == "workers" and row.get("svname", "").startswith("w"):
-                states[row["svname"]] = row["status"].split()[0]
-        return states
+        return haproxy_states(self.stats_socket())
 
     def wait_state(self, worker: str, state: str, timeout: float = 60) -> None:
         """Wait until HAProxy counts ``worker`` as ``state`` (UP, DOWN)."""
@@ -97,6 +83,25 @@ class Affine:
         while self.server_states().get(worker) != state:
             assert time.monotonic() < deadline, f"{worker} not {state} within {timeout} s: {self.server_states()}"
             time.sleep(0.1)
+
+
+def haproxy_states(stats_socket: str) -> dict[str, str]:
+    """Server name -> UP / DOWN / MAINT ... of the ``workers`` backend, from HAProxy's runtime API."""
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(5)
+        conn.connect(stats_socket)
+        conn.sendall(b"show stat\n")
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    lines = data.decode().splitlines()
+    header = lines[0].lstrip("# ").split(",")
+    states = {}
+    for line in lines[1:]:
+        row = dict(zip(header, line.split(","), strict=False))
+        if row.get("pxname") == "workers" and row.get("svname") not in (None, "BACKEND", "FRONTEND"):
+            states[row["svname"]] = row["status"].split()[0]
+    return states
 
 
 @contextmanager
@@ -259,6 +264,7 @@ __all__ = [
     "churn",
     "new_client",
     "flood",
+    "haproxy_states",
     "idle_sessions",
     "junk_get",
     "seed",
