@@ -20,6 +20,9 @@ verify ever runs twice.
 Why HAProxy (Debian's ``haproxy`` package): it reads a cookie, a path segment and a JSON field of the body and
 hashes them with converters in its configuration (``req.cook``, ``field``, ``json_query``, ``crc32``, ``mod``),
 checks health and answers 503 at once when no worker is left.
+
+The ORS front's sessions (``X-Session-ID``, no ngym cookie) are still pinned by a stick table filled from the
+first request carrying the header (``ors_ids``); every other request is routed statelessly as above.
 """
 
 from __future__ import annotations
@@ -78,11 +81,13 @@ def haproxy_config(
     stride: int = 1,
 ) -> str:
     """The HAProxy configuration: listen on the inherited socket ``listen_fd``, route each request to the slot its
-    session id names (backend I is slot I; ``session_ttl_seconds`` and ``max_sessions`` are accepted for callers of
-    the learned-table design and no longer used: nothing is stored per session). ``stats_socket``: a unix socket
+    session id names (backend I is slot I; ``session_ttl_seconds`` and ``max_sessions`` size only the ORS front's
+    table: nothing is stored per ngym session). ``stats_socket``: a unix socket
     path for HAProxy's runtime API (``show stat``), mode 0600. ``stride``: the product of the counts of the routing
     levels outside this one (1 when this proxy is the outermost; see ``ngym.server.sessions.routing``)."""
-    del session_ttl_seconds, max_sessions
+    # the ORS front's table only (ngym's own sessions use none): sized and aged as the learned tables were
+    ors_size = max(1024, 2 * max(1, max_sessions) * max(1, len(backends)))
+    ors_ttl = max(1, int(session_ttl_seconds) + 60)
     count = max(1, len(backends))
     typed_paths = "path_end /seed_session /close_session"
     # Several backends: one failed connection marks a worker down at once, so its rollouts are answered elsewhere
@@ -146,9 +151,13 @@ backend workers
     option httpchk GET /livez
     http-check expect status 200
 {routing}
+    stick on req.hdr(x-session-id) table ors_ids if {{ req.hdr(x-session-id) -m found }}
     # which worker answered: for logs and tests (set by HAProxy, costs the workers nothing)
     http-response set-header X-Ngym-Worker %s
 {servers}
+
+backend ors_ids
+    stick-table type string len 256 size {ors_size} expire {ors_ttl}s
 """
 
 
