@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ngym.fleet.state import write_private
+from ngym.processes import spawn
 from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
 
 __all__ = ["FRONT", "FleetFront", "HEAD_NODE_RESOURCE"]
@@ -108,7 +110,7 @@ class FleetFront:
 
     def start_head(self, config_text: str) -> None:
         """Start the head server on its reserved address, serving ``config_text`` as the global config."""
-        (self.dir / "global_config.yaml").write_text(config_text)
+        write_private(self.dir / "global_config.yaml", config_text)  # served redacted by the head server
         sock = self.sockets.pop("(head)")
         host, port = sock.getsockname()[:2]
         sock.close()  # uvicorn binds its own (a listening socket was never made of it: no TIME_WAIT to wait out)
@@ -155,15 +157,13 @@ class FleetFront:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _spawn(self, name: str, command: list[str], pass_fds: tuple[int, ...] = ()) -> None:
-        with (self.dir / f"{name}.log").open("ab") as out:
-            self.processes[name] = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                pass_fds=pass_fds,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 (the point: nothing outlives the actor)
-            )
+        self.processes[name] = spawn(
+            command,
+            self.dir / f"{name}.log",
+            pass_fds=pass_fds,
+            new_session=False,
+            preexec_fn=_die_with_parent,  # the point: nothing outlives the actor
+        )
         if pass_fds:  # HAProxy holds the socket now
             with contextlib.suppress(KeyError):
                 self.sockets.pop(name).close()
