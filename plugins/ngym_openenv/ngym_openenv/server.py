@@ -323,11 +323,16 @@ class OpenEnvServer(SimpleResourcesServer):
         to raise."""
         per_server = self.manifest.max_concurrent_envs
         allows = f"{per_server} episode(s) at once per server" if per_server else "a limited number of episodes"
+        remedy = (
+            "raise instances to run more rollouts at once"
+            if self.processes
+            else "the OpenEnv server at openenv_url is full: end the episodes other clients hold there, or serve more"
+        )
         return HTTPException(
             503,
-            f"{self.manifest.name} allows {allows} (its max_concurrent_envs) and all {pool.live} on its "
+            f"{self.manifest.name} allows {allows} (its max_concurrent_envs) and every slot on its "
             f"{len(pool.backends)} server(s) stayed in use for {self.config.seed_wait_seconds:g} s "
-            "(seed_wait_seconds): raise instances to run more rollouts at once.",
+            f"(seed_wait_seconds): {remedy}.",
             headers={"Retry-After": "1"},
         )
 
