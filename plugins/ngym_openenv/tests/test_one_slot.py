@@ -70,6 +70,24 @@ async def test_a_second_seed_waits_for_the_slot_then_503(one_slot: Manifest) -> 
         assert (await second.call("/verify", VERIFY))["reward"] == 1.0  # the live one is untouched
 
 
+async def test_more_rollouts_than_slots_all_run_in_turn(one_slot: Manifest) -> None:
+    """Six rollouts at once on one slot: each seed waits for the previous rollout's close, none is refused."""
+    app = app_for_class(server_class(one_slot), name="tally_one", seed_wait_seconds=300)
+
+    async def rollout(http: Any, index: int) -> float:
+        client = RolloutClient(http)
+        await client.call("/seed_session", {"episode_id": f"r{index}"})
+        await client.call("/add", {"n": index})
+        reward: float = (await client.call("/verify", VERIFY))["reward"]  # verify closes the session
+        return reward
+
+    async with serve_in_process(app) as http:
+        rewards = await asyncio.gather(*(rollout(http, index) for index in range(1, 7)))
+        assert rewards == pytest.approx([index / 10 for index in range(1, 7)])
+        pool = _server(app).pool
+        assert pool is not None and pool.live == 0 and pool.waiting == 0
+
+
 async def test_instances_run_that_many_episodes_at_once(one_slot: Manifest) -> None:
     app = app_for_class(server_class(one_slot), name="tally_one", instances=2, seed_wait_seconds=0.2)
     async with serve_in_process(app) as http:
