@@ -23,6 +23,7 @@ from ngym.plugins import manager as plugin_manager
 from ngym.server.cpu_priority import apply_cpu_priorities
 from ngym.server.env_loop import serve_on_environment_loop
 from ngym.server.fork_template import prepare_fork_template
+from ngym.server.fronts import openenv as openenv_front
 from ngym.server.middleware import raise_server_exceptions
 from ngym.server.resources import SimpleResourcesServer
 from ngym.server.rules import validate_server_class
@@ -138,6 +139,9 @@ def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> Fas
         from ngym.server import mcp_exposure
 
         mcp_exposure.install(server, app)
+    # OpenEnv's protocol under /openenv: mounted now, imported and built on its first request, so a server whose
+    # clients speak NeMo Gym's wire never loads it (its routes come after the tool and standard routes).
+    openenv_front.mount(server, app)
     return app
 
 
