@@ -1,6 +1,6 @@
 """Run in OpenEnv's own interpreter by the front tests: OpenEnv's clients drive an ngym server's ``/openenv``.
 
-``python front_driver.py JSON`` with ``{"url": BASE, "client": "generic" | "mcp", "episodes": [...]}``, each
+``python front_driver.py`` with, on standard input, ``{"url": BASE, "client": "generic" | "mcp", "episodes": [...]}``, each
 episode ``{"reset": {...}, "steps": [{"tool_name", "arguments"}...], "final": TEXT}``, all episodes run at once
 (``asyncio.gather``: one connection and one server session each). Imports nothing of ngym.
 
@@ -60,7 +60,7 @@ async def mcp(url: str, episode: dict[str, Any]) -> dict[str, Any]:
 
 
 async def main() -> None:
-    request = json.loads(sys.argv[1])
+    request = json.loads(sys.stdin.read())
     run = generic if request["client"] == "generic" else mcp
     results = await asyncio.gather(*(run(request["url"], e) for e in request["episodes"]))
     print("FRONT " + json.dumps(list(results), default=str))

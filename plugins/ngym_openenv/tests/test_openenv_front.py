@@ -53,7 +53,7 @@ def _ngym_run(name: str) -> Iterator[str]:
         extra: list[str] = []
         if "judge_base_url" in (folder / "configs" / f"{name}.yaml").read_text():
             judge = stack.enter_context(serve_app_in_thread(create_replay_app(_rollouts(name))))
-            extra = ["-o", f"judge_base_url={judge}/v1"]
+            extra = [f"judge_base_url={judge}/v1"]
         served = subprocess.Popen(
             [sys.executable, "-m", "ngym.cli", "run", name, "--port", "0", *extra],
             stdout=subprocess.PIPE,
@@ -95,7 +95,7 @@ def _episodes(rollouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _drive(python: str, url: str, client: str, episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     request = json.dumps({"url": url, "client": client, "episodes": episodes})
-    result = subprocess.run([python, str(DRIVER), request], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([python, str(DRIVER)], input=request, capture_output=True, text=True, timeout=300)
     line = next((x for x in reversed(result.stdout.splitlines()) if x.startswith("FRONT ")), None)
     assert result.returncode == 0 and line, f"driver failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     answer: list[dict[str, Any]] = json.loads(line.removeprefix("FRONT "))
