@@ -20,12 +20,12 @@ from fastapi.testclient import TestClient
 from starlette.routing import Mount
 
 from ngym.examples import dataset_row, read_example_rollouts, recorded_tool_calls
-from ngym.targets import resolve
 from ngym.rollout.replay_model import create_replay_app
 from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.server.fronts.lazy import LazyApp
 from ngym.server.fronts.openenv import MOUNT_PATH
 from ngym.server.protocol import Response
+from ngym.targets import resolve
 from ngym.testing import RolloutClient, app_for, run_recorded_rollout, serve_in_process
 
 BUILTINS = [
@@ -119,7 +119,9 @@ def test_parallel_episodes_are_isolated() -> None:
             for step in range(max(len(c) for c in calls)):  # one step of each in turn
                 for socket, own in zip(sockets, calls, strict=True):
                     if step < len(own):
-                        socket.send_json({"type": "step", "data": {"tool_name": own[step].name, "arguments": own[step].arguments}})
+                        socket.send_json(
+                            {"type": "step", "data": {"tool_name": own[step].name, "arguments": own[step].arguments}}
+                        )
                         assert socket.receive_json()["type"] == "observation"
             rewards = []
             for socket, rollout in zip(sockets, rollouts, strict=True):
@@ -196,7 +198,9 @@ def test_http_episode_with_its_cookie() -> None:
         reset = client.post(f"{MOUNT_PATH}/reset", json={"row": dataset_row(rollout)})
         assert reset.status_code == 200 and reset.json()["observation"]["prompt"]
         for call in recorded_tool_calls(rollout["response"]):
-            step = client.post(f"{MOUNT_PATH}/step", json={"action": {"tool_name": call.name, "arguments": call.arguments}})
+            step = client.post(
+                f"{MOUNT_PATH}/step", json={"action": {"tool_name": call.name, "arguments": call.arguments}}
+            )
             assert step.status_code == 200 and step.json()["observation"]["error"] is None
         final = client.post(f"{MOUNT_PATH}/step", json={"action": {"message": _final_text(rollout["response"])}})
         assert final.json()["reward"] == rollout["reward"] and final.json()["done"] is True

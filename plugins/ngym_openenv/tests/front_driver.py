@@ -1,8 +1,8 @@
 """Run in OpenEnv's own interpreter by the front tests: OpenEnv's clients drive an ngym server's ``/openenv``.
 
-``python front_driver.py`` with, on standard input, ``{"url": BASE, "client": "generic" | "mcp", "episodes": [...]}``, each
-episode ``{"reset": {...}, "steps": [{"tool_name", "arguments"}...], "final": TEXT}``, all episodes run at once
-(``asyncio.gather``: one connection and one server session each). Imports nothing of ngym.
+``python front_driver.py`` with, on standard input, ``{"url": BASE, "client": "generic" | "mcp", "episodes":
+[...]}``, each episode ``{"reset": {...}, "steps": [{"tool_name", "arguments"}...], "final": TEXT}``, all
+episodes run at once (``asyncio.gather``: one connection and one server session each). Imports nothing of ngym.
 
 - ``generic``: ``GenericEnvClient`` over ``/ws``: ``reset(**reset)``, ``step({"tool_name", "arguments"})`` per
   step, then ``step({"message": final})``;

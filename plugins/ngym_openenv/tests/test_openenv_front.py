@@ -23,10 +23,10 @@ import httpx
 import pytest
 
 from ngym.examples import dataset_row, read_example_rollouts, recorded_tool_calls
-from ngym.targets import resolve
 from ngym.rollout.replay_model import create_replay_app
 from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.server.protocol import Response
+from ngym.targets import resolve
 
 DRIVER = Path(__file__).with_name("front_driver.py")
 BUILTINS = [
@@ -112,7 +112,9 @@ def _nemo_wire_rewards(url: str, rollouts: list[dict[str, Any]]) -> list[Any]:
             cookie = {"cookie": seed.headers["set-cookie"].split(";")[0]}
             for call in recorded_tool_calls(rollout["response"]):
                 http.post(f"/{call.name}", json=call.arguments, headers=cookie)
-            rewards.append(http.post("/verify", json={**row, "response": rollout["response"]}, headers=cookie).json()["reward"])
+            rewards.append(
+                http.post("/verify", json={**row, "response": rollout["response"]}, headers=cookie).json()["reward"]
+            )
     return rewards
 
 

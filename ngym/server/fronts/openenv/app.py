@@ -6,6 +6,7 @@ route: no session or reward logic lives here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from importlib import metadata as distribution
 from typing import Any
@@ -154,10 +155,8 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
         else:
             async with episode.lock:
                 await episode.close()
-    try:
+    with contextlib.suppress(RuntimeError):  # already closed by the client
         await socket.close()
-    except RuntimeError:  # already closed by the client
-        pass
 
 
 async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, Any] | None:

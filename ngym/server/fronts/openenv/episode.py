@@ -70,7 +70,11 @@ class Episode:
     async def reset(self, arguments: dict[str, Any]) -> Outcome:
         """Seed a session with a row (``RowPicker.pick``); a live one of this episode is closed by the seed."""
         row, index = self.front.rows.pick(arguments)
-        indices = {ROLLOUT_INDEX_KEY: self.resets} if index is None else {TASK_INDEX_KEY: index, ROLLOUT_INDEX_KEY: self.resets}
+        indices = (
+            {ROLLOUT_INDEX_KEY: self.resets}
+            if index is None
+            else {TASK_INDEX_KEY: index, ROLLOUT_INDEX_KEY: self.resets}
+        )
         if self.cookie is not None and self.done:
             self.cookie = None  # verify closed it: a fresh seed
         status, answer, _ = await self._post("/seed_session", {**row, **indices})
