@@ -78,7 +78,7 @@ def create_front_app(server: Any, parent: FastAPI) -> FastAPI:
         held = front.find_episode(request.cookies.get(EPISODE_COOKIE))
         episode = held or await front.open_episode()
         async with episode.lock:
-            answer = await _guarded_http(episode.reset(body.model_dump(exclude_none=True)))
+            answer = await _guarded_http(episode.reset(_reset_arguments(body.model_dump(exclude_none=True))))
         if isinstance(answer, Response):
             return answer
         response = JSONResponse(answer)
@@ -173,9 +173,8 @@ async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, 
         return ws_error(f"{kind}: data must be an object", VALIDATION_ERROR)
     try:
         if kind == "reset":
-            body = ResetBody.model_validate(data)
             async with episode.lock:
-                outcome = await episode.reset(body.model_dump(exclude_none=True))
+                outcome = await episode.reset(_reset_arguments(data))
             return {"type": "observation", "data": outcome.wire()}
         if kind == "step":
             async with episode.lock:
@@ -196,6 +195,17 @@ async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, 
         return ws_error(f"server is at its session limit ({exc})", "CAPACITY_REACHED")
     except Exception as exc:  # the environment failed: the client reads why, the connection stays usable
         return ws_error(f"{type(exc).__name__}: {exc}", EXECUTION_ERROR)
+
+
+def _reset_arguments(data: dict[str, Any]) -> dict[str, Any]:
+    """The row-picking arguments of a reset (``ResetBody``'s fields; the rest, e.g. ``episode_id``, ignored),
+    checked without copying the row (a row with its tools is kilobytes, and a reset per episode)."""
+    arguments = {key: data[key] for key in ("seed", "task_index", "row") if data.get(key) is not None}
+    for key in ("seed", "task_index"):
+        value = arguments.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise RowError(f"reset's {key} must be a non-negative integer, got {value!r}")
+    return arguments
 
 
 def _version() -> str:

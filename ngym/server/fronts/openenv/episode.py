@@ -221,18 +221,17 @@ class Episode:
     async def _post(self, path: str, body: Any) -> tuple[int, Any, str]:
         """POST through the whole app with this episode's cookie: (status, parsed JSON or None, raw text)."""
         name = self.front.cookie_name
-        headers = {"cookie": f"{name}={self.cookie}"} if self.cookie else {}
-        response = await self.front.http.post(path, json=body, headers=headers)
-        for header in response.headers.get_list("set-cookie"):
+        response = await self.front.http.post(path, body, f"{name}={self.cookie}" if self.cookie else None)
+        for header in response.set_cookies:
             key, _, value = header.split(";", 1)[0].partition("=")
             if key.strip() == name:
                 self.cookie = value.strip() or None
         text = response.text
         try:
-            parsed = response.json() if text else None
+            parsed = response.json()
         except ValueError:
             parsed = text
-        return response.status_code, parsed, text
+        return response.status, parsed, text
 
 
 def _final_text(arguments: dict[str, Any]) -> str:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import OrderedDict
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from ngym.server.fronts.openenv.episode import FINAL_ANSWER_TOOL, Episode
+from ngym.server.fronts.openenv.inprocess import InProcessClient
 from ngym.server.fronts.openenv.rows import RowPicker, example_rows_file, read_rows
 from ngym.server.mcp_exposure import MCPTool, harvest_tools
 
@@ -37,13 +35,7 @@ class OpenEnvFront:
         self.server = server
         self.name = server.config.name or type(server).__name__
         # Through the whole app (middleware, session binding, validation), as an agent's request would go.
-        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        # No cookie jar: each episode carries its own session cookie by hand (a shared jar would hand one episode's
-        # cookie to another's seed, which closes the session it names).
-        no_jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
-        self.http = httpx.AsyncClient(
-            transport=transport, base_url="http://ngym-openenv.internal", timeout=None, cookies=no_jar
-        )
+        self.http = InProcessClient(app)
         self.cookie_name = server.sessions.signer.cookie_name
         self.rows = RowPicker(read_rows(example_rows_file(type(server))))
         chosen = server.mcp_tools(list(harvest_tools(app).values()), None)
@@ -106,4 +98,3 @@ class OpenEnvFront:
     async def aclose(self) -> None:
         for episode_id in list(self.episodes):
             await asyncio.shield(self.drop_episode(episode_id))
-        await self.http.aclose()
