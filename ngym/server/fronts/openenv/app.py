@@ -11,6 +11,7 @@ import json
 from importlib import metadata as distribution
 from typing import Any
 
+import pydantic_core
 from fastapi import Body, FastAPI, Request, Response, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -146,7 +147,7 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
             answer = await _answer(front, episode, raw)
             if answer is None:
                 break
-            await socket.send_text(json.dumps(answer))
+            await socket.send_text(pydantic_core.to_json(answer).decode())
     except WebSocketDisconnect:
         pass
     finally:
