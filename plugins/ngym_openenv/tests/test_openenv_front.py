@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from ngym.examples import dataset_row, read_example_rollouts, recorded_tool_calls
+from ngym.nemo.wheel import extract_environment
 from ngym.rollout.replay_model import create_replay_app
 from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.server.protocol import Response
@@ -38,24 +39,25 @@ BUILTINS = [
 ]
 
 
-def _rollouts(name: str) -> list[dict[str, Any]]:
-    folder = resolve(name).folder
+def _rollouts(name: str, folder: Path | None = None) -> list[dict[str, Any]]:
+    folder = folder or resolve(name).folder
     assert folder is not None
     return read_example_rollouts(folder / "data" / "example_rollouts.jsonl")
 
 
 @contextlib.contextmanager
-def _ngym_run(name: str) -> Iterator[str]:
-    """``ngym run NAME`` in a process of its own (a judge environment's judge: the scripted one, in a thread)."""
-    folder = resolve(name).folder
-    assert folder is not None
+def _ngym_run(name: str, target: str | None = None, cwd: Path | None = None) -> Iterator[str]:
+    """``ngym run NAME`` (or ``target``) in a process of its own (a judge environment's judge: the scripted one, in
+    a thread)."""
     with contextlib.ExitStack() as stack:
         extra: list[str] = []
-        if "judge_base_url" in (folder / "configs" / f"{name}.yaml").read_text():
+        folder = resolve(name).folder if target is None else None
+        if folder is not None and "judge_base_url" in (folder / "configs" / f"{name}.yaml").read_text():
             judge = stack.enter_context(serve_app_in_thread(create_replay_app(_rollouts(name))))
             extra = [f"judge_base_url={judge}/v1"]
         served = subprocess.Popen(
-            [sys.executable, "-m", "ngym.cli", "run", name, "--port", "0", *extra],
+            [sys.executable, "-m", "ngym.cli", "run", target or name, "--port", "0", *extra],
+            cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -145,3 +147,26 @@ def test_openenv_mcp_client_scores_as_nemo_wire(name: str, openenv_python: str) 
         assert _live_sessions(url) == 0
     assert [e["reward"] for e in front] == nemo == [r["reward"] for r in rollouts]
     assert all("final_answer" in e["tools"] for e in front)
+
+
+def test_a_nemo_gym_environment_with_in_process_state(openenv_python: str, tmp_path: Path) -> None:
+    """NeMo Gym 0.7.0's own example_session_state_mgmt (its code from the nemo-gym wheel, unchanged: a counter per
+    session in a dict on the server), served by ``ngym run`` through ngym-nemo-gym: OpenEnv's generic and MCP
+    clients score its recorded rollouts as NeMo Gym's wire does, all episodes at once."""
+    name = "example_session_state_mgmt"
+    folder = extract_environment(name, tmp_path)
+    rollouts = _rollouts(name, folder)
+    config = folder / "configs" / f"{name}.yaml"
+    with _ngym_run(f"{name}_resources_server", target=str(config), cwd=tmp_path) as url:
+        validated = subprocess.run(
+            [str(Path(openenv_python).with_name("openenv")), "validate", "--url", f"{url}/openenv", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert json.loads(validated.stdout)["summary"]["passed_count"] == 6, validated.stdout
+        nemo = _nemo_wire_rewards(url, rollouts)
+        generic = _drive(openenv_python, f"{url}/openenv", "generic", _episodes(rollouts))
+        mcp = _drive(openenv_python, f"{url}/openenv", "mcp", _episodes(rollouts))
+        assert _live_sessions(url) == 0
+    assert [e["reward"] for e in generic] == [e["reward"] for e in mcp] == nemo == [r["reward"] for r in rollouts]
