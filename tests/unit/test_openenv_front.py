@@ -259,3 +259,42 @@ def test_schema_and_metadata_are_openenv_shaped() -> None:
         paths = client.get(f"{MOUNT_PATH}/openapi.json").json()["paths"]
         assert {"/reset", "/step", "/state", "/health", "/metadata", "/schema", "/mcp"} <= set(paths)
         assert json.dumps(schema)  # serialisable
+
+
+def test_a_full_server_refuses_an_episode_with_capacity_reached() -> None:
+    """At the server's session limit a reset is refused as OpenEnv's server refuses one (CAPACITY_REACHED; 503
+    over HTTP), and the episode that holds the session is unaffected."""
+    with (
+        _environment("example_single_tool_call", max_sessions=1) as app,
+        TestClient(app) as client,
+        client.websocket_connect(f"{MOUNT_PATH}/ws") as first,
+        client.websocket_connect(f"{MOUNT_PATH}/ws") as second,
+    ):
+        first.send_json({"type": "reset", "data": {"task_index": 0}})
+        assert first.receive_json()["type"] == "observation"
+        second.send_json({"type": "reset", "data": {"task_index": 0}})
+        refused = second.receive_json()
+        assert refused["type"] == "error" and refused["data"]["code"] == "CAPACITY_REACHED", refused
+        assert client.post(f"{MOUNT_PATH}/reset", json={"task_index": 0}).status_code == 503
+        first.send_json({"type": "step", "data": {"tool_name": "get_weather", "arguments": {"city": "Oslo"}}})
+        assert first.receive_json()["data"]["observation"]["error"] is None
+
+
+def test_mcp_messages_on_the_websocket_share_its_episode() -> None:
+    """OpenEnv's ``{"type": "mcp"}`` messages: tools/call runs in the connection's own episode."""
+    rollout = _rollouts("example_session_state_mgmt")[0]
+    calls = recorded_tool_calls(rollout["response"])
+    with _environment("example_session_state_mgmt") as app, TestClient(app) as client:
+        with client.websocket_connect(f"{MOUNT_PATH}/ws") as socket:
+            socket.send_json({"type": "reset", "data": {"row": dataset_row(rollout)}})
+            socket.receive_json()
+            for number, call in enumerate(calls):
+                rpc = {"jsonrpc": "2.0", "id": number, "method": "tools/call"}
+                socket.send_json(
+                    {"type": "mcp", "data": {**rpc, "params": {"name": call.name, "arguments": call.arguments}}}
+                )
+                answer = socket.receive_json()
+                assert answer["type"] == "mcp" and answer["data"]["result"]["isError"] is False, answer
+            socket.send_json({"type": "step", "data": {"message": _final_text(rollout["response"])}})
+            assert socket.receive_json()["data"]["reward"] == rollout["reward"]
+        assert _live_sessions(app) == 0

@@ -21,6 +21,7 @@ from ngym.server.fronts.openenv.episode import Episode, EpisodeError
 from ngym.server.fronts.openenv.front import OpenEnvFront
 from ngym.server.fronts.openenv.rows import RowError
 from ngym.server.fronts.openenv.wire import (
+    CAPACITY_REACHED,
     EXECUTION_ERROR,
     INVALID_JSON,
     PARSE_ERROR,
@@ -119,8 +120,10 @@ async def _guarded_http(work: Any) -> Any:
     """An episode action's wire answer; a bad action is a 4xx with the reason, a full server a 503."""
     try:
         outcome = await work
-    except (EpisodeError, RowError) as exc:
-        return JSONResponse({"detail": str(exc)}, status_code=422 if isinstance(exc, RowError) else 409)
+    except EpisodeError as exc:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+    except RowError as exc:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
     except SessionLimitReached as exc:
         return JSONResponse({"detail": f"server is at its session limit ({exc})"}, status_code=503)
     return outcome.wire()
@@ -190,10 +193,12 @@ async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, 
         return ws_error(f"Unknown message type: {kind}", UNKNOWN_TYPE)
     except ValidationError as exc:
         return ws_error("Invalid message", VALIDATION_ERROR, errors=json.loads(exc.json()))
-    except (EpisodeError, RowError) as exc:
+    except EpisodeError as exc:
+        return ws_error(str(exc), CAPACITY_REACHED if exc.status == 503 else VALIDATION_ERROR)
+    except RowError as exc:
         return ws_error(str(exc), VALIDATION_ERROR)
     except SessionLimitReached as exc:
-        return ws_error(f"server is at its session limit ({exc})", "CAPACITY_REACHED")
+        return ws_error(f"server is at its session limit ({exc})", CAPACITY_REACHED)
     except Exception as exc:  # the environment failed: the client reads why, the connection stays usable
         return ws_error(f"{type(exc).__name__}: {exc}", EXECUTION_ERROR)
 

@@ -32,7 +32,13 @@ _ECHOED = ("responses_create_params", "response")
 
 
 class EpisodeError(ValueError):
-    """An action this episode cannot take now (step before reset, after the end, a malformed action)."""
+    """An action this episode cannot take now (step before reset, after the end, a malformed action), or a seed
+    the server refused: ``status`` is the HTTP status to answer with (the seed route's own, e.g. 503 when the
+    server is at its session limit)."""
+
+    def __init__(self, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -79,7 +85,7 @@ class Episode:
             self.cookie = None  # verify closed it: a fresh seed
         status, answer, _ = await self._post("/seed_session", {**row, **indices})
         if status >= 400:
-            raise EpisodeError(f"seed_session answered HTTP {status}: {_short(answer)}")
+            raise EpisodeError(f"seed_session answered HTTP {status}: {_short(answer)}", status)
         self.row, self.task_index, self.resets = {**row, **indices}, index, self.resets + 1
         self.output, self.step_count, self.done, self.reward = [], 0, False, None
         params = row.get("responses_create_params") or {}
