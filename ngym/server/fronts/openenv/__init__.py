@@ -37,17 +37,17 @@ if TYPE_CHECKING:
 MOUNT_PATH = "/openenv"
 
 
-def mount(server: SimpleResourcesServer, app: FastAPI) -> LazyApp:
+def mount(server: SimpleResourcesServer, app: FastAPI) -> LazyApp | None:
     """Mount OpenEnv's protocol under ``/openenv`` on a built app; it is built on its first request.
 
     Placed after the tool and standard routes (a request for them never tries it) but before any route with a
-    path parameter, which could swallow ``/openenv/...``. An app that serves ``/openenv`` itself keeps it.
+    path parameter, which could swallow ``/openenv/...``. An app that serves ``/openenv`` itself keeps it (None).
     """
     from starlette.routing import Mount
 
     routes = app.router.routes
     if any(getattr(route, "path", "") in (MOUNT_PATH, MOUNT_PATH + "/") for route in routes):
-        return LazyApp(lambda: _unused)
+        return None
 
     def build() -> Any:
         # Imported here: pydantic models and WebSocket handling that NeMo-wire clients never need.
@@ -59,10 +59,6 @@ def mount(server: SimpleResourcesServer, app: FastAPI) -> LazyApp:
     position = next((i for i, route in enumerate(routes) if "{" in (getattr(route, "path", "") or "")), len(routes))
     routes.insert(position, Mount(MOUNT_PATH, app=front))
     return front
-
-
-async def _unused(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover - never mounted
-    raise RuntimeError("the OpenEnv front is not mounted on this app")
 
 
 __all__ = ["MOUNT_PATH", "mount"]

@@ -151,7 +151,7 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
             if answer is None:
                 break
             await socket.send_text(pydantic_core.to_json(answer).decode())
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, RuntimeError):  # the client went away (mid-answer: RuntimeError on send)
         pass
     finally:
         if attached:

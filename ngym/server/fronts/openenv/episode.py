@@ -81,8 +81,6 @@ class Episode:
             if index is None
             else {TASK_INDEX_KEY: index, ROLLOUT_INDEX_KEY: self.resets}
         )
-        if self.cookie is not None and self.done:
-            self.cookie = None  # verify closed it: a fresh seed
         status, answer, _ = await self._post("/seed_session", {**row, **indices})
         if status >= 400:
             raise EpisodeError(f"seed_session answered HTTP {status}: {_short(answer)}", status)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -94,7 +93,3 @@ class OpenEnvFront:
         async with episode.lock:
             await episode.close()
         return True
-
-    async def aclose(self) -> None:
-        for episode_id in list(self.episodes):
-            await asyncio.shield(self.drop_episode(episode_id))
