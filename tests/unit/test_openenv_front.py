@@ -298,3 +298,19 @@ def test_mcp_messages_on_the_websocket_share_its_episode() -> None:
             socket.send_json({"type": "step", "data": {"message": _final_text(rollout["response"])}})
             assert socket.receive_json()["data"]["reward"] == rollout["reward"]
         assert _live_sessions(app) == 0
+
+
+def test_a_lost_session_is_no_reward_never_zero() -> None:
+    """The episode's session is gone (expired, its worker restarted): the final answer's reward is None, masked
+    ``session_lost``, as NeMo Gym's wire masks it; never 0.0."""
+    rollout = _rollouts("example_session_state_mgmt")[0]
+    with _environment("example_session_state_mgmt") as app, TestClient(app) as client:
+        with client.websocket_connect(f"{MOUNT_PATH}/ws") as socket:
+            socket.send_json({"type": "reset", "data": {"row": dataset_row(rollout)}})
+            socket.receive_json()
+            server = _front(app).app.state.front.server  # type: ignore[attr-defined]
+            assert len(asyncio.run(server.sessions.store.drain())) == 1  # the server forgets it
+            socket.send_json({"type": "step", "data": {"message": _final_text(rollout["response"])}})
+            final = socket.receive_json()["data"]
+        assert final["reward"] is None and final["done"] is True
+        assert final["metadata"] == {"masked": True, "failure_kind": "session_lost"}
