@@ -171,12 +171,16 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print("| environment | NeMo wire rollouts/s | OpenEnv rollouts/s | ratio | NeMo CPU ms/rollout | OpenEnv CPU ms/rollout | CPU ratio |")
+    print(
+        "| environment | NeMo wire rollouts/s | OpenEnv rollouts/s | ratio "
+        "| NeMo CPU ms/rollout | OpenEnv CPU ms/rollout | CPU ratio |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in results:
         print(
-            f"| {r['environment']} | {r['nemo_rollouts_per_s']} | {r['openenv_rollouts_per_s']} | {r['throughput_ratio']}x "
-            f"| {r['nemo_cpu_ms_per_rollout']} | {r['openenv_cpu_ms_per_rollout']} | {r['cpu_ratio']}x |"
+            f"| {r['environment']} | {r['nemo_rollouts_per_s']} | {r['openenv_rollouts_per_s']} "
+            f"| {r['throughput_ratio']}x | {r['nemo_cpu_ms_per_rollout']} | {r['openenv_cpu_ms_per_rollout']} "
+            f"| {r['cpu_ratio']}x |"
         )
     sys.stdout.flush()
 

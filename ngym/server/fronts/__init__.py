@@ -1,6 +1,16 @@
-"""Protocol fronts: other clients' protocols served over the same session manager and the environment's own routes.
+"""Protocol fronts: other protocols served beside the resources-server routes, by the same server.
 
-Each front lives in a package of its own here and is mounted on every server app under a path of its own
-(``/openenv``: OpenEnv's protocol), imported on its first request, so a server whose clients speak NeMo Gym's
-wire never loads it.
+A front is a thin translation of a protocol's requests into the same session manager
+(``ngym.server.sessions``) and the environment's own methods (its tools, ``seed_session``, ``verify``). It has
+no sessions and no reward path of its own: a rollout served through a front is kept, scored and masked
+exactly as one served through the standard routes (``ngym.server.pipeline.routes``).
+
+- ``mcp``: ``expose_tools_over_mcp``: the environment's tool routes over MCP (streamable HTTP at ``/mcp``),
+  inside each rollout's session.
+- ``ors/``: the Open Reward Standard front.
+- ``openenv/``: OpenEnv's protocol, mounted under ``/openenv`` on every server and built on its first request.
+
+Fronts are built on the request pipeline (``ngym.server.pipeline``). The pipeline imports no front, apart from
+the app assembly (``pipeline.app.build_app``) installing the fronts a server's config asks for
+(``expose_tools_over_mcp``) and mounting OpenEnv's.
 """

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 import pytest
+from ngym_nemo_gym.catalogue.wheel import extract_environment
 
 from ngym.examples import dataset_row, read_example_rollouts, recorded_tool_calls
-from ngym.nemo.wheel import extract_environment
 from ngym.rollout.replay_model import create_replay_app
 from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.server.protocol import Response

@@ -32,7 +32,7 @@ from ngym.server.fronts.lazy import LazyApp
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.pipeline.resources import SimpleResourcesServer
 
 MOUNT_PATH = "/openenv"
 

@@ -39,7 +39,7 @@ from ngym.server.fronts.openenv.wire import (
     rpc_error,
     ws_error,
 )
-from ngym.server.input_errors import parse_json
+from ngym.server.pipeline.intake import parse_json
 from ngym.server.sessions.store import SessionLimitReached
 
 #: The cookie naming an episode held between HTTP requests (``/reset`` sets it, ``/step`` and ``/state`` read it).

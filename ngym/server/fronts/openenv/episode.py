@@ -2,7 +2,7 @@
 
 Every action is the HTTP request a NeMo Gym agent would make (``/seed_session``, ``/<tool>``, ``/verify``,
 ``/close_session``), carrying the episode's session cookie, made in process through the whole app (middleware,
-session binding, validation) as ``ngym.server.mcp_exposure`` does. The episode keeps the trajectory the way NeMo
+session binding, validation) as ``ngym.server.fronts.mcp`` does. The episode keeps the trajectory the way NeMo
 Gym's ``simple_agent`` builds it (``function_call`` + ``function_call_output`` items, then the final ``message``), so
 ``/verify`` gets the same body and gives the same reward as over NeMo Gym's wire.
 """

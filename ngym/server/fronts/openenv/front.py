@@ -6,15 +6,15 @@ import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from ngym.server.fronts.mcp import MCPTool, harvest_tools
 from ngym.server.fronts.openenv.episode import FINAL_ANSWER_TOOL, Episode
 from ngym.server.fronts.openenv.inprocess import InProcessClient
 from ngym.server.fronts.openenv.rows import RowPicker, example_rows_file, read_rows
-from ngym.server.mcp_exposure import MCPTool, harvest_tools
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.pipeline.resources import SimpleResourcesServer
 
 _FINAL_ANSWER = MCPTool(
     name=FINAL_ANSWER_TOOL,
