@@ -43,6 +43,7 @@ from ngym.fleet.local import down as local_down
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec
 from ngym.fleet.state import FleetState, ReplicaRecord, ServerRecord
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
+from ngym.server.sessions.routing import ROUTE_SLOT_ENV
 
 __all__ = ["Reporter", "down", "up"]
 
@@ -251,7 +252,9 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i),
                 max_restarts=0,
             ).remote()
-            placed[key] = actors[key].start.remote(argv, log_dir, lines, extra)
+            # replica I is routing slot I of the environment's replicas: the session ids it makes route back to it
+            slot = {ROUTE_SLOT_ENV: f"{i}/{env.replicas}"} if env.replicas > 1 else {}
+            placed[key] = actors[key].start.remote(argv, log_dir, lines, {**extra, **slot})
             record.replicas.append(ReplicaRecord(host="", port=0, actor=actor_name(spec.name, name, i)))
     report.status = f"placing {len(placed)} replica(s) on the cluster"
     for (name, i), ref in placed.items():
@@ -306,6 +309,9 @@ def _front_environment(
     """Give the environment its one URL: the front's HAProxy over the replicas that came up (a replica that did
     not is named; the environment fails only when none came up)."""
     up = [r for r in record.replicas if r.ok]
+    # every replica keeps its slot in HAProxy (one that did not come up as a disabled server): a session id
+    # routes to the replica numbered by its hash, so the numbering cannot shift
+    slots = [(r.host or "127.0.0.1", r.port or 1, not r.ok) for r in record.replicas]
     if not up:
         record.reason = "; ".join(r.reason for r in record.replicas if r.reason) or "no replica came up"
         report.line(f"{name}: FAILED: {record.reason}")
@@ -318,7 +324,7 @@ def _front_environment(
     try:
         record.host, record.port = ray.get(front.reserve.remote(name, env.port or 0), timeout=60)
         cookie, ttl, cap = _affinity_settings(env)
-        ray.get(front.route.remote(name, [(r.host, r.port) for r in up], cookie, ttl, cap), timeout=60)
+        ray.get(front.route.remote(name, slots, cookie, ttl, cap), timeout=60)
     except Exception as exc:
         record.reason = f"its HAProxy on the head node did not start: {_cause(exc)}"
         report.line(f"{name}: FAILED: {record.reason}")
