@@ -147,6 +147,28 @@ def test_no_operation_answers_5xx(fleet: Fleet, name: str, tmp_path: Path) -> No
     assert "generated" in run.stdout  # it did test something
 
 
+@pytest.mark.parametrize("name", SERVERS)
+def test_the_openenv_front_answers_no_5xx(fleet: Fleet, name: str, tmp_path: Path) -> None:
+    """The same stateless pass over OpenEnv's protocol under ``/openenv`` (reset, step, state, mcp, ...)."""
+    cmd = [
+        str(BIN / "schemathesis"),
+        "run",
+        f"{fleet.urls[name]}/openenv/openapi.json",
+        "--checks=not_a_server_error",
+        "--continue-on-failure",
+        "--phases=examples,coverage,fuzzing",
+        f"--max-examples={EXAMPLES}",
+        f"--seed={SEED}",
+        "--workers=1",
+        "--generation-database=none",
+        "--no-color",
+        "--suppress-health-check=all",
+    ]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert "generated" in run.stdout
+
+
 def example_rows(name: str) -> list[dict[str, Any]]:
     folder = installed(name).folder
     assert folder is not None
