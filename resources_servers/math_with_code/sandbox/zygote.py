@@ -55,7 +55,7 @@ from .limits import (
     world_writable_dirs,
 )
 from .protocol import ProtocolError, recv_frame, send_frame
-from .worker import become_worker
+from .supervisor import become_worker
 
 MIN_WORKER_UID = 1000
 
