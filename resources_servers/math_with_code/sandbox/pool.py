@@ -221,9 +221,8 @@ class SandboxSession:
                 status = await self.pool._status(worker.pid)
                 await self._replace()
                 if isinstance(exc, ProtocolError) and not isinstance(exc, ConnectionClosed):
-                    return ExecutionResult(
-                        False, error_message=f"the sandbox's answer was malformed ({exc}); {STATE_LOST}", state_lost=True
-                    )
+                    malformed = f"the sandbox's answer was malformed ({exc}); {STATE_LOST}"
+                    return ExecutionResult(False, error_message=malformed, state_lost=True)
                 how = f" ({status})" if status else ""
                 return ExecutionResult(
                     False,

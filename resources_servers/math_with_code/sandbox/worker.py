@@ -6,6 +6,7 @@ expression, `str()` of its value is the `result` (like NeMo Gym's execute_python
 memory with a cap (the rest is counted and dropped behind a marker), so printing 100 MB costs no more than the cap.
 The reply goes to a pipe that came with the cell; the supervisor reads it with caps and checks it.
 """
+
 from __future__ import annotations
 
 import ast

@@ -23,7 +23,9 @@ MB = 1024 * 1024
 
 
 def app_for(**fields):
-    return app_for_class(WorkplaceAssistantResourcesServer, name="workplace_assistant", data_dir=str(SAMPLE_DIR), **fields)
+    return app_for_class(
+        WorkplaceAssistantResourcesServer, name="workplace_assistant", data_dir=str(SAMPLE_DIR), **fields
+    )
 
 
 def email(size: int, n: int = 0) -> dict:
