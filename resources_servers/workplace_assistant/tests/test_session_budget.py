@@ -150,6 +150,7 @@ def test_twenty_30_mb_sends_leave_the_server_memory_where_it_was() -> None:
                 statuses.append(r.status_code)
             assert statuses[:7] == [200] * 7 and set(statuses[8:]) == {413}, statuses
             grown_mb = (_rss_kb(server.pid) - before) / 1024
+            print(f"server RSS {before / 1024:.0f} MB before, grew {grown_mb:.1f} MB")
             assert grown_mb < 64, f"RSS grew {grown_mb:.0f} MB"
             other = httpx.post(f"{url}/seed_session", json={}).headers["set-cookie"].split(";", 1)[0]
             r = http.post("/email_send_email", json=email(10), headers={"cookie": other})
