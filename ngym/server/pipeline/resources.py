@@ -309,12 +309,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         config = self.config
         if keeps_session_state(type(self)):  # innermost: a tool call of a lost session is 410 before it runs
             app.add_middleware(LostSessionGuard)
-        app.add_middleware(
-            SessionBudgetMiddleware,
-            max_tool_call_bytes=config.max_tool_call_bytes,
-            max_session_bytes=config.max_session_tool_bytes,
-            max_answer_bytes=config.max_tool_answer_bytes,
-        )
+        self._add_session_budget(app)
         # Added first, so it runs inside NgymMiddleware: its 413/408 answers carry the session cookie too.
         app.add_middleware(
             RequestLimitsMiddleware,
@@ -324,6 +319,16 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
         add_standard_routes(app, self)
         return app
+
+    def _add_session_budget(self, app: FastAPI) -> None:
+        """The per-session budgets (``ngym.server.pipeline.session_budget``), inside ``NgymMiddleware``."""
+        config = self.config
+        app.add_middleware(
+            SessionBudgetMiddleware,
+            max_tool_call_bytes=config.max_tool_call_bytes,
+            max_session_bytes=config.max_session_tool_bytes,
+            max_answer_bytes=config.max_tool_answer_bytes,
+        )
 
     def install_sessions(self, app: FastAPI) -> SessionManager:
         """Give an app built by hand (not by ``setup_webserver``: NeMo Gym's Gymnasium-style servers) ngym's
@@ -335,6 +340,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         if not any(getattr(route, "path", None) == "/health" for route in app.router.routes):
             add_health_routes(app, self)  # ngym run, profile and the image's HEALTHCHECK wait on /health
         self._ngym_sessions = self._make_session_manager()
+        self._add_session_budget(app)
         app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
         app.router.lifespan_context = self._lifespan
         return self._ngym_sessions

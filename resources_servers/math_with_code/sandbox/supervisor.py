@@ -22,6 +22,7 @@ import traceback
 from typing import Any
 
 from .limits import (
+    PR_SET_NO_NEW_PRIVS,
     PR_SET_PDEATHSIG,
     Enforcement,
     SandboxLimits,
@@ -185,7 +186,8 @@ def become_worker(
             os._exit(1)
         close_fds({conn_fd})
         prctl(PR_SET_DUMPABLE, 0)
-        if supported() and enforcement.unprivileged_uid:  # no_new_privs is set: the filter may be installed
+        prctl(PR_SET_NO_NEW_PRIVS, 1)  # set already with a slot uid; needed for the filter without one
+        if supported():
             deny_user_namespaces()
         conn = socket.socket(fileno=conn_fd)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
