@@ -162,6 +162,8 @@ def test_forged_reply_frames_and_user_namespaces_in_the_container(math_image: An
             assert reply["result"] == str(n * 10)
         report = json.loads(session.post("execute_python", {"code": probes.USERNS})["result"])
         assert set(report.values()) == {"Operation not permitted"}, report
+        report = json.loads(session.post("execute_python", {"code": probes.SUPERVISOR})["result"])
+        assert report == {"fd": "PermissionError", "mem": "PermissionError", "getfd": "refused", "ptrace": "refused"}
     finally:
         remove_container(container)
 

@@ -127,3 +127,23 @@ json.dumps(out)
 def forge_code(kind: str) -> str:
     """Code that writes a forged reply frame of `kind` (FORGED_BODIES) to every socket and pipe it holds."""
     return FORGE.format(body=FORGED_BODIES[kind])
+
+#: Whether user code can reach its supervisor (pid 1 of its namespace), which holds the server's channel: list or
+#: read its descriptors and memory, take a descriptor with pidfd_getfd, or ptrace it.
+SUPERVISOR = r"""
+import ctypes, json, os
+out = {}
+for what, path in (("fd", "/proc/1/fd"), ("mem", "/proc/1/mem")):
+    try:
+        os.listdir(path) if what == "fd" else open(path, "rb").close()
+        out[what] = "ok"
+    except OSError as exc:
+        out[what] = type(exc).__name__
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+pidfd = libc.syscall(434, 1, 0)  # pidfd_open(1, 0)
+taken = [libc.syscall(438, pidfd, fd, 0) for fd in range(3, 16)] if pidfd >= 0 else []  # pidfd_getfd
+out["getfd"] = "ok" if any(t >= 0 for t in taken) else "refused"
+out["ptrace"] = "ok" if libc.ptrace(16, 1, 0, 0) == 0 else "refused"  # PTRACE_ATTACH
+json.dumps(out)
+"""

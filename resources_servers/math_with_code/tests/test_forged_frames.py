@@ -73,3 +73,16 @@ async def test_user_namespaces_are_refused() -> None:
         report = json.loads(reply["result"])
         assert set(report.values()) == {"Operation not permitted"}, report
         assert (await session.call("/execute_python", {"code": "1 + 1"}))["result"] == "2"
+
+
+@root_only
+async def test_user_code_cannot_reach_its_supervisor() -> None:
+    app = make_app()
+    async with serve_in_process(app) as http:
+        session = RolloutClient(http)
+        await session.call("/seed_session", ROW)
+        reply = await session.call("/execute_python", {"code": probes.SUPERVISOR})
+        assert reply["success"], reply
+        report = json.loads(reply["result"])
+        assert report == {"fd": "PermissionError", "mem": "PermissionError", "getfd": "refused", "ptrace": "refused"}
+        assert (await session.call("/execute_python", {"code": "1 + 1"}))["result"] == "2"
