@@ -128,6 +128,7 @@ def forge_code(kind: str) -> str:
     """Code that writes a forged reply frame of `kind` (FORGED_BODIES) to every socket and pipe it holds."""
     return FORGE.format(body=FORGED_BODIES[kind])
 
+
 #: Whether user code can reach its supervisor (pid 1 of its namespace), which holds the server's channel: list or
 #: read its descriptors and memory, take a descriptor with pidfd_getfd, or ptrace it.
 SUPERVISOR = r"""
