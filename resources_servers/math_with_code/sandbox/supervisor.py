@@ -190,6 +190,9 @@ def become_worker(
         if supported():
             deny_user_namespaces()
         conn = socket.socket(fileno=conn_fd)
+        # Ready before the fork: the seed's answer does not wait for it (a process with numpy and pandas mapped takes
+        # tens of ms to fork on a busy machine); the first call does, in the unlikely case it comes sooner.
+        send_frame(conn, {"ready": True, "pid": os.getpid()})
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:
@@ -209,7 +212,6 @@ def become_worker(
 
 def supervise(conn: socket.socket, user: UserProcess, kill_background: bool) -> None:
     """Relay the server's calls to the user-code process; every answer is a frame this process wrote."""
-    send_frame(conn, {"ready": True, "pid": os.getpid()})
     while True:
         try:
             message, _ = recv_frame(conn)

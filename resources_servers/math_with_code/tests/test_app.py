@@ -131,7 +131,7 @@ async def test_idle_sessions_expire_and_their_workers_are_reaped() -> None:
     async with serve_in_process(app) as http:
         client = RolloutClient(http)
         await client.call("/seed_session", ROW)
-        assert len(worker_processes(app)) == 2
+        assert worker_processes(app)  # the supervisor (it forks the user-code process once the seed is answered)
         for _ in range(100):
             await asyncio.sleep(0.05)
             if not worker_processes(app):
