@@ -64,12 +64,12 @@ async def test_sessions_keep_their_own_state_and_verify_reaps_the_worker() -> No
         a, b = RolloutClient(http), RolloutClient(http)
         await a.call("/seed_session", ROW)
         await b.call("/seed_session", ROW)
-        assert len(worker_processes(app)) == 4  # a supervisor and a user-code process each
         assert (await a.call("/execute_python", {"code": "half = 1 / 2"}))["success"] is True
         out = await a.call("/execute_python", {"code": "print('half is', half)\nhalf"})
         assert out == {"success": True, "stdout": "half is 0.5\n", "stderr": "", "error_message": None, "result": "0.5"}
         out = await b.call("/execute_python", {"code": "half"})
         assert out["success"] is False and out["error_message"] == "NameError: name 'half' is not defined"
+        assert len(worker_processes(app)) == 4  # a supervisor and a user-code process each
         verified = await a.call("/verify", {**ROW, "response": response_with(r"So \boxed{\frac{1}{2}}.")})
         assert (verified["reward"], verified["accuracy"], verified["extracted_answer"]) == (1.0, True, r"\frac{1}{2}")
         assert len(worker_processes(app)) == 2  # a's worker was reaped after verify
