@@ -102,6 +102,8 @@ def test_hostile_code_in_the_container_reaches_nothing(math_image: Any, docker_c
         a, b = Session(url), Session(url)
         a.post("seed_session", ROW)
         b.post("seed_session", ROW)
+        for session in (a, b):  # after a call, each session's user-code process is certainly there
+            session.post("execute_python", {"code": "0"})
         code, out = container.exec_run([VENV_PYTHON, "-c", LIST_PROCESSES])
         assert code == 0, out
         seen = {int(pid): (uid, cmd) for pid, (uid, cmd) in json.loads(out).items()}
