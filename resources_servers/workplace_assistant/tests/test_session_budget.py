@@ -158,3 +158,18 @@ def test_twenty_30_mb_sends_leave_the_server_memory_where_it_was() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+async def test_rows_a_session_adds_are_bounded_even_by_tiny_calls() -> None:
+    """A forward shares the original's text, so a session could grow its databases with calls of a few bytes:
+    the rows it adds are counted (max_session_rows); past them a write is 413 and reads go on."""
+    async with serve_in_process(app_for(max_session_rows=3)) as http:
+        client, neighbour = RolloutClient(http), RolloutClient(http)
+        await client.call("/seed_session", {})
+        await neighbour.call("/seed_session", {})
+        statuses = [(await client.post("/email_send_email", email(10, n))).status_code for n in range(5)]
+        assert statuses == [200, 200, 200, 413, 413], statuses
+        r = await client.post("/email_forward_email", {"email_id": "00000001", "recipient": "a@b.io"})
+        assert r.status_code == 413 and "server setting max_session_rows" in r.json()["detail"]
+        assert (await client.post("/email_search_emails", {"query": "s1"})).status_code == 200
+        assert (await neighbour.call("/email_send_email", email(10)))["output"] == "Email sent successfully."
