@@ -2,7 +2,7 @@
 calls, and the size of one tool answer.
 
 A tool call is a POST to any route but the standard ones (``/seed_session``, ``/verify``, ``/close_session``,
-``/aggregate_metrics``). Whatever an environment keeps for a session comes from its tool calls' arguments (or
+``/aggregate_metrics``, ``/run``). Whatever an environment keeps for a session comes from its tool calls' arguments (or
 from answers it computes from them), so bounding what one session may send bounds what it can make the server
 hold, for every environment, with no accounting of its own:
 
@@ -38,7 +38,9 @@ DEFAULT_MAX_SESSION_TOOL_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_TOOL_ANSWER_BYTES = 16 * 1024 * 1024
 #: Where a session's count of tool-call bytes is kept in its record's ``meta``.
 META_KEY = "tool_call_bytes"
-STANDARD_POST_PATHS = frozenset({"/seed_session", "/verify", "/close_session", "/aggregate_metrics"})
+#: Not tool calls: bodies that carry a row or a whole trajectory (``/run``: a NeMo Gym agent's or environment's
+#: whole rollout).
+STANDARD_POST_PATHS = frozenset({"/seed_session", "/verify", "/close_session", "/aggregate_metrics", "/run"})
 
 
 class BudgetExceeded(HTTPException):
