@@ -8,6 +8,7 @@ its frame to every socket and pipe the code holds (isolation_probes.py; the cont
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -86,3 +87,24 @@ async def test_user_code_cannot_reach_its_supervisor() -> None:
         report = json.loads(reply["result"])
         assert report == {"fd": "PermissionError", "mem": "PermissionError", "getfd": "refused", "ptrace": "refused"}
         assert (await session.call("/execute_python", {"code": "1 + 1"}))["result"] == "2"
+
+
+@root_only
+async def test_a_user_process_that_dies_between_calls_ends_the_next_call_and_only_that_one() -> None:
+    app = make_app()
+    async with serve_in_process(app) as http:
+        session = RolloutClient(http)
+        await session.call("/seed_session", ROW)
+        code = (
+            "import os, signal, threading\nx = 1\nthreading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()"
+        )
+        assert (await session.call("/execute_python", {"code": code}))["success"] is True
+        (sandbox,) = app.state.math_with_code.pool.sessions
+        for _ in range(200):  # until the timer's thread has killed its own process (seen from here)
+            kids = Path(f"/proc/{sandbox.pid}/task/{sandbox.pid}/children").read_text().split()
+            if all(Path(f"/proc/{kid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z" for kid in kids):
+                break
+            await asyncio.sleep(0.05)
+        reply = await session.call("/execute_python", {"code": "x"})
+        assert reply["success"] is False and "the Python process died (killed by SIGKILL)" in reply["error_message"]
+        assert (await session.call("/execute_python", {"code": "'fresh'"}))["result"] == "fresh"
