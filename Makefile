@@ -11,14 +11,15 @@ STAMP    := $(VENV)/.ngym-installed
 LOG      := $(VENV)/install.log
 PYPROJECTS := pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
 # $(call quietly,CMD): pip's own output (dozens of lines, one setuptools warning per editable package) goes to
-# $(LOG), a progress line (pip's latest) every $(PROGRESS_SECONDS) s, the log's tail on failure. `make install V=1` shows it all.
+# $(LOG), a progress line (pip's latest) after $(PROGRESS_SECONDS) s and then at twice the interval each time (15, 45,
+# 105, 225 s: a few lines for a five-minute install), the log's tail on failure. `make install V=1` shows it all.
 PROGRESS_SECONDS ?= 15
-quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1; do t=$$((t + $(PROGRESS_SECONDS))); \
+quietly = $(if $(V),$(1),( t=0; s=$(PROGRESS_SECONDS); while sleep $$s >/dev/null 2>&1; do t=$$((t + s)); s=$$((s * 2)); \
 	echo "make:   … $${t}s: $$(grep -v '^WARNING' $(LOG) | tail -n 1 | cut -c1-80)"; done ) & \
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep
+.PHONY: trainers-verl install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -42,7 +43,7 @@ demo: install
 test: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster \
 	  --ignore=plugins/ngym_openenv/tests/test_commands.py \
-	  --ignore=tests/docker/test_fleet_compose_nemo.py
+	  --ignore=tests/docker/test_fleet_compose_nemo.py --ignore=tests/verl
 
 # NeMo Gym 0.7.0's own client, checkers and fixtures against every built-in environment (served as processes).
 # NeMo Gym lives in its own cached Python 3.13 venv (tools/nemo_venv.sh; NGYM_NEMO_VENV to put it elsewhere).
@@ -50,6 +51,13 @@ conformance: install
 	bash tools/nemo_venv.sh
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not verifiers_versions" tests/conformance tests/unit/test_reward_profile.py tests/unit/test_repeat_metrics.py \
 	  plugins/ngym_openenv/tests/test_commands.py
+
+# verl 0.9.1's tool classes and config loader, and skyrl-gym 0.4.0's make/step loop, against environments served by
+# ngym run (docs/training.md). Both live in one cached Python 3.12 venv (tools/verl_venv.sh, ~6 GB, several minutes
+# the first time; keyed on tools/verl-requirements.txt).
+trainers-verl: install
+	bash tools/verl_venv.sh
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/verl tests/unit/test_train_tool_schemas.py
 
 # verifiers 0.1.14, 0.2.0, 0.2.1 and 0.3.0 (0.3.1 and 0.4.0 are in conformance): the same load_environment module served by
 # each, scored by verifiers itself and through ngym. Outside CI: each release is a venv of its own (minutes, cached).
