@@ -18,7 +18,7 @@ quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1;
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep
+.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep trainers
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -42,7 +42,7 @@ demo: install
 test: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster \
 	  --ignore=plugins/ngym_openenv/tests/test_commands.py \
-	  --ignore=tests/docker/test_fleet_compose_nemo.py
+	  --ignore=tests/docker/test_fleet_compose_nemo.py --ignore=tests/trainers
 
 # NeMo Gym 0.7.0's own client, checkers and fixtures against every built-in environment (served as processes).
 # NeMo Gym lives in its own cached Python 3.13 venv (tools/nemo_venv.sh; NGYM_NEMO_VENV to put it elsewhere).
@@ -50,6 +50,13 @@ conformance: install
 	bash tools/nemo_venv.sh
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not verifiers_versions" tests/conformance tests/unit/test_reward_profile.py tests/unit/test_repeat_metrics.py \
 	  plugins/ngym_openenv/tests/test_commands.py
+
+# RL trainers' own code training on ngym environments (tests/trainers: TRL's GRPOTrainer through ngym.train.trl, served by
+# `ngym run` and by a fleet). The trainers live in their own cached venv (tools/trainer_venv.sh: ~8 min and ~6 GB the
+# first time; NGYM_TRAINER_VENV to put it elsewhere); NeMo Gym's example environment comes from its cached wheel.
+trainers: install
+	bash tools/trainer_venv.sh
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/trainers
 
 # verifiers 0.1.14, 0.2.0, 0.2.1 and 0.3.0 (0.3.1 and 0.4.0 are in conformance): the same load_environment module served by
 # each, scored by verifiers itself and through ngym. Outside CI: each release is a venv of its own (minutes, cached).
