@@ -29,60 +29,81 @@ import httpx
 import pytest
 import yaml
 
-from ngym.child_server import free_port
+from ngym.child_server import EnvironmentStartError, free_port, wait_healthy
+from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.state import FleetState
 from ngym.nemo.wheel import nemo_gym_wheel
-from tests.integration.conftest import Served, child_venv, start
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("trl_driver.py")
 BUILTIN = REPO / "resources_servers"
+NEMO_COUNTER = "nemo-gym:example_session_state_mgmt"
 N = 4  # generations per prompt (GRPO's group): one optimizer step's batch
 
 
 @pytest.fixture(scope="module")
 def nemo_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], Path]:
-    """A throwaway venv with NeMo Gym 0.7.0's example_session_state_mgmt installed as ``nemo_counter``;
-    (its python, its environment, the recorded rollouts it ships)."""
+    """NeMo Gym 0.7.0's example_session_state_mgmt installed (``ngym install nemo-gym:... --as nemo_counter``) in
+    the cached virtualenv a fleet gives it (its own packages first, so NeMo's package, not the built-in of the same
+    name, is imported); (that venv's python, the environment to run it with, the recorded rollouts it ships)."""
     work = tmp_path_factory.mktemp("nemo")
-    python, env = child_venv(work)
-    done = subprocess.run(
-        [str(python), "-m", "ngym.cli", "install", "nemo-gym:example_session_state_mgmt", "--as", "nemo_counter"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-        cwd=work,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    python = ensure_venv([f"{NEMO_COUNTER} --as nemo_counter"], work / "venv.log")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "NGYM_STRICT_PLUGINS")}
     # The recorded rollouts NeMo Gym ships with it, from the same wheel `ngym install` took the environment from.
+    # Its collector kept only the prompt of each row: the row's other fields (initial_count, expected_count) are
+    # taken back from its example.jsonl, matched by prompt.
+    folder = "resources_servers/example_session_state_mgmt/data/"
     with zipfile.ZipFile(nemo_gym_wheel()) as wheel:
-        rollouts = work / "nemo_counter_rollouts.jsonl"
-        rollouts.write_bytes(wheel.read("resources_servers/example_session_state_mgmt/data/example_rollouts.jsonl"))
+        rows = [json.loads(line) for line in wheel.read(folder + "example.jsonl").decode().splitlines() if line]
+        recorded = [json.loads(line) for line in wheel.read(folder + "example_rollouts.jsonl").decode().splitlines()]
+    by_prompt = {json.dumps(r["responses_create_params"]["input"][-1]["content"]): r for r in rows}
+    lines = []
+    for rollout in recorded:
+        row = by_prompt[json.dumps(rollout["responses_create_params"]["input"][-1]["content"])]
+        lines.append(json.dumps({**row, **rollout}))
+    rollouts = work / "nemo_counter_rollouts.jsonl"
+    rollouts.write_text("\n".join(lines) + "\n")
     return python, env, rollouts
 
 
 @pytest.fixture(scope="module")
-def served(nemo_env: tuple[Path, dict[str, str], Path]) -> Iterator[dict[str, tuple[str, Path]]]:
+def served(
+    nemo_env: tuple[Path, dict[str, str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, tuple[str, Path]]]:
     """``ngym run`` of each environment: name → (url, recorded rollouts)."""
     python, env, nemo_rollouts = nemo_env
+    work = tmp_path_factory.mktemp("served")
     wanted = {
         "weather": ("example_single_tool_call", BUILTIN / "example_single_tool_call/data/example_rollouts.jsonl"),
         "workplace": ("workplace_assistant", BUILTIN / "workplace_assistant/data/example_rollouts.jsonl"),
         "nemo_counter": ("nemo_counter", nemo_rollouts),
     }
-    servers: list[Served] = []
+    servers: list[subprocess.Popen[str]] = []
     out: dict[str, tuple[str, Path]] = {}
     try:
         for name, (target, rollouts) in wanted.items():
             port = free_port()
             cmd = [str(python), "-m", "ngym.cli", "run", target, "--port", str(port)]
-            servers.append(start(cmd, port, env=env, timeout=120))
-            out[name] = (servers[-1].url, rollouts)
+            # Not from the checkout: `python -m` puts the working directory first on sys.path, and the checkout's
+            # resources_servers/ would shadow NeMo Gym's package of the same name.
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=work)
+            servers.append(proc)
+            url = f"http://127.0.0.1:{port}"
+            try:
+                wait_healthy(url, proc, 120, path="/")
+            except EnvironmentStartError as exc:
+                proc.kill()
+                raise AssertionError(f"{cmd}: {exc}: {proc.communicate()[0]}") from None
+            out[name] = (url, rollouts)
         yield out
     finally:
-        for server in servers:
-            server.stop()
+        for proc in servers:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +118,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, nemo_env: tuple[Path, dict[s
         "environments": {
             "weather": "example_single_tool_call",
             "workplace": "workplace_assistant",
-            "nemo_counter": "nemo-gym:example_session_state_mgmt",
+            "nemo_counter": NEMO_COUNTER,
         },
     }
     path = work / "fleet.yaml"
     path.write_text(yaml.safe_dump(spec))
-    fleet_env = {**env, "NGYM_FLEET_VENVS": str(work / "venvs")}
+    fleet_env = env  # the fleet's nemo_counter reuses the venv nemo_env made (same cache, same lines)
     up = subprocess.run(
         [str(python), "-m", "ngym.cli", "up", str(path)],
         capture_output=True,
@@ -231,7 +252,8 @@ def check_run(result: dict[str, Any], urls: dict[str, str], masked: tuple[int, i
         measured = []
         for index, sample in enumerate(group):
             tool_messages = [m["content"] for m in sample["completion"] if m["role"] == "tool"]
-            assert tool_messages, f"no tool ran in {sample['completion']}"
+            # the scripted policy calls the recorded tools, but for the group's last generation (no tool at all)
+            assert bool(tool_messages) == (index != N - 1), sample["completion"]
             reward, was_masked, outputs = wire_reward(urls[sample["environment"]], sample["row"], sample["completion"])
             assert not was_masked
             if masked == (step - 1, index):
@@ -246,6 +268,7 @@ def check_run(result: dict[str, Any], urls: dict[str, str], masked: tuple[int, i
         logged = result["logged_means"][step - 1]
         assert math.isclose(logged, sum(measured) / len(measured), abs_tol=1e-6), (logged, measured)
     assert excluded == (1 if masked else 0)
+    assert any(norm > 0 for norm in result["grad_norms"]), result["grad_norms"]  # TRL updated the model
     assert all(v == 0 for v in result["live_sessions_after"].values()), result["live_sessions_after"]
 
 
@@ -264,7 +287,7 @@ def results(
             "environments": {name: {"url": url, "rollouts": str(rollouts)}},
             "output_dir": str(work / name),
         }
-        if name != "weather":  # its verify reads only the trajectory; the others' read the session
+        if name == "nemo_counter":  # the weather's and workplace's verify read only the trajectory, not the session
             run["mask"] = {"step": 1, "index": 2}
         runs.append(run)
     runs.append(
@@ -274,7 +297,7 @@ def results(
             "environments": {name: {"rollouts": str(rollouts)} for name, (_, rollouts) in served.items()},
             "interleave": True,
             "max_steps": 3,
-            "mask": {"step": 1, "index": 0},
+            "mask": {"step": 2, "index": 0},  # the third step's environment is nemo_counter
             "output_dir": str(work / "fleet"),
         }
     )
@@ -285,11 +308,12 @@ def results(
 def test_grpo_trainer_on_ngym_run(
     name: str, results: dict[str, dict[str, Any]], served: dict[str, tuple[str, Path]]
 ) -> None:
-    masked = None if name == "weather" else (1, 2)
+    masked = (1, 2) if name == "nemo_counter" else None
     check_run(results[name], {name: served[name][0]}, masked)
 
 
 def test_grpo_trainer_on_a_fleet_blend(results: dict[str, dict[str, Any]]) -> None:
     result = results["fleet"]
     assert {s["environment"] for s in result["samples"]} == {"weather", "workplace", "nemo_counter"}
-    check_run(result, result["urls"], (1, 0))
+    assert [s["environment"] for s in result["samples"]][2 * N] == "nemo_counter"
+    check_run(result, result["urls"], (2, 0))

@@ -3,7 +3,8 @@
 ``python trl_driver.py SPEC.json OUT.json``. For each run of the spec: a tiny Qwen2 initialised here (hidden 32,
 2 layers), a byte-level BPE tokenizer trained here with TRL's shipped ``qwen3_chat_template``, and the three slots
 from ``ngym.train.trl`` (one environment by URL, or a fleet's by name). Only the model's ``generate`` is replaced:
-it emits a recorded rollout's tool calls, turn by turn, then its final answer; TRL parses the calls, runs the
+it emits a recorded rollout's tool calls, turn by turn, then its final answer (the last of each group of
+generations answers at once, without a tool); TRL parses the calls, runs the
 environment's tools over NeMo Gym's wire, and scores with ``/verify``. Written to OUT.json per run: every sample
 TRL logged (prompt, completion, reward; NaN as null), the reward means TRL logged, the optimizer steps, the live
 sessions each environment reported while a batch was being generated, and the session cookies of that batch.
@@ -30,6 +31,8 @@ from trl.chat_template_utils import qwen3_chat_template
 
 from ngym.train import trl as ngym_trl
 
+N = 4  # generations per prompt: one optimizer step's batch
+NO_TOOL_ANSWER = "I cannot tell."
 SPECIALS = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -145,7 +148,7 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
         slots.examples = [e for group in zip(*by_env.values(), strict=False) for e in group]
 
     texts = [json.dumps(s["row"]) + render(t) + s["final"] for ss in scripts.values() for s in ss for t in s["turns"]]
-    texts += [json.dumps(s["row"]) + s["final"] for ss in scripts.values() for s in ss]
+    texts += [json.dumps(s["row"]) + s["final"] + NO_TOOL_ANSWER for ss in scripts.values() for s in ss]
     tokenizer = make_tokenizer(texts * 2)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -180,13 +183,16 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
         new_ids = []
         turns_seen = []
         masks = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
-        for ids, mask in zip(input_ids, masks, strict=True):
+        for index, (ids, mask) in enumerate(zip(input_ids, masks, strict=True)):
             text = tokenizer.decode(ids[mask.bool()].tolist(), skip_special_tokens=False)
             _, script = match(text)
             turn = text.count("<|im_start|>assistant") - 1
             turns_seen.append(turn)
             steps = script["turns"] + [script["final"]]
-            new_ids.append(tokenizer.encode(render(steps[min(turn, len(steps) - 1)]), add_special_tokens=False) + [eos])
+            # The group's last generation answers at once, without a tool: rewards differ within the group, so
+            # GRPO's advantages, and its update, are not all zero.
+            reply = NO_TOOL_ANSWER if turn == 0 and index == N - 1 else render(steps[min(turn, len(steps) - 1)])
+            new_ids.append(tokenizer.encode(reply, add_special_tokens=False) + [eos])
         if all(t == 0 for t in turns_seen):  # a new batch: every generation is at its first turn
             environments = list(trainer.environments or [])
             batch = {
@@ -210,8 +216,8 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
     args = GRPOConfig(
         output_dir=run["output_dir"],
         use_cpu=True,
-        per_device_train_batch_size=4,
-        num_generations=4,
+        per_device_train_batch_size=N,
+        num_generations=N,
         max_completion_length=run.get("max_completion_length", 8192),
         max_steps=run.get("max_steps", 2),
         report_to=[],
@@ -241,6 +247,7 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
         "samples": recorder.samples,
         "logged_means": [h[metric] for h in trainer.state.log_history if metric in h],
         "tool_call_frequency": [h.get("tools/call_frequency") for h in trainer.state.log_history if "loss" in h],
+        "grad_norms": [float(h["grad_norm"]) for h in trainer.state.log_history if "grad_norm" in h],
         "batches": state["batches"],
         "live_sessions_after": {n: health(u).get("live_sessions") for n, u in urls.items()},
         "urls": urls,
