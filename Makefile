@@ -63,7 +63,7 @@ trainers: install
 verifiers-versions: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m verifiers_versions tests/conformance
 
-# Every environment folder of an OpenEnv checkout (issue 24): install → validate → rollout (no --data) → OpenEnv's own
+# Every environment folder of an OpenEnv checkout: install → validate → rollout (no --data) → OpenEnv's own
 # client side by side with ngym. Outside CI (a virtualenv per environment: minutes each; results cached per folder in
 # ~/.cache/ngym/openenv-sweep/results). OPENENV=/path/to/OpenEnv (a checkout or clone); ARGS="--only echo_env,maze_env".
 openenv-sweep: install
@@ -85,7 +85,7 @@ fuzz: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m fuzz tests/fuzz
 
 # A fleet on a real Ray cluster (ray start --head + 2 worker nodes, one killed mid-run): installs ngym[ray] (~80 MB).
-# tests/cluster/test_fleet_e2e.py is issue 20's end-to-end check (5 environments over namespace hosts and a Redis
+# tests/cluster/test_fleet_e2e.py is the end-to-end fleet check (5 environments over namespace hosts and a Redis
 # host, NeMo Gym's collector and `ngym profile` at NGYM_E2E_USERS concurrent users, default 100); -rP prints its
 # counts. fleet-e2e-1000 runs it at 1,000 concurrent users (not in CI: ~5 minutes, ~4.5 GB more memory here).
 # Also replicas behind the head node's HAProxy and nemo-gym:code_gen's Ray tasks (~2 min; its venv once, ~40 s).
@@ -137,11 +137,11 @@ bench-catalogue: install
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
 
-# --- containerize (issue 4): a local base image with Python from Debian packages, for offline builds ---
+# --- containerize: a local base image with Python from Debian packages, for offline builds ---
 docker-base:
 	bash docker/build-base-image.sh $(TAG)
 
-# --- NeMo Gym's environments (issue 14): all 145 measured under NeMo Gym 0.7.0 and ngym → docs/nemo-gym-environments.md
+# --- NeMo Gym's environments: all 145 measured under NeMo Gym 0.7.0 and ngym → docs/nemo-gym-environments.md
 # Resumable (results cached per environment in ~/.cache/ngym/nemo-envs; NeMo Gym's venv from tools/nemo_venv.sh); ARGS="--only a,b --side ngym --limit 20".
 nemo-envs: install
 	$(PY) tools/nemo_envs.py $(ARGS)

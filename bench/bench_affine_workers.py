@@ -4,7 +4,7 @@ For each environment (the counter, whose state is in the process, and math_with_
 three servers are measured side by side, alternating, ROUNDS times:
 
 - ``direct 1``: ``ngym run NAME`` (one process, no proxy);
-- ``proxy 1``: the same single worker behind ngym's HAProxy (``ngym.server.affinity`` with one worker): the
+- ``proxy 1``: the same single worker behind ngym's HAProxy (``ngym.server.hosting.affinity`` with one worker): the
   routing layer's own cost, as a ratio to ``direct 1``;
 - ``proxy 2``: ``ngym run NAME --workers 2`` (two workers behind HAProxy).
 
@@ -43,8 +43,8 @@ LOADGEN_CPU = str((os.cpu_count() or 1) - 1)
 
 def serve_proxied_one(name: str, port: int) -> None:
     """``proxy 1``: one worker behind ngym's HAProxy, as ``--workers N`` runs N (run in a child process)."""
-    from ngym.server.affinity import AffineWorkers
-    from ngym.server.app import build_server, load_server_class
+    from ngym.server.hosting.affinity import AffineWorkers
+    from ngym.server.pipeline.app import build_server, load_server_class
 
     spec = resolve(name).serve_spec()
     server = build_server(spec, load_server_class(spec.target))

@@ -52,8 +52,8 @@ from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
 #: ngym's runtime as shipped; without the fork template's huge pages; with the server raised above its children
-#: (opt-in, ngym/server/cpu_priority.py); with the environment's coroutines on their own loop forced on, and off
-#: (ngym/server/env_loop.py: on by default for an environment using multiprocessing); a local Ray announcing 8
+#: (opt-in, ngym/server/hosting/cpu_priority.py); with the environment's coroutines on their own loop forced on, and off
+#: (ngym/server/hosting/env_loop.py: on by default for an environment using multiprocessing); a local Ray announcing 8
 #: CPUs (NGYM_RAY_NUM_CPUS); without the fork template (the runtime before it).
 VARIANTS: dict[str, dict[str, str]] = {
     "ngym": {},

@@ -1,11 +1,11 @@
 """bench_core.py's comparison without sockets: ngym's and the bare app's server CPU per rollout, in one process.
 
-Each app sits behind the uvicorn HTTP protocol it is served with (ngym: ``ngym.server.host.uvicorn_config``, with
-its header-deadline protocol; bare: uvicorn's defaults, as ``uvicorn bench.bare_weather_app:app`` runs it), fed
-raw HTTP/1.1 requests through an in-memory transport: httptools parsing, every middleware, FastAPI, the
-response bytes; no kernel, no client process. Rollouts are bench_core's (seed -> get_weather -> verify, the
-cookie copied as wrk does). Short rounds alternate between the apps, so the machine's load hits both alike;
-the CPU time (``time.process_time``) of each round is compared as a ratio, and also split per route.
+Each app sits behind the uvicorn HTTP protocol it is served with (ngym: ``ngym.server.hosting.host.uvicorn_config``,
+with its header-deadline protocol; bare: uvicorn's defaults, as ``uvicorn bench.bare_weather_app:app`` runs it), fed
+raw HTTP/1.1 requests through an in-memory transport: httptools parsing, every middleware, FastAPI, the response
+bytes; no kernel, no client process. Rollouts are bench_core's (seed -> get_weather -> verify, the cookie copied as
+wrk does). Short rounds alternate between the apps, so the machine's load hits both alike; the CPU time
+(``time.process_time``) of each round is compared as a ratio, and also split per route.
 
 A quicker, steadier loop than bench_core.py on a shared machine when looking for per-request costs (a
 profiler can attach to it: ``py-spy record -- python bench/bench_inprocess.py --only ngym``); bench_core.py
@@ -61,8 +61,8 @@ def config(kind: str) -> uvicorn.Config:
 
         cfg = uvicorn.Config(app, log_level="warning", access_log=False)
     else:
-        from ngym.server.app import ServeSpec, build_app, build_server
-        from ngym.server.host import uvicorn_config
+        from ngym.server.hosting.host import uvicorn_config
+        from ngym.server.pipeline.app import ServeSpec, build_app, build_server
 
         server = build_server(ServeSpec(target=WEATHER, name="example_single_tool_call"))
         cfg = uvicorn_config(server, build_app(server, app_plugins=False), access_log=False, lifespan="on")

@@ -5,7 +5,7 @@ side by side in one run, on both of ngym's multi-worker paths:
 * **redis**: sessions in a real ``redis-server`` (its own port and folder); uvicorn's workers share one socket and
   any worker serves any request of any rollout;
 * **affinity**: sessions in each process's memory (``NGYM_SESSION_STORE=memory``); ``--workers 2`` is HAProxy
-  (``ngym/server/haproxy.py``) in front of two single-worker processes, routing every rollout by its session
+  (``ngym/server/hosting/haproxy.py``) in front of two single-worker processes, routing every rollout by its session
   cookie to the process holding it. ``--workers 1`` is one process, no proxy (what a user would run).
 
 wrk (bench/rollout.lua: whole rollouts, cookie copied by hand) is pinned to CPU 1 with ``taskset``; the servers

@@ -33,187 +33,72 @@ Names load on first use (as ``ngym``'s do): a plugin registering a hook at start
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # what type checkers see; at run time the names load on first use (below)
-    from ngym.child_server import free_port
-    from ngym.errors import SessionStoreError
-    from ngym.metrics.aggregate import aggregate_metrics
-    from ngym.nemo.envtest import EnvTestResult, referenced_environments, run_environment_tests, stage_environment
-    from ngym.nemo.envtest import pytest_command as environment_test_command
-    from ngym.nemo.envtest import reported_pytest_command as environment_test_report_command
-    from ngym.rollout.ledger import (
-        LedgerAppender,
-        done_keys,
-        drop_truncated_tail,
-        json_line,
-        mean_reward,
-        pending,
-        read_jsonl,
-        read_results,
-        rollout_key,
-        rollout_keys,
-        rollout_order,
-        verify_responses,
-    )
-    from ngym.run_carriers import (
-        GLOBAL_CONFIG_ENV,
-        SERVER_URLS_ENV,
-        read_global_config,
-        read_server_urls,
-        write_global_config,
-        write_server_urls,
-    )
-    from ngym.server.mcp_exposure import MCP_PATH, SEED_METADATA_KEY, TOKEN_HEADER
-    from ngym.server.mcp_exposure import install as install_mcp
-    from ngym.server.middleware import raise_server_exceptions, strip_rollout_prefix
-    from ngym.server.protocol import failure_kinds
-    from ngym.server.protocol.bodies import (
-        ROLLOUT_INDEX_KEY,
-        TASK_INDEX_KEY,
-        AggregateMetrics,
-        AggregateMetricsRequest,
-    )
-    from ngym.server.protocol.responses import ResponseCreateParams
-    from ngym.server.request_bodies import parse_body, read_json, validate_body
-    from ngym.server.routes import add_health_routes, judge_failure_body
-    from ngym.server.sessions.cookies import SESSION_SECRET_ENV
-    from ngym.server.sessions.factory import redact_url
-    from ngym.server.sessions.lost import keeps_no_state
-    from ngym.server.sessions.manager import (
-        RequestSession,
-        SessionConflict,
-        SessionManager,
-        current_request_session,
-    )
-    from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
+from ngym._exports import lazy_exports
 
-#: public name → (module, name in that module); ``None`` as the name: the module itself
-_EXPORTS: dict[str, tuple[str, str | None]] = {
-    "free_port": ("ngym.child_server", "free_port"),
-    "SessionStoreError": ("ngym.errors", "SessionStoreError"),
-    "GLOBAL_CONFIG_ENV": ("ngym.run_carriers", "GLOBAL_CONFIG_ENV"),
-    "SERVER_URLS_ENV": ("ngym.run_carriers", "SERVER_URLS_ENV"),
-    "read_global_config": ("ngym.run_carriers", "read_global_config"),
-    "read_server_urls": ("ngym.run_carriers", "read_server_urls"),
-    "write_global_config": ("ngym.run_carriers", "write_global_config"),
-    "write_server_urls": ("ngym.run_carriers", "write_server_urls"),
-    "MCP_PATH": ("ngym.server.mcp_exposure", "MCP_PATH"),
-    "SEED_METADATA_KEY": ("ngym.server.mcp_exposure", "SEED_METADATA_KEY"),
-    "TOKEN_HEADER": ("ngym.server.mcp_exposure", "TOKEN_HEADER"),
-    "install_mcp": ("ngym.server.mcp_exposure", "install"),
-    "aggregate_metrics": ("ngym.metrics.aggregate", "aggregate_metrics"),
-    "environment_test_command": ("ngym.nemo.envtest", "pytest_command"),
-    "LedgerAppender": ("ngym.rollout.ledger", "LedgerAppender"),
-    "done_keys": ("ngym.rollout.ledger", "done_keys"),
-    "drop_truncated_tail": ("ngym.rollout.ledger", "drop_truncated_tail"),
-    "json_line": ("ngym.rollout.ledger", "json_line"),
-    "mean_reward": ("ngym.rollout.ledger", "mean_reward"),
-    "pending": ("ngym.rollout.ledger", "pending"),
-    "read_jsonl": ("ngym.rollout.ledger", "read_jsonl"),
-    "read_results": ("ngym.rollout.ledger", "read_results"),
-    "rollout_key": ("ngym.rollout.ledger", "rollout_key"),
-    "rollout_keys": ("ngym.rollout.ledger", "rollout_keys"),
-    "rollout_order": ("ngym.rollout.ledger", "rollout_order"),
-    "verify_responses": ("ngym.rollout.ledger", "verify_responses"),
-    "environment_test_report_command": ("ngym.nemo.envtest", "reported_pytest_command"),
-    "EnvTestResult": ("ngym.nemo.envtest", "EnvTestResult"),
-    "referenced_environments": ("ngym.nemo.envtest", "referenced_environments"),
-    "run_environment_tests": ("ngym.nemo.envtest", "run_environment_tests"),
-    "stage_environment": ("ngym.nemo.envtest", "stage_environment"),
-    "raise_server_exceptions": ("ngym.server.middleware", "raise_server_exceptions"),
-    "keeps_no_state": ("ngym.server.sessions.lost", "keeps_no_state"),
-    "strip_rollout_prefix": ("ngym.server.middleware", "strip_rollout_prefix"),
-    "failure_kinds": ("ngym.server.protocol.failure_kinds", None),
-    "ROLLOUT_INDEX_KEY": ("ngym.server.protocol.bodies", "ROLLOUT_INDEX_KEY"),
-    "TASK_INDEX_KEY": ("ngym.server.protocol.bodies", "TASK_INDEX_KEY"),
-    "AggregateMetrics": ("ngym.server.protocol.bodies", "AggregateMetrics"),
-    "AggregateMetricsRequest": ("ngym.server.protocol.bodies", "AggregateMetricsRequest"),
-    "ResponseCreateParams": ("ngym.server.protocol.responses", "ResponseCreateParams"),
-    "parse_body": ("ngym.server.request_bodies", "parse_body"),
-    "read_json": ("ngym.server.request_bodies", "read_json"),
-    "validate_body": ("ngym.server.request_bodies", "validate_body"),
-    "add_health_routes": ("ngym.server.routes", "add_health_routes"),
-    "judge_failure_body": ("ngym.server.routes", "judge_failure_body"),
-    "SESSION_SECRET_ENV": ("ngym.server.sessions.cookies", "SESSION_SECRET_ENV"),
-    "redact_url": ("ngym.server.sessions.factory", "redact_url"),
-    "RequestSession": ("ngym.server.sessions.manager", "RequestSession"),
-    "SessionConflict": ("ngym.server.sessions.manager", "SessionConflict"),
-    "SessionManager": ("ngym.server.sessions.manager", "SessionManager"),
-    "current_request_session": ("ngym.server.sessions.manager", "current_request_session"),
-    "SessionLimitReached": ("ngym.server.sessions.store", "SessionLimitReached"),
-    "SessionRecord": ("ngym.server.sessions.store", "SessionRecord"),
-    "SessionStore": ("ngym.server.sessions.store", "SessionStore"),
-}
+# The public names, each written once (``ngym._exports``): what type checkers see, and at run time the table a
+# name loads from on first use.
+if TYPE_CHECKING:
+    from ngym.child_server import free_port as free_port
+    from ngym.errors import SessionStoreError as SessionStoreError
+    from ngym.metrics.aggregate import aggregate_metrics as aggregate_metrics
 
-__all__ = [
-    "AggregateMetrics",
-    "EnvTestResult",
-    "AggregateMetricsRequest",
-    "GLOBAL_CONFIG_ENV",
-    "LedgerAppender",
-    "MCP_PATH",
-    "ROLLOUT_INDEX_KEY",
-    "RequestSession",
-    "ResponseCreateParams",
-    "SEED_METADATA_KEY",
-    "SERVER_URLS_ENV",
-    "SESSION_SECRET_ENV",
-    "SessionConflict",
-    "SessionLimitReached",
-    "SessionManager",
-    "SessionRecord",
-    "SessionStore",
-    "SessionStoreError",
-    "TASK_INDEX_KEY",
-    "TOKEN_HEADER",
-    "add_health_routes",
-    "aggregate_metrics",
-    "current_request_session",
-    "done_keys",
-    "drop_truncated_tail",
-    "environment_test_command",
-    "environment_test_report_command",
-    "failure_kinds",
-    "free_port",
-    "install_mcp",
-    "json_line",
-    "judge_failure_body",
-    "keeps_no_state",
-    "mean_reward",
-    "parse_body",
-    "pending",
-    "raise_server_exceptions",
-    "read_global_config",
-    "read_json",
-    "read_jsonl",
-    "read_results",
-    "read_server_urls",
-    "redact_url",
-    "rollout_key",
-    "rollout_keys",
-    "rollout_order",
-    "referenced_environments",
-    "run_environment_tests",
-    "stage_environment",
-    "strip_rollout_prefix",
-    "validate_body",
-    "verify_responses",
-    "write_global_config",
-    "write_server_urls",
-]
+    # Exported under another name than the one they are defined with: an assignment, which checkers export.
+    from ngym.nemo import envtest as _envtest
+    from ngym.nemo.envtest import EnvTestResult as EnvTestResult
+    from ngym.nemo.envtest import referenced_environments as referenced_environments
+    from ngym.nemo.envtest import run_environment_tests as run_environment_tests
+    from ngym.nemo.envtest import stage_environment as stage_environment
+    from ngym.rollout.ledger import LedgerAppender as LedgerAppender
+    from ngym.rollout.ledger import done_keys as done_keys
+    from ngym.rollout.ledger import drop_truncated_tail as drop_truncated_tail
+    from ngym.rollout.ledger import json_line as json_line
+    from ngym.rollout.ledger import mean_reward as mean_reward
+    from ngym.rollout.ledger import pending as pending
+    from ngym.rollout.ledger import read_jsonl as read_jsonl
+    from ngym.rollout.ledger import read_results as read_results
+    from ngym.rollout.ledger import rollout_key as rollout_key
+    from ngym.rollout.ledger import rollout_keys as rollout_keys
+    from ngym.rollout.ledger import rollout_order as rollout_order
+    from ngym.rollout.ledger import verify_responses as verify_responses
+    from ngym.run_carriers import GLOBAL_CONFIG_ENV as GLOBAL_CONFIG_ENV
+    from ngym.run_carriers import SERVER_URLS_ENV as SERVER_URLS_ENV
+    from ngym.run_carriers import read_global_config as read_global_config
+    from ngym.run_carriers import read_server_urls as read_server_urls
+    from ngym.run_carriers import write_global_config as write_global_config
+    from ngym.run_carriers import write_server_urls as write_server_urls
+    from ngym.server.fronts import mcp as _mcp
+    from ngym.server.fronts.mcp import MCP_PATH as MCP_PATH
+    from ngym.server.fronts.mcp import SEED_METADATA_KEY as SEED_METADATA_KEY
+    from ngym.server.fronts.mcp import TOKEN_HEADER as TOKEN_HEADER
+    from ngym.server.pipeline.intake import parse_body as parse_body
+    from ngym.server.pipeline.intake import read_json as read_json
+    from ngym.server.pipeline.intake import validate_body as validate_body
+    from ngym.server.pipeline.middleware import raise_server_exceptions as raise_server_exceptions
+    from ngym.server.pipeline.middleware import strip_rollout_prefix as strip_rollout_prefix
+    from ngym.server.pipeline.routes import add_health_routes as add_health_routes
+    from ngym.server.pipeline.routes import judge_failure_body as judge_failure_body
+    from ngym.server.protocol import failure_kinds as failure_kinds
+    from ngym.server.protocol.bodies import ROLLOUT_INDEX_KEY as ROLLOUT_INDEX_KEY
+    from ngym.server.protocol.bodies import TASK_INDEX_KEY as TASK_INDEX_KEY
+    from ngym.server.protocol.bodies import AggregateMetrics as AggregateMetrics
+    from ngym.server.protocol.bodies import AggregateMetricsRequest as AggregateMetricsRequest
+    from ngym.server.protocol.responses import ResponseCreateParams as ResponseCreateParams
+    from ngym.server.sessions.cookies import SESSION_SECRET_ENV as SESSION_SECRET_ENV
+    from ngym.server.sessions.factory import redact_url as redact_url
+    from ngym.server.sessions.lost import keeps_no_state as keeps_no_state
+    from ngym.server.sessions.manager import RequestSession as RequestSession
+    from ngym.server.sessions.manager import SessionConflict as SessionConflict
+    from ngym.server.sessions.manager import SessionManager as SessionManager
+    from ngym.server.sessions.manager import current_request_session as current_request_session
+    from ngym.server.sessions.store import SessionLimitReached as SessionLimitReached
+    from ngym.server.sessions.store import SessionRecord as SessionRecord
+    from ngym.server.sessions.store import SessionStore as SessionStore
 
+    environment_test_command = _envtest.pytest_command
+    environment_test_report_command = _envtest.reported_pytest_command
+    install_mcp = _mcp.install
 
-def __getattr__(name: str) -> Any:
-    export = _EXPORTS.get(name)
-    if export is None:
-        raise AttributeError(f"module 'ngym.plugin_api' has no attribute {name!r}")
-    module = importlib.import_module(export[0])
-    value = module if export[1] is None else getattr(module, export[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+if not TYPE_CHECKING:  # checkers see the imports above (``as``: re-exported); this is their run-time side
+    __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

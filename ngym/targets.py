@@ -39,8 +39,8 @@ from ngym.plugins.manager import HOOK_PLUGIN_GROUP
 from ngym.plugins.registry import ServerEntry, get_registry
 
 if TYPE_CHECKING:
-    from ngym.server.app import ServeSpec
-    from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
+    from ngym.server.pipeline.app import ServeSpec
+    from ngym.server.pipeline.resources import BaseResourcesServerConfig, SimpleResourcesServer
 
 # The server runtime (FastAPI, ~0.5 s to import) is imported where a class is loaded or a spec made, not at the
 # top: naming an environment must stay cheap for callers that never serve it in this process (the Locust
@@ -71,7 +71,7 @@ class Environment:
     @cached_property
     def server_class(self) -> type[SimpleResourcesServer]:
         """The server class (imported on first use)."""
-        from ngym.server.app import load_server_class
+        from ngym.server.pipeline.app import load_server_class
 
         return load_server_class(self.target)
 
@@ -80,7 +80,7 @@ class Environment:
         """The registration rules' answer for the class with this environment's config fields: its domain and
         config class (imports the class; ``PluginError`` naming the rule it breaks). The one place a resolved
         environment is validated: ``domain``, ``ngym validate`` and the other commands read it from here."""
-        from ngym.server.rules import validate_server_class
+        from ngym.server.pipeline.rules import validate_server_class
 
         return validate_server_class(
             self.server_class, name=self.name, domain=self.registered_domain, config_fields=self.fields
@@ -109,7 +109,7 @@ class Environment:
 
     def serve_spec(self, **fields: Any) -> ServeSpec:
         """What ``ngym run`` serves: the target with the config fields (``fields`` on top)."""
-        from ngym.server.app import ServeSpec
+        from ngym.server.pipeline.app import ServeSpec
 
         if self.config_error is not None:
             raise ConfigError(self.config_error)

@@ -22,8 +22,8 @@ import httpx
 from fastapi import FastAPI
 
 from ngym.examples import dataset_row, read_example_rollouts, read_jsonl, recorded_tool_calls
-from ngym.server.app import ServeSpec, create_app, in_working_directory
-from ngym.server.resources import SimpleResourcesServer
+from ngym.server.pipeline.app import ServeSpec, create_app, in_working_directory
+from ngym.server.pipeline.resources import SimpleResourcesServer
 from ngym.targets import resolve
 
 

@@ -27,9 +27,9 @@ from typing import Any
 from ngym.errors import ConfigError, PluginError
 from ngym.examples import dataset_row, read_example_rollouts, read_jsonl
 from ngym.rollout.gymnasium import RESET, STEP, ModelRequest, Recording, drive_async, episode, is_gymnasium_style
-from ngym.server.app import create_app, in_working_directory
+from ngym.server.pipeline.app import create_app, in_working_directory
+from ngym.server.pipeline.resources import SimpleResourcesServer
 from ngym.server.protocol import FAILURE_CLASS_KEY, FAILURE_JUDGE_ERROR_KEY
-from ngym.server.resources import SimpleResourcesServer
 from ngym.targets import Environment, resolve
 from ngym.testing import RolloutClient, run_recorded_rollout, serve_in_process
 

@@ -18,8 +18,8 @@ from ngym.config_tree import ConfigTree, load_tree
 from ngym.errors import ConfigError
 from ngym.nemo.model_urls import export_global_config, export_model_instances, export_model_urls
 from ngym.readiness import needs
-from ngym.server.app import ServeSpec
-from ngym.server.host import serve_many, serve_one
+from ngym.server.hosting.host import serve_many, serve_one
+from ngym.server.pipeline.app import ServeSpec
 from ngym.suggest import did_you_mean
 from ngym.targets import Environment, environments_in_configs, resolve
 

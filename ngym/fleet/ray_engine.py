@@ -167,7 +167,7 @@ def _cause(exc: Exception) -> str:
 def _affinity_settings(env: EnvironmentSpec) -> tuple[str, float, int]:
     """The session cookie's name, the session TTL and the session cap the front's HAProxy needs (the
     environment's overrides, else the defaults of ``BaseResourcesServerConfig``)."""
-    from ngym.server.resources import BaseResourcesServerConfig
+    from ngym.server.pipeline.resources import BaseResourcesServerConfig
 
     fields = BaseResourcesServerConfig.model_fields
 

@@ -7,7 +7,7 @@ of the fleet is left on that machine, and a cluster torn down takes every part o
 process the actor starts gets ``SIGKILL`` when the actor dies, ``PR_SET_PDEATHSIG``). The head node is the one
 node whose loss ends the cluster anyway, so the front adds no new single point of failure; it reserves no CPU.
 
-Each environment's one stable URL is an HAProxy configured by :func:`ngym.server.haproxy.haproxy_config`
+Each environment's one stable URL is an HAProxy configured by :func:`ngym.server.hosting.haproxy.haproxy_config`
 (the same session-affine rules as ``ngym run --workers N``): a rollout's requests reach the replica that seeded
 it; a replica that fails its ``/livez`` check is left out and its rollouts' requests go to a replica that does
 not hold them, which masks their verifies ``session_lost`` and answers their tool calls 410 — loud, never a
@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ngym.server.haproxy import Backend, haproxy_binary, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
 
 __all__ = ["FRONT", "FleetFront", "HEAD_NODE_RESOURCE"]
 

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     import click
 
     from ngym.plugins.registry import Register
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.pipeline.resources import SimpleResourcesServer
     from ngym.server.sessions.store import SessionStore
 
 hookspec = pluggy.HookspecMarker("ngym")

@@ -41,7 +41,7 @@ from ngym.plugins.manager import (
 from ngym.suggest import did_you_mean
 
 if TYPE_CHECKING:
-    from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
+    from ngym.server.pipeline.resources import BaseResourcesServerConfig, SimpleResourcesServer
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 OK, BROKEN = "ok", "broken"
@@ -256,7 +256,7 @@ class Registry:
             fields = entry.config_fields() if entry.server_class is None else {}
             # Imported here, not at the top: the rules import the server runtime (FastAPI, ~0.4 s), which a
             # warm `ngym list` (every row from its cache) never needs. Measured: bench/bench_list.py.
-            from ngym.server.rules import validate_server_class
+            from ngym.server.pipeline.rules import validate_server_class
 
             domain, config_class = validate_server_class(
                 cls, name=entry.name, domain=entry.declared_domain, config_fields=fields

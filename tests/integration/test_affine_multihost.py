@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ngym.child_server import wait_healthy
-from ngym.server.haproxy import Backend, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_config
 from tests.integration.conftest import VENV_BIN
 from tests.integration.test_affine_workers import HAPROXY, counter_rollout
 from tests.netns import Hosts

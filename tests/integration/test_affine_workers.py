@@ -78,7 +78,7 @@ def test_two_workers_of_a_stateful_environment_score_every_rollout_right(serve) 
         close = {k: typed[k] for k in ("resources_session_id", "episode_id")}
         assert httpx.post(f"{served.url}/close_session", json=close).status_code == 200  # routed by the body
 
-    workers = [p for p in children(served.proc.pid) if "ngym.server.host" in command_of(p)]
+    workers = [p for p in children(served.proc.pid) if "ngym.server.hosting.host" in command_of(p)]
     proxy = [p for p in children(served.proc.pid) if "haproxy" in command_of(p)]
     assert len(workers) == 2 and len(proxy) == 1
     code, out = served.stop(signal.SIGTERM)
@@ -90,7 +90,7 @@ def test_two_workers_of_a_stateful_environment_score_every_rollout_right(serve) 
 def test_a_killed_worker_loses_its_rollouts_loudly_and_is_restarted(serve) -> None:  # type: ignore[no-untyped-def]
     port = free_port()
     served = serve([str(VENV_BIN / "ngym"), "run", COUNTER, "--workers", "2", "--port", str(port)], port)
-    workers = [p for p in children(served.proc.pid) if "ngym.server.host" in command_of(p)]
+    workers = [p for p in children(served.proc.pid) if "ngym.server.hosting.host" in command_of(p)]
     with ThreadPoolExecutor(12) as pool:
         running = [pool.submit(counter_rollout, served.url, i, 4, 0.25) for i in range(24)]
         time.sleep(0.6)
@@ -108,7 +108,7 @@ def test_a_killed_worker_loses_its_rollouts_loudly_and_is_restarted(serve) -> No
     assert len({r["worker"] for r in lost}) == 1  # only the killed worker's rollouts
     # the worker is restarted and serves new rollouts
     deadline = time.monotonic() + 30
-    while len([p for p in children(served.proc.pid) if "ngym.server.host" in command_of(p)]) < 2:
+    while len([p for p in children(served.proc.pid) if "ngym.server.hosting.host" in command_of(p)]) < 2:
         assert time.monotonic() < deadline, "the killed worker was not restarted"
         time.sleep(0.2)
     time.sleep(2.5)  # HAProxy's health check marks it up again

@@ -127,12 +127,12 @@ def test_each_worker_process_is_a_template_too(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from ngym.server.app import SPEC_ENV, ServeSpec
+    from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
 
     write_env(tmp_path)
     spec = ServeSpec(target=str(tmp_path / "app.py"), name="forking", fields={"domain": "math"})
     code = (
-        "import gc, json, os; from ngym.server.app import app_from_env; app_from_env(); pid = os.fork()\n"
+        "import gc, json, os; from ngym.server.hosting.worker import app_from_env; app_from_env(); pid = os.fork()\n"
         "if pid == 0: os._exit(os.nice(0))\n"
         "print(json.dumps([gc.get_freeze_count() > 0, os.nice(0), os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])]))"
     )

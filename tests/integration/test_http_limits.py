@@ -98,9 +98,9 @@ def test_a_connection_that_sends_nothing_or_trickles_headers_is_closed(server: S
 
 
 def test_the_server_settings_reach_uvicorn() -> None:
-    from ngym.server.app import ServeSpec, build_server
-    from ngym.server.host import uvicorn_config
-    from ngym.server.http_protocol import GuardedH11Protocol, GuardedHttpToolsProtocol
+    from ngym.server.hosting.host import uvicorn_config
+    from ngym.server.pipeline.app import ServeSpec, build_server
+    from ngym.server.pipeline.http_protocol import GuardedH11Protocol, GuardedHttpToolsProtocol
 
     fields = dict(line.split("=") for line in LIMITS)
     server = build_server(

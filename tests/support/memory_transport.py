@@ -1,7 +1,7 @@
 """An in-memory stand-in for the asyncio transport uvicorn's HTTP protocols write to.
 
 Drives a protocol class (``protocol.connection_made(transport)``, then ``protocol.data_received(raw)``) without a
-socket or a kernel: the unit tests of ``ngym.server.http_protocol`` and ``bench/bench_inprocess.py`` use it.
+socket or a kernel: the unit tests of ``ngym.server.pipeline.http_protocol`` and ``bench/bench_inprocess.py`` use it.
 """
 
 from typing import Any

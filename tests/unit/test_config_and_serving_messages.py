@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ngym.server.app import ServeSpec
-from ngym.server.host import _listen_line
+from ngym.server.hosting.host import _listen_line
+from ngym.server.pipeline.app import ServeSpec
 from ngym.suggest import did_you_mean
 from ngym.testing import app_for, serve_in_process
 

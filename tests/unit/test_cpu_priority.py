@@ -1,4 +1,4 @@
-"""CPU priorities of the serving process and its children (ngym/server/cpu_priority.py).
+"""CPU priorities of the serving process and its children (ngym/server/hosting/cpu_priority.py).
 
 Each case runs in a fresh interpreter: nice values and at-fork hooks belong to the whole process, and the test
 process must not carry them into later tests.
@@ -15,7 +15,7 @@ import textwrap
 # Reports the level of the process and of a multiprocessing child and grandchild forked after the call.
 PROBE = """
 import json, multiprocessing as mp, os
-from ngym.server import cpu_priority
+from ngym.server.hosting import cpu_priority
 
 def grandchild(conn):
     conn.send(os.getpriority(os.PRIO_PROCESS, 0))
@@ -53,7 +53,9 @@ def run_python(code: str, env: dict[str, str]) -> dict:
 
 
 def test_no_priority_asked_leaves_the_process_and_ray_alone() -> None:
-    code = "import json, os\nfrom ngym.server.cpu_priority import apply_cpu_priorities\napply_cpu_priorities()\n"
+    code = (
+        "import json, os\nfrom ngym.server.hosting.cpu_priority import apply_cpu_priorities\napply_cpu_priorities()\n"
+    )
     code += "print(json.dumps({'ray': os.environ.get('RAY_worker_niceness'), 'nice': os.nice(0)}))"
     assert run_python(code, {}) == {"ray": None, "nice": os.nice(0)}
 
@@ -100,7 +102,7 @@ print(json.dumps({"raised": raised, "base": base, "server": os.getpriority(os.PR
 
 def test_a_bad_value_leaves_the_priority_alone() -> None:
     result = run_python(
-        "import json, os\nfrom ngym.server.cpu_priority import apply_cpu_priorities, server_priority\n"
+        "import json, os\nfrom ngym.server.hosting.cpu_priority import apply_cpu_priorities, server_priority\n"
         "apply_cpu_priorities()\nprint(json.dumps({'level': server_priority(), 'nice': os.nice(0)}))",
         {"NGYM_SERVER_PRIORITY": "high"},
     )

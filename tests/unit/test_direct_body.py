@@ -12,13 +12,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict
 
-from ngym.server import input_errors
-from ngym.server.input_errors import (
-    StrictJSONRoute,
-    may_hold_non_finite,
-    non_finite_errors,
-    validation_error_handler,
-)
+from ngym.server.pipeline import intake, routing
+from ngym.server.pipeline.intake import may_hold_non_finite, non_finite_errors, validation_error_handler
+from ngym.server.pipeline.routing import StrictJSONRoute
 from ngym.testing import RolloutClient, make_response
 
 JSON = {"content-type": "application/json"}
@@ -79,7 +75,7 @@ async def _client(app: FastAPI) -> httpx.AsyncClient:
 async def both(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
     """The same app twice: with the direct road, and with every route on FastAPI's own road."""
     fast = build_app()
-    monkeypatch.setattr(input_errors, "direct_body_handler", lambda *args: None)
+    monkeypatch.setattr(routing, "direct_body_handler", lambda *args: None)
     slow = build_app()
     async with await _client(fast) as fast_http, await _client(slow) as slow_http:
         yield fast_http, slow_http
@@ -127,13 +123,13 @@ async def test_the_direct_road_answers_as_fastapis_does(
 def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count ``parse_json`` calls (FastAPI's road parses every body with it before validating the dict)."""
     calls = [0]
-    original: Callable[[Any], Any] = input_errors.parse_json
+    original: Callable[[Any], Any] = intake.parse_json
 
     def counting(raw: Any) -> Any:
         calls[0] += 1
         return original(raw)
 
-    monkeypatch.setattr(input_errors, "parse_json", counting)
+    monkeypatch.setattr(intake, "parse_json", counting)
     return calls
 
 

@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
 from ngym import BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
-from ngym.server import env_loop
+from ngym.server.hosting import env_loop
 from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
 
 

@@ -16,7 +16,7 @@ from ngym.fleet.head import create_head_app
 from ngym.fleet.launch import environment_command, server_command, server_env
 from ngym.fleet.spec import load_fleet, requirements_key
 from ngym.fleet.status import ServerStatus, render
-from ngym.server.traffic import Traffic
+from ngym.server.pipeline.traffic import Traffic
 
 FLEET = """
 name: demo

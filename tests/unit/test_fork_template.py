@@ -1,4 +1,4 @@
-"""The serving process as a fork template (ngym/server/fork_template.py): warmed libraries, lowered children.
+"""The serving process as a fork template (ngym/server/hosting/fork_template.py): warmed libraries, lowered children.
 
 Each case runs in a fresh interpreter: warming, ``gc.freeze`` and at-fork hooks change the whole process, and the
 test process must not carry them into later tests.
@@ -68,7 +68,7 @@ def test_forked_children_start_with_the_parser_built_and_score_the_same() -> Non
 import math_verify, os
 pairs = {PAIRS!r}
 cold = [forked(g, p) for g, p in pairs]
-from ngym.server.fork_template import prepare_fork_template
+from ngym.server.hosting.fork_template import prepare_fork_template
 warmed = prepare_fork_template()
 template_states = dfa_states()
 warm = [forked(g, p) for g, p in pairs]
@@ -90,7 +90,7 @@ print(json.dumps({{"warmed": warmed, "template_states": template_states, "cold":
 def test_a_grandchild_is_not_lowered_twice_and_zero_turns_lowering_off() -> None:
     code = """
 import json, os
-from ngym.server.fork_template import prepare_fork_template
+from ngym.server.hosting.fork_template import prepare_fork_template
 prepare_fork_template()
 read, write = os.pipe()
 pid = os.fork()
@@ -115,14 +115,14 @@ print(json.dumps({"own": os.nice(0), "child": child, "grandchild": grandchild}))
 def test_unused_libraries_are_not_imported_and_the_switch_turns_it_all_off() -> None:
     code = """
 import gc, json, sys
-from ngym.server.fork_template import prepare_fork_template
+from ngym.server.hosting.fork_template import prepare_fork_template
 warmed = prepare_fork_template()
 print(json.dumps({"warmed": warmed, "imported": "math_verify" in sys.modules, "frozen": gc.get_freeze_count()}))
 """
     plain = run_python(code)
     assert plain["warmed"] == [] and plain["imported"] is False and plain["frozen"] > 0
     default = run_python(
-        "import os\nfrom ngym.server.fork_template import prepare_fork_template\nprepare_fork_template()\n"
+        "import os\nfrom ngym.server.hosting.fork_template import prepare_fork_template\nprepare_fork_template()\n"
         "own = os.nice(0)\npid = os.fork()\nif pid == 0: os._exit(os.nice(0) - own)\n"
         "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))"
     )
@@ -136,7 +136,7 @@ def test_a_failing_warmer_is_logged_and_serving_goes_on() -> None:
 import json, logging, sys, types
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
 sys.modules["broken_lib"] = types.ModuleType("broken_lib")
-from ngym.server import fork_template
+from ngym.server.hosting import fork_template
 def broken() -> None:
     raise RuntimeError("no parser today")
 fork_template.WARMERS["broken_lib"] = broken
@@ -151,7 +151,7 @@ print(json.dumps({"warmed": fork_template.prepare_fork_template()}))
 def test_scipy_subpackages_are_imported_only_for_an_environment_that_imported_scipy() -> None:
     code = """
 import json, sys
-from ngym.server.fork_template import prepare_fork_template
+from ngym.server.hosting.fork_template import prepare_fork_template
 warmed = prepare_fork_template()
 loaded = {name: f"scipy.{name}" in sys.modules for name in ("optimize", "stats")}
 print(json.dumps({"warmed": warmed, **loaded}))
@@ -173,7 +173,7 @@ MAPS = """\
 
 
 def test_only_whole_huge_pages_of_private_anonymous_memory_are_collapsed() -> None:
-    from ngym.server.fork_template import HUGE_PAGE, anonymous_ranges
+    from ngym.server.hosting.fork_template import HUGE_PAGE, anonymous_ranges
 
     ranges = anonymous_ranges(MAPS)
     assert all(end - start == HUGE_PAGE and start % HUGE_PAGE == 0 for start, end in ranges)
@@ -193,7 +193,7 @@ def anon_huge():
     rollup = Path("/proc/self/smaps_rollup").read_text().splitlines()
     return int(next(line.split()[1] for line in rollup if line.startswith("AnonHugePages:"))) << 10
 before = anon_huge()
-from ngym.server import fork_template
+from ngym.server.hosting import fork_template
 fork_template.prepare_fork_template()
 after = anon_huge()
 read, write = os.pipe()

@@ -5,7 +5,7 @@ Several backends keep the passive mark-down (their rollouts then go to another w
 
 from __future__ import annotations
 
-from ngym.server.haproxy import Backend, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_config
 
 
 def servers(count: int) -> list[str]:

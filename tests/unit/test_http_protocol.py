@@ -11,8 +11,8 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from ngym.server import http_protocol
-from ngym.server.request_limits import BODY_BYTES_KEY, RequestLimitsMiddleware
+from ngym.server.pipeline import http_protocol
+from ngym.server.pipeline.request_limits import BODY_BYTES_KEY, RequestLimitsMiddleware
 from tests.support.memory_transport import MemoryTransport
 from tests.unit.test_request_limits import read_body_app
 
@@ -27,7 +27,7 @@ def protocol_class(request: pytest.FixtureRequest) -> Any:
 
 
 def _connection(app: Any, protocol_class: Any) -> tuple[Any, MemoryTransport]:
-    # h11's own cap on an incomplete event set as ngym.server.host sets it
+    # h11's own cap on an incomplete event set as ngym.server.hosting.host sets it
     config = uvicorn.Config(
         app, http=protocol_class, lifespan="off", log_level="warning", h11_max_incomplete_event_size=65536
     )

@@ -5,6 +5,10 @@
   ``config``), the statistics (``ngym.metrics``) and the plugin hooks it calls (``plugins.hookspecs``,
   ``plugins.manager``): never the CLI or the tooling (validate, containerize, profiling, rollout, targets,
   testing, the registry);
+- inside the runtime, process hosting (``ngym.server.hosting``) and the protocol fronts (``ngym.server.fronts``)
+  are built on the request pipeline (``ngym.server.pipeline``); the pipeline imports neither, apart from the
+  edges listed in ``PIPELINE_REACHES_OUT`` (each with its reason), and hosting and fronts import nothing of
+  each other;
 - the plugin hooks and manager import nothing of the runtime they are called from;
 - nothing outside ``ngym.cli`` imports the CLI.
 """
@@ -83,11 +87,11 @@ def test_there_is_no_import_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     """The check above can fail: an added edge server.base -> server.host closes a cycle it reports."""
     g = graph()
-    g.add_import(importer="ngym.server.base", imported="ngym.server.host")
+    g.add_import(importer="ngym.server.pipeline.base", imported="ngym.server.hosting.host")
     try:
-        assert any({"ngym.server.base", "ngym.server.host"} <= set(c) for c in cycles())
+        assert any({"ngym.server.pipeline.base", "ngym.server.hosting.host"} <= set(c) for c in cycles())
     finally:
-        g.remove_import(importer="ngym.server.base", imported="ngym.server.host")
+        g.remove_import(importer="ngym.server.pipeline.base", imported="ngym.server.hosting.host")
     assert cycles() == []
 
 
@@ -95,6 +99,65 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_the_server_runtime_imports_nothing_from_the_cli_or_the_tooling(module: str) -> None:
     outside = {m for m in internal_imports(module) if not (m == RUNTIME or m.startswith(RUNTIME + "."))}
     assert outside <= RUNTIME_MAY_IMPORT, f"{module} imports {sorted(outside - RUNTIME_MAY_IMPORT)}"
+
+
+PIPELINE, HOSTING, FRONTS = "ngym.server.pipeline", "ngym.server.hosting", "ngym.server.fronts"
+
+#: The pipeline's only imports of hosting and fronts, and why. The environment loop is where the standard routes
+#: call the author's methods, and the app assembly installs what the server's config asks for (the loop, the MCP
+#: front).
+PIPELINE_REACHES_OUT = {
+    ("ngym.server.pipeline.app", "ngym.server.hosting.env_loop"): "build_app: the app on the environment loop",
+    ("ngym.server.pipeline.app", "ngym.server.fronts.mcp"): "build_app: expose_tools_over_mcp",
+    ("ngym.server.pipeline.routes", "ngym.server.hosting.env_loop"): "the author's hooks on the environment loop",
+    ("ngym.server.pipeline.resources", "ngym.server.hosting.env_loop"): "start-up hooks on the environment loop",
+}
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def edges_out_of(package: str, into: tuple[str, ...], g: grimp.ImportGraph | None = None) -> set[tuple[str, str]]:
+    """(importer, imported) for every import from a module of ``package`` into a module of any of ``into``."""
+    g = g or graph()
+    return {
+        (module, imported)
+        for module in g.modules
+        if within(module, package)
+        for imported in g.find_modules_directly_imported_by(module)
+        if any(within(imported, other) for other in into)
+    }
+
+
+def test_the_server_packages_are_the_three_jobs() -> None:
+    """Every module of the runtime sits in one of its packages (none left loose beside them)."""
+    packages = (PIPELINE, HOSTING, FRONTS, "ngym.server.sessions", "ngym.server.protocol")
+    loose = {
+        m for m in graph().modules if within(m, RUNTIME) and m != RUNTIME and not any(within(m, p) for p in packages)
+    }
+    assert loose == set()
+
+
+def test_the_pipeline_imports_neither_hosting_nor_fronts() -> None:
+    assert edges_out_of(PIPELINE, (HOSTING, FRONTS)) == set(PIPELINE_REACHES_OUT)
+
+
+def test_the_pipeline_layer_check_can_fail() -> None:
+    """An added edge from the middleware to the HAProxy module is reported."""
+    g = graph()
+    g.add_import(importer="ngym.server.pipeline.middleware", imported="ngym.server.hosting.haproxy")
+    try:
+        assert edges_out_of(PIPELINE, (HOSTING, FRONTS), g) - set(PIPELINE_REACHES_OUT) == {
+            ("ngym.server.pipeline.middleware", "ngym.server.hosting.haproxy")
+        }
+    finally:
+        g.remove_import(importer="ngym.server.pipeline.middleware", imported="ngym.server.hosting.haproxy")
+
+
+def test_hosting_and_fronts_import_nothing_of_each_other() -> None:
+    assert edges_out_of(HOSTING, (FRONTS,)) == set()
+    assert edges_out_of(FRONTS, (HOSTING,)) == set()
 
 
 @pytest.mark.parametrize("module", ["ngym.plugins.hookspecs", "ngym.plugins.manager"])
@@ -116,18 +179,59 @@ def test_only_the_cli_imports_the_cli() -> None:
     assert {m for m in importers if not (m == "ngym.cli" or m.startswith("ngym.cli."))} <= CLI_EDGES
 
 
-def test_every_public_name_is_typed_for_checkers_and_exported() -> None:
-    """``ngym.__all__``, the lazy table and the TYPE_CHECKING imports name the same things."""
+def typed_exports(path: str) -> dict[str, bool]:
+    """The public names a module's ``if TYPE_CHECKING:`` block (or, without one, the module) defines for type
+    checkers, each with whether ``mypy --strict`` exports it: ``import x as x`` and an assignment are exported,
+    ``import x`` and ``import x as y`` are not."""
     import ast
 
-    import ngym
+    tree = ast.parse(Path(path).read_text())
+    guarded = next((n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)), None)
+    names: dict[str, bool] = {}
+    for node in guarded.body if guarded is not None else tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ngym"):
+            names.update({a.asname or a.name: a.asname == a.name for a in node.names})
+        elif isinstance(node, ast.Assign):
+            names.update({target.id: True for target in node.targets if isinstance(target, ast.Name)})
+    return {name: exported for name, exported in names.items() if not name.startswith("_")}
 
-    tree = ast.parse(Path(ngym.__file__).read_text())
-    guarded = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))
-    typed = {alias.asname or alias.name for node in guarded.body for alias in node.names}  # type: ignore[attr-defined]
-    assert typed == set(ngym._EXPORTS) == set(ngym.__all__) - {"__version__"}
-    for name in ngym.__all__:
-        assert getattr(ngym, name) is not None
+
+@pytest.mark.parametrize("package", ["ngym", "ngym.plugin_api", "ngym.server.protocol"])
+def test_every_public_name_is_written_once_typed_and_exported(package: str) -> None:
+    """A package's public names are what it defines for type checkers (each exported under ``mypy --strict``),
+    its ``__all__`` is derived from them, and every one resolves at run time."""
+    import importlib
+
+    module = importlib.import_module(package)
+    typed = typed_exports(str(module.__file__))
+    assert typed and all(typed.values()), f"not exported to checkers: {[n for n, ok in typed.items() if not ok]}"
+    assert set(typed) == set(module.__all__) - {"__version__"}
+    assert len(module.__all__) == len(set(module.__all__))
+    for name in module.__all__:
+        assert getattr(module, name) is not None
+
+
+def test_a_name_read_as_an_export_resolves_to_the_named_object() -> None:
+    from ngym import _exports, plugin_api
+    from ngym.nemo import envtest
+    from ngym.server.fronts import mcp
+    from ngym.server.protocol import failure_kinds
+
+    table = _exports.exports_of(Path(str(plugin_api.__file__)).read_text())
+    assert table["install_mcp"] == ("ngym.server.fronts.mcp", "install")
+    assert plugin_api.install_mcp is mcp.install
+    assert plugin_api.environment_test_command is envtest.pytest_command
+    assert plugin_api.failure_kinds is failure_kinds
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        plugin_api.nothing  # noqa: B018
+
+
+def test_the_export_reader_refuses_what_it_cannot_read() -> None:
+    from ngym import _exports
+
+    source = "x = 1\nif TYPE_CHECKING:\n    from ngym.domain import (Domain as Domain, *)\n"
+    with pytest.raises(ValueError, match="cannot read the export"):
+        _exports.exports_of(source)
 
 
 # ---- plugins use ngym's public API only ----------------------------------------------------------------------------
@@ -164,11 +268,11 @@ def test_plugins_import_only_the_public_api_of_ngym() -> None:
 def test_the_plugin_import_check_can_fail() -> None:
     """An added edge from the Redis store to the middleware is reported."""
     g = plugin_graph()
-    g.add_import(importer="ngym_redis.store", imported="ngym.server.middleware")
+    g.add_import(importer="ngym_redis.store", imported="ngym.server.pipeline.middleware")
     try:
-        assert ngym_imports_of_plugins(g) == {"ngym_redis.store": {"ngym.server.middleware"}}
+        assert ngym_imports_of_plugins(g) == {"ngym_redis.store": {"ngym.server.pipeline.middleware"}}
     finally:
-        g.remove_import(importer="ngym_redis.store", imported="ngym.server.middleware")
+        g.remove_import(importer="ngym_redis.store", imported="ngym.server.pipeline.middleware")
 
 
 def private_ngym_names(source: str) -> list[str]:
@@ -194,22 +298,8 @@ def test_plugins_use_no_private_name_of_ngym() -> None:
 
 
 def test_the_private_name_check_can_fail() -> None:
-    source = "from ngym.server.routes import _read_json\nmanager = server._ngym_sessions\n"
-    assert private_ngym_names(source) == ["ngym.server.routes._read_json", "server._ngym_sessions"]
-
-
-def test_every_plugin_api_name_is_typed_for_checkers_and_resolves() -> None:
-    """``ngym.plugin_api.__all__``, its lazy table and its TYPE_CHECKING imports name the same things."""
-    import ast
-
-    from ngym import plugin_api
-
-    tree = ast.parse(Path(plugin_api.__file__).read_text())
-    guarded = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))
-    typed = {alias.asname or alias.name for node in guarded.body for alias in node.names}  # type: ignore[attr-defined]
-    assert typed == set(plugin_api._EXPORTS) == set(plugin_api.__all__)
-    for name in plugin_api.__all__:
-        assert getattr(plugin_api, name) is not None
+    source = "from ngym.server.pipeline.routes import _read_json\nmanager = server._ngym_sessions\n"
+    assert private_ngym_names(source) == ["ngym.server.pipeline.routes._read_json", "server._ngym_sessions"]
 
 
 # ---- the NeMo compat distribution: one direction between its two packages ------------------------------------------

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from ngym.server.input_errors import parse_json, preview
+from ngym.server.pipeline.intake import parse_json, preview
 from ngym.testing import RolloutClient, make_response
 
 DEEP = b"[" * 100_000 + b"]" * 100_000

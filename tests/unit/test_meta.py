@@ -65,7 +65,8 @@ def test_help_lists_every_command_without_importing_them() -> None:
     code = (
         "import sys; from ngym.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('fastapi', 'uvicorn', 'ngym.cli.run', 'ngym.server.resources') if m in sys.modules]\n"
+        "heavy = [m for m in ('fastapi', 'uvicorn', 'ngym.cli.run', 'ngym.server.pipeline.resources')"
+        " if m in sys.modules]\n"
         "print('IMPORTED', heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -485,7 +485,7 @@ def test_hook_ngym_register_resources_servers_entries_run_by_name(site: Path) ->
         },
         {"ngym": {"hookenv": module}},
     )
-    from ngym.server.provenance import distribution_of
+    from ngym.server.pipeline.provenance import distribution_of
     from ngym.targets import resolve
 
     entry = resolve("hook_env")
@@ -498,7 +498,7 @@ def test_hook_ngym_register_resources_servers_entries_run_by_name(site: Path) ->
 
 async def test_string_domain_registers_serves_and_reports_its_domain() -> None:
     """``domain = "agent"`` passes registration, so ``ngym run`` and ``/health`` must work with it too."""
-    from ngym.server.app import ServeSpec, build_app, build_server
+    from ngym.server.pipeline.app import ServeSpec, build_app, build_server
     from ngym.testing import serve_in_process
 
     class StringDomain(Good):
@@ -517,7 +517,7 @@ async def test_string_domain_registers_serves_and_reports_its_domain() -> None:
 
 def test_serving_a_class_with_an_invalid_domain_is_one_config_error() -> None:
     from ngym.errors import ConfigError
-    from ngym.server.app import ServeSpec, build_server
+    from ngym.server.pipeline.app import ServeSpec, build_server
 
     class Mathz(Good):
         domain = "mathz"  # type: ignore[assignment]
@@ -527,7 +527,7 @@ def test_serving_a_class_with_an_invalid_domain_is_one_config_error() -> None:
 
 
 def test_serving_a_class_that_breaks_a_registration_rule_says_which() -> None:
-    from ngym.server.app import ServeSpec, build_server
+    from ngym.server.pipeline.app import ServeSpec, build_server
 
     class NoVerify(SimpleResourcesServer):
         config: BaseResourcesServerConfig

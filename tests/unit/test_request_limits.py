@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ngym.server.request_limits import BodyTimeout, BodyTooLarge, ClientGone, RequestLimitsMiddleware
+from ngym.server.pipeline.request_limits import BodyTimeout, BodyTooLarge, ClientGone, RequestLimitsMiddleware
 
 SCOPE = {"type": "http", "method": "POST", "path": "/x", "headers": []}
 

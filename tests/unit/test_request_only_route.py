@@ -12,8 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 from starlette.responses import PlainTextResponse
 
-from ngym.server.input_errors import StrictJSONRoute, validation_error_handler
-from ngym.server.request_only_route import RequestOnlyRoute
+from ngym.server.pipeline.intake import validation_error_handler
+from ngym.server.pipeline.routing import RequestOnlyRoute, StrictJSONRoute
 
 
 class Item(BaseModel):
@@ -85,7 +85,7 @@ def test_the_endpoint_is_called_directly_only_when_it_takes_just_the_request() -
 
 
 def test_seed_and_close_of_every_server_use_it_and_the_openapi_page_still_documents_them() -> None:
-    from ngym.server.app import ServeSpec, build_app, build_server
+    from ngym.server.pipeline.app import ServeSpec, build_app, build_server
 
     server = build_server(ServeSpec(target="example_single_tool_call.app:WeatherResourcesServer", name="w"))
     app = build_app(server, app_plugins=False)

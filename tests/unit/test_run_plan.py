@@ -16,7 +16,7 @@ import pytest
 import ngym.config_tree as config_tree
 from ngym.cli.run import build_specs
 from ngym.run_carriers import GLOBAL_CONFIG_ENV
-from ngym.server.app import ServeSpec, build_server
+from ngym.server.pipeline.app import ServeSpec, build_server
 
 REPO = Path(__file__).resolve().parents[2]
 WEATHER_CONFIG = REPO / "resources_servers" / "example_single_tool_call" / "configs" / "example_single_tool_call.yaml"
@@ -95,7 +95,7 @@ def test_a_class_imported_while_planning_is_served_without_importing_it_again(
     def imported_again(target: str) -> None:
         raise AssertionError(f"{target} imported again")
 
-    monkeypatch.setattr("ngym.server.app.load_server_class", imported_again)
+    monkeypatch.setattr("ngym.server.pipeline.app.load_server_class", imported_again)
     server = build_server(spec)
     assert type(server) is spec.server_class and server.config.description == "planned once"
     carried = json.loads(spec.to_json())

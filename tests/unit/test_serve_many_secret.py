@@ -12,10 +12,11 @@ import sys
 import pytest
 from example_single_tool_call.app import WeatherResourcesServer
 
-from ngym.server import base, host
-from ngym.server.app import SPEC_ENV, ServeSpec
-from ngym.server.base import CLASS_OVERRIDES_ENV
-from ngym.server.host import serve_many
+from ngym.server.hosting import host
+from ngym.server.hosting.host import serve_many
+from ngym.server.pipeline import base
+from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
+from ngym.server.pipeline.base import CLASS_OVERRIDES_ENV
 
 
 class _Exited:
@@ -41,7 +42,7 @@ def test_the_spec_and_its_secret_are_not_on_the_childs_command_line(monkeypatch)
         signal.signal(signal.SIGTERM, handlers[0])
         signal.signal(signal.SIGINT, handlers[1])
     ((cmd, env),) = started
-    assert cmd == [sys.executable, "-m", "ngym.server.host", "1", "0"]
+    assert cmd == [sys.executable, "-m", "ngym.server.hosting.host", "1", "0"]
     assert not any("s3cret" in word for word in cmd)
     assert ServeSpec.from_json(env[SPEC_ENV]) == spec
 
@@ -74,7 +75,7 @@ def test_run_webserver_keeps_its_keyword_overrides_off_the_command_line(monkeypa
         WeatherResourcesServer.run_webserver(session_secret="s3cret-on-no-command-line")
     (argv,) = execed
     target = "example_single_tool_call.app:WeatherResourcesServer"
-    assert argv[1:] == ["-m", "ngym.server.host", "--class", target, "port=0"]
+    assert argv[1:] == ["-m", "ngym.server.hosting.host", "--class", target, "port=0"]
     assert json.loads(os.environ[CLASS_OVERRIDES_ENV]) == {"session_secret": "s3cret-on-no-command-line"}
 
     started: list[tuple[str, dict[str, str], list[str]]] = []

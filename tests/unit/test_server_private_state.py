@@ -8,10 +8,10 @@ import ast
 from pathlib import Path
 
 import ngym
-from ngym.server.resources import SimpleResourcesServer
+from ngym.server.pipeline.resources import SimpleResourcesServer
 
 ROOT = Path(ngym.__file__).resolve().parent
-OWNER = ROOT / "server" / "resources.py"
+OWNER = ROOT / "server" / "pipeline" / "resources.py"
 
 
 def _private_attributes() -> set[str]:

@@ -168,3 +168,16 @@ async def test_a_full_store_refuses_a_seed_before_it_runs() -> None:
     with pytest.raises(SessionLimitReached):
         await sessions.seed_typed(fresh(), "s-2", EPISODE, TASK, seed)
     assert ran == []
+
+
+def test_only_a_held_session_is_closed_after_the_response() -> None:
+    """``close_after_response`` is the one place that decides it: a request with no session held (never seeded or
+    loaded) has nothing to free, so it asks nothing of the middleware."""
+    from ngym.server.sessions.store import SessionRecord
+
+    unheld = fresh()
+    unheld.close_after_response()
+    assert unheld.close_requested is False
+    held = RequestSession("cookie-id", SessionRecord(state={"n": 1}), is_new=False)
+    held.close_after_response()
+    assert held.close_requested is True

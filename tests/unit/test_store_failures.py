@@ -19,8 +19,8 @@ from ngym import (
     SimpleResourcesServer,
 )
 from ngym.errors import SessionStoreError
-from ngym.server.app import ServeSpec
-from ngym.server.host import share_secret_between_workers
+from ngym.server.hosting.host import share_secret_between_workers
+from ngym.server.pipeline.app import ServeSpec
 from ngym.server.sessions.store import MemorySessionStore, SessionLimitReached, SessionRecord, SessionStore
 from ngym.testing import RolloutClient, app_for_class, serve_in_process
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ngym.server.app import in_working_directory, working_directory
+from ngym.server.pipeline.app import in_working_directory, working_directory
 
 
 def test_a_module_target_runs_in_its_folder_and_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ from ngym.plugins import manager as plugin_manager
 from ngym.server.sessions.store import MemorySessionStore, SessionStore
 
 if TYPE_CHECKING:
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.pipeline.resources import SimpleResourcesServer
 
 
 def create_session_store(url: str, server: SimpleResourcesServer) -> SessionStore:

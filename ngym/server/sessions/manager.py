@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from ngym.server.pipeline.traffic import Traffic
 from ngym.server.sessions.cookies import CookieSigner
 from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
-from ngym.server.traffic import Traffic
 
 log = logging.getLogger("ngym.sessions")
 
@@ -47,6 +47,15 @@ class RequestSession:
         self.close_requested = False
         self.is_new = is_new
         self.view: dict[str, Any] = {SESSION_ID_KEY: session_id}
+
+    def close_after_response(self) -> None:
+        """Ask for this session to be closed once the response is sent (``NgymMiddleware`` closes it: the close
+        hook once). The one place that decides it: only a session held here (seeded or loaded) is closed; a
+        request without one has nothing to free. Called after a verify that answered
+        (``close_session_after_verify``), a ``/close_session`` an override answered, and ported code that popped
+        ``request.session["session_id"]``."""
+        if self.record is not None:
+            self.close_requested = True
 
 
 current_request_session: ContextVar[RequestSession | None] = ContextVar("ngym_request_session", default=None)

@@ -1,5 +1,5 @@
 """NeMo Gym's MCP auto-exposure entry point: ngym serves an environment's tools over MCP itself
-(``ngym.server.mcp_exposure``) when its config says ``expose_tools_over_mcp: true``; this maps NeMo's name onto it."""
+(``ngym.server.fronts.mcp``) when its config says ``expose_tools_over_mcp: true``; this maps NeMo's name onto it."""
 
 from __future__ import annotations
 

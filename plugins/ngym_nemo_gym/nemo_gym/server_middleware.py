@@ -2,7 +2,7 @@
 
 NeMo Gym's ``SimpleServer.setup_exception_middleware(app)`` and ``setup_cancellation_middleware(app)`` are
 called by its launcher after ``setup_webserver``; environments' tests that build a "production" app call them
-too. ngym's own servers get the same effects from ``ngym.server.middleware.NgymMiddleware``; these are for apps
+too. ngym's own servers get the same effects from ``ngym.server.pipeline.middleware.NgymMiddleware``; these are for apps
 that do not go through it.
 """
 

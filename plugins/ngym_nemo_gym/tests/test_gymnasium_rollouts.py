@@ -20,7 +20,7 @@ from ngym.profiling.scenario import GymnasiumScenario, RecordedRolloutScenario, 
 from ngym.rollout.gymnasium import server_post_routes, split_turns
 from ngym.rollout.replay_model import environment_items_seen, plan_for
 from ngym.rollout.thread_server import serve_app_in_thread
-from ngym.server.app import build_app
+from ngym.server.pipeline.app import build_app
 from ngym.testing import serve_in_process
 
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "play"}]}, "target": 3}

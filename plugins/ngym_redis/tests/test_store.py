@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from ngym import BaseResourcesServerConfig, BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
 from ngym.errors import ConfigError, SessionStoreError
-from ngym.server.app import ServeSpec, build_server
+from ngym.server.pipeline.app import ServeSpec, build_server
 from ngym.server.sessions.store import SessionLimitReached, SessionRecord
 
 

@@ -6,14 +6,14 @@ connections were still open hours later). Here each connection must complete a r
 ``request_header_timeout_seconds`` of opening, and again of each response; a request whose line and headers
 are longer than ``max_request_header_bytes`` is answered 431, whether they are complete or not and however few
 socket reads carried them (h11 also caps an incomplete event: what is bounded is how much a client can make the
-server buffer). The body is the application's business (``ngym.server.request_limits``).
+server buffer). The body is the application's business (``ngym.server.pipeline.request_limits``).
 
 The settings travel on the ``uvicorn.Config`` object (attributes ``ngym_header_timeout`` and
 ``ngym_max_header_bytes``), because uvicorn builds one protocol per connection from its config, in worker
 processes too.
 
 The protocol also puts in the scope the size of a request body that arrived whole with its headers, before the
-app runs (``ngym.server.request_limits.BODY_BYTES_KEY``): the body limits have nothing left to do for it.
+app runs (``ngym.server.pipeline.request_limits.BODY_BYTES_KEY``): the body limits have nothing left to do for it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ngym.server.request_limits import BODY_BYTES_KEY, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
+from ngym.server.pipeline.request_limits import BODY_BYTES_KEY, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
 
 log = logging.getLogger("ngym.server")
 

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from ngym.domain import Domain
-from ngym.server.request_limits import (
+from ngym.server.pipeline.request_limits import (
     DEFAULT_BODY_TIMEOUT_SECONDS,
     DEFAULT_HEADER_TIMEOUT_SECONDS,
     DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS,
@@ -26,8 +26,8 @@ from ngym.server.request_limits import (
     DEFAULT_MAX_HEADER_BYTES,
 )
 
-#: ``run_webserver``'s keyword overrides (JSON) travel to ``ngym.server.host`` in this variable, never on its command
-#: line: they may hold session_secret, and any process on the host can read every command line in /proc.
+#: ``run_webserver``'s keyword overrides (JSON) travel to ``ngym.server.hosting.host`` in this variable, never on its
+#: command line: they may hold session_secret, and any process on the host can read every command line in /proc.
 CLASS_OVERRIDES_ENV = "NGYM_CLASS_OVERRIDES"
 
 
@@ -107,7 +107,7 @@ class SimpleServer(BaseServer):
         Config comes from ``key=value`` arguments on the command line (``port=9000``, ``+config_paths=[a.yaml]``)
         and keyword overrides; see ``ngym run --help``.
 
-        This process becomes ``python -m ngym.server.host --class FILE:CLASS`` (``exec``: the same process id,
+        This process becomes ``python -m ngym.server.hosting.host --class FILE:CLASS`` (``exec``: the same process id,
         so supervisors and signals see one process), which imports the class's file as a module, as
         ``ngym run app.py`` does. (The host builds servers from these classes, so it cannot be imported here.)
         The keyword overrides go in ``NGYM_CLASS_OVERRIDES``, not on that command line.
@@ -117,7 +117,7 @@ class SimpleServer(BaseServer):
         os.environ[CLASS_OVERRIDES_ENV] = json.dumps(overrides)
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "ngym.server.host", "--class", target, *sys.argv[1:]])
+        os.execv(sys.executable, [sys.executable, "-m", "ngym.server.hosting.host", "--class", target, *sys.argv[1:]])
 
 
 def secret_value(secret: SecretStr | str | None) -> str | None:

@@ -70,7 +70,7 @@ def raise_server_exceptions(app: Any, on: bool) -> None:
     NeMo Gym's bare app (``setup_webserver()``) has no exception middleware: NeMo adds it only when it serves
     (``run_webserver``), so an environment's own tests expect an error to reach them through Starlette's
     ``TestClient`` or httpx's ``ASGITransport``. The compat layer turns this on for such apps; every app ngym
-    serves (``ngym.server.app.build_app``) turns it off again.
+    serves (``ngym.server.pipeline.app.build_app``) turns it off again.
     """
     setattr(app.state, RAISE_SERVER_EXCEPTIONS, on)
 
@@ -144,8 +144,8 @@ class NgymMiddleware:
                 if compat.get(SESSION_ID_KEY) != session.id:
                     if SESSION_ID_KEY in compat:
                         session.id = str(compat[SESSION_ID_KEY])
-                    elif session.record is not None:
-                        session.close_requested = True
+                    else:
+                        session.close_after_response()
                 # Saved before the response starts, so the caller's next request (maybe to another
                 # worker or replica) sees this one's changes. A store failure here is still a clean 503.
                 if not store_shares_objects:

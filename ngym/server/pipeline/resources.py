@@ -1,7 +1,7 @@
 """Resources servers: the base classes an environment author subclasses.
 
 ``SimpleResourcesServer`` gives every environment the standard routes (``/seed_session``, ``/verify``,
-``/close_session``, ``/aggregate_metrics``, liveness and ``/health``: handled in ``ngym.server.routes``),
+``/close_session``, ``/aggregate_metrics``, liveness and ``/health``: handled in ``ngym.server.pipeline.routes``),
 per-rollout sessions and error handling. An author writes tools, ``seed_session`` and ``verify``, and keeps
 per-rollout state with ``set_session_state`` / ``session_state``. This class is that surface, not the home
 of the wire protocol.
@@ -25,10 +25,13 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from ngym.domain import Domain, resolve_domain
 from ngym.metrics.aggregate import aggregate_metrics as compute_aggregate_metrics
 from ngym.metrics.aggregate import default_key_metrics
-from ngym.server.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
-from ngym.server.env_loop import placed_for
-from ngym.server.input_errors import StrictJSONRoute, validation_error_handler
-from ngym.server.middleware import NgymMiddleware
+from ngym.server.hosting.env_loop import placed_for
+from ngym.server.pipeline.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
+from ngym.server.pipeline.intake import seed_body_model, validate_body, validation_error_handler
+from ngym.server.pipeline.middleware import NgymMiddleware
+from ngym.server.pipeline.request_limits import RequestLimitsMiddleware
+from ngym.server.pipeline.routes import add_health_routes, add_standard_routes
+from ngym.server.pipeline.routing import StrictJSONRoute
 from ngym.server.protocol.bodies import (
     AggregateMetrics,
     AggregateMetricsRequest,
@@ -41,9 +44,6 @@ from ngym.server.protocol.bodies import (
     ResourcesSeedSessionRequest,
     ResourcesSeedSessionResponse,
 )
-from ngym.server.request_bodies import seed_body_model, validate_body
-from ngym.server.request_limits import RequestLimitsMiddleware
-from ngym.server.routes import add_health_routes, add_standard_routes
 from ngym.server.sessions.cookies import CookieSigner, resolve_secret
 from ngym.server.sessions.factory import create_session_store
 from ngym.server.sessions.ids import DEFAULT_SESSION_ID_MAX_LENGTH, DEFAULT_SESSION_ID_PATTERN
@@ -52,7 +52,7 @@ from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, SessionManag
 from ngym.server.sessions.store import SessionStore
 
 if TYPE_CHECKING:
-    from ngym.server.mcp_exposure import MCPExposure, MCPTool
+    from ngym.server.fronts.mcp import MCPExposure, MCPTool
 
 log = logging.getLogger("ngym.server")
 
@@ -140,7 +140,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
       ``/close_session`` body (a dict, or None when empty), as NeMo Gym routes them all to it.
     - ``own_event_loop``: True to run this server's coroutines (``verify``, seeds, closes, its ``async``
       method routes, ``on_startup``/``on_shutdown``) on an event loop of their own in one thread, off the loop
-      that serves requests (``ngym.server.env_loop``): for an environment whose handlers block (fork, join,
+      that serves requests (``ngym.server.hosting.env_loop``): for an environment whose handlers block (fork, join,
       CPU work) the other rollouts' requests and ``/health`` stop waiting behind them. False: never. None
       (default): when its own modules use ``multiprocessing``. ``NGYM_ENV_LOOP=1``/``0`` overrides it per process.
 
@@ -374,7 +374,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     # Set by setup_webserver. Not `_sessions`: environments ported from NeMo Gym keep their own dicts under that name.
     _ngym_sessions: SessionManager | None = None
-    _mcp: MCPExposure | None = None  # ``mcp_exposure``, set by ngym.server.mcp_exposure.install
+    _mcp: MCPExposure | None = None  # ``mcp_exposure``, set by ngym.server.fronts.mcp.install
 
     def _make_session_manager(self) -> SessionManager:
         secret, given = resolve_secret(secret_value(self.config.session_secret))

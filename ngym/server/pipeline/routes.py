@@ -5,7 +5,7 @@
 ``/aggregate_metrics``, liveness (``/``, ``/healthz``, ``/livez``, ``/readyz``), ``/health`` and
 ``/reverify_mode``. The handlers call the author's ``seed_session`` / ``verify`` / ``aggregate_metrics`` and
 keep sessions through the server's ``SessionManager``. A full store raises ``SessionLimitReached``, which the
-middleware answers with one 503 (``ngym.server.middleware``).
+middleware answers with one 503 (``ngym.server.pipeline.middleware``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from ngym.errors import JudgeError
-from ngym.server.env_loop import AUTHOR_CALLS_STATE, on_environment_loop
+from ngym.server.hosting.env_loop import AUTHOR_CALLS_STATE, on_environment_loop
+from ngym.server.pipeline.intake import parse_body, seed_body_model, validate_body, validate_json
+from ngym.server.pipeline.provenance import distribution_of
+from ngym.server.pipeline.routing import RequestOnlyRoute, declared_model, declared_model_response
 from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
@@ -31,9 +34,6 @@ from ngym.server.protocol.bodies import (
     ResourcesSeedSessionRequest,
     ResourcesSeedSessionResponse,
 )
-from ngym.server.provenance import distribution_of
-from ngym.server.request_bodies import parse_body, seed_body_model, validate_body, validate_json
-from ngym.server.request_only_route import RequestOnlyRoute
 from ngym.server.sessions.ids import SessionIdRule
 from ngym.server.sessions.lost import (
     is_lost,
@@ -45,7 +45,7 @@ from ngym.server.sessions.lost import (
 from ngym.server.sessions.manager import RequestSession, SessionConflict, SessionManager, current_request_session
 
 if TYPE_CHECKING:
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.pipeline.resources import SimpleResourcesServer
 
 log = logging.getLogger("ngym.server")
 
@@ -99,7 +99,7 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
 
 class AuthorCalls:
     """The author's hooks the standard routes call (read at each call): the server's own methods, until
-    ``move_to_environment_loop`` puts each on the environment loop (``ngym.server.env_loop``: done by
+    ``move_to_environment_loop`` puts each on the environment loop (``ngym.server.hosting.env_loop``: done by
     ``build_app`` for a served app that wants it; an app built with ``setup_webserver`` alone, as an
     environment's own tests build it, keeps them where they were). With ``author=None`` a route calls the
     server's methods directly."""
@@ -227,8 +227,7 @@ async def close_session_route(
     if any_body:
         # NeMo Gym routes every close body to such an override; the cookie's own state is freed once it answered.
         result = await close(request, data or None)  # type: ignore[arg-type]  # an override taking any body
-        if session.record is not None:
-            session.close_requested = True
+        session.close_after_response()
         return result
     closed_now = await sessions.close_bound(session)
     return {"session_id": session.id, "closed": closed_now}
@@ -256,10 +255,8 @@ def verify_endpoint(server: SimpleResourcesServer, author: AuthorCalls | None = 
     verify = server.verify
     calls = author if author is not None else AuthorCalls(server)
     try:
-        declared = typing.get_type_hints(type(server).verify).get("return")
+        declared = declared_model(typing.get_type_hints(type(server).verify).get("return"))
     except Exception:  # an annotation that does not resolve at run time: FastAPI serialises as usual
-        declared = None
-    if not (isinstance(declared, type) and issubclass(declared, BaseModel)):
         declared = None
     stateful = keeps_session_state(type(server))
 
@@ -283,18 +280,15 @@ def verify_endpoint(server: SimpleResourcesServer, author: AuthorCalls | None = 
                 # Score with bare names, echo what the model emitted (the rollout's record stays true).
                 for call in result.response.function_calls():
                     call.name = emitted.get(call.call_id, call.name)
-            if type(result) is declared:
-                # Exactly the declared response model, already validated: what FastAPI would send (its
-                # response_model pass dumps, re-validates and serialises it: ~50 us per rollout), in one step.
-                result = Response(result.model_dump_json(by_alias=True), media_type="application/json")
+            result = declared_model_response(result, declared) or result
         except JudgeError as exc:
             body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)
             log.warning("judge failed in verify: %s", exc)
             result = JSONResponse(judge_failure_body(body, exc))
         # Only a verify that answered frees the session: after a crash (HTTP 500) the caller may retry it.
         session = current_request_session.get()
-        if session is not None and server.config.close_session_after_verify and session.record is not None:
-            session.close_requested = True
+        if session is not None and server.config.close_session_after_verify:
+            session.close_after_response()
         return result
 
     return endpoint
@@ -344,12 +338,16 @@ def judge_failure_body(body: BaseModel | None, exc: JudgeError) -> dict[str, Any
     }
 
 
+def normalize_tool_name(name: str, server_name: str) -> str:
+    """``mcp__<server_name>__<tool>`` (a tool name as an MCP client emits it) → ``<tool>``; any other name
+    unchanged."""
+    prefix = f"mcp__{server_name}__"
+    return name[len(prefix) :] if name.startswith(prefix) else name
+
+
 def _bare_tool_names(kwargs: dict[str, Any], server_name: str) -> tuple[dict[str, Any], dict[str, str]]:
     """Verify arguments with MCP-namespaced tool names (``mcp__<server>__<tool>``) made bare, and the names as
     emitted by call id (empty when there was nothing to change)."""
-    # Imported here, not at the top: the module brings httpx, which servers without MCP exposure never load.
-    from ngym.server.mcp_exposure import normalize_tool_name
-
     for key, value in kwargs.items():
         if not isinstance(value, BaseVerifyRequest):
             continue

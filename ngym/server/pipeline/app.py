@@ -1,7 +1,7 @@
 """From a serve spec (class target + config fields) to a FastAPI app: load the class, validate its config, build.
 
 ``ngym run``, ``SimpleServer.run_webserver()``, ``ngym validate`` and ``ngym.testing`` all build apps here;
-``ngym.server.host`` serves them with uvicorn.
+``ngym.server.hosting.host`` serves them with uvicorn.
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ from fastapi import FastAPI
 
 from ngym.errors import ConfigError, PluginError
 from ngym.plugins import manager as plugin_manager
-from ngym.server.cpu_priority import apply_cpu_priorities
-from ngym.server.env_loop import serve_on_environment_loop
-from ngym.server.fork_template import prepare_fork_template
-from ngym.server.middleware import raise_server_exceptions
-from ngym.server.resources import SimpleResourcesServer
-from ngym.server.rules import validate_server_class
+from ngym.server.hosting.env_loop import serve_on_environment_loop
+from ngym.server.pipeline.middleware import raise_server_exceptions
+from ngym.server.pipeline.resources import SimpleResourcesServer
+from ngym.server.pipeline.rules import validate_server_class
 
 SPEC_ENV = "NGYM_SERVE_SPEC"
 
@@ -135,7 +133,7 @@ def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> Fas
     serve_on_environment_loop(app, server)  # the author's coroutines on a loop of their own, when it wants one
     if server.config.expose_tools_over_mcp:  # after the plugins: their tool routes are exposed too
         # Imported here: it brings httpx and the mcp SDK, which servers without the flag never load.
-        from ngym.server import mcp_exposure
+        from ngym.server.fronts import mcp as mcp_exposure
 
         mcp_exposure.install(server, app)
     return app
@@ -199,14 +197,3 @@ def in_working_directory(target: str) -> Iterator[None]:
 def create_app(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None) -> FastAPI:
     """Build the FastAPI app of a spec (class loaded, config validated, plugins applied)."""
     return build_app(build_server(spec, cls), app_plugins=spec.app_plugins)
-
-
-def app_from_env() -> FastAPI:
-    """uvicorn factory for worker processes: the spec comes from ``NGYM_SERVE_SPEC``."""
-    apply_cpu_priorities()  # before the environment is built: the threads and processes it starts are covered
-    spec = ServeSpec.from_json(os.environ[SPEC_ENV])
-    server = build_server(spec)
-    app = build_app(server, app_plugins=spec.app_plugins)
-    server.before_serving()
-    prepare_fork_template()  # each worker is a template for the children its environment forks
-    return app

@@ -1,6 +1,6 @@
 """The registration rules every resources server must meet.
 
-The registry applies them when a plugin registers a server; ``ngym run`` (``ngym.server.app.build_server``)
+The registry applies them when a plugin registers a server; ``ngym run`` (``ngym.server.pipeline.app.build_server``)
 applies them again to the class it is about to serve: a served class may have been edited since it was
 registered, and a broken one should be refused with the reason, not served as 500s.
 """
@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from ngym.domain import Domain, resolve_domain
 from ngym.errors import NgymError, PluginError
-from ngym.server.resources import BaseResourcesServerConfig, SimpleResourcesServer
+from ngym.server.pipeline.resources import BaseResourcesServerConfig, SimpleResourcesServer
 
 
 def validate_server_class(

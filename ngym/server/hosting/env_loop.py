@@ -220,7 +220,7 @@ def placed_for(app: Any, function: Callable[..., Awaitable[T]]) -> Callable[...,
 def place_environment_routes(app: Any, server: Any) -> int:
     """Put the environment's own routes (``app.post("/tool")(self.tool)``: an ``async`` method of ``server``) on the
     environment loop; the number of routes placed. (The standard routes call the author's hooks through
-    ``ngym.server.routes.AuthorCalls``.)"""
+    ``ngym.server.pipeline.routes.AuthorCalls``.)"""
     from fastapi import routing
 
     placed_count = 0

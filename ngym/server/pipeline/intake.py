@@ -1,38 +1,47 @@
-"""Malformed input becomes a clear 4xx, never a 500: one JSON parser for every route, and bounded 422 bodies.
+"""Body intake: how every route reads a request body. Malformed input becomes a clear 4xx, never a 500: one JSON
+parser for every route, strict JSON (400 when it is not JSON), 422 with field errors, and bounded 422 bodies.
 
 - ``parse_json``: pydantic-core's parser (the one ``model_validate_json`` uses), which rejects nesting deeper
   than 200 levels (``json.loads`` raises ``RecursionError`` at ~1000, an exception nothing maps to a 4xx). A lone
   surrogate escape (``"\\ud800"``: valid JSON syntax, not text) becomes U+FFFD, as a lenient UTF-16 decoder
   would: the body is model output relayed by the client, NeMo Gym accepts it, and a rollout must not be lost
   to one broken character (nor may the echo of it crash the response encoder, which it did when let through).
-- ``StrictJSONRoute``: the app's route class, so FastAPI parses every body (tools, verify) with it; a body
-  it rejects is FastAPI's usual 422 ``json_invalid``. (Routes an environment adds on its own ``APIRouter``
-  need ``APIRouter(route_class=StrictJSONRoute)`` to get it.)
+- ``StrictJSONRequest``: a request whose ``json()`` is ``parse_json``; the app's route class
+  (``ngym.server.pipeline.routing.StrictJSONRoute``) makes every request one, so a body FastAPI rejects is its
+  usual 422 ``json_invalid``.
 - ``validation_error_handler``: FastAPI's 422 with each error's ``input`` cut to a short preview, so a 50 MB
   body that fails validation is not sent back whole (nor anything that is not valid UTF-8).
 - ``reject_non_finite``: ``NaN``, ``Infinity``, ``-Infinity`` (not JSON, but parsers accept them) and numbers
   beyond a double's range (``1e400``: JSON syntax, read as infinity) are a 422 ``finite_number`` naming where
   they are. Let through, they reached the 422 handler (which cannot serialise them: a 500 a client retries)
   or an environment and its responses.
+- ``parse_body``, ``read_json``, ``validate_body``, ``validate_json``: a body as the standard routes read it;
+  public through ``ngym.plugin_api`` (``read_json``, ``validate_body``), so a plugin's own routes answer bad
+  input exactly as ngym's do. ``seed_body_model``: the row model a server's ``seed_session`` takes.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
-from collections.abc import Callable, Coroutine
-from typing import Any
+import typing
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pydantic_core
 from fastapi import HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
-from starlette.responses import Response
+from pydantic import BaseModel, ValidationError
 
-from ngym.server.direct_body import direct_body_handler
+from ngym.server.protocol.bodies import BaseSeedSessionRequest, ResourcesSeedSessionRequest
+
+if TYPE_CHECKING:
+    from ngym.server.pipeline.resources import SimpleResourcesServer
+
+M = TypeVar("M", bound=BaseModel)
 
 #: Longest string kept in a 422's ``input``; longer ones end in "…".
 PREVIEW_CHARS = 200
@@ -212,23 +221,6 @@ class StrictJSONRequest(Request):
         return self._json
 
 
-class StrictJSONRoute(APIRoute):
-    """Route class of every ngym app: FastAPI reads the body through ``StrictJSONRequest``."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def strict(request: Request) -> Response:
-            # The request FastAPI made, re-classed rather than copied: no second Request per call, and what
-            # FastAPI's own exception handling holds is this same object.
-            request.__class__ = StrictJSONRequest
-            return await handler(request)
-
-        # A tool or verify taking one body model validates it straight from the bytes; anything else (and any
-        # request the fast road does not take) goes through FastAPI with StrictJSONRequest as before.
-        return direct_body_handler(self, strict, may_hold_non_finite) or strict
-
-
 def preview(value: Any, depth: int = 0) -> Any:
     """A small copy of ``value`` for an error message: long strings cut, long containers shortened, deep
     structures elided, text made valid UTF-8. Costs O(what is kept), whatever the size of ``value``."""
@@ -284,3 +276,56 @@ async def validation_error_handler(request: Request, exc: Exception) -> JSONResp
         more = len(all_errors) - MAX_ERRORS
         errors.append({"type": "too_many_errors", "loc": [], "msg": f"{more} more errors not shown"})
     return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
+
+# ---- a body as a route reads it (public through ``ngym.plugin_api``: ``read_json``, ``validate_body``) ----
+
+
+def parse_body(raw: bytes) -> Any:
+    """The JSON value of a request body (``{}`` when empty); HTTP 400 naming the problem when it is not JSON."""
+    if not raw.strip():
+        return {}
+    try:
+        data = parse_json(raw)
+    except ValueError as exc:
+        raise HTTPException(400, f"request body is not valid JSON: {exc}") from None
+    reject_non_finite(raw, data)  # NaN, Infinity, 1e400: a 422 naming where, never a 500 (issue 25)
+    return data
+
+
+async def read_json(request: Request) -> Any:
+    """The request's body parsed as ``parse_body`` does (Starlette caches the bytes: reading twice is cheap)."""
+    return parse_body(await request.body())
+
+
+def validate_body(model: type[M], data: Any) -> M:
+    """``data`` as ``model``; a mismatch is FastAPI's 422 with field errors (``RequestValidationError``)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
+
+
+def validate_json(model: type[M], raw: bytes) -> M:
+    """Validate straight from bytes (pydantic's own JSON parser: no intermediate dict); 400 / 422 as above."""
+    reject_non_finite(raw)
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        if errors and errors[0]["type"] == "json_invalid":
+            raise HTTPException(400, f"request body is not valid JSON: {errors[0]['msg']}") from None
+        raise RequestValidationError(errors) from None
+
+
+@functools.cache
+def seed_body_model(cls: type[SimpleResourcesServer]) -> type[BaseModel]:
+    """The row model ``cls.seed_session`` annotates its ``body`` with (``BaseSeedSessionRequest`` by default)."""
+    hints = typing.get_type_hints(cls.seed_session)
+    annotation = hints.get("body", BaseSeedSessionRequest)
+    # NeMo Gym's own examples annotate `RowModel | ResourcesSeedSessionRequest`: take the row model.
+    for candidate in typing.get_args(annotation) or (annotation,):
+        is_model = isinstance(candidate, type) and issubclass(candidate, BaseModel)
+        if is_model and candidate is not ResourcesSeedSessionRequest:
+            return cast("type[BaseModel]", candidate)
+    return BaseSeedSessionRequest

@@ -6,7 +6,7 @@ JSON parser (which would hold the event loop, and every other rollout, for as lo
 has not fully arrived ``body_timeout_seconds`` after the request started is 408. Both answers close the
 connection. A client that goes away mid-body is one INFO line, not an error with a traceback.
 
-Header size and header/idle timeouts are the HTTP server's job (``ngym.server.http_protocol``); this middleware
+Header size and header/idle timeouts are the HTTP server's job (``ngym.server.pipeline.http_protocol``); this middleware
 covers what only the application sees: the body. That HTTP server also tells it, in the scope, when it already
 holds a request's whole body (``BODY_BYTES_KEY``): almost every request of a rollout, whose body comes in the same
 packet as its headers. Such a body within the cap has nothing left to bound (no byte still to come, nothing to
@@ -30,7 +30,8 @@ log = logging.getLogger("ngym.server")
 #: takes seconds to validate.
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT_SECONDS = 60.0
-# Enforced by the HTTP server (ngym.server.http_protocol); here so the config can name them without importing uvicorn.
+# Enforced by the HTTP server (ngym.server.pipeline.http_protocol); here so the config can name them without
+# importing uvicorn.
 DEFAULT_HEADER_TIMEOUT_SECONDS = 30.0
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS = 5.0  # uvicorn's own default
@@ -38,7 +39,7 @@ DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS = 5.0  # uvicorn's own default
 _CLOSE = {"connection": "close"}
 
 #: Scope key: the size of the request's body when the HTTP server already holds all of it before the app runs
-#: (set by ``ngym.server.http_protocol``; absent otherwise).
+#: (set by ``ngym.server.pipeline.http_protocol``; absent otherwise).
 BODY_BYTES_KEY = "ngym.body_bytes"
 
 

@@ -3,8 +3,8 @@
 ``ngym run`` and ``SimpleServer.run_webserver()`` both end here. One server runs in this process; several
 run as child processes (one per instance) supervised here; ``--workers N`` runs uvicorn's worker processes when
 the session store is shared (Redis), each building the app from the spec passed in ``NGYM_SERVE_SPEC``
-(``ngym.server.app.app_from_env``), and otherwise N single-worker processes behind HAProxy, which routes each
-rollout to the worker holding its session (``ngym.server.affinity``).
+(``ngym.server.hosting.worker.app_from_env``), and otherwise N single-worker processes behind HAProxy, which
+routes each rollout to the worker holding its session (``ngym.server.hosting.affinity``).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from uvicorn.supervisors import Multiprocess
 
 from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
-from ngym.server import http_protocol
-from ngym.server.affinity import LISTEN_FD_ENV, AffineWorkers
-from ngym.server.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
-from ngym.server.base import CLASS_OVERRIDES_ENV
-from ngym.server.cpu_priority import apply_cpu_priorities
-from ngym.server.fork_template import prepare_fork_template
-from ngym.server.resources import SimpleResourcesServer
+from ngym.server.hosting.affinity import LISTEN_FD_ENV, AffineWorkers
+from ngym.server.hosting.cpu_priority import apply_cpu_priorities
+from ngym.server.hosting.fork_template import prepare_fork_template
+from ngym.server.pipeline import http_protocol
+from ngym.server.pipeline.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
+from ngym.server.pipeline.base import CLASS_OVERRIDES_ENV
+from ngym.server.pipeline.resources import SimpleResourcesServer
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 
 log = logging.getLogger("ngym.serve")
@@ -60,9 +60,10 @@ def _listen_line(spec: ServeSpec, host: str, port: int, domain: str | None, work
 
 
 def needs_affine_workers(server: SimpleResourcesServer, workers: int) -> bool:
-    """Whether ``workers`` > 1 must be separate processes behind a session-affine proxy (``ngym.server.affinity``):
-    the sessions stay in each process (the memory store, or live state that cannot be serialised). With a store
-    the workers share (Redis), uvicorn's own workers serve any request of any rollout."""
+    """Whether ``workers`` > 1 must be separate processes behind a session-affine proxy
+    (``ngym.server.hosting.affinity``): the sessions stay in each process (the memory store, or live state that
+    cannot be serialised). With a store the workers share (Redis), uvicorn's own workers serve any request of any
+    rollout."""
     if workers <= 1:
         return False
     store = server.sessions.store
@@ -144,7 +145,7 @@ def serve_one(
     if workers > 1:
         os.environ[SPEC_ENV] = spec.to_json()
         config = uvicorn_config(
-            server, "ngym.server.app:app_from_env", factory=True, workers=workers, access_log=access_log
+            server, "ngym.server.hosting.worker:app_from_env", factory=True, workers=workers, access_log=access_log
         )
         if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.30
             Multiprocess(config, target=_graceful_server(config).run, sockets=[sock]).run()  # type: ignore[call-arg]
@@ -166,7 +167,7 @@ def enter_working_directory(target: str) -> None:
 
 def uvicorn_config(server: SimpleResourcesServer, app: Any, **options: Any) -> uvicorn.Config:
     """uvicorn's config for a server, with its HTTP limits: keep-alive, header deadline and size (the body
-    limits live in the app itself, see ``ngym.server.request_limits``)."""
+    limits live in the app itself, see ``ngym.server.pipeline.request_limits``)."""
     settings = server.config
     config = uvicorn.Config(
         app,
@@ -190,7 +191,7 @@ def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = Fals
     for spec in specs:
         # The spec (which may hold session_secret) goes through the environment, never the command line: any
         # process on the host can read every command line in /proc.
-        cmd = [sys.executable, "-m", "ngym.server.host", str(workers), "1" if access_log else "0"]
+        cmd = [sys.executable, "-m", "ngym.server.hosting.host", str(workers), "1" if access_log else "0"]
         children.append(subprocess.Popen(cmd, env={**os.environ, SPEC_ENV: spec.to_json()}))
 
     def stop(_signum: int, _frame: Any) -> None:
@@ -211,7 +212,7 @@ def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = Fals
 
 
 def run_server_class(target: str, overrides: dict[str, Any], argv: list[str]) -> None:
-    """``MyServer.run_webserver()`` (which execs ``python -m ngym.server.host --class TARGET``): config from
+    """``MyServer.run_webserver()`` (which execs ``python -m ngym.server.hosting.host --class TARGET``): config from
     ``key=value`` / ``+config_paths=[...]`` arguments and the keyword ``overrides``."""
     cls = load_server_class(target)
     paths, dotted = split_overrides(argv)
@@ -229,7 +230,7 @@ def run_server_class(target: str, overrides: dict[str, Any], argv: list[str]) ->
 
 
 def main(argv: list[str]) -> None:
-    """``python -m ngym.server.host``: ``--class TARGET [key=value ...]`` (from ``run_webserver``; its keyword
+    """``python -m ngym.server.hosting.host``: ``--class TARGET [key=value ...]`` (from ``run_webserver``; its keyword
     overrides' JSON in ``NGYM_CLASS_OVERRIDES``) or ``WORKERS ACCESS_LOG`` (a child of ``serve_many``; the spec's JSON
     in ``NGYM_SERVE_SPEC``). Neither puts a config, which may hold session_secret, on the command line."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

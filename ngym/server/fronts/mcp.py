@@ -37,11 +37,11 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from ngym.errors import ConfigError
-from ngym.server.input_errors import parse_json
+from ngym.server.pipeline.intake import parse_json
 from ngym.server.protocol.bodies import MCPServerMetadata
 
 if TYPE_CHECKING:
-    from ngym.server.resources import SimpleResourcesServer
+    from ngym.server.pipeline.resources import SimpleResourcesServer
 
 MCP_PATH = "/mcp"
 TOKEN_HEADER = "X-NeMo-Gym-Session-Token"  # NeMo Gym's header name: its agents read it from the seed metadata
@@ -61,12 +61,6 @@ class MCPTool:
     name: str
     description: str
     input_schema: dict[str, Any]
-
-
-def normalize_tool_name(name: str, server_name: str) -> str:
-    """``mcp__<server_name>__<tool>`` → ``<tool>``; any other name unchanged."""
-    prefix = f"mcp__{server_name}__"
-    return name[len(prefix) :] if name.startswith(prefix) else name
 
 
 def harvest_tools(app: FastAPI) -> dict[str, MCPTool]:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ngym.server.app import SPEC_ENV, ServeSpec
-from ngym.server.haproxy import Backend, haproxy_binary, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
+from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
 
 log = logging.getLogger("ngym.serve")
 
@@ -131,7 +131,7 @@ class AffineWorkers:
             LISTEN_FD_ENV: str(worker.sock.fileno()),
             WORKER_INDEX_ENV: str(worker.index),
         }
-        cmd = [sys.executable, "-m", "ngym.server.host", "1", "1" if self.access_log else "0"]
+        cmd = [sys.executable, "-m", "ngym.server.hosting.host", "1", "1" if self.access_log else "0"]
         worker.process = subprocess.Popen(
             cmd,
             env=env,

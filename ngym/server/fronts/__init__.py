@@ -1,0 +1,16 @@
+"""Protocol fronts: other protocols served beside the resources-server routes, by the same server.
+
+A front is a thin translation of a protocol's requests into the same session manager
+(``ngym.server.sessions``) and the environment's own methods (its tools, ``seed_session``, ``verify``). It has
+no sessions and no reward path of its own: a rollout served through a front is kept, scored and masked
+exactly as one served through the standard routes (``ngym.server.pipeline.routes``).
+
+- ``mcp``: ``expose_tools_over_mcp``: the environment's tool routes over MCP (streamable HTTP at ``/mcp``),
+  inside each rollout's session.
+- ``ors/``: the Open Reward Standard front.
+- ``openenv/``: OpenEnv's front.
+
+Fronts are built on the request pipeline (``ngym.server.pipeline``). The pipeline imports no front, apart from
+the app assembly (``pipeline.app.build_app``) installing the fronts a server's config asks for
+(``expose_tools_over_mcp``).
+"""
