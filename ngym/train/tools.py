@@ -29,7 +29,10 @@ RESERVED = frozenset({"reset", "get_reward"})
 
 
 def python_type(schema: Mapping[str, Any]) -> Any:
-    """The Python type hint of a JSON Schema (``array`` of ``items``; a list of types or none: ``str``)."""
+    """The Python type hint of a JSON Schema (``array`` of ``items``; the one non-null ``anyOf``; else ``str``)."""
+    options = [o for o in schema.get("anyOf") or [] if isinstance(o, Mapping) and o.get("type") != "null"]
+    if len(options) == 1:
+        return python_type(options[0])
     kind = schema.get("type")
     if isinstance(kind, list):
         kinds = [k for k in kind if k != "null"]
@@ -38,6 +41,41 @@ def python_type(schema: Mapping[str, Any]) -> Any:
         items = schema.get("items")
         return list[python_type(items)] if isinstance(items, Mapping) and items.get("type") else list  # type: ignore[misc]
     return _JSON_TYPES.get(kind, str) if isinstance(kind, str) else str
+
+
+#: routes of NeMo Gym's wire and ngym's server that are the protocol, not tools
+PROTOCOL_ROUTES = frozenset(
+    {"seed_session", "verify", "close_session", "aggregate_metrics", "mcp", "health", "reverify_mode", "ors", "openenv"}
+)
+
+
+def openapi_tools(openapi: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tool routes of a server's OpenAPI document (``GET /openapi.json``), as declared function tools.
+
+    A tool is a ``POST /<name>`` that is not a protocol route; its parameters are its JSON body's properties
+    (a ``$ref`` to the document's components resolved), its description the route's description or summary.
+    """
+    schemas: Mapping[str, Any] = (openapi.get("components") or {}).get("schemas") or {}
+
+    def resolve(schema: Any) -> dict[str, Any]:
+        ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            schema = schemas.get(ref.rsplit("/", 1)[1]) or {}
+        return dict(schema) if isinstance(schema, Mapping) else {}
+
+    tools: list[dict[str, Any]] = []
+    for path, item in (openapi.get("paths") or {}).items():
+        name = str(path).strip("/")
+        operation = item.get("post") if isinstance(item, Mapping) else None
+        if not isinstance(operation, Mapping) or "/" in name or not name or name in PROTOCOL_ROUTES:
+            continue
+        content = ((operation.get("requestBody") or {}).get("content") or {}).get("application/json") or {}
+        body = resolve(content.get("schema") or {})
+        properties = {k: resolve(v) for k, v in (body.get("properties") or {}).items()}
+        parameters = {"type": "object", "properties": properties, "required": list(body.get("required") or [])}
+        description = operation.get("description") or operation.get("summary") or ""
+        tools.append({"type": "function", "name": name, "description": description, "parameters": parameters})
+    return tools
 
 
 def _one_line(text: Any) -> str:

@@ -8,8 +8,9 @@ the model's tools, and scores each finished rollout with ``reward_funcs(prompts=
 - ``train_dataset``: one example per dataset row: ``prompt`` (the row's ``responses_create_params.input`` as
   chat messages) and ``ngym_row`` (the row, as JSON, for seeding); for a blend also ``environment``;
 - ``environment_factory``: a class whose ``reset(**row)`` seeds a new session over NeMo Gym's wire (each
-  instance its own cookie, so N generations are N sessions at once), with one public method per declared tool
-  (typed signature and docstring from the tool's JSON Schema) that calls ``POST /<tool>`` in that session;
+  instance its own cookie, so N generations are N sessions at once), with one public method per tool the rows
+  declare (or, if they declare none, per tool route of the server's OpenAPI document), its typed signature and
+  docstring built from the tool's JSON Schema, that calls ``POST /<tool>`` in that session;
 - ``reward_funcs``: ``[ngym_verify]``, which sends ``/verify`` the Responses-format trajectory built from TRL's
   completion (its tool calls and their outputs), exactly what NeMo Gym's agent would send, and closes the session.
   A masked verify (a lost session, a failed judge) or none at all is ``None``: TRL leaves the sample out, it is
@@ -35,7 +36,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ngym.train.rows import declared_tools, load_rows, prompt_messages, responses_trajectory
-from ngym.train.tools import tool_function
+from ngym.train.tools import openapi_tools, tool_function
 from ngym.train.wire import DEFAULT_TIMEOUT, Session, reward_of
 
 #: the column of ``train_dataset`` holding each example's dataset row (JSON) for seeding
@@ -157,10 +158,28 @@ def _examples(rows: list[dict[str, Any]], name: str | None) -> list[dict[str, An
     return [{"prompt": prompt_messages(row), ROW_COLUMN: json.dumps(row), **extra} for row in rows]
 
 
+def tools_for(url: str, rows: list[dict[str, Any]], *, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The tools the model is offered: those the rows declare (what NeMo Gym's wire hands the model), else, for
+    rows that declare none, the server's own tool routes from its OpenAPI document."""
+    declared = declared_tools(rows)
+    if declared:
+        return declared
+    try:
+        response = httpx.get(f"{url.rstrip('/')}/openapi.json", timeout=timeout)
+        response.raise_for_status()
+        document = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ValueError(
+            f"the rows declare no tools and {url}/openapi.json cannot be read ({type(exc).__name__}): "
+            "is the environment served there?"
+        ) from None
+    return openapi_tools(document) if isinstance(document, dict) else []
+
+
 def environment(url: str, data: Rows, *, name: str = "", timeout: float = DEFAULT_TIMEOUT) -> TRLSlots:
     """TRL's slots for one environment served at ``url`` (``ngym run``), its rows from ``data`` (JSONL or dicts)."""
     rows = load_rows(data)
-    factory = environment_class(url, declared_tools(rows), name=name, timeout=timeout)
+    factory = environment_class(url, tools_for(url, rows), name=name, timeout=timeout)
     return TRLSlots(_examples(rows, None), factory, [ngym_verify])
 
 
@@ -172,7 +191,7 @@ def blend(environments: Mapping[str, tuple[str, Rows]], *, timeout: float = DEFA
     factories: dict[str, type[NgymEnvironment]] = {}
     for name, (url, data) in environments.items():
         rows = load_rows(data)
-        factories[name] = environment_class(url, declared_tools(rows), name=name, timeout=timeout)
+        factories[name] = environment_class(url, tools_for(url, rows), name=name, timeout=timeout)
         examples += _examples(rows, name)
     return TRLSlots(examples, factories, [ngym_verify])
 

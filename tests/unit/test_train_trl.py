@@ -215,3 +215,24 @@ def test_the_helpers_need_only_httpx_and_each_other() -> None:
             for name in names:
                 top = name.split(".")[0]
                 assert top in sys.stdlib_module_names or top == "httpx" or name.startswith("ngym.train"), (path, name)
+
+
+def test_rows_without_tools_get_the_servers_tool_routes(counter_url: str) -> None:
+    rows = [{k: v for k, v in row.items() if k != "response"} for row in load_rows(COUNTER_ROWS)]
+    for row in rows:
+        row["responses_create_params"] = {"input": row["responses_create_params"]["input"]}  # no tools declared
+    slots = ngym_trl.environment(counter_url, rows)
+    cls: Any = slots.environment_factory
+    public = sorted(n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction) if not n.startswith("_"))
+    assert public == ["get_counter_value", "increment_counter", "reset"]
+    assert inspect.signature(cls.increment_counter).parameters["count"].annotation is int
+    env = cls()
+    env.reset(**slots.examples[0])
+    assert json.loads(env.increment_counter(count=2)) == {"success": True}
+    assert ngym_trl.ngym_verify([None], [counter_completion()], environments=[env]) == [0.0]
+
+
+def test_rows_without_tools_and_no_server_is_one_clear_error() -> None:
+    rows = [{"responses_create_params": {"input": "hi"}}]
+    with pytest.raises(ValueError, match="declare no tools and http://127.0.0.1:9/openapi.json cannot be read"):
+        ngym_trl.environment("http://127.0.0.1:9", rows)
