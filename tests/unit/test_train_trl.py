@@ -236,3 +236,24 @@ def test_rows_without_tools_and_no_server_is_one_clear_error() -> None:
     rows = [{"responses_create_params": {"input": "hi"}}]
     with pytest.raises(ValueError, match="declare no tools and http://127.0.0.1:9/openapi.json cannot be read"):
         ngym_trl.environment("http://127.0.0.1:9", rows)
+
+
+def test_fleet_names_resolve_through_the_head_server(tmp_path: Path) -> None:
+    from ngym.fleet.head import create_head_app
+
+    instances = [
+        {"name": "weather", "kind": "environment", "host": "0.0.0.0", "port": 8001},
+        {"name": "counter", "kind": "environment", "host": "10.0.0.7", "port": 8002},
+        {"name": "policy_model", "kind": "server", "host": "127.0.0.1", "port": 8003},
+    ]
+    (tmp_path / "instances.json").write_text(json.dumps(instances))
+    (tmp_path / "config.yaml").write_text("{}\n")
+    with serve_app_in_thread(create_head_app(tmp_path / "config.yaml", tmp_path / "instances.json")) as head:
+        # a server listening on every interface is dialled at the head server's host; other servers are not envs
+        assert ngym_trl.fleet_urls(head) == {"weather": "http://127.0.0.1:8001", "counter": "http://10.0.0.7:8002"}
+        with pytest.raises(ValueError, match=r"has no environment workplace \(it has: counter, weather\)"):
+            ngym_trl.fleet(head, {"workplace": WEATHER_ROWS})
+        slots = ngym_trl.fleet(head, {"weather": WEATHER_ROWS})
+        assert isinstance(slots.environment_factory, dict) and list(slots.environment_factory) == ["weather"]
+    with pytest.raises(ValueError, match="no fleet head server answers at http://127.0.0.1:9"):
+        ngym_trl.fleet_urls("http://127.0.0.1:9")
