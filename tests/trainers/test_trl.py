@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("trl_driver.py")
 BUILTIN = REPO / "resources_servers"
 NEMO_COUNTER = "nemo-gym:example_session_state_mgmt"
+SUBMIT_TOOL = "submit_answer"  # the ORS front's final-answer tool
 N = 4  # generations per prompt (GRPO's group): one optimizer step's batch
 
 
@@ -191,8 +192,9 @@ def wire_reward(url: str, row: dict[str, Any], completion: list[dict[str, Any]])
     output: list[dict[str, Any]] = []
     outputs: list[str] = []
     calls = 0
+    finished = False  # over ORS, the final-answer tool ends the episode: what follows is not scored
     for message in completion:
-        if message["role"] == "assistant":
+        if message["role"] == "assistant" and not finished:
             if message.get("content"):
                 output.append(
                     {
@@ -205,6 +207,19 @@ def wire_reward(url: str, row: dict[str, Any], completion: list[dict[str, Any]])
                 )
             for call in message.get("tool_calls") or []:
                 function = call["function"]
+                if function["name"] == SUBMIT_TOOL:  # ORS's final-answer tool: NeMo's wire has the answer as text
+                    text = function["arguments"]["answer"]
+                    output.append(
+                        {
+                            "type": "message",
+                            "id": "final",
+                            "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}],
+                        }
+                    )
+                    finished = True
+                    break
                 call_id = f"c{calls}"
                 calls += 1
                 answer = session.post(f"/{function['name']}", function["arguments"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,11 @@ def render(turn: list[dict[str, Any]] | str) -> str:
     return "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in turn)
 
 
+def submit(answer: str) -> dict[str, Any]:
+    """A call of the ORS front's final-answer tool."""
+    return {"name": "submit_answer", "arguments": {"answer": answer}}
+
+
 class Recorder(TrainerCallback):
     """After each optimizer step: the samples TRL logged for it (its own ``_logs``)."""
 
@@ -116,7 +122,7 @@ class Recorder(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         logs = self.trainer._logs
-        rewards = logs["rewards"]["ngym_verify"]
+        rewards = logs["rewards"][self.trainer.reward_func_names[0]]
         for prompt, completion, reward in zip(logs["prompt"], logs["completion"], rewards, strict=True):
             value = None if reward is None or math.isnan(reward) else float(reward)
             self.samples.append(
@@ -131,7 +137,20 @@ def health(url: str) -> dict[str, Any]:
 def one_run(run: dict[str, Any]) -> dict[str, Any]:
     envs = run["environments"]  # name -> {url, rollouts}
     scripts = {name: scripts_of(spec["rollouts"]) for name, spec in envs.items()}
-    if run.get("fleet"):
+    ors = run.get("ors")  # {"url", "env_name", "split"}: TRL's own OpenRewardSpec against the server's /ors front
+    if ors:
+        os.environ["OPENREWARD_API_URL"] = os.environ["OPENREWARD_SESSION_URL"] = ors["url"].rstrip("/") + "/"
+        from trl.experimental.openreward import OpenRewardSpec
+
+        spec = OpenRewardSpec(ors["url"], env_name=ors["env_name"], split=ors["split"])
+        trainer_kwargs: dict[str, Any] = {
+            "train_dataset": spec.train_dataset,
+            "environment_factory": spec.environment_factory,
+            "reward_funcs": spec.reward_funcs,
+        }
+        ((name, env_spec),) = envs.items()
+        urls = {name: env_spec["url"]}
+    elif run.get("fleet"):
         slots = ngym_trl.fleet(run["fleet"], {name: spec["rollouts"] for name, spec in envs.items()})
         urls = ngym_trl.fleet_urls(run["fleet"])
     elif len(envs) == 1:
@@ -146,9 +165,12 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
         for example in slots.examples:
             by_env.setdefault(example["environment"], []).append(example)
         slots.examples = [e for group in zip(*by_env.values(), strict=False) for e in group]
+    if not ors:
+        trainer_kwargs = slots.trainer_kwargs()
 
     texts = [json.dumps(s["row"]) + render(t) + s["final"] for ss in scripts.values() for s in ss for t in s["turns"]]
     texts += [json.dumps(s["row"]) + s["final"] + NO_TOOL_ANSWER for ss in scripts.values() for s in ss]
+    texts += [render([submit(s["final"])]) for ss in scripts.values() for s in ss]
     tokenizer = make_tokenizer(texts * 2)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -188,16 +210,21 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
             _, script = match(text)
             turn = text.count("<|im_start|>assistant") - 1
             turns_seen.append(turn)
-            steps = script["turns"] + [script["final"]]
             # The group's last generation answers at once, without a tool: rewards differ within the group, so
-            # GRPO's advantages, and its update, are not all zero.
-            reply = NO_TOOL_ANSWER if turn == 0 and index == N - 1 else render(steps[min(turn, len(steps) - 1)])
+            # GRPO's advantages, and its update, are not all zero. Over ORS an answer is the final-answer tool's.
+            no_tool = (turn == 0 and index == N - 1) or NO_TOOL_ANSWER in text
+            if ors:
+                steps = [[submit(NO_TOOL_ANSWER)]] if no_tool else [*script["turns"], [submit(script["final"])]]
+                steps.append("Done.")
+            else:
+                steps = [NO_TOOL_ANSWER] if no_tool else [*script["turns"], script["final"]]
+            reply = render(steps[min(turn, len(steps) - 1)])
             new_ids.append(tokenizer.encode(reply, add_special_tokens=False) + [eos])
         if all(t == 0 for t in turns_seen):  # a new batch: every generation is at its first turn
             environments = list(trainer.environments or [])
             batch = {
                 "step": trainer.state.global_step,
-                "cookies": [e._session.cookies.get("ngym_session", "") for e in environments],
+                "cookies": [e._session.cookies.get("ngym_session", "") for e in environments if not ors],
                 "live_sessions": {n: health(u).get("live_sessions") for n, u in urls.items()},
             }
             mask_spec = run.get("mask")
@@ -229,9 +256,7 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
         seed=0,
     )
     recorder = Recorder()
-    trainer = GRPOTrainer(
-        model=model, processing_class=tokenizer, args=args, callbacks=[recorder], **slots.trainer_kwargs()
-    )
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=args, callbacks=[recorder], **trainer_kwargs)
     recorder.trainer = trainer_ref["trainer"] = trainer
     trainer.train()
 
@@ -240,7 +265,7 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
         name, script = match(user)
         sample["environment"] = name
         sample["row"] = script["row"]
-    metric = "rewards/ngym_verify/mean"
+    metric = f"rewards/{trainer.reward_func_names[0]}/mean"
     return {
         "label": run["label"],
         "global_step": trainer.state.global_step,
