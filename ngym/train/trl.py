@@ -104,7 +104,7 @@ def environment_class(
         function = tool_function(spec)
         if function is not None:
             methods[function.__name__] = function
-    label = "".join(part.capitalize() for part in (name or "ngym").replace("-", "_").split("_") if part)
+    label = "".join(part.capitalize() for part in (name or "served").replace("-", "_").split("_") if part)
     cls = type(f"{label}Environment", (NgymEnvironment,), methods)
     cls.__doc__ = f"The ngym environment {name or url} at {url}, one session per rollout."
     return cls
