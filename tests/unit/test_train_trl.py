@@ -257,3 +257,13 @@ def test_fleet_names_resolve_through_the_head_server(tmp_path: Path) -> None:
         assert isinstance(slots.environment_factory, dict) and list(slots.environment_factory) == ["weather"]
     with pytest.raises(ValueError, match="no fleet head server answers at http://127.0.0.1:9"):
         ngym_trl.fleet_urls("http://127.0.0.1:9")
+
+
+def test_an_environment_gone_before_verify_is_no_reward() -> None:
+    with serve_app_in_thread(app_for("example_session_state_mgmt")) as url:
+        slots = ngym_trl.environment(url, COUNTER_ROWS)
+        env: Any = slots.environment_factory()  # type: ignore[operator]
+        env.reset(**slots.examples[0])
+        env.increment_counter(count=3)
+    # the server is gone: its verify cannot be had, so there is no reward (never 0.0), and nothing raises
+    assert ngym_trl.ngym_verify([None], [counter_completion(3)], environments=[env]) == [None]
