@@ -251,6 +251,30 @@ def wire_reward(url: str, row: dict[str, Any], completion: list[dict[str, Any]])
     return float(verified["reward"]), bool(verified.get("mask_sample")), outputs
 
 
+def declared(rollouts: Path) -> dict[str, dict[str, Any]]:
+    """The function tools the rows declare (NeMo Gym's wire hands these to the model), by name."""
+    tools: dict[str, dict[str, Any]] = {}
+    for line in rollouts.read_text().splitlines():
+        for tool in json.loads(line)["responses_create_params"].get("tools") or []:
+            tools.setdefault(tool["name"], tool)
+    return tools
+
+
+def check_tools(result: dict[str, Any], rollouts: dict[str, Path]) -> None:
+    """The tools TRL shows the model are the declared ones: names, parameters, required ones, descriptions."""
+    for env, schemas in result["tool_schemas"].items():
+        expected = declared(rollouts[env] if env in rollouts else next(iter(rollouts.values())))
+        assert sorted(s["name"] for s in schemas) == sorted(expected)
+        for schema in schemas:
+            tool = expected[schema["name"]]
+            assert " ".join(tool.get("description", "").split()) in schema["description"]
+            properties = tool["parameters"].get("properties") or {}
+            assert sorted(schema["parameters"].get("properties") or {}) == sorted(properties)
+            assert sorted(schema["parameters"].get("required") or []) == sorted(
+                tool["parameters"].get("required") or []
+            )
+
+
 def check_run(result: dict[str, Any], urls: dict[str, str], masked: tuple[int, int] | None) -> None:
     assert result["global_step"] >= 2, result["global_step"]
     samples = result["samples"]
@@ -324,11 +348,14 @@ def test_grpo_trainer_on_ngym_run(
     name: str, results: dict[str, dict[str, Any]], served: dict[str, tuple[str, Path]]
 ) -> None:
     masked = (1, 2) if name == "nemo_counter" else None
+    check_tools(results[name], {name: served[name][1]})
     check_run(results[name], {name: served[name][0]}, masked)
 
 
-def test_grpo_trainer_on_a_fleet_blend(results: dict[str, dict[str, Any]]) -> None:
+def test_grpo_trainer_on_a_fleet_blend(results: dict[str, dict[str, Any]], served: dict[str, tuple[str, Path]]) -> None:
     result = results["fleet"]
+    assert sorted(result["tool_schemas"]) == sorted(served)  # each environment of the blend its own tools
+    check_tools(result, {name: rollouts for name, (_, rollouts) in served.items()})
     assert {s["environment"] for s in result["samples"]} == {"weather", "workplace", "nemo_counter"}
     assert [s["environment"] for s in result["samples"]][2 * N] == "nemo_counter"
     check_run(result, result["urls"], (2, 0))

@@ -27,6 +27,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, TrainerCallback
+from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import qwen3_chat_template
 
@@ -258,6 +259,10 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
     recorder = Recorder()
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=args, callbacks=[recorder], **trainer_kwargs)
     recorder.trainer = trainer_ref["trainer"] = trainer
+    # The tools as TRL itself describes them to the model (its own extraction, transformers' schema builder)
+    tool_schemas = {
+        str(env): [get_json_schema(tool)["function"] for tool in tools] for env, tools in trainer._env_tools.items()
+    }
     trainer.train()
 
     for sample in recorder.samples:
@@ -274,6 +279,7 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
         "tool_call_frequency": [h.get("tools/call_frequency") for h in trainer.state.log_history if "loss" in h],
         "grad_norms": [float(h["grad_norm"]) for h in trainer.state.log_history if "grad_norm" in h],
         "batches": state["batches"],
+        "tool_schemas": tool_schemas,
         "live_sessions_after": {n: health(u).get("live_sessions") for n, u in urls.items()},
         "urls": urls,
         "versions": {
