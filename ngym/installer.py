@@ -7,14 +7,10 @@ plugin is broken (and in strict mode: uninstalling is how a broken plugin is fix
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from ngym.errors import NgymError
 
 
 def pip_install_args(packages: Sequence[str], *, editable: bool = False, upgrade: bool = False) -> list[str]:
@@ -83,61 +79,3 @@ def run_pip_captured(args: Sequence[str], on_step: Callable[[str], None] = lambd
         if line.startswith(_STEP_PREFIXES):
             on_step(line)
     return PipRun(proc.wait(), lines)
-
-
-@dataclass(frozen=True)
-class SourceAdapter:
-    """An ecosystem whose environments ``ngym install <prefix>:<what>`` installs through an adapter plugin.
-
-    The functions are ``module:function`` targets in the adapter's distribution, imported only when used:
-    ``install(source, *, as_name, domain, options, verbose, echo)`` (``options``: the ``-o KEY=VALUE`` pairs),
-    ``available() -> list[dict]`` (rows for ``ngym list --available``: name, domain, version, installed_as,
-    description) and, for an adapter that keeps environments outside pip, ``uninstall(name, *, echo) -> bool``
-    (False: not one of its environments). An adapter whose environments are pip distributions leaves
-    ``uninstall`` empty: ``ngym uninstall`` removes them through pip like any plugin.
-    """
-
-    distribution: str
-    install: str
-    available: str
-    uninstall: str | None = None
-
-
-#: ``ngym install openenv:...``, ``verifiers:...``: one line per ecosystem served through an adapter plugin.
-SOURCE_ADAPTERS: dict[str, SourceAdapter] = {
-    "openenv": SourceAdapter("ngym-openenv", "ngym_openenv.install:install_source", "ngym_openenv.catalog:available"),
-    "verifiers": SourceAdapter(
-        "ngym-verifiers",
-        "ngym_verifiers.install:install_source",
-        "ngym_verifiers.catalog:available",
-        "ngym_verifiers.install:uninstall",
-    ),
-}
-
-
-def adapter_prefix(source: str) -> str | None:
-    """The ecosystem ``source`` names (``verifiers:x`` → ``verifiers``), or None for a plain pip package."""
-    prefix, colon, _ = source.partition(":")
-    return prefix if colon and prefix in SOURCE_ADAPTERS else None
-
-
-def adapter_function(prefix: str, which: str) -> Callable[..., Any] | None:
-    """The adapter's ``install``/``available``/``uninstall`` function (None: it has none of that kind); a clear
-    ``NgymError`` naming the plugin to install when it is missing."""
-    adapter = SOURCE_ADAPTERS[prefix]
-    target = getattr(adapter, which)
-    if target is None:
-        return None
-    module, _, name = str(target).partition(":")
-    try:
-        loaded = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            raise NgymError(
-                f"{prefix}: environments are installed by the {adapter.distribution} plugin, which is not installed"
-                f" (pip install {adapter.distribution}, or in a checkout"
-                f" pip install -e plugins/{adapter.distribution.replace('-', '_')})"
-            ) from None
-        raise
-    function: Callable[..., Any] = getattr(loaded, name)
-    return function

@@ -24,6 +24,15 @@ is here keeps its name and meaning across releases; what is not may move.
   rows (``read_jsonl``), the resume key (``rollout_key``, ``rollout_keys``, ``rollout_order``), resume
   (``read_results``, ``done_keys``, ``pending``, ``drop_truncated_tail``), the append (``LedgerAppender``,
   ``json_line``) and the ``/aggregate_metrics`` body (``verify_responses``, ``mean_reward``).
+- **Install sources** (an ecosystem's ``ngym install <prefix>:``): ``InstallSource``, ``InstallSources`` (what
+  the ``ngym_register_install_sources`` hook receives), ``run_pip`` / ``pip_uninstall_args`` (pip in ngym's own
+  interpreter), the registry of installed environments (``get_registry``, ``reset_registry`` after an install,
+  ``Register`` for the registration hook), ``needs_of`` (what an environment still needs before it serves),
+  ``did_you_mean``, ``cache_dir`` (``~/.cache/ngym``, ``NGYM_CACHE_DIR``).
+- **Images**: ``ContainerPayload``, ``EnvironmentVenv``, ``ImageLayout`` (what a server class adds to its image:
+  ``container_payload``), ``PluginSourceError`` (a source that cannot be imaged, with the reason).
+- **Example data**: ``EXAMPLE_ROWS``, ``EXAMPLE_ROLLOUTS`` (the file names under ``data/``), ``dataset_row`` (a
+  recorded rollout's dataset row).
 - **Tests**: ``free_port``; ``environment_test_command`` (how ``gym env test`` runs an environment's tests);
   ``run_environment_tests`` (run them in a scratch copy, counted: ``EnvTestResult``), ``stage_environment`` and
   ``referenced_environments`` (that copy's layout), ``environment_test_report_command`` (the command it runs).
@@ -40,16 +49,31 @@ from ngym._exports import lazy_exports
 # The public names, each written once (``ngym._exports``): what type checkers see, and at run time the table a
 # name loads from on first use.
 if TYPE_CHECKING:
-    from ngym.child_server import free_port as free_port
-    from ngym.errors import SessionStoreError as SessionStoreError
-    from ngym.metrics.aggregate import aggregate_metrics as aggregate_metrics
-
     # Exported under another name than the one they are defined with: an assignment, which checkers export.
-    from ngym.nemo import envtest as _envtest
-    from ngym.nemo.envtest import EnvTestResult as EnvTestResult
-    from ngym.nemo.envtest import referenced_environments as referenced_environments
-    from ngym.nemo.envtest import run_environment_tests as run_environment_tests
-    from ngym.nemo.envtest import stage_environment as stage_environment
+    from ngym import envtest as _envtest
+    from ngym.child_server import free_port as free_port
+    from ngym.config import cache_dir as cache_dir
+    from ngym.containerize.errors import PluginSourceError as PluginSourceError
+    from ngym.containerize.payload import ContainerPayload as ContainerPayload
+    from ngym.containerize.payload import EnvironmentVenv as EnvironmentVenv
+    from ngym.containerize.payload import ImageLayout as ImageLayout
+    from ngym.envtest import EnvTestResult as EnvTestResult
+    from ngym.envtest import referenced_environments as referenced_environments
+    from ngym.envtest import run_environment_tests as run_environment_tests
+    from ngym.envtest import stage_environment as stage_environment
+    from ngym.errors import SessionStoreError as SessionStoreError
+    from ngym.examples import EXAMPLE_ROLLOUTS as EXAMPLE_ROLLOUTS
+    from ngym.examples import EXAMPLE_ROWS as EXAMPLE_ROWS
+    from ngym.examples import dataset_row as dataset_row
+    from ngym.installer import pip_uninstall_args as pip_uninstall_args
+    from ngym.installer import run_pip as run_pip
+    from ngym.metrics.aggregate import aggregate_metrics as aggregate_metrics
+    from ngym.plugins.registry import Register as Register
+    from ngym.plugins.registry import get_registry as get_registry
+    from ngym.plugins.registry import reset_registry as reset_registry
+    from ngym.plugins.sources import InstallSource as InstallSource
+    from ngym.plugins.sources import InstallSources as InstallSources
+    from ngym.readiness import needs_of as needs_of
     from ngym.rollout.ledger import LedgerAppender as LedgerAppender
     from ngym.rollout.ledger import done_keys as done_keys
     from ngym.rollout.ledger import drop_truncated_tail as drop_truncated_tail
@@ -95,6 +119,7 @@ if TYPE_CHECKING:
     from ngym.server.sessions.store import SessionLimitReached as SessionLimitReached
     from ngym.server.sessions.store import SessionRecord as SessionRecord
     from ngym.server.sessions.store import SessionStore as SessionStore
+    from ngym.suggest import did_you_mean as did_you_mean
 
     environment_test_command = _envtest.pytest_command
     environment_test_report_command = _envtest.reported_pytest_command

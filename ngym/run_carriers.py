@@ -1,6 +1,6 @@
 """The two environment variables a run carries to its server processes, defined and read/written here only.
 
-``ngym run`` (``ngym.nemo.model_urls``) writes them before any server starts, so worker processes inherit them;
+``ngym run`` (``ngym.model_urls``) writes them before any server starts, so worker processes inherit them;
 the compat ``ServerClient`` (``ngym_nemo_gym.servers``, through ``ngym.plugin_api``) reads them to resolve the
 server names a NeMo Gym environment calls:
 

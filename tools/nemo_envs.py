@@ -47,11 +47,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from ngym_nemo_gym.catalogue import wheel as nemo_wheel  # noqa: E402
+from ngym_nemo_gym.catalogue.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, NemoEnvironment, read_environment  # noqa: E402
+
+from ngym.envtest import pytest_command, read_junit, stage_environment, test_environ  # noqa: E402
 from ngym.errors import ConfigError  # noqa: E402
 from ngym.examples import match_row  # noqa: E402
-from ngym.nemo import wheel as nemo_wheel  # noqa: E402
-from ngym.nemo.envtest import pytest_command, read_junit, stage_environment, test_environ  # noqa: E402
-from ngym.nemo.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, NemoEnvironment, read_environment  # noqa: E402
 from tools.nemo_replay_inprocess import is_server_error, replay_row  # noqa: E402
 
 WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or Path.home() / ".cache" / "ngym" / "nemo-envs")
@@ -545,7 +546,7 @@ def replay_twice(item: Env, python: Path, folder: Path, run_root: Path, logs: Pa
 
 def nemo_run_root(item: Env) -> tuple[Path, Path]:
     """A NeMo Gym project root for one run, staged as every environment test run is
-    (``ngym.nemo.envtest.stage_environment``): this environment and the siblings it imports copied (its tests may
+    (``ngym.envtest.stage_environment``): this environment and the siblings it imports copied (its tests may
     write next to themselves), every other environment of the wheel's tree and its shared root folders linked;
     (root, environment folder)."""
     run_root = WORK / "runs" / "nemo" / item.name

@@ -1,4 +1,7 @@
-"""``ngym install`` and ``ngym uninstall``: pip inside ngym's own environment (plugins are never loaded)."""
+"""``ngym install`` and ``ngym uninstall``: pip inside ngym's own environment, or an ecosystem's install source.
+
+``<prefix>:<what>`` (``nemo-gym:``, ``openenv:``, ``verifiers:``, …) goes to the plugin that registered that
+prefix (``ngym.plugins.sources``); anything else is a pip package."""
 
 from __future__ import annotations
 
@@ -9,10 +12,9 @@ import click
 
 from ngym import installer
 from ngym.cli.progress import Ticker
-from ngym.errors import NgymError
-from ngym.nemo.install import install_nemo_environment, is_nemo_source
-from ngym.nemo.uninstall import PREFIX, nemo_distribution, uninstall_packages
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
+from ngym.plugins.registry import reset_registry
+from ngym.plugins.sources import InstallSource, install_sources
 from ngym.suggest import did_you_mean
 
 
@@ -20,20 +22,17 @@ from ngym.suggest import did_you_mean
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-e", "--editable", is_flag=True, help="Install each PACKAGE (a local folder) in editable mode.")
 @click.option("-U", "--upgrade", is_flag=True, help="Upgrade the packages to their newest versions.")
-@click.option("--as", "as_name", metavar="NAME", help="NeMo Gym/OpenEnv environments: register it under NAME instead.")
-@click.option(
-    "--domain", metavar="DOMAIN", help="openenv:/verifiers: sources: the domain, when the package metadata names none."
-)
+@click.option("--as", "as_name", metavar="NAME", help="PREFIX:SOURCE installs: register it under NAME instead.")
+@click.option("--domain", metavar="DOMAIN", help="PREFIX:SOURCE installs: the domain, when the source names none.")
 @click.option(
     "-o",
     "--option",
     "options",
     metavar="KEY=VALUE",
     multiple=True,
-    help="An option of a plugin source (openenv: reward_rule=last|sum|state:FIELD, app=module:attr, python=PATH;"
-    " verifiers: an argument of the environment's load_environment, its value read as JSON when it parses).",
+    help="An option of the install source (see `ngym list --available PREFIX` for each source's options).",
 )
-@click.option("--replace", is_flag=True, help="NeMo Gym environments: uninstall whatever holds the name first.")
+@click.option("--replace", is_flag=True, help="PREFIX:SOURCE installs: uninstall whatever holds the name first.")
 @click.option("-v", "--verbose", is_flag=True, help="Show pip's own output.")
 def install(
     packages: tuple[str, ...],
@@ -57,20 +56,18 @@ def install(
       ngym install openenv:openenv-dipg-safety       (an OpenEnv environment: distribution, folder or URL)
       ngym install verifiers:./my_env                (a verifiers environment: folder, module.py or distribution)
     """
-    adapted = [p for p in packages if installer.adapter_prefix(p)]
+    sources = install_sources()
+    adapted = [(p, source) for p in packages if (source := sources.for_source(p)) is not None]
+    unknown = [p for p in packages if _looks_prefixed(p) and sources.for_source(p) is None]
+    if unknown:
+        sources.named(unknown[0].partition(":")[0])  # raises: no plugin installs that prefix
     if adapted:
-        _install_adapted(adapted, packages, as_name, domain, options, verbose)
+        _install_adapted(adapted, packages, as_name, domain, options, replace, verbose)
         return
-    if domain or options:
+    if domain or options or as_name or replace:
         raise click.UsageError(
-            "--domain and --option apply to environments of another ecosystem (openenv:, verifiers:)"
+            f"--as, --domain, --option and --replace apply to PREFIX:SOURCE installs ({', '.join(sources.prefixes())})"
         )
-    nemo = [p for p in packages if is_nemo_source(p)]
-    if nemo:
-        _install_nemo(nemo, [p for p in packages if p not in nemo], as_name=as_name, replace=replace, verbose=verbose)
-        return
-    if as_name or replace:
-        raise click.UsageError("--as and --replace apply to NeMo Gym environments (nemo-gym:NAME or a folder)")
     args = installer.pip_install_args(packages, editable=editable, upgrade=upgrade)
     if verbose:
         code = installer.run_pip(args)
@@ -80,26 +77,32 @@ def install(
     _install_quietly(args, " ".join(packages))
 
 
+def _looks_prefixed(package: str) -> bool:
+    """``name:rest`` where ``name`` is a plain word: an install-source prefix, not a path or a URL (``https://``),
+    nor a pip requirement with an extra marker."""
+    prefix, colon, rest = package.partition(":")
+    return bool(colon) and prefix.replace("-", "").replace("_", "").isalnum() and not rest.startswith("//")
+
+
 def _install_adapted(
-    sources: list[str],
+    adapted: list[tuple[str, InstallSource]],
     packages: tuple[str, ...],
     as_name: str | None,
     domain: str | None,
     options: tuple[str, ...],
+    replace: bool,
     verbose: bool,
 ) -> None:
-    """``PREFIX:SOURCE`` installs, each by the adapter plugin ``installer.SOURCE_ADAPTERS`` names for its prefix."""
-    if len(sources) != len(packages):
-        raise click.UsageError(f"install {sources[0]} and other packages in separate commands")
-    if as_name and len(sources) > 1:
+    """``PREFIX:SOURCE`` installs (or sources an install source claims), each by the plugin that registered it."""
+    if len(adapted) != len(packages):
+        raise click.UsageError(f"install {adapted[0][0]} and other packages in separate commands")
+    if as_name and len(adapted) > 1:
         raise click.UsageError("--as names one environment: install them one at a time")
     pairs = dict(_key_value(o) for o in options)
-    for source in sources:
-        prefix = installer.adapter_prefix(source)
-        assert prefix is not None
-        install = installer.adapter_function(prefix, "install")
-        assert install is not None  # every adapter installs
-        install(source, as_name=as_name, domain=domain, options=pairs, verbose=verbose, echo=click.echo)
+    for text, source in adapted:
+        source.install(
+            text, as_name=as_name, domain=domain, options=pairs, replace=replace, verbose=verbose, echo=click.echo
+        )
 
 
 def _key_value(option: str) -> tuple[str, str]:
@@ -127,15 +130,6 @@ def _install_quietly(args: list[str], what: str) -> None:
         click.echo(f"{what}: already installed (nothing to do; -U upgrades)")
 
 
-def _install_nemo(sources: list[str], others: list[str], *, as_name: str | None, replace: bool, verbose: bool) -> None:
-    if others:
-        raise click.UsageError(f"install NeMo Gym environments and other packages in separate commands ({others[0]})")
-    if as_name and len(sources) > 1:
-        raise click.UsageError("--as names one environment: install them one at a time")
-    for source in sources:
-        install_nemo_environment(source, as_name=as_name, replace=replace, verbose=verbose, echo=click.echo)
-
-
 @click.command(short_help="Uninstall environment packages.")
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
@@ -147,35 +141,40 @@ def uninstall(packages: tuple[str, ...], yes: bool) -> None:
     installed environment imports keeps its code; siblings installed as code only go when nothing imports them
     any more.
     """
-    adapted = [p for p in packages if _uninstall_adapted(p)]
-    packages = tuple(p for p in packages if p not in adapted)
-    if not packages:
-        return
-    names = [distribution_to_uninstall(p) for p in packages]
+    sources = [s for s in install_sources() if s.uninstall is not None]
+    remaining = list(dict.fromkeys(packages))
     if not yes and not sys.stdin.isatty():
         # pip would ask anyway and die with an EOFError traceback on the closed input
-        raise click.UsageError(f"standard input is not a terminal to confirm on: add -y to uninstall {' '.join(names)}")
-    code = uninstall_packages(list(dict.fromkeys(names)), yes=yes, echo=click.echo)  # re-reads what is installed
+        raise click.UsageError(
+            f"standard input is not a terminal to confirm on: add -y to uninstall {' '.join(remaining)}"
+        )
+    remaining = _offer_to_sources(remaining, sources, yes)  # as typed: nemo-gym:NAME, a verifiers environment
+    if not remaining:
+        return
+    names = list(dict.fromkeys(distribution_to_uninstall(p) for p in remaining))
+    names = _offer_to_sources(names, sources, yes)  # as distributions: ngym-nemo-NAME
+    if not names:
+        return
+    code = installer.run_pip(installer.pip_uninstall_args(names, yes=yes))
+    reset_registry()
     if code:
         sys.exit(code)
 
 
-def _uninstall_adapted(name: str) -> bool:
-    """Uninstall ``name`` when an adapter plugin (verifiers, ...) installed it; False when none did."""
-    for prefix in installer.SOURCE_ADAPTERS:
-        try:
-            uninstall = installer.adapter_function(prefix, "uninstall")
-        except NgymError:
-            continue  # that adapter is not installed, so nothing of it is
-        if uninstall is not None and uninstall(name.removeprefix(f"{prefix}:"), echo=click.echo):
-            return True
-    return False
+def _offer_to_sources(names: list[str], sources: list[InstallSource], yes: bool) -> list[str]:
+    """Let each install source uninstall what is its own among ``names``; what no source took."""
+    for source in sources:
+        if not names:
+            break
+        assert source.uninstall is not None
+        taken = set(source.uninstall(names, yes=yes, echo=click.echo))
+        names = [n for n in names if n not in taken]
+    return names
 
 
 def distribution_to_uninstall(package: str) -> str:
     """The installed distribution ``package`` names: itself, the one providing that environment, or an error
     (pip would only warn "not installed" and exit 0, which reads as success)."""
-    package = nemo_distribution(package)
     try:
         return metadata.distribution(package).metadata["Name"]
     except metadata.PackageNotFoundError:
@@ -184,8 +183,7 @@ def distribution_to_uninstall(package: str) -> str:
     if providers:
         return providers[0]
     environments = sorted(ep.name for ep in installed_entry_points(ENVIRONMENT_GROUP))
-    wanted = package.removeprefix(PREFIX) if package.startswith(PREFIX) else package
-    hint = did_you_mean(wanted.replace("-", "_"), environments)
+    hint = did_you_mean(package.partition(":")[2] or package.replace("-", "_"), environments)
     raise click.UsageError(
         f"{package!r} is neither an installed distribution nor an installed environment{hint}"
         f" (environments: {', '.join(environments) or 'none'})"

@@ -9,11 +9,10 @@ from typing import Any
 
 import click
 
-from ngym.installer import SOURCE_ADAPTERS, adapter_function
 from ngym.listing import ServerInfo, check_strict, hook_plugins, list_servers
-from ngym.nemo.catalog import available_with_status
 from ngym.plugins.manager import get_plugin_manager
 from ngym.plugins.registry import get_registry
+from ngym.plugins.sources import install_sources
 
 
 @click.command(name="list", short_help="List installed environments.")
@@ -22,9 +21,9 @@ from ngym.plugins.registry import get_registry
 @click.option("--refresh", is_flag=True, help="Ignore the inspection cache: import and check every environment.")
 @click.option(
     "--available",
-    type=click.Choice(["nemo-gym", *SOURCE_ADAPTERS]),
-    help="List what can be installed from a source instead (nemo-gym: the environments of nemo-gym 0.7.0;"
-    " openenv, verifiers: their environments on the package index).",
+    metavar="PREFIX",
+    help="List what an install source can install instead (nemo-gym, openenv, verifiers, ...: the installed"
+    " plugins' sources; `--available ?` lists the sources).",
 )
 def list_command(as_json: bool, hooks: bool, refresh: bool, available: str | None) -> None:
     """List installed environments: name, domain, distribution, version, status, description.
@@ -32,11 +31,8 @@ def list_command(as_json: bool, hooks: bool, refresh: bool, available: str | Non
     A broken plugin is listed with the reason; NGYM_STRICT_PLUGINS=1 makes it an error (exit 1).
     `--available nemo-gym` lists NeMo Gym's environments instead (install one: ngym install nemo-gym:NAME).
     """
-    if available in SOURCE_ADAPTERS:
-        click.echo(render_adapter_available(available, as_json))
-        return
     if available:
-        click.echo(render_available(as_json))
+        click.echo(render_available(available, as_json))
         return
     if hooks:
         click.echo(render_hooks(as_json))
@@ -97,39 +93,20 @@ def render_hooks(as_json: bool) -> str:
     return "\n".join(lines)
 
 
-def render_available(as_json: bool) -> str:
-    """NeMo Gym's environments (read from the cached nemo-gym wheel), marking the ones installed."""
-    rows = available_with_status()
-    if as_json:
-        return json.dumps(rows, indent=2)
-    header = ("NAME", "DOMAIN", "INSTALLED", "TESTS", "EXAMPLES")
-    table = [
-        (
-            r["name"],
-            r["domain"] or "?",
-            r["installed_as"] or "-",
-            "yes" if r["has_tests"] else "no",
-            "yes" if r["has_example_rollouts"] else "no",
-            r["description"],
-        )
-        for r in rows
-    ]
-    widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
-    lines = [
-        "  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths, strict=True))
-        + "  "
-        + (row[5] if len(row) > 5 else "DESCRIPTION")
-        for row in [header, *table]
-    ]
-    lines.append(f"{len(rows)} environments in nemo-gym 0.7.0; install one: ngym install nemo-gym:NAME")
-    return "\n".join(line.rstrip() for line in lines)
+def render_sources() -> str:
+    """The install sources the installed plugins registered, one line each."""
+    lines = [f"{s.prefix}:  {s.description}" + (f" (-o {s.options})" if s.options else "") for s in install_sources()]
+    return "\n".join(lines) or "no install sources (ecosystem plugins such as ngym-nemo-gym register them)"
 
 
-def render_adapter_available(prefix: str, as_json: bool) -> str:
-    """What an adapter plugin says can be installed from its ecosystem (name, domain, version, description)."""
-    available = adapter_function(prefix, "available")
-    assert available is not None  # every adapter lists what it can install
-    rows: list[dict[str, Any]] = available()
+def render_available(prefix: str, as_json: bool) -> str:
+    """What an install source says can be installed from its ecosystem (name, domain, version, description)."""
+    if prefix == "?":
+        return render_sources()
+    source = install_sources().named(prefix)
+    if source.available is None:
+        return f"{prefix}: this source does not list what it can install (ngym install {prefix}:WHAT)"
+    rows: list[dict[str, Any]] = source.available()
     if as_json:
         return json.dumps(rows, indent=2)
     header = ("NAME", "DOMAIN", "VERSION", "INSTALLED", "DESCRIPTION")

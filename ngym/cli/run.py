@@ -16,7 +16,7 @@ import click
 from ngym.config import InstanceConfig, apply_overrides, split_overrides
 from ngym.config_tree import ConfigTree, load_tree
 from ngym.errors import ConfigError
-from ngym.nemo.model_urls import export_global_config, export_model_instances, export_model_urls
+from ngym.model_urls import export_global_config, export_model_instances, export_model_urls
 from ngym.readiness import needs
 from ngym.server.hosting.host import serve_many, serve_one
 from ngym.server.pipeline.app import ServeSpec

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ngym.nemo.envtest import run_tests
+from ngym.envtest import run_tests
 
 
 @click.command(

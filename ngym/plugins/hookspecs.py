@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     import click
 
     from ngym.plugins.registry import Register
+    from ngym.plugins.sources import InstallSources
     from ngym.server.pipeline.resources import SimpleResourcesServer
     from ngym.server.sessions.store import SessionStore
 
@@ -59,4 +60,15 @@ def ngym_profile_scenario(name: str) -> Any:
     it performs one whole rollout for one dataset row through ``session.post(path, body)``, which carries
     the rollout's session cookie and records every request in Locust's statistics. The default replays the
     row's recorded rollout: seed_session, its function calls in order, verify, close_session.
+    """
+
+
+@hookspec
+def ngym_register_install_sources(register: InstallSources) -> None:
+    """Register an ecosystem ``ngym install <prefix>:<what>`` installs from: ``register.add(InstallSource(...))``.
+
+    Called when ``ngym install``, ``ngym uninstall`` or ``ngym list --available`` runs. An ``InstallSource``
+    (``ngym.plugin_api``) names its prefix and the functions that install, list and (for environments kept
+    outside pip) uninstall; keep this module light and import the heavy parts inside those functions. A prefix
+    two plugins register is an error naming both.
     """

@@ -80,8 +80,11 @@ def describe_exception(exc: BaseException) -> str:
 class NgymPluginManager(pluggy.PluginManager):
     """A ``pluggy.PluginManager`` that records broken plugins instead of failing on the first one."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, lenient: bool = False) -> None:
         super().__init__("ngym")
+        #: Report broken plugins without raising, even in strict mode (``ngym install``/``uninstall`` must work
+        #: while a plugin is broken: uninstalling it is how it is fixed).
+        self.lenient = lenient
         self.add_hookspecs(hookspecs)
         self.problems: list[PluginProblem] = []
         self.origins: dict[str, Origin] = {}
@@ -89,7 +92,7 @@ class NgymPluginManager(pluggy.PluginManager):
     def report(self, problem: PluginProblem) -> None:
         """Record a problem; in strict mode raise it at once."""
         self.problems.append(problem)
-        if strict_mode():
+        if strict_mode() and not self.lenient:
             raise PluginError(f"broken plugin ({STRICT_ENV}=1): {problem.line()}")
 
     def add_plugin(self, plugin: Any, name: str, origin: Origin | None = None) -> bool:
@@ -140,12 +143,13 @@ def make_plugin_manager(
     load_entry_points: bool = True,
     plugins: Iterable[tuple[str, Any]] = (),
     builtins: bool = True,
+    lenient: bool = False,
 ) -> NgymPluginManager:
     """A fresh manager: ngym's built-in plugins, the installed hook plugins, then ``plugins`` (name, object).
 
-    Tests pass ``load_entry_points=False`` and their inline plugins.
+    Tests pass ``load_entry_points=False`` and their inline plugins; ``lenient``: see ``NgymPluginManager``.
     """
-    pm = NgymPluginManager()
+    pm = NgymPluginManager(lenient=lenient)
     if builtins:
         pm.register_builtins()
     if load_entry_points:

@@ -28,11 +28,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from ngym_nemo_gym.catalogue.wheel import nemo_gym_wheel
 
 from ngym.child_server import EnvironmentStartError, free_port, wait_healthy
 from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.state import FleetState
-from ngym.nemo.wheel import nemo_gym_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("trl_driver.py")

@@ -17,7 +17,7 @@ from ngym import targets
 from ngym.config import instances_from_files
 from ngym.config_tree import load_tree
 from ngym.errors import ConfigError
-from ngym.nemo.model_urls import export_global_config, export_model_instances
+from ngym.model_urls import export_global_config, export_model_instances
 from ngym.plugins.manager import Origin
 from ngym.plugins.registry import ServerEntry
 

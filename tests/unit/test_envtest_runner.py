@@ -1,11 +1,11 @@
-"""One runner of an environment's own tests (``ngym.nemo.envtest``): ``ngym test``, the compat plugin's
+"""One runner of an environment's own tests (``ngym.envtest``): ``ngym test``, the compat plugin's
 ``run_environment_tests`` and ``tools/nemo_envs.py`` stage, run and count through it, never a copy of it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ngym.nemo import envtest
+from ngym import envtest
 
 
 def _write(path: Path, text: str) -> None:

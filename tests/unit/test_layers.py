@@ -212,8 +212,7 @@ def test_every_public_name_is_written_once_typed_and_exported(package: str) -> N
 
 
 def test_a_name_read_as_an_export_resolves_to_the_named_object() -> None:
-    from ngym import _exports, plugin_api
-    from ngym.nemo import envtest
+    from ngym import _exports, envtest, plugin_api
     from ngym.server.fronts import mcp
     from ngym.server.protocol import failure_kinds
 
@@ -237,9 +236,9 @@ def test_the_export_reader_refuses_what_it_cannot_read() -> None:
 # ---- plugins use ngym's public API only ----------------------------------------------------------------------------
 
 #: The import packages under plugins/ (not their tests, which may reach into what they test).
-PLUGIN_PACKAGES = ("nemo_gym", "ngym_nemo_gym", "ngym_redis")
+PLUGIN_PACKAGES = ("nemo_gym", "ngym_nemo_gym", "ngym_openenv", "ngym_redis", "ngym_verifiers")
 #: What a plugin may import of ngym: the package's names, the plugin API, and the documented helper module.
-PLUGIN_MAY_IMPORT = {"ngym", "ngym.plugin_api", "ngym.metrics", "ngym.metrics.reward_profile"}
+PLUGIN_MAY_IMPORT = {"ngym", "ngym.plugin_api", "ngym.metrics", "ngym.metrics.reward_profile", "ngym.testing"}
 PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
 
 

@@ -136,7 +136,12 @@ def test_a_gymnasium_episode_is_replayed_one_model_turn_per_step_as_nemo_gyms_ag
 
 
 def test_nemos_side_installs_the_environments_own_requirements_without_what_stands_for_nemo_gym(tmp_path: Any) -> None:
-    from ngym.nemo.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, SANDBOX_REQUIREMENTS, NemoEnvironment
+    from ngym_nemo_gym.catalogue.folder import (
+        COMPAT_DISTRIBUTION,
+        DEV_REQUIREMENTS,
+        SANDBOX_REQUIREMENTS,
+        NemoEnvironment,
+    )
 
     env = NemoEnvironment(
         folder=tmp_path,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from ngym_nemo_gym.envtests import referenced_environments
 
-from ngym.nemo import envtest
+from ngym import envtest
 from ngym.rollout.thread_server import serve_app_in_thread
 
 WHEEL_DIR = Path.home() / ".cache" / "ngym" / "nemo-wheel"

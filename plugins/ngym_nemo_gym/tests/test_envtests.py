@@ -40,7 +40,7 @@ def test_the_compat_runner_runs_ngyms_one_gym_env_test_command(tmp_path: Path) -
     report options after it."""
     from ngym_nemo_gym.envtests import pytest_command
 
-    from ngym.nemo.envtest import pytest_command as ngym_test_command
+    from ngym.envtest import pytest_command as ngym_test_command
 
     junit = tmp_path / "junit.xml"
     command = pytest_command("/some/python", junit, ["-x"])

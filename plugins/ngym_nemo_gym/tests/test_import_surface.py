@@ -18,8 +18,7 @@ from collections import defaultdict
 from pathlib import PurePosixPath
 
 import pytest
-
-from ngym.nemo.wheel import NemoGymSourceError, nemo_gym_wheel
+from ngym_nemo_gym.catalogue.wheel import NemoGymSourceError, nemo_gym_wheel
 
 #: Top-level folders of NeMo Gym's repository (shipped in its wheel) that environments import modules from.
 SHARED_PACKAGES = ("benchmarks", "environments", "environment_servers", "responses_api_agents", "responses_api_models")

@@ -8,8 +8,8 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ngym.nemo.folder import read_environment
-from ngym.nemo.wheel import environment_names, nemo_gym_wheel
+from ngym_nemo_gym.catalogue.folder import read_environment
+from ngym_nemo_gym.catalogue.wheel import environment_names, nemo_gym_wheel
 
 
 def test_finance_sec_search_brings_the_environments_it_imports_and_no_other(

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import yaml
 
-from ngym.domain import Domain
+from ngym import Domain
 
 #: OpenEnv environments published on the package index as distributions (``openenv-*`` with an OpenEnv app).
 KNOWN = ("openenv-dipg-safety",)

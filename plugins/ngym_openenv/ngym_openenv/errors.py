@@ -1,6 +1,6 @@
 """The plugin's errors (``NgymError`` subclasses: the CLI shows their message as one line)."""
 
-from ngym.errors import NgymError
+from ngym import NgymError
 
 
 class OpenEnvInstallError(NgymError):

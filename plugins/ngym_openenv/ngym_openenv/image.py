@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ngym.containerize.payload import ContainerPayload, EnvironmentVenv, ImageLayout
+from ngym.plugin_api import ContainerPayload, EnvironmentVenv, ImageLayout
 from ngym_openenv.manifest import Manifest
 from ngym_openenv.project import installed_data_dir, write_project
 

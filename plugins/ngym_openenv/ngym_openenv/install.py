@@ -40,9 +40,8 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ngym.domain import Domain
-from ngym.errors import ConfigError
-from ngym.examples import dataset_row, read_jsonl
+from ngym import ConfigError, Domain
+from ngym.plugin_api import dataset_row, read_jsonl
 from ngym_openenv import examples, launch
 from ngym_openenv.catalog import available
 from ngym_openenv.errors import OpenEnvInstallError
@@ -59,7 +58,7 @@ __all__ = [
     "OpenEnvInstallError",
     "available",
     "install_source",
-]  # the contract of ngym.installer.SOURCE_ADAPTERS
+]  # what ngym_openenv.plugin registers as the openenv: install source
 Echo = Callable[[str], None]
 
 
@@ -351,7 +350,7 @@ def _home() -> Path:
 
 
 def venv_root() -> Path:
-    from ngym.config import cache_dir
+    from ngym.plugin_api import cache_dir
 
     return cache_dir() / "openenv-venvs"
 

@@ -19,7 +19,7 @@ from threading import Thread
 
 import httpx
 
-from ngym.errors import NgymError
+from ngym import NgymError
 
 
 class LaunchError(NgymError):

@@ -15,7 +15,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from ngym.examples import EXAMPLE_ROLLOUTS, EXAMPLE_ROWS
+from ngym.plugin_api import EXAMPLE_ROLLOUTS, EXAMPLE_ROWS
 from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.manifest import Manifest
 

@@ -39,7 +39,7 @@ from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.wire import CAPACITY_REACHED, Episode, OpenEnvError, OpenEnvUnreachable
 
 if TYPE_CHECKING:
-    from ngym.containerize.payload import ContainerPayload, ImageLayout
+    from ngym.plugin_api import ContainerPayload, ImageLayout
 
 log = logging.getLogger("ngym_openenv")
 

@@ -19,7 +19,6 @@ from ngym_openenv.install import (
     _domain,
     _folder_requirements,
     check_name_free,
-    install_source,
     prepare,
 )
 from ngym_openenv.manifest import Manifest, ToolSpec, load_manifest
@@ -28,10 +27,8 @@ from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.server import OpenEnvConfig
 from ngym_openenv.wire import ws_url
 
-from ngym import installer
 from ngym.cli import main
-from ngym.cli.list import render_adapter_available
-from ngym.errors import NgymError
+from ngym.cli.list import render_available
 from ngym.examples import dataset_row, read_example_rollouts, read_jsonl, recorded_tool_calls
 
 
@@ -91,22 +88,19 @@ def test_domain_from_option_yaml_or_keywords() -> None:
         _domain("cooking", None, {}, "x")
 
 
-def test_source_dispatch_table() -> None:
-    assert installer.adapter_prefix("openenv:openenv-dipg-safety") == "openenv"
-    assert installer.adapter_prefix("openenv-dipg-safety") is None
-    assert installer.adapter_prefix("nemo-gym:math") is None  # ngym's own, not a plugin's
-    assert installer.adapter_function("openenv", "install") is install_source
-    assert installer.adapter_function("openenv", "uninstall") is None  # its environments are pip distributions
+def test_openenv_is_an_install_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``openenv:`` reaches this plugin's install flow through the install-source hook; nothing else claims it."""
+    from ngym.plugins.sources import install_sources
 
-
-def test_missing_plugin_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(
-        installer.SOURCE_ADAPTERS,
-        "nothere",
-        installer.SourceAdapter("ngym-nothere", "ngym_nothere_plugin.install:go", "ngym_nothere_plugin:available"),
-    )
-    with pytest.raises(NgymError, match="installed by the ngym-nothere plugin, which is not installed"):
-        installer.adapter_function("nothere", "install")
+    sources = install_sources()
+    source = sources.get("openenv")
+    assert source is not None and source.uninstall is None  # its environments are pip distributions
+    assert sources.for_source("openenv:openenv-dipg-safety") is source
+    assert sources.for_source("openenv-dipg-safety") is None  # a plain pip package
+    calls: list[tuple[str, dict[str, object]]] = []
+    monkeypatch.setattr("ngym_openenv.install.install_source", lambda text, **kw: calls.append((text, kw)))
+    source.install("openenv:x", as_name=None, domain="games", options={}, replace=False, verbose=False, echo=print)
+    assert calls and calls[0][0] == "openenv:x" and calls[0][1]["domain"] == "games"
 
 
 @pytest.mark.parametrize(
@@ -118,7 +112,7 @@ def test_missing_plugin_says_what_to_install(monkeypatch: pytest.MonkeyPatch) ->
         (["openenv:x", "-o", "python=/no/such/python"], "no such interpreter"),
         (["openenv:x", "-o", "oops"], "expected KEY=VALUE"),
         (["openenv:x", "ngym-redis"], "separate commands"),
-        (["ngym-redis", "--domain", "games"], "apply to environments of another ecosystem"),
+        (["ngym-redis", "--domain", "games"], "apply to PREFIX:SOURCE installs"),
         (["openenv:x", "--as", "bad name"], "a name is letters"),
     ],
 )
@@ -154,7 +148,7 @@ def test_available_rows_render(monkeypatch: pytest.MonkeyPatch) -> None:
         }
     ]
     monkeypatch.setattr(catalog, "available", lambda: rows)
-    text = render_adapter_available("openenv", as_json=False)
+    text = render_available("openenv", as_json=False)
     assert "openenv-dipg-safety  safety  0.1.67" in text and "install one: ngym install openenv:NAME" in text
 
 

@@ -15,8 +15,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from ngym.containerize.errors import PluginSourceError
-from ngym.containerize.payload import ContainerPayload, EnvironmentVenv, ImageLayout
+from ngym.plugin_api import ContainerPayload, EnvironmentVenv, ImageLayout, PluginSourceError
 from ngym_verifiers import examples
 from ngym_verifiers.records import Record
 

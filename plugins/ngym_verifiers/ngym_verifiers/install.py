@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ngym.domain import Domain
-from ngym.errors import NgymError
+from ngym import Domain, NgymError
 from ngym_verifiers import examples, records, venvs
 from ngym_verifiers.catalog import KNOWN
 from ngym_verifiers.process import WorkerError

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from ngym.errors import NgymError
+from ngym import NgymError
 from ngym_verifiers import venvs
 
 WORKER = Path(__file__).with_name("worker.py")

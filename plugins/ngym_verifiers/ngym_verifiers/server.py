@@ -32,17 +32,17 @@ from ngym import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     Domain,
+    NgymError,
     SimpleResourcesServer,
 )
-from ngym.errors import NgymError
-from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
+from ngym.plugin_api import failure_kinds
 from ngym_verifiers import venvs
 from ngym_verifiers.messages import chat_messages
 from ngym_verifiers.process import Worker, WorkerError, WorkerGone
 from ngym_verifiers.records import Record
 
 if TYPE_CHECKING:
-    from ngym.containerize.payload import ContainerPayload, ImageLayout
+    from ngym.plugin_api import ContainerPayload, ImageLayout
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class VerifiersServer(SimpleResourcesServer):
                 reward=0.0,
                 reward_components={},
                 mask_sample=True,
-                failure_kind=VERIFIER_ERROR,
+                failure_kind=failure_kinds.VERIFIER_ERROR,
                 failure_reason="no seeded session: the rollout's verifiers state is gone (seed, then verify)",
             )
         output = [item.model_dump(mode="json") for item in body.response.output]
@@ -163,7 +163,7 @@ class VerifiersServer(SimpleResourcesServer):
                 reward=0.0,
                 reward_components={},
                 mask_sample=True,
-                failure_kind=VERIFIER_ERROR,
+                failure_kind=failure_kinds.VERIFIER_ERROR,
                 failure_reason=f"verifiers could not score the rollout: {exc}"[:2000],
             )
         rewards = answer.get("rewards") or {}

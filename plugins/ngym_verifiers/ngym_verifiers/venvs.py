@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-from ngym.config import cache_dir
+from ngym.plugin_api import cache_dir
 
 Echo = Callable[[str], None]
 DAYS_ENV = "NGYM_VERIFIERS_VENV_DAYS"

@@ -13,9 +13,7 @@ from ngym_verifiers.install import (
     parse_source,
 )
 
-from ngym import installer
 from ngym.cli import cli as main
-from ngym.errors import NgymError
 
 FIXTURES = Path(__file__).with_name("fixtures")
 
@@ -72,17 +70,7 @@ def test_cli_dispatches_verifiers_sources_and_fails_in_one_line() -> None:
 def test_domain_is_only_for_adapted_sources() -> None:
     result = CliRunner().invoke(main, ["install", "--domain", "math", "some-package"])
     assert result.exit_code == 2
-    assert "--domain and --option apply to environments of another ecosystem" in result.output
-
-
-def test_a_missing_adapter_plugin_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(
-        installer.SOURCE_ADAPTERS,
-        "verifiers",
-        installer.SourceAdapter("ngym-nowhere", "ngym_nowhere.install:go", "ngym_nowhere:a", "ngym_nowhere:u"),
-    )
-    with pytest.raises(NgymError, match="installed by the ngym-nowhere plugin, which is not installed"):
-        installer.adapter_function("verifiers", "install")
+    assert "--as, --domain, --option and --replace apply to PREFIX:SOURCE installs" in result.output
 
 
 def test_list_available_verifiers_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """``ngym install nemo-gym:<name>`` / ``ngym install <NeMo Gym environment folder>``.
 
 The environment (and every sibling environment it imports that is not installed yet, as code only: see
-``ngym.nemo.package``) is packaged by ``ngym.nemo.package`` into ``<prefix>/share/ngym/nemo-gym/<name>`` and
+``package``) is packaged by ``package`` into ``<prefix>/share/ngym/nemo-gym/<name>`` and
 installed from there with pip into ngym's own interpreter, in one pip call. A name already
 registered by another distribution is never overwritten silently: the user picks ``--as NAME`` or ``--replace``.
 """
@@ -18,20 +18,16 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-import ngym
-from ngym.errors import NgymError
-from ngym.nemo import wheel as nemo_wheel
-from ngym.nemo.folder import (
-    COMPAT_DISTRIBUTION,
+from ngym import NgymError
+from ngym.plugin_api import get_registry, needs_of, reset_registry
+from ngym_nemo_gym.catalogue import wheel as nemo_wheel
+from ngym_nemo_gym.catalogue.folder import (
     NemoEnvironment,
     NemoEnvironmentError,
     distribution_name,
     read_environment,
 )
-from ngym.nemo.package import build_project
-from ngym.plugins.registry import get_registry, reset_registry
-from ngym.readiness import needs
-from ngym.targets import installed
+from ngym_nemo_gym.catalogue.package import build_project
 
 SOURCE_PREFIX = "nemo-gym:"
 Echo = Callable[[str], None]
@@ -106,19 +102,14 @@ def install_nemo_environment(
         siblings = sibling_source.missing_closure(env)
         projects = [fresh_project(env, ngym_name=name, version=version)]
         projects += [fresh_project(s, version=version, code_only=True) for s in siblings]
-        compat = _compat_source()
         shown = f" (+ the code of {', '.join(s.name for s in siblings)})" if siblings else ""
         echo(f"ngym: installing {env.name} with its requirements{shown}")
-        run_pip(["install", *map(str, projects), *env.pip_lines, *compat], verbose=verbose)
+        run_pip(["install", *map(str, projects), *env.pip_lines], verbose=verbose)
     reset_registry()
     domain = env.domain or "?"
     echo(f"ngym: installed {name} ({domain}) from {env.distribution}; try: ngym test {name} / ngym run {name}")
-    try:
-        environment = installed(name)
-    except NgymError:  # it did install; what it needs is advice, not a reason to fail
-        environment = None
-    for need in needs(name, environment.folder, environment.fields) if environment is not None else []:
-        echo(f"ngym: before it serves a rollout, {need.sentence(name)}")
+    for need in needs_of(name):  # it did install; what it needs is advice, not a reason to fail
+        echo(f"ngym: before it serves a rollout, {need}")
     return InstallResult(name, env, [env.distribution, *(s.distribution for s in siblings)])
 
 
@@ -209,15 +200,6 @@ def _check_clash(name: str, env: NemoEnvironment, *, replace: bool, verbose: boo
         )
     echo(f"ngym: uninstalling {other.distribution} (it registered {name!r})")
     run_pip(["uninstall", "--yes", other.distribution], verbose=verbose)
-
-
-def _compat_source() -> list[str]:
-    """The compat distribution from ngym's own source tree when it is not installed (a development checkout);
-    otherwise pip takes it from the index by name (it is a dependency of every generated package)."""
-    if is_installed(COMPAT_DISTRIBUTION):
-        return []
-    local = Path(ngym.__file__).resolve().parent.parent / "plugins" / "ngym_nemo_gym"
-    return [str(local)] if (local / "pyproject.toml").is_file() else []
 
 
 def run_pip(args: list[str], *, verbose: bool) -> None:

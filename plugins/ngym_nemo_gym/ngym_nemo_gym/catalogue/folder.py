@@ -18,13 +18,14 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from ngym.errors import NgymError
-from ngym.nemo.runtime_deps import not_declared, runtime_requirements
-from ngym.nemo.wheel import companion_closure, resources_server_fields
+from ngym import NgymError
+from ngym_nemo_gym.catalogue.runtime_deps import not_declared, runtime_requirements
+from ngym_nemo_gym.catalogue.wheel import companion_closure, resources_server_fields
 
 #: The module the generated entry point names. NeMo Gym runs an entrypoint as a script with its folder on
 #: ``PYTHONPATH``, so environments import their own modules as top-level ones (``from utils import ...``); this
-#: generated module (``ngym.nemo.package.SHIM_TEXT``) puts the folder first on ``sys.path``, then imports the server.
+#: generated module (``ngym_nemo_gym.catalogue.package.SHIM_TEXT``) puts the folder first on ``sys.path``, then
+#: imports the server.
 ENTRY_SHIM = "_ngym_entry"
 #: The compat distribution every installed NeMo Gym environment requires instead of ``nemo-gym``.
 COMPAT_DISTRIBUTION = "ngym-nemo-gym"

@@ -1,6 +1,6 @@
 """``ngym uninstall`` of NeMo Gym environments, keeping the siblings installed as code only consistent.
 
-An environment's siblings are installed as code only (``ngym.nemo.package``): the distribution
+An environment's siblings are installed as code only (``ngym_nemo_gym.catalogue.package``): the distribution
 ``ngym-nemo-<sibling>`` without entry point or requirements of its own. Uninstalling keeps pip's view true to
 what is importable:
 
@@ -22,12 +22,12 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ngym import installer
-from ngym.errors import NgymError
-from ngym.nemo.folder import COMPAT_DISTRIBUTION, distribution_name, read_environment
-from ngym.nemo.install import fresh_project, is_installed, projects_dir, run_pip
-from ngym.nemo.package import CODE_ONLY_KEYWORD
-from ngym.plugins.registry import reset_registry
+from ngym import NgymError
+from ngym.plugin_api import pip_uninstall_args, reset_registry
+from ngym.plugin_api import run_pip as plugin_run_pip
+from ngym_nemo_gym.catalogue.folder import COMPAT_DISTRIBUTION, distribution_name, read_environment
+from ngym_nemo_gym.catalogue.install import fresh_project, is_installed, projects_dir, run_pip
+from ngym_nemo_gym.catalogue.package import CODE_ONLY_KEYWORD
 
 Echo = Callable[[str], None]
 PREFIX = "ngym-nemo-"
@@ -44,6 +44,12 @@ class SiblingInUse(NgymError):
 def nemo_distribution(package: str) -> str:
     """``nemo-gym:<name>`` → ``ngym-nemo-<name>``; any other package name as given."""
     return distribution_name(package.partition(":")[2]) if package.startswith("nemo-gym:") else package
+
+
+def is_nemo_distribution(name: str) -> bool:
+    """True for an ``ngym-nemo-<name>`` distribution (a NeMo Gym environment ngym installed), not the compat one."""
+    canonical = canonicalize_name(name)
+    return canonical.startswith(PREFIX) and canonical != COMPAT_DISTRIBUTION
 
 
 def is_code_only(distribution: str) -> bool:
@@ -94,7 +100,7 @@ def uninstall_packages(packages: Sequence[str], *, yes: bool, echo: Echo = print
     remove = [n for n in names if n not in keep]
     if remove:
         folders = _environment_folders(remove)
-        code = installer.run_pip(installer.pip_uninstall_args(remove, yes=yes))
+        code = plugin_run_pip(pip_uninstall_args(remove, yes=yes))
         if code:
             return code
         _remove_leftovers(folders, echo)

@@ -12,21 +12,26 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from ngym_nemo_gym.catalogue import wheel as nemo_wheel
+from ngym_nemo_gym.catalogue.folder import (
+    COMPAT_DISTRIBUTION,
+    NemoEnvironmentError,
+    distribution_name,
+    read_environment,
+)
+from ngym_nemo_gym.catalogue.install import NameClashError, install_nemo_environment, is_nemo_source
+from ngym_nemo_gym.catalogue.package import build_project, render_pyproject
 
 from ngym.cli import cli
+from ngym.envtest import locate, run_tests
 from ngym.errors import ConfigError
-from ngym.nemo import wheel as nemo_wheel
-from ngym.nemo.envtest import locate, run_tests
-from ngym.nemo.folder import COMPAT_DISTRIBUTION, NemoEnvironmentError, distribution_name, read_environment
-from ngym.nemo.install import NameClashError, install_nemo_environment, is_nemo_source
-from ngym.nemo.model_urls import (
+from ngym.model_urls import (
     MODEL_URLS_ENV,
     export_global_config,
     export_model_instances,
     export_model_urls,
     parse_model_urls,
 )
-from ngym.nemo.package import build_project, render_pyproject
 
 APP = """
 class MyServerConfig:
@@ -241,7 +246,7 @@ def test_catalogue_reads_domains_from_the_wheel(tmp_path: Path, monkeypatch: pyt
 
 def test_install_refuses_as_for_ordinary_packages() -> None:
     result = CliRunner().invoke(cli, ["install", "ngym-redis", "--as", "x"])
-    assert result.exit_code == 2 and "--as and --replace apply to NeMo Gym environments" in result.output
+    assert result.exit_code == 2 and "--as, --domain, --option and --replace apply to PREFIX:SOURCE installs" in result.output
 
 
 def test_model_urls_parse_merge_and_reject_bad_values() -> None:
@@ -306,7 +311,7 @@ def test_ngym_test_unknown_name_lists_what_is_installed() -> None:
 
 
 def test_pytest_runs_with_this_interpreter() -> None:
-    from ngym.nemo.envtest import pytest_command
+    from ngym.envtest import pytest_command
 
     command = pytest_command(["-x"])
     assert command[0] == sys.executable and "asyncio_mode=auto" in command and command[-1] == "-x"
@@ -374,7 +379,7 @@ def test_nemo_configs_with_includes_variables_and_environment_servers_load(tmp_p
 
 
 def test_a_failed_pip_says_why_in_one_line() -> None:
-    from ngym.nemo.install import pip_failure_line
+    from ngym_nemo_gym.catalogue.install import pip_failure_line
 
     build = (
         "  × git clone https://github.com/x/y.git did not run successfully.\n  │ exit code: 128\nnote: This error ..."
@@ -408,7 +413,7 @@ def test_runtime_libraries_of_code_templates_and_their_companions_are_added(tmp_
     """nvarc runs a template of model-written Python with its own interpreter: numpy is imported only inside
     that string, and the model's code may import scipy, which NeMo Gym's install always brings with numpy.
     Without them such a row scores 0.0 under ngym and 1.0 under NeMo Gym."""
-    from ngym.nemo.runtime_deps import undeclared_runtime_requirements
+    from ngym_nemo_gym.catalogue.runtime_deps import undeclared_runtime_requirements
 
     env = tmp_path / "env"
     env.mkdir()
@@ -422,7 +427,7 @@ def test_runtime_libraries_of_code_templates_and_their_companions_are_added(tmp_
 def test_libraries_imported_by_name_are_added_too(tmp_path: Path) -> None:
     """vibench's template tests ``pytest.importorskip("jinja2")``: without jinja2 they were skipped under ngym
     (silently less tested) while they run under NeMo Gym, whose install brings jinja2."""
-    from ngym.nemo.runtime_deps import undeclared_runtime_requirements
+    from ngym_nemo_gym.catalogue.runtime_deps import undeclared_runtime_requirements
 
     env = tmp_path / "env"
     (env / "tests").mkdir(parents=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
-from ngym.nemo.folder import distribution_name
-from ngym.nemo.wheel import available_environments
+from ngym_nemo_gym.catalogue.folder import distribution_name
+from ngym_nemo_gym.catalogue.wheel import NEMO_GYM_VERSION, available_environments
 
 
 def installed_nemo_environments() -> dict[str, str]:
@@ -28,4 +28,7 @@ def installed_nemo_environments() -> dict[str, str]:
 
 def available_with_status() -> list[dict[str, Any]]:
     installed = installed_nemo_environments()
-    return [{**env.as_dict(), "installed_as": installed.get(env.name)} for env in available_environments()]
+    return [
+        {**env.as_dict(), "version": NEMO_GYM_VERSION, "installed_as": installed.get(env.name)}
+        for env in available_environments()
+    ]

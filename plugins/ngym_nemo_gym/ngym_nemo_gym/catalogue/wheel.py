@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from ngym.errors import NgymError
-from ngym.suggest import did_you_mean
+from ngym import NgymError
+from ngym.plugin_api import did_you_mean
 
 NEMO_GYM_VERSION = "0.7.0"
 WHEEL_DIR_ENV = "NGYM_NEMO_WHEEL_DIR"
