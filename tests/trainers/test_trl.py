@@ -3,13 +3,16 @@
 Three environments — the weather example, workplace_assistant, and NeMo Gym 0.7.0's own
 example_session_state_mgmt (in-process state; ``ngym install nemo-gym:...``) — each served by ``ngym run`` and
 all three by one fleet (``ngym up``, the local engine, trained as a blend). The trainer runs in the trainer venv
-(tests/trainers/trl_driver.py) with a tiny model whose ``generate`` replays a recorded rollout's tool calls:
-TRL parses them, the environment runs them. Checked here, over NeMo Gym's wire directly (no ngym.train code):
+(tests/trainers/trl_driver.py) with a tiny model whose ``generate`` replays a recorded rollout's tool calls (the
+last generation of each group answers without a tool, so rewards differ and GRPO updates the model): TRL parses
+them, the environment runs them. Checked here, over NeMo Gym's wire directly (no ngym.train code):
 
-- TRL trained ≥ 2 optimizer steps, and each completion's tool calls ran in ngym (replaying them in a fresh
-  session gives the same tool outputs);
+- TRL trained ≥ 2 optimizer steps with a nonzero gradient, and each completion's tool calls ran in ngym
+  (replaying them in a fresh session gives the same tool outputs);
+- the tools TRL describes to the model are the rows' declared tools;
 - every reward TRL logged equals ``/verify``'s reward for the same trajectory, and TRL's logged mean is their mean;
-- a rollout whose session was closed under it is excluded by TRL (``None`` → NaN), never scored 0.0;
+- a rollout whose session was closed under it (NeMo's counter, whose verify reads the session) is excluded by TRL
+  (``None`` → NaN), never scored 0.0;
 - a batch of N generations is N distinct sessions live at once, and no session is left after training.
 """
 
