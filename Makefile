@@ -11,9 +11,10 @@ STAMP    := $(VENV)/.ngym-installed
 LOG      := $(VENV)/install.log
 PYPROJECTS := pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
 # $(call quietly,CMD): pip's own output (dozens of lines, one setuptools warning per editable package) goes to
-# $(LOG), a progress line (pip's latest) every $(PROGRESS_SECONDS) s, the log's tail on failure. `make install V=1` shows it all.
+# $(LOG), a progress line (pip's latest) after $(PROGRESS_SECONDS) s and then at twice the interval each time (15, 45,
+# 105, 225 s: a few lines for a five-minute install), the log's tail on failure. `make install V=1` shows it all.
 PROGRESS_SECONDS ?= 15
-quietly = $(if $(V),$(1),( t=0; while sleep $(PROGRESS_SECONDS) >/dev/null 2>&1; do t=$$((t + $(PROGRESS_SECONDS))); \
+quietly = $(if $(V),$(1),( t=0; s=$(PROGRESS_SECONDS); while sleep $$s >/dev/null 2>&1; do t=$$((t + s)); s=$$((s * 2)); \
 	echo "make:   … $${t}s: $$(grep -v '^WARNING' $(LOG) | tail -n 1 | cut -c1-80)"; done ) & \
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)

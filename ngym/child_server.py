@@ -18,16 +18,16 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ngym.child_python import python_module
 from ngym.errors import NgymError
 
 LOOPBACK = "127.0.0.1"
@@ -63,6 +63,10 @@ def _answers(url: str, timeout: float) -> bool:
         return False
 
 
+#: how often a server that is not ready yet is reported on (seconds)
+PROGRESS_EVERY_S = 15.0
+
+
 def log_tail(log: Path | None, lines: int = 8) -> str:
     """``": a | b | c"``: the last non-blank lines of a server's log (empty when there is none)."""
     if log is None or not log.is_file():
@@ -79,15 +83,26 @@ def wait_healthy(
     *,
     path: str = "/health",
     interval: float = 0.05,
+    progress: Callable[[str], None] | None = None,
+    every: float = PROGRESS_EVERY_S,
 ) -> None:
     """Poll ``GET <url><path>`` until it answers 2xx; ``EnvironmentStartError`` with the log's tail if
-    ``process`` exits first or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
+    ``process`` exits first or ``timeout`` seconds pass. ``progress`` is told every ``every`` seconds how long it
+    has waited, for what, and the log's path and last line."""
+    started = time.monotonic()
+    deadline = started + timeout
+    next_report = started + every
     while time.monotonic() < deadline:
         if _answers(url.rstrip("/") + path, timeout=1.0):
             return
         if process is not None and process.poll() is not None:
             raise EnvironmentStartError(f"the environment exited with code {process.returncode}{log_tail(log)}")
+        now = time.monotonic()
+        if progress is not None and now >= next_report:
+            tail = log_tail(log, 1)
+            where = (f"; its log: {log}" if log is not None else "") + (f"; its last line{tail}" if tail else "")
+            progress(f"ngym: … {now - started:.0f} s waiting for the environment to answer {url}{path}{where}")
+            next_report = now + every
         time.sleep(interval)
     raise EnvironmentStartError(f"the environment did not answer {url}{path} within {timeout:.0f}s{log_tail(log)}")
 
@@ -129,7 +144,7 @@ def start_environment(
     ``env`` is added to this process's environment; output goes to ``log`` (discarded without one).
     The caller waits (``wait_healthy``) and stops it (``stop_process``); ``serve_environment`` does both.
     """
-    command = [sys.executable, "-m", "ngym.cli", "run", target, "--host", LOOPBACK, "--port", str(port)]
+    command = python_module("ngym.cli", "run", target, "--host", LOOPBACK, "--port", str(port))
     command += ["--workers", str(workers), *overrides]
     environ = {**os.environ, **env} if env is not None else None
     if log is None:
@@ -151,6 +166,7 @@ def serve_environment(
     env: Mapping[str, str] | None = None,
     timeout: float = 60.0,
     log: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Iterator[str]:
     """Serve ``target`` with ``ngym run`` (see ``start_environment``); yield its URL once ``/health`` answers.
 
@@ -163,7 +179,7 @@ def serve_environment(
         log = log or Path(scratch, "server.log")
         process = start_environment(target, port=port, workers=workers, overrides=overrides, env=env, log=log)
         try:
-            wait_healthy(url, process, timeout, log)
+            wait_healthy(url, process, timeout, log, progress=progress)
             yield url
         finally:
             stop_process(process)

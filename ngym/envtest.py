@@ -27,9 +27,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ngym.errors import EnvironmentNotFound, NgymError
+from ngym.errors import ConfigError, EnvironmentNotFound, NgymError
 from ngym.suggest import did_you_mean
-from ngym.targets import installed, installed_names
+from ngym.targets import installed, installed_names, is_path_shaped
 
 #: What NeMo Gym's repository configures for every environment's tests (its pyproject's pytest section).
 PYTEST_OPTIONS = ("-o", "asyncio_mode=auto", "-p", "no:cacheprovider")
@@ -54,11 +54,13 @@ class TestTarget:
 
 def locate(target: str) -> TestTarget:
     """A folder path, an installed environment's name, or an installed NeMo Gym module ``resources_servers.<name>``."""
-    path = Path(target)
+    path = Path(target).expanduser()
     if path.is_dir():
         folder = path.resolve()
         root = folder.parent.parent if folder.parent.name == "resources_servers" else None
         return TestTarget(folder.name, folder, root)
+    if is_path_shaped(target):  # a path never means the installed environment of that name
+        raise ConfigError(f"{target}: no such folder ({path.absolute()})")
     folder = _installed_folder(target)
     root = folder.parent.parent if folder.parent.name == "resources_servers" else None
     return TestTarget(target, folder, root)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ngym.errors import NgymError
+from ngym.required_env import declared_env, missing_env
 from ngym.targets import resolve
 
 #: Left in an environment's folder by a successful ``ngym prepare`` (its content: the script that ran).
@@ -92,14 +93,19 @@ def needs(name: str, folder: Path | None, fields: dict[str, Any]) -> list[Need]:
     return found
 
 
-def needs_of(target: str) -> list[str]:
+def needs_of(target: str, *, variables: bool = True) -> list[str]:
     """What the environment ``target`` names still needs, as sentences; none when it does not resolve (the
-    command reports that itself, better)."""
+    command reports that itself, better). ``variables``: with the declared environment variables this shell
+    lacks (``ngym.required_env``; not for a container, which gets its own with ``-e``)."""
     try:
         environment = resolve(target)
     except NgymError:
         return []
-    return [need.sentence(environment.name) for need in needs(environment.name, environment.folder, environment.fields)]
+    found = needs(environment.name, environment.folder, environment.fields)
+    if variables:
+        unset = missing_env(declared_env(environment))
+        found += [Need(f"the environment variable {var}", what or "unset", None) for var, what in unset.items()]
+    return [need.sentence(environment.name) for need in found]
 
 
 class PrepareError(Exception):

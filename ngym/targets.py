@@ -13,6 +13,9 @@ or passes to ``ngym.testing.app_for``:
 
 A running server's **URL** is not an environment: commands that can drive one check ``is_url`` first.
 
+A target written as a path (``./x``, ``../x``, ``/x``, ``~/x``, ``a/b``, ``x.py``, ``x.yaml``: ``is_path_shaped``)
+names a file or folder only: when it is not there, that is one error line, never the installed environment ``x``.
+
 An installed name is resolved by the registry (``ngym.plugins.registry``) and nothing else, so a name means
 the same thing to every command, with the same registration rules, whether or not hook plugins are installed.
 With none installed (the usual case in an image) the registry holds only the ``ngym.resources_servers`` entry
@@ -22,6 +25,7 @@ the same name: a clash is an error).
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Callable
@@ -129,6 +133,28 @@ def is_url(target: str) -> bool:
     return target.startswith(("http://", "https://"))
 
 
+def is_path_shaped(target: str) -> bool:
+    """Whether ``target`` is written as a path (``./x``, ``../x``, ``/x``, ``~/x``, ``a/b``, ``x.py``, ``x.yaml``):
+    such a target names a file or folder and never falls back to an installed environment of the same name."""
+    file_part = target.partition(":")[0] if not _MODULE_TARGET.match(target) else target
+    return (
+        target in (".", "..", "~")
+        or target.startswith(("./", "../", "/", "~"))
+        or "/" in target
+        or os.sep in target
+        or file_part.endswith((".py", ".yaml", ".yml"))
+    )
+
+
+def _no_such_path(target: str, path: Path) -> str:
+    """The one line for a path-shaped target that is not there (naming the installed environment it is not)."""
+    message = f"{target}: no such file or folder ({path.absolute()})"
+    name = path.name
+    if name and not is_path_shaped(name) and _is_installed(name):
+        message += f"; to use the installed environment {name!r}, give its name without the path: {name}"
+    return message
+
+
 def resolve(target: str, overrides: list[str] | None = None) -> Environment:
     """The environment ``target`` names (see the module's docstring); dotted ``overrides`` apply to the YAML.
 
@@ -138,14 +164,15 @@ def resolve(target: str, overrides: list[str] | None = None) -> Environment:
     overrides = overrides or []
     if is_url(target):
         raise ConfigError(f"{target} is a running server's URL; this needs an environment (name, folder or config)")
-    path = Path(target)
     file_part, colon, _attr = target.partition(":")
     if colon and _MODULE_TARGET.match(target) and not file_part.endswith(".py"):
         source = module_file(file_part)
         return Environment(target.rsplit(":", 1)[-1].rsplit(".", 1)[-1], target, source.parent if source else None)
-    looks_like_path = "/" in target or file_part.endswith((".py", ".yaml", ".yml")) or target in (".", "..")
-    if not looks_like_path and (not path.exists() or _is_installed(target)):
+    path = Path(target).expanduser()
+    if not is_path_shaped(target) and (not path.exists() or _is_installed(target)):
         return installed(target, overrides)
+    if not path.exists() and not Path(file_part).expanduser().exists():
+        raise ConfigError(_no_such_path(target, path))
     if path.is_dir():
         return _from_folder(path.resolve(), overrides)
     if file_part.endswith(".py"):
@@ -256,6 +283,7 @@ __all__ = [
     "environments_in_configs",
     "installed",
     "installed_names",
+    "is_path_shaped",
     "is_url",
     "resolve",
 ]

@@ -26,6 +26,7 @@ from typing import Any
 
 from ngym.errors import ConfigError, PluginError
 from ngym.examples import dataset_row, read_example_rollouts, read_jsonl
+from ngym.rewards import reward_problem
 from ngym.rollout.gymnasium import RESET, STEP, ModelRequest, Recording, drive_async, episode, is_gymnasium_style
 from ngym.server.pipeline.app import create_app, in_working_directory
 from ngym.server.pipeline.resources import SimpleResourcesServer
@@ -191,15 +192,6 @@ def by_failure(problems: list[tuple[int, str]]) -> str:
     return "; ".join(parts)
 
 
-def _out_of_range(reward: Any, bounds: tuple[float, float] | None) -> str | None:
-    """Why ``reward`` is no reward (not a number, or outside the server's ``reward_range``), else None."""
-    if not isinstance(reward, int | float):
-        return f"reward {reward!r} is not a number"
-    if bounds is not None and not bounds[0] <= reward <= bounds[1]:
-        return f"reward {reward!r} is not a number in [{bounds[0]:g}, {bounds[1]:g}]"
-    return None
-
-
 async def _replay(
     report: ValidationReport,
     http: Any,
@@ -231,7 +223,7 @@ async def _replay(
             report.add("examples", False, detail)
             return unscored
         reward = verified.get("reward")
-        bad = _out_of_range(reward, None if gymnasium else bounds)
+        bad = reward_problem(reward, None if gymnasium else bounds)
         if bad or not isinstance(reward, int | float):  # (the second half only tells mypy what the first checked)
             problems.append((index, bad or f"reward {reward!r} is not a number"))
             continue
@@ -276,7 +268,7 @@ async def _soundness(
                 crashes.append((index, f"{verify_route} → {answer.status_code}: {answer.text[:200]}"))
             elif answer.status_code == 200:
                 reward = answer.json().get("reward")
-                bad = _out_of_range(reward, None if gymnasium else bounds)
+                bad = reward_problem(reward, None if gymnasium else bounds)
                 if bad:
                     crashes.append((index, bad))
                 elif reward == 1.0:

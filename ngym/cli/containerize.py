@@ -12,8 +12,12 @@ import click
 from ngym.cli.progress import Ticker
 from ngym.containerize.pipeline import ContainerizeOptions
 from ngym.containerize.pipeline import containerize as run_containerize
+from ngym.containerize.run_inputs import parse_env, parse_volumes
 from ngym.containerize.spec import DEFAULT_BASE_IMAGE, LOCAL_BASE_IMAGE
+from ngym.errors import NgymError
 from ngym.readiness import needs_of
+from ngym.required_env import check_env
+from ngym.targets import Environment, resolve
 
 
 @click.command(short_help="Build a Docker image of an environment.")
@@ -38,7 +42,23 @@ from ngym.readiness import needs_of
 @click.option("--no-cache", is_flag=True, help="Build without Docker's layer cache.")
 @click.option("--python-version", default=None, help="The image's Python (major.minor); default: detected.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (progress on stderr).")
-@click.option("-v", "--verbose", is_flag=True, help="Show pip's and docker build's own output too.")
+@click.option("--verbose", is_flag=True, help="Show pip's and docker build's own output too.")
+@click.option(
+    "-e",
+    "--env",
+    "env_items",
+    multiple=True,
+    metavar="KEY[=VALUE]",
+    help="With --run: an environment variable of the smoke container (KEY alone: this shell's value), as docker run.",
+)
+@click.option(
+    "-v",
+    "--volume",
+    "volume_items",
+    multiple=True,
+    metavar="HOST:CONTAINER[:ro]",
+    help="With --run: a mount of the smoke container (e.g. -v ./data:/data:ro), as docker run.",
+)
 @click.option("--compose", is_flag=True, help="Also write a Compose project: N replicas, Redis, a load balancer.")
 @click.option("--k8s", is_flag=True, help="Also write Kubernetes manifests: Deployment, Service, HPA, Redis.")
 @click.option("--replicas", type=click.IntRange(min=1), default=3, show_default=True, help="With --compose/--k8s.")
@@ -60,6 +80,8 @@ def containerize(
     python_version: str | None,
     as_json: bool,
     verbose: bool,
+    env_items: tuple[str, ...],
+    volume_items: tuple[str, ...],
     compose: bool,
     k8s: bool,
     replicas: int,
@@ -78,6 +100,7 @@ def containerize(
     Examples:
       ngym containerize example_single_tool_call --base-image ngym-base:bookworm --run
       ngym containerize ./my_env --output build/my_env --no-build
+      ngym containerize dipg_safety --run -e DIPG_DATASET_PATH=/data/rows.jsonl -v ./data:/data:ro
       ngym containerize example_session_state_mgmt --base-image ngym-base:bookworm --compose --k8s
 
     --compose / --k8s write deploy manifests (docs/scale-out.md): replicas sharing sessions through Redis, or,
@@ -89,8 +112,20 @@ def containerize(
         raise click.UsageError("--keep applies to --run")
     if run_ and no_build:
         raise click.UsageError("--run needs a build: drop --no-build")
+    if (env_items or volume_items) and not run_:
+        raise click.UsageError("-e and -v apply to --run's smoke container (the image takes them at docker run)")
+    run_environment = parse_env(env_items)
+    run_volumes = parse_volumes(volume_items)
+    environment = _environment(target) if run_ else None
+    if environment is not None:  # what the environment declares it needs, given to the container: before any build
+        check_env(
+            environment,
+            given=run_environment,
+            how="give it to the smoke container with -e KEY=VALUE (-e KEY passes this shell's value), and a file it "
+            "names with -v HOST:CONTAINER[:ro]",
+        )
 
-    unmet = needs_of(target) if run_ else []
+    unmet = needs_of(target, variables=False) if run_ else []  # its variables: checked against -e above
     for sentence in unmet:
         click.echo(f"ngym: {sentence}; the image is built, its smoke rollout is not run", err=True)
     run_ = run_ and not unmet
@@ -100,7 +135,7 @@ def containerize(
     ticker = Ticker(f"containerize {target}", lambda: now[0])
 
     def log(line: str) -> None:
-        detail = line.startswith("  ")  # pip's and docker's own lines: the status line shows them, -v prints them
+        detail = line.startswith("  ")  # pip's and docker's own lines: the status line shows them, --verbose prints
         now[0] = _status(line.strip()) if detail else _status(line)
         if verbose or not detail:
             ticker.echo(line)
@@ -119,6 +154,8 @@ def containerize(
         k8s=k8s,
         replicas=replicas,
         manifests_dir=deploy_dir,
+        run_environment=run_environment,
+        run_volumes=run_volumes,
     )
     with ticker:
         result = run_containerize(options, log=log)
@@ -146,6 +183,14 @@ def containerize(
         click.echo(f"run it: docker run --rm -p 8000:8000 {flags}-e NGYM_SESSION_SECRET=... {result.tag}")
     if unmet:
         raise SystemExit(1)  # --run was asked and not done: a script must not read this as a passed smoke test
+
+
+def _environment(target: str) -> Environment | None:
+    """The environment ``target`` names (None when only the packaging step can tell: it reports that itself)."""
+    try:
+        return resolve(target)
+    except NgymError:
+        return None
 
 
 def _smoke_summary(rollout: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ prefix (``ngym.plugins.sources``); anything else is a pip package."""
 
 from __future__ import annotations
 
+import re
 import sys
 from importlib import metadata
 
@@ -12,6 +13,7 @@ import click
 
 from ngym import installer
 from ngym.cli.progress import Ticker
+from ngym.errors import NgymError
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
 from ngym.plugins.registry import reset_registry
 from ngym.plugins.sources import InstallSource, install_sources
@@ -126,8 +128,34 @@ def _install_quietly(args: list[str], what: str) -> None:
     installed = result.installed()
     if installed:
         click.echo(f"installed {', '.join(installed)}")
+        for line in unset_variables_of(installed):
+            click.echo(f"ngym: before it serves a rollout: {line}")
     else:
         click.echo(f"{what}: already installed (nothing to do; -U upgrades)")
+
+
+def unset_variables_of(installed: list[str]) -> list[str]:
+    """For each environment of the distributions pip installed (``name-version``), the variables it declares it
+    needs and this shell lacks, as one line each (an environment that does not load is left to ``ngym list``)."""
+    from ngym.plugins.registry import get_registry
+    from ngym.required_env import declared_env, missing_env, missing_line
+    from ngym.targets import installed as installed_environment
+
+    def canonical(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    distributions = {canonical(item.rsplit("-", 1)[0]) for item in installed}
+    reset_registry()  # the registry was read before pip ran
+    lines = []
+    for name, entry in sorted(get_registry().entries.items()):
+        if entry.clash is None and entry.distribution and canonical(entry.distribution) in distributions:
+            try:
+                unset = missing_env(declared_env(installed_environment(name)))
+            except NgymError:
+                continue
+            if unset:
+                lines.append(missing_line(name, unset, "set it in the shell that runs it"))
+    return lines
 
 
 @click.command(short_help="Uninstall environment packages.")

@@ -7,6 +7,7 @@ import click
 from ngym.cli.progress import Ticker
 from ngym.errors import NgymError
 from ngym.readiness import PrepareError, prepare
+from ngym.required_env import check_env
 from ngym.targets import resolve
 
 
@@ -22,6 +23,7 @@ def prepare_command(target: str) -> None:
     say when an environment needs it.
     """
     environment = resolve(target)
+    check_env(environment)  # its data step may read them too; said before it runs
     try:
         with Ticker(f"preparing {environment.name}", lambda: "running its data-preparation script"):
             script = prepare(environment.name, environment.folder)

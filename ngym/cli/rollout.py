@@ -182,6 +182,8 @@ def rollout(
         )
         for failure in summary.failed[:5]:
             click.echo(f"  failed {failure['_ng_task_index']}.{failure['_ng_rollout_index']}: {failure['error']}")
+        if summary.differs_from_recording:
+            click.echo(_stale_recording_text(summary.differs_from_recording))
         click.echo(f"aggregate metrics ({summary.metrics_path}):")
         click.echo(json.dumps(summary.aggregate_metrics.get("agent_metrics", summary.aggregate_metrics), indent=2))
     if summary.failed:
@@ -198,3 +200,15 @@ def _mean_text(rewards: list[float], failures: int) -> str:
         return ""
     mean = f"mean reward {sum(rewards) / len(rewards):.3f}" if rewards else "no reward yet"
     return mean + (f", {failures} failed" if failures else "")
+
+
+def _stale_recording_text(differs: dict[int, tuple[float, float]], shown: int = 5) -> str:
+    """Recorded rows the server scored differently (the replay model sent the recorded trajectory)."""
+    rows = list(differs.items())
+    examples = ", ".join(f"row {i}: recorded {pair[0]:g}, server {pair[1]:g}" for i, pair in rows[:shown])
+    more = f", and {len(rows) - shown} more" if len(rows) > shown else ""
+    return (
+        f"{len(rows)} recorded rows scored differently from their recorded reward ({examples}{more}): the server "
+        "answered normally with another reward for the same trajectory, so the recording may be stale (re-record "
+        "it, or check what changed in verify); not a failure"
+    )

@@ -18,6 +18,7 @@ from ngym.config_tree import ConfigTree, load_tree
 from ngym.errors import ConfigError
 from ngym.model_urls import export_global_config, export_model_instances, export_model_urls
 from ngym.readiness import needs
+from ngym.required_env import check_env
 from ngym.server.hosting.host import serve_many, serve_one
 from ngym.server.pipeline.app import ServeSpec
 from ngym.suggest import did_you_mean
@@ -41,7 +42,7 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
 
     config_paths = [p for p in paths if p.suffix in (".yaml", ".yml") or p.is_file() and p.suffix != ".py"]
     try:
-        from_files, others = _environments(paths, config_paths, tree_overrides)
+        from_files, others = _environments(paths, config_paths, tree_overrides, words)
         environments, unresolved = [*from_files, *others], None
     except ConfigError as exc:  # perhaps a ${value} a plain override below gives
         environments, others, unresolved = [], [], exc
@@ -55,13 +56,14 @@ def build_specs(targets: tuple[str, ...], host: str | None, port: int | None) ->
     values = [o for o in plain if o.partition("=")[0] in top_level]
     if values:
         tree_overrides += values
-        environments = [e for group in _environments(paths, config_paths, tree_overrides) for e in group]
+        environments = [e for group in _environments(paths, config_paths, tree_overrides, words) for e in group]
         tree = _served_tree(served, environments, tree_overrides)
     elif unresolved is not None:
         raise unresolved
     export_global_config(served, overrides=tree_overrides, tree=tree)
     for environment in environments:
         environment.check_config_domain()
+        check_env(environment)  # a declared variable unset: one line now, not a server failing minutes later
         check_override_keys(environment, {k: v for k, v in field_overrides.items() if k not in top_level})
     specs = [
         environment.serve_spec(
@@ -95,11 +97,16 @@ def tree_values(tree: dict[str, Any], keys: list[str]) -> set[str]:
 
 
 def _environments(
-    paths: list[Path], config_paths: list[Path], tree_overrides: list[str]
+    paths: list[Path], config_paths: list[Path], tree_overrides: list[str], words: list[str]
 ) -> tuple[list[Environment], list[Environment]]:
     """The instances of the config files given, and the environments the other targets name."""
     from_files = environments_in_configs(config_paths, tree_overrides, on_skip=_say_skipped) if config_paths else []
-    return from_files, [resolve(str(p), tree_overrides) for p in paths if p not in config_paths]
+    return from_files, [resolve(_as_typed(p, words), tree_overrides) for p in paths if p not in config_paths]
+
+
+def _as_typed(path: Path, words: list[str]) -> str:
+    """The target as the user typed it (``Path("./x")`` is ``x``, which would name an installed environment)."""
+    return next((word for word in words if Path(word) == path and word != str(path)), str(path))
 
 
 def _served_tree(served: list[Path], environments: list[Environment], overrides: list[str]) -> ConfigTree | None:

@@ -11,8 +11,10 @@ from typing import TypeVar
 import click
 
 from ngym.cli.progress import Ticker
-from ngym.errors import debug_enabled
+from ngym.errors import NgymError, debug_enabled
 from ngym.readiness import needs_of
+from ngym.required_env import check_env
+from ngym.targets import resolve
 from ngym.validation import ValidationReport
 from ngym.validation import validate as run_validation
 
@@ -29,6 +31,12 @@ def validate(target: str, as_json: bool, verbose: bool) -> None:
     Exit code 1 when any check fails. Each distinct failure is one line with its row count; the tracebacks
     behind them show with -v or NGYM_DEBUG=1.
     """
+    try:
+        environment = resolve(target)
+    except NgymError:
+        environment = None  # validation reports why, as a FAIL line
+    if environment is not None:
+        check_env(environment)  # before the app starts: its startup would fail on it, naming nothing
     stage = ["loading"]
     with Ticker(f"validating {target}", lambda: stage[0]):
 

@@ -54,6 +54,9 @@ class ContainerizeOptions:
     k8s: bool = False  #: also write Kubernetes manifests
     replicas: int = 3
     manifests_dir: Path | None = None  #: where the manifests go; default: ./ngym-<name>-deploy
+    #: with ``run``: the smoke container's environment variables (``-e``) and mounts (``-v``, ``HOST:CONTAINER:MODE``)
+    run_environment: dict[str, str] = field(default_factory=dict)
+    run_volumes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -217,6 +220,14 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
     result.cached_steps = built.cached_steps
     log(f"built {built.tag} ({built.id[:19]}, {built.size / 1e6:.1f} MB) in {built.seconds:.1f}s")
     if options.run:
-        run: RunResult = run_image(client, built.tag, plugin, keep=options.keep, log=log)
+        run: RunResult = run_image(
+            client,
+            built.tag,
+            plugin,
+            keep=options.keep,
+            log=log,
+            environment=options.run_environment,
+            volumes=options.run_volumes,
+        )
         result.run = asdict(run)
     return result

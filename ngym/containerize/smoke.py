@@ -167,12 +167,13 @@ def start_container(
     name: str | None = None,
     command: list[str] | None = None,
     run_options: RunOptions = RunOptions(),
+    volumes: list[str] | None = None,
 ) -> Container:
     """Run ``image`` detached with its port published on 127.0.0.1 (a free port unless ``host_port``).
 
     ``command`` is appended to the image's entrypoint (``key=value`` config overrides). A random
     ``NGYM_SESSION_SECRET`` is passed unless ``environment`` sets one. ``run_options``: what the environment
-    declares it needs (user, capabilities, security options).
+    declares it needs (user, capabilities, security options); ``volumes``: mounts (``HOST:CONTAINER:MODE``).
     """
     env = {"NGYM_SESSION_SECRET": secrets.token_urlsafe(32), **(environment or {})}
     return client.containers.run(
@@ -183,6 +184,7 @@ def start_container(
         environment=env,
         ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", host_port)},
         labels={"dev.ngym.containerize.run": "1"},
+        volumes=volumes or None,
         **run_options.settings(),
     )
 
@@ -235,10 +237,15 @@ def run_image(
     host_port: int | None = None,
     log: Log = lambda line: None,
     health_timeout: float = 90.0,
+    environment: dict[str, str] | None = None,
+    volumes: list[str] | None = None,
 ) -> RunResult:
-    """Start ``image``, wait for healthy, drive the plugin's first example rollout; remove it unless ``keep``."""
+    """Start ``image``, wait for healthy, drive the plugin's first example rollout; remove it unless ``keep``.
+    ``environment`` and ``volumes``: what ``-e`` and ``-v`` gave the container."""
     example = load_example_rollout(plugin)
-    container = start_container(client, image, host_port=host_port, run_options=plugin.run_options)
+    container = start_container(
+        client, image, host_port=host_port, run_options=plugin.run_options, environment=environment, volumes=volumes
+    )
     try:
         url = published_url(container)
         log(f"container {container.name} ({container.short_id}) at {url}")

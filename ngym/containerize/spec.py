@@ -26,7 +26,7 @@ from ngym.domain import resolve_domain
 from ngym.errors import EnvironmentNotFound, PluginError
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP
 from ngym.suggest import did_you_mean
-from ngym.targets import Environment, installed, installed_names
+from ngym.targets import Environment, installed, installed_names, is_path_shaped
 
 #: The default base image: the official Python slim image users expect. Offline: ``--base-image ngym-base:bookworm``.
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
@@ -219,9 +219,11 @@ def split_tag(tag: str) -> tuple[str, str]:
 def resolve_plugin(name_or_path: str) -> PluginSource:
     """The environment to package: an installed one (by name, hook-registered ones included; see
     ``ngym.targets``) or a plugin source directory (a folder with a ``pyproject.toml``)."""
-    path = Path(name_or_path)
+    path = Path(name_or_path).expanduser()
     if (path / "pyproject.toml").is_file():
         return _from_source_dir(path.resolve())
+    if is_path_shaped(name_or_path) and not path.exists():  # a path never means the installed one of that name
+        raise PluginSourceError(f"{name_or_path}: no such folder ({path.absolute()})")
     try:
         env = installed(name_or_path)
     except EnvironmentNotFound:

@@ -67,10 +67,11 @@ def profile(
 ) -> tuple[ProfileResult | None, SweepResult | None]:
     """Run ``ngym profile``: one load run (``ProfileResult``) or a sweep (``SweepResult``)."""
     from ngym.profiling import runner  # noqa: I001 - first: Locust gevent-patches the process
-    from ngym.child_server import serve_environment
+    from ngym.child_server import fetch_health, serve_environment
     from ngym.profiling.scenario import load_rows, resolve_scenario
     from ngym.profiling.sweep import run_sweep, user_steps, write_json, write_plot
     from ngym.profiling.target import resolve_target, resolve_url_target
+    from ngym.rewards import bounds_from_health
     from ngym.rollout.gymnasium import server_post_routes
 
     options.validate()
@@ -82,7 +83,9 @@ def profile(
     else:
         name, data = resolve_target(options.target, options.data)
         log = options.report_dir / "server.log" if options.report_dir is not None else None
-        server = serve_environment(options.target, workers=options.workers, timeout=options.startup_timeout_s, log=log)
+        server = serve_environment(
+            options.target, workers=options.workers, timeout=options.startup_timeout_s, log=log, progress=say
+        )
     rows = load_rows(data)  # bad data is an error before any server starts
     if not is_url(options.target):
         say(f"ngym profile: starting {options.target} ({options.workers} worker(s)) on 127.0.0.1")
@@ -90,6 +93,7 @@ def profile(
     with server as url:
         # The scenario follows the protocol the server speaks (seed/verify, or Gymnasium's reset/step).
         scenario = resolve_scenario(name, server_post_routes(url))
+        reward_range = bounds_from_health(fetch_health(url, timeout=10.0))  # what validate checks rewards against
         say(f"ngym profile: {len(rows)} rows from {data}; scenario {type(scenario).__name__}")
 
         def run_once(users: int, report_dir: Path | None, prefix: str) -> ProfileResult:
@@ -107,6 +111,7 @@ def profile(
                 report_dir=report_dir,
                 report_prefix=prefix,
                 progress=progress,
+                reward_range=reward_range,
             )
 
         if not options.sweep:

@@ -9,8 +9,15 @@ How failures count:
   sent once the session was seeded). The failure ratio that ``--max-fail-ratio`` gates is
   failed rollouts / (finished + failed rollouts): the stricter figure, since a rollout makes several requests.
 - A verify that answers 200 with ``reward: 0.0`` is **not** a failure: it is the environment's judgement.
-  Rewards are summarised (mean reward, judge failures marked ``_ng_failure_class``, and rewards that differ
-  from the recorded example's), but never counted as failures.
+  Rewards are summarised (the mean reward; rewards that differ from the recorded example's, by row), but never
+  counted as failures. A verify the server could not score (``_ng_failure_class``: a judge or service failed)
+  is a judge failure: no reward, left out of the mean, and not a "differs from the recording".
+- A verify whose reward is outside the server's ``reward_range`` (``GET /health``; ``ngym.rewards``, the rule
+  ``ngym validate`` applies) is a **failed rollout**: a verify bug is not a score.
+
+A reward that differs from the recording while the server answered normally means the server gives another reward
+for the same trajectory: the recording may be stale (or the verify changed). The summary names those rows; the exit
+code stays 0 for them, since nothing failed.
 """
 
 from __future__ import annotations
@@ -80,6 +87,8 @@ class ProfileResult:
     max_fail_ratio: float
     load_generator_cpu_warning: bool = False
     load_generator_cpu_percent: float = 0.0  # the Locust process's mean CPU use over the run (100 = one core)
+    #: row index (as text) → [recorded reward, the server's reward] of each row whose reward differed
+    mismatched_rows: dict[str, list[float]] = field(default_factory=dict)
     reports: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -158,11 +167,14 @@ def render_summary(result: ProfileResult) -> str:
         f"  rollout latency  p50 {_ms(result.rollout_p50_ms)} ms  p95 {_ms(result.rollout_p95_ms)} ms  "
         f"p99 {_ms(result.rollout_p99_ms)} ms",
     ]
-    if result.mean_reward is not None:
+    if result.mean_reward is not None or result.judge_failures:
+        mean = "n/a" if result.mean_reward is None else f"{result.mean_reward:.3f}"
         lines.append(
-            f"  verify     mean reward {result.mean_reward:.3f}; {result.reward_mismatches} differ from the recorded "
-            f"reward; {result.judge_failures} judge failures (rewards are not failures)"
+            f"  verify     mean reward {mean}; {result.judge_failures} judge failures (the server could not score: "
+            "no reward, left out of the mean)"
         )
+    if result.reward_mismatches:
+        lines.extend(stale_recording_lines(result))
     width = max([len(e.label) for e in result.endpoints] + [len("Aggregated"), 8])
     lines.append("")
     header = f"{'requests':>8}  {'fails':>6}  {'req/s':>8}  {'p50':>6}  {'p95':>6}  {'p99':>6}  (ms)"
@@ -190,6 +202,20 @@ def render_summary(result: ProfileResult) -> str:
         note = {"rollouts": "  (rollouts/s, latency, rewards, failure classes)", "html": "  (Locust, per request)"}
         lines.append(f"  {kind:<8} {path}{note.get(kind, '')}")
     return "\n".join(lines)
+
+
+def stale_recording_lines(result: ProfileResult, shown: int = 5) -> list[str]:
+    """What the rewards that differ from the recording mean: the rows, and that the recording may be stale."""
+    rows = sorted(result.mismatched_rows.items(), key=lambda item: int(item[0]))
+    examples = ", ".join(f"row {i}: recorded {pair[0]:g}, server {pair[1]:g}" for i, pair in rows[:shown])
+    more = f", and {len(rows) - shown} more rows" if len(rows) > shown else ""
+    return [
+        f"  recording  {result.reward_mismatches} rollouts ({len(rows)} rows) scored differently from the recorded "
+        f"reward ({examples}{more})",
+        "             the server answered normally with another reward for the same trajectory: the recording may "
+        "be stale (re-record it, or check what changed in verify); not a failure (a server that failed is counted "
+        "under 'failed' or 'judge failures')",
+    ]
 
 
 def render_json(result: ProfileResult) -> str:

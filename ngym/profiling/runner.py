@@ -30,6 +30,7 @@ from ngym.profiling.report import EndpointStats, ErrorCount, ProfileResult, perc
 from ngym.profiling.rollout_report import write_rollout_report
 from ngym.profiling.scenario import Scenario
 from ngym.profiling.user import RolloutTracker, rollout_user_class
+from ngym.rewards import Bounds
 
 #: Seconds a stopping user may take to finish the rollout it is in (so no rollout is cut in half).
 STOP_TIMEOUT_S = 10.0
@@ -68,6 +69,11 @@ def _errors(env: Environment) -> list[ErrorCount]:
     return sorted(errors, key=lambda e: -e.count)
 
 
+def _unscorable(tracker: RolloutTracker) -> list[ErrorCount]:
+    """Verify answers whose reward breaks the reward rule: failed rollouts though the request itself succeeded."""
+    return [ErrorCount("POST /verify", reason, count) for reason, count in tracker.unscorable.items()]
+
+
 def run_load(
     *,
     host: str,
@@ -81,9 +87,11 @@ def run_load(
     report_dir: Path | None = None,
     report_prefix: str = "profile",
     progress: Callable[[str], None] | None = None,
+    reward_range: Bounds | None = None,
 ) -> ProfileResult:
-    """Drive ``users`` simulated users doing whole rollouts against ``host`` for ``duration_s`` seconds."""
-    tracker = RolloutTracker()
+    """Drive ``users`` simulated users doing whole rollouts against ``host`` for ``duration_s`` seconds
+    (``reward_range``: the server's; a reward outside it is a failed rollout)."""
+    tracker = RolloutTracker(reward_range=reward_range)
     user_class = rollout_user_class(scenario, rows, host, tracker)
     env = Environment(user_classes=[user_class], host=host, stop_timeout=STOP_TIMEOUT_S, catch_exceptions=True)
     env.locustfile = f"ngym profile {environment_name or host} (whole rollouts)"  # the report's "Script:"
@@ -157,10 +165,11 @@ def run_load(
         rollout_p99_ms=percentile(durations, 0.99),
         mean_reward=sum(tracker.rewards) / len(tracker.rewards) if tracker.rewards else None,
         reward_mismatches=tracker.reward_mismatches,
+        mismatched_rows={str(i): list(pair) for i, pair in sorted(tracker.mismatched_rows.items())},
         judge_failures=tracker.judge_failures,
         endpoints=endpoints,
         total=_endpoint(stats.total, duration),
-        errors=_errors(env),
+        errors=sorted(_errors(env) + _unscorable(tracker), key=lambda e: -e.count),
         max_fail_ratio=max_fail_ratio,
         load_generator_cpu_warning=bool(runner.cpu_warning_emitted),
         load_generator_cpu_percent=100 * cpu_s / duration,

@@ -20,6 +20,7 @@ from typing import Any
 from locust import FastHttpUser, constant, task
 
 from ngym.profiling.scenario import RolloutFailed, Scenario
+from ngym.rewards import Bounds, out_of_range_failure
 
 FAILURE_CLASS_KEY = "_ng_failure_class"
 _ERROR_BODY_CHARS = 160
@@ -33,6 +34,11 @@ class RolloutTracker:
     failed: int = 0
     rewards: list[float] = field(default_factory=list)
     reward_mismatches: int = 0
+    #: row index → (recorded reward, the server's reward) of each row whose reward differed (the first seen)
+    mismatched_rows: dict[int, tuple[float, float]] = field(default_factory=dict)
+    #: the server's ``reward_range`` (``GET /health``): a reward outside it is a failed rollout, counted here by reason
+    unscorable: Counter[str] = field(default_factory=Counter)
+    reward_range: Bounds | None = None
     judge_failures: int = 0
     durations_ms: list[float] = field(default_factory=list)
     failure_reasons: Counter[str] = field(default_factory=Counter)
@@ -45,7 +51,18 @@ class RolloutTracker:
     stopped_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record(self, row: dict[str, Any], verified: dict[str, Any] | None, duration_ms: float) -> None:
+    def record(
+        self, row: dict[str, Any], verified: dict[str, Any] | None, duration_ms: float, index: int | None = None
+    ) -> None:
+        """A rollout that got its verify answer (``index``: its row's, for naming the rows that differ)."""
+        bad = None
+        if isinstance(verified, dict) and "reward" in verified:
+            bad = out_of_range_failure(verified["reward"], self.reward_range)
+        if bad is not None:  # the rule ngym validate applies: no reward, and a failed rollout
+            self.record_failure(f"POST /verify: {bad}")
+            with self._lock:
+                self.unscorable[bad] += 1
+            return
         with self._lock:
             self.finished += 1
             self.durations_ms.append(duration_ms)
@@ -53,13 +70,17 @@ class RolloutTracker:
             if not isinstance(verified, dict) or "reward" not in verified:
                 return
             reward = float(verified["reward"])
-            self.rewards.append(reward)
             if verified.get(FAILURE_CLASS_KEY):
+                # the server could not score it (a judge or service failed): no reward, not a different one
                 self.judge_failures += 1
                 self.verify_failure_classes[str(verified[FAILURE_CLASS_KEY])] += 1
+                return
+            self.rewards.append(reward)
             expected = row.get("reward") if "response" in row else None
             if expected is not None and float(expected) != reward:
                 self.reward_mismatches += 1
+                if index is not None:
+                    self.mismatched_rows.setdefault(index, (float(expected), reward))
 
     def record_failure(self, reason: str) -> None:
         with self._lock:
@@ -139,7 +160,8 @@ class RolloutUser(FastHttpUser):
 
     @task
     def rollout(self) -> None:
-        row = self.rows[next(self.row_counter) % len(self.rows)]
+        index = next(self.row_counter) % len(self.rows)
+        row = self.rows[index]
         session = LocustRolloutSession(self.client)
         started = time.perf_counter()
         try:
@@ -147,7 +169,7 @@ class RolloutUser(FastHttpUser):
         except RolloutFailed as exc:
             self.tracker.record_failure(str(exc))
             return
-        self.tracker.record(row, verified, (time.perf_counter() - started) * 1000)
+        self.tracker.record(row, verified, (time.perf_counter() - started) * 1000, index)
 
 
 def rollout_user_class(

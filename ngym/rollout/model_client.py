@@ -56,6 +56,7 @@ class ModelClient:
             base_url=base_url, api_key=api_key or "ngym-no-key", timeout=timeout, max_retries=max_retries
         )
         self._known = set(inspect.signature(self._client.responses.create).parameters) - {"self"}
+        self.list_error: str | None = None  #: why ``resolve_model`` found no model, for ``no_model_line``
 
     async def resolve_model(self) -> str | None:
         """``--model`` if given, else the first model the server lists (vLLM serves one), else None."""
@@ -65,10 +66,23 @@ class ModelClient:
             page = await self._client.models.list()
         except Exception as exc:  # noqa: BLE001 - a server without /v1/models: rows must name the model
             log.info("could not list models at %s (%r); rows must name their model", self.base_url, exc)
+            self.list_error = _list_failure(exc)
             return None
         ids = [m.id for m in page.data]
         self.model = ids[0] if ids else None
+        if self.model is None:
+            self.list_error = "it lists no model"
         return self.model
+
+    def no_model_line(self) -> str:
+        """The one line for a model server whose model name could not be found (after ``resolve_model``)."""
+        url = f"{self.base_url.rstrip('/')}/models"
+        why = self.list_error or "it lists no model"
+        return (
+            f"--model-url {self.base_url}: GET {url} found no model ({why}): is it an OpenAI-compatible model "
+            "server (vLLM, NIM, OpenAI; its base URL usually ends in /v1)? If it serves the Responses API without "
+            "/models, give --model NAME"
+        )
 
     async def create(self, params: dict[str, Any], input_items: list[Any]) -> ModelReply:
         """``POST /responses`` with the row's parameters and the accumulated ``input``."""
@@ -90,6 +104,12 @@ class ModelClient:
             # the client retries 408/409/429/5xx only: a 400 is the server's final word, said as such
             retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
             after = " after retries" if retried else ""
+            if exc.status_code in (404, 405):
+                raise ModelError(
+                    f"model server answered HTTP {exc.status_code}: {_short(exc)} (no POST "
+                    f"{self.base_url.rstrip('/')}/responses there: not an OpenAI Responses API server, or --model-url "
+                    "lacks its /v1)"
+                ) from exc
             raise ModelError(f"model server answered HTTP {exc.status_code}{after}: {_short(exc)}") from exc
         except openai.APITimeoutError as exc:
             raise ModelError(f"model server timed out after {self.max_retries} retries ({self.base_url})") from exc
@@ -108,6 +128,17 @@ class ModelClient:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _list_failure(exc: Exception) -> str:
+    """Why listing the models failed, in a few words (no /models there, not JSON, nothing listening)."""
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: no /models there"
+    if isinstance(exc, openai.APIConnectionError):
+        return "nothing answers there"
+    if isinstance(exc, ValueError | ValidationError | TypeError | AttributeError):
+        return "its answer is not a model list"
+    return type(exc).__name__
 
 
 def _short(exc: Exception) -> str:

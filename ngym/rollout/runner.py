@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -25,9 +26,10 @@ from typing import Any
 
 import httpx
 
-from ngym.child_server import serve_environment
+from ngym.child_server import fetch_health, serve_environment
 from ngym.errors import ConfigError
 from ngym.examples import EXAMPLE_ROLLOUTS, EXAMPLE_ROWS
+from ngym.rewards import bounds_from_health, out_of_range_failure
 from ngym.rollout.agent import ROLLOUT_INFO_KEY, EnvSession, run_episode, run_rollout
 from ngym.rollout.errors import RolloutError
 from ngym.rollout.gymnasium import is_gymnasium_style, server_post_routes
@@ -107,6 +109,8 @@ class RolloutSummary:
     aggregate_metrics: dict[str, Any]
     env_url: str
     model_url: str
+    #: with ``--model replay``: row → (recorded reward, the server's) of each recorded row scored differently
+    differs_from_recording: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +124,7 @@ class RolloutSummary:
             "aggregate_metrics": self.aggregate_metrics,
             "env_url": self.env_url,
             "model_url": self.model_url,
+            "differs_from_recording": {str(k): list(v) for k, v in self.differs_from_recording.items()},
         }
 
 
@@ -185,8 +190,13 @@ def _environment(options: RolloutOptions, model_url: str) -> Iterator[str]:
         yield url
         return
     resolve(options.target)  # a clear error for a misspelt name, before starting anything
-    with serve_environment(options.target, overrides=overrides) as url:
+    with serve_environment(options.target, overrides=overrides, progress=_say) as url:
         yield url
+
+
+def _say(line: str) -> None:
+    """A progress line on stderr (while the environment ngym started is not ready yet)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -278,11 +288,17 @@ async def _run(
     model = ModelClient(
         model_url, model=options.model, api_key=api_key, timeout=options.timeout, max_retries=options.max_retries
     )
-    if not any((row.get("responses_create_params") or {}).get("model") for row in rows):
-        await model.resolve_model()
+    named = any((row.get("responses_create_params") or {}).get("model") for row in rows)
+    if not named and await model.resolve_model() is None:  # every rollout would fail for want of one: say why once
+        await model.close()
+        raise ConfigError(model.no_model_line())
     # seed → tools → verify, or a Gymnasium-style server's reset → step… (told apart by its routes)
     routes = await asyncio.to_thread(server_post_routes, env_url, options.timeout)
-    one_rollout = run_episode if routes is not None and is_gymnasium_style(routes) else run_rollout
+    gymnasium = routes is not None and is_gymnasium_style(routes)
+    one_rollout = run_episode if gymnasium else run_rollout
+    # the rule ngym validate applies: a reward outside the server's reward_range is a failure, not a score
+    health = None if gymnasium else await asyncio.to_thread(fetch_health, env_url, options.timeout)
+    bounds = bounds_from_health(health)
 
     if options.resume and options.output.is_file():
         # A run killed mid-line left a torn last line: without this, the first result appended now would be
@@ -294,6 +310,9 @@ async def _run(
         on_start(len(jobs))
     failed: list[dict[str, Any]] = []
     written: list[dict[str, Any]] = []
+    # --model replay on recorded rollouts: the same trajectory, so a different reward means a stale recording
+    replaying = options.model == REPLAY and not options.model_url
+    differs: dict[int, tuple[float, float]] = {}
     semaphore = asyncio.Semaphore(options.concurrency)
     limits = httpx.Limits(max_connections=options.concurrency * 2)
     # No shared cookie jar: each rollout's EnvSession carries its own session cookie by hand. (A jar would
@@ -301,6 +320,12 @@ async def _run(
     no_jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
     async with httpx.AsyncClient(timeout=options.timeout, limits=limits, cookies=no_jar) as http:
         with LedgerAppender(options.output, "a" if options.resume else "w") as sink:
+
+            def fail(task_index: int, rollout_index: int, error: str) -> None:
+                log.warning("rollout %d.%d failed: %s", task_index, rollout_index, error)
+                failed.append({TASK_INDEX_KEY: task_index, ROLLOUT_INDEX_KEY: rollout_index, "error": error})
+                if on_event:
+                    on_event(RolloutEvent(task_index, rollout_index, None, error))
 
             async def one(task_index: int, rollout_index: int) -> None:
                 async with semaphore:
@@ -314,13 +339,18 @@ async def _run(
                             max_steps=options.max_steps,
                         )
                     except RolloutError as exc:
-                        log.warning("rollout %d.%d failed: %s", task_index, rollout_index, exc)
-                        failed.append({TASK_INDEX_KEY: task_index, ROLLOUT_INDEX_KEY: rollout_index, "error": str(exc)})
-                        if on_event:
-                            on_event(RolloutEvent(task_index, rollout_index, None, str(exc)))
+                        fail(task_index, rollout_index, str(exc))
                         return
+                bad = None if gymnasium else out_of_range_failure(result.get("reward"), bounds)
+                if bad is not None:
+                    fail(task_index, rollout_index, bad)
+                    return
                 sink.append(json_line(result))
                 written.append(result)
+                recorded = rows[task_index].get("reward") if "response" in rows[task_index] else None
+                got = result.get("reward")
+                if replaying and isinstance(recorded, int | float) and isinstance(got, int | float) and got != recorded:
+                    differs.setdefault(task_index, (float(recorded), float(got)))
                 if on_event:
                     on_event(RolloutEvent(task_index, rollout_index, float(result.get("reward", 0.0))))
 
@@ -346,4 +376,5 @@ async def _run(
         aggregate_metrics=aggregate,
         env_url=env_url,
         model_url=model_url,
+        differs_from_recording=dict(sorted(differs.items())),
     )

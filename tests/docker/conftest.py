@@ -71,3 +71,11 @@ def ngym(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ngym.cli", *args], capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """Each Docker test says when it starts (``make test`` runs them quietly, minutes each: no progress was shown)."""
+    import time
+
+    del location
+    print(f"\n[docker {time.strftime('%H:%M:%S')}] {nodeid} …", flush=True, file=sys.__stderr__)

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -69,14 +70,53 @@ def test_a_host_killed_mid_run_loses_only_its_rollouts_and_loudly() -> None:
         )
         url = f"http://127.0.0.1:{public.getsockname()[1]}"
         try:
-            time.sleep(1.5)  # first health checks
+            # Until HAProxy's first health checks have put every host in (a fixed sleep was sometimes too short):
+            # warm rollouts until each host has served one, bounded.
+            served: set[object] = set()
+            for attempt in range(600):
+                served.add(counter_rollout(url, 200 + attempt, 1).get("worker"))
+                if {f"w{i}" for i in range(len(machines))} <= served:
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError(f"HAProxy never routed to every host: {served}")
             warm = [counter_rollout(url, i) for i in range(6)]
             assert all(r.get("reward") == 1.0 for r in warm), warm
 
-            with ThreadPoolExecutor(18) as pool:
-                running = [pool.submit(counter_rollout, url, i, 5, 0.2) for i in range(36)]
-                time.sleep(0.5)
+            # Every rollout seeds, then waits for the kill before its tool calls and verify: each is in flight on its
+            # host when the host dies, whatever the machine's speed (a fixed sleep before the kill was not).
+            from ngym.testing import make_response
+            from tests.integration.conftest import HandCookieClient
+
+            rollouts = 36
+            seeded = threading.Semaphore(0)
+            host_killed = threading.Event()
+
+            def in_flight_at_the_kill(i: int, steps: int = 5) -> dict[str, object]:
+                client = HandCookieClient(url)
+                row = {"responses_create_params": {"input": "count"}, "initial_count": i, "expected_count": i + steps}
+                try:
+                    seed = client.post("/seed_session", row)
+                finally:
+                    seeded.release()
+                worker = seed.headers.get("x-ngym-worker", "?")
+                if seed.status_code != 200:
+                    return {"worker": worker, "seed_status": seed.status_code}
+                host_killed.wait(120)
+                for _ in range(steps):
+                    step = client.post("/increment_counter", {"count": 1})
+                    if step.status_code != 200:
+                        return {"worker": worker, "tool_status": step.status_code}
+                verified = client.post("/verify", {**row, "response": make_response()})
+                answer = verified.json() if verified.is_success else {}
+                return {"worker": worker, "verify_status": verified.status_code, **answer}
+
+            with ThreadPoolExecutor(rollouts) as pool:
+                running = [pool.submit(in_flight_at_the_kill, i) for i in range(rollouts)]
+                for _ in range(rollouts):  # every rollout has its session (bounded: a seed that hangs fails here)
+                    assert seeded.acquire(timeout=90), "a seed did not answer"
                 made.kill(machines[0][0])
+                host_killed.set()
                 start = time.monotonic()
                 results = [f.result(timeout=90) for f in running]
             assert time.monotonic() - start < 60  # none hangs

@@ -32,6 +32,8 @@ RUNTIME_MAY_IMPORT = {
     "ngym.metrics",  # the statistics /aggregate_metrics answers with
     "ngym.metrics.aggregate",
     "ngym.metrics.repeats",
+    "ngym.rewards",  # the reward rule /health reports (stdlib only)
+    "ngym.child_python",  # how a supervisor starts its workers without the current folder on sys.path (stdlib only)
 }
 
 

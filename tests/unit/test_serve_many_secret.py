@@ -42,7 +42,7 @@ def test_the_spec_and_its_secret_are_not_on_the_childs_command_line(monkeypatch)
         signal.signal(signal.SIGTERM, handlers[0])
         signal.signal(signal.SIGINT, handlers[1])
     ((cmd, env),) = started
-    assert cmd == [sys.executable, "-m", "ngym.server.hosting.host", "1", "0"]
+    assert cmd == [sys.executable, "-P", "-m", "ngym.server.hosting.host", "1", "0"]  # -P: no cwd on sys.path
     assert not any("s3cret" in word for word in cmd)
     assert ServeSpec.from_json(env[SPEC_ENV]) == spec
 

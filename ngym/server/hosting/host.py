@@ -24,6 +24,7 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
+from ngym.child_python import children_use_safe_path, forget_safe_path, python_module
 from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
 from ngym.server.hosting.affinity import LISTEN_FD_ENV, AffineWorkers
@@ -137,6 +138,7 @@ def serve_one(
         )
         line = _listen_line(spec, host, port, domain.value if domain else None, workers)
         print(f"{line}  [session-affine: HAProxy in front of {workers} single-worker processes]", flush=True)
+        children_use_safe_path()  # its workers: never the current folder's packages (they clear it for their own)
         code = supervisor.run()
         if code:
             raise SystemExit(code)
@@ -191,7 +193,7 @@ def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = Fals
     for spec in specs:
         # The spec (which may hold session_secret) goes through the environment, never the command line: any
         # process on the host can read every command line in /proc.
-        cmd = [sys.executable, "-m", "ngym.server.hosting.host", str(workers), "1" if access_log else "0"]
+        cmd = python_module("ngym.server.hosting.host", str(workers), "1" if access_log else "0")
         children.append(subprocess.Popen(cmd, env={**os.environ, SPEC_ENV: spec.to_json()}))
 
     def stop(_signum: int, _frame: Any) -> None:
@@ -234,6 +236,7 @@ def main(argv: list[str]) -> None:
     overrides' JSON in ``NGYM_CLASS_OVERRIDES``) or ``WORKERS ACCESS_LOG`` (a child of ``serve_many``; the spec's JSON
     in ``NGYM_SERVE_SPEC``). Neither puts a config, which may hold session_secret, on the command line."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    forget_safe_path()  # this process started without the current folder on sys.path; its own children as usual
     if argv[:1] == ["--class"]:
         overrides = os.environ.pop(CLASS_OVERRIDES_ENV, "{}")  # popped: the uvicorn workers need not see it
         run_guarded(lambda: run_server_class(argv[1], json.loads(overrides), argv[2:]))

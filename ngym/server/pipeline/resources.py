@@ -131,9 +131,14 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     - ``reverify_mode``: ``"stateless"`` when re-running verify on a stored response is meaningful.
     - ``always_full_reward``: True when the reward does not depend on the response (``ngym validate``'s
       soundness pass then skips its "must not score 1.0" checks).
-    - ``reward_range``: the ``(low, high)`` a ``/verify`` reward must lie in (``ngym validate`` checks it);
-      default ``(0.0, 1.0)``; None for a server that passes on another ecosystem's rewards at their own scale
-      (an OpenEnv environment's, e.g. -50…+30), so only "is a number" is checked.
+    - ``reward_range``: the ``(low, high)`` a ``/verify`` reward must lie in (``ngym validate``, ``rollout`` and
+      ``profile`` check it; ``GET /health`` reports it); default ``(0.0, 1.0)``; None for a server that passes on
+      another ecosystem's rewards at their own scale (an OpenEnv environment's, e.g. -50…+30), so only "is a number"
+      is checked.
+    - ``required_env``: the environment variables the server cannot start without, each with what it is
+      (``{"DIPG_DATASET_PATH": "a JSONL file of dataset rows"}``); ``ngym run``, ``validate``, ``prepare`` and
+      ``containerize --run`` (whose ``-e`` gives them to the container) stop with one line naming a missing one.
+      A config may add its own under ``required_env:``.
     - ``not_containerizable``: why ``ngym containerize`` cannot package this server (None: it can); the
       command then stops with that reason instead of building an image that cannot serve.
     - ``close_resources_session_takes_any_body``: True when ``close_resources_session`` takes every
@@ -157,6 +162,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     reverify_mode: ClassVar[str] = ReverifyMode.UNKNOWN.value
     always_full_reward: ClassVar[bool] = False
     reward_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
+    required_env: ClassVar[dict[str, str]] = {}
     not_containerizable: ClassVar[str | None] = None
     close_resources_session_takes_any_body: ClassVar[bool] = False
     own_event_loop: ClassVar[bool | None] = None

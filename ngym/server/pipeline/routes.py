@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from ngym.errors import JudgeError
+from ngym.rewards import HEALTH_KEY as REWARD_RANGE_KEY
 from ngym.server.hosting.env_loop import AUTHOR_CALLS_STATE, on_environment_loop
 from ngym.server.pipeline.intake import parse_body, seed_body_model, validate_body, validate_json
 from ngym.server.pipeline.provenance import distribution_of
@@ -378,4 +379,6 @@ async def health_report(server: SimpleResourcesServer) -> dict[str, Any]:
         "live_sessions": await sessions.store.count(),
         "session_store": type(sessions.store).__name__,
         "traffic": sessions.traffic.as_dict(),
+        # what every /verify reward must lie in (ngym rollout and ngym profile check each against it)
+        REWARD_RANGE_KEY: list(cls.reward_range) if cls.reward_range is not None else None,
     }

@@ -246,7 +246,10 @@ def test_catalogue_reads_domains_from_the_wheel(tmp_path: Path, monkeypatch: pyt
 
 def test_install_refuses_as_for_ordinary_packages() -> None:
     result = CliRunner().invoke(cli, ["install", "ngym-redis", "--as", "x"])
-    assert result.exit_code == 2 and "--as, --domain, --option and --replace apply to PREFIX:SOURCE installs" in result.output
+    assert (
+        result.exit_code == 2
+        and "--as, --domain, --option and --replace apply to PREFIX:SOURCE installs" in result.output
+    )
 
 
 def test_model_urls_parse_merge_and_reject_bad_values() -> None:

@@ -47,6 +47,7 @@ from ngym_openenv.catalog import available
 from ngym_openenv.errors import OpenEnvInstallError
 from ngym_openenv.manifest import Manifest, ToolSpec
 from ngym_openenv.project import check_name_free, install_project, installed_data_dir
+from ngym_openenv.required_env import detect_required_env, package_folder, unset_line
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.venv_prune import prune_replaced
 from ngym_openenv.wire import Episode, OpenEnvError
@@ -196,6 +197,10 @@ def _from_folder(
     if not isinstance(spec, dict):
         raise OpenEnvInstallError(f"{spec_file}: expected a mapping (name:, app:, ...)")
     name = as_name or _ngym_name(str(spec.get("name") or folder.name))
+    required = detect_required_env(folder)
+    unset = unset_line(name, required)
+    if unset:  # install starts it once to record an example: it would fail minutes from now, naming nothing
+        raise OpenEnvInstallError(unset)
     # The folder is copied (the environment keeps working when the original moves or changes), into a folder
     # named as a package: OpenEnv's own envs import their models relatively (`from ..models import ...`), which
     # works only when the app is imported as `<package>.server.app`, as OpenEnv's Dockerfiles serve them.
@@ -224,13 +229,15 @@ def _from_folder(
         facts = _probe(python, {"app": app, "app_dir": str(home)})
     chosen = _domain(domain, spec.get("domain"), facts, name)
     where = {"python": python, "app": app, "app_dir": str(home)}
-    return _ask_launched(
+    manifest = _ask_launched(
         python,
         app,
         str(home),
         echo,
         lambda url, more: _finish(name, str(folder), {**facts, **more}, where, chosen, rule, url, examples, echo),
     )
+    manifest.required_env = required
+    return manifest
 
 
 def _named_from_above(app: str, folder: str) -> list[str]:
@@ -261,13 +268,20 @@ def _from_distribution(
         raise OpenEnvInstallError(f"{distribution}: {facts['error']}; name it with --app module:attribute")
     chosen = _domain(domain, None, facts, name)
     where = {"python": python, "app": facts["app"]}
-    return _ask_launched(
+    folder = package_folder(python, str(facts["app"]))
+    required = detect_required_env(folder) if folder is not None else {}
+    unset = unset_line(name, required)
+    if unset:  # before it is started: it would fail minutes from now with a timeout that names nothing
+        raise OpenEnvInstallError(unset)
+    manifest = _ask_launched(
         python,
         facts["app"],
         None,
         echo,
         lambda url, more: _finish(name, requirement, {**facts, **more}, where, chosen, rule, url, examples, echo),
     )
+    manifest.required_env = required
+    return manifest
 
 
 def _finish(
@@ -613,11 +627,15 @@ def _ask_launched(
     """Start the environment's OpenEnv server once, ask it (``_ask_server``), and ``then(url, facts)``."""
     echo(f"ngym: starting {app} once to read its schema and tools and record an example")
     try:
-        running = launch.start(python, app, app_dir=app_dir)
+        running = launch.start(python, app, app_dir=app_dir, progress=echo)
     except launch.LaunchError as exc:
         raise OpenEnvInstallError(str(exc)) from None
     try:
-        return then(running.url, _ask_server(running.url))
+        try:
+            facts = _ask_server(running.url)
+        except OpenEnvInstallError as exc:
+            raise OpenEnvInstallError(f"{exc} ({running.where()})") from None
+        return then(running.url, facts)
     finally:
         running.stop()
 

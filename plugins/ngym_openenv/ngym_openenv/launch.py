@@ -4,18 +4,25 @@ The environment runs exactly as ``uvicorn server.app:app`` runs it under OpenEnv
 requirements were installed into, so its pins never meet ngym's (OpenEnv needs ``fastmcp>=3``; ngym pins
 ``mcp<2``). The listening socket is bound here, on port 0, and handed to uvicorn (``--fd``): no port is
 guessed, and none can be taken by someone else between choosing and binding it.
+
+Its output goes to a log file (``OpenEnvProcess.log``, under ``~/.cache/ngym/openenv-logs`` unless given) as well
+as to the last lines kept for errors; while it is not ready yet, ``progress`` is told every ``PROGRESS_EVERY_S``
+seconds how long it has waited, the log's path and its last line (a server retrying a download says so there).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from threading import Thread
+from typing import IO
 
 import httpx
 
@@ -26,6 +33,16 @@ class LaunchError(NgymError):
     """The OpenEnv server did not start (its output's last lines say why)."""
 
 
+#: how often a server that is not ready yet is reported on (seconds)
+PROGRESS_EVERY_S = 15.0
+
+
+def log_folder() -> Path:
+    """Where OpenEnv servers' logs go (``NGYM_CACHE_DIR``, else ``~/.cache/ngym``, then ``openenv-logs``)."""
+    base = os.environ.get("NGYM_CACHE_DIR") or str(Path.home() / ".cache" / "ngym")
+    return Path(base) / "openenv-logs"
+
+
 @dataclass
 class OpenEnvProcess:
     """A running OpenEnv server started by ``start``; ``stop()`` ends it."""
@@ -33,6 +50,13 @@ class OpenEnvProcess:
     process: subprocess.Popen[str]
     url: str
     output: deque[str] = field(default_factory=lambda: deque(maxlen=40))
+    log: Path | None = None  #: the file its whole output goes to
+
+    def where(self) -> str:
+        """``its log: PATH; its last line: ...`` for a message about this server."""
+        last = next((line for line in reversed(self.output) if line.strip()), None)
+        said = f"; its last line: {last.strip()[:200]}" if last else "; it printed nothing"
+        return (f"its log: {self.log}" if self.log is not None else "no log") + said
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.process.poll() is None:
@@ -51,8 +75,12 @@ def start(
     app_dir: str | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 120.0,
+    log: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> OpenEnvProcess:
-    """Serve ``app`` (``module:attribute``) with uvicorn in ``python``'s environment; wait until it answers."""
+    """Serve ``app`` (``module:attribute``) with uvicorn in ``python``'s environment; wait until it answers.
+
+    Its output goes to ``log`` (default: a new file under ``log_folder()``); ``progress`` hears how the wait goes."""
     if not Path(python).is_file():
         raise LaunchError(f"the environment's interpreter {python} is missing: reinstall it (ngym install openenv:...)")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -77,33 +105,53 @@ def start(
         )
     finally:
         sock.close()  # the child holds its own copy
-    running = OpenEnvProcess(process, f"http://127.0.0.1:{port}")
-    Thread(target=_drain, args=(process, running.output), daemon=True).start()
-    _wait_ready(running, timeout)
+    log = log or log_folder() / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', app)}-{port}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    running = OpenEnvProcess(process, f"http://127.0.0.1:{port}", log=log)
+    sink = log.open("w", encoding="utf-8")
+    Thread(target=_drain, args=(process, running.output, sink), daemon=True).start()
+    _wait_ready(running, timeout, progress)
     return running
 
 
-def _drain(process: subprocess.Popen[str], tail: deque[str]) -> None:
-    """Keep the server's last lines (for errors) and never let its pipe fill up."""
+def _drain(process: subprocess.Popen[str], tail: deque[str], sink: IO[str] | None = None) -> None:
+    """Keep the server's last lines (for errors), write them all to its log, never let its pipe fill up."""
     assert process.stdout is not None
-    for line in process.stdout:
-        tail.append(line.rstrip())
+    try:
+        for line in process.stdout:
+            tail.append(line.rstrip())
+            if sink is not None:
+                sink.write(line)
+                sink.flush()
+    finally:
+        if sink is not None:
+            sink.close()
 
 
-def _wait_ready(running: OpenEnvProcess, timeout: float) -> None:
+def _wait_ready(running: OpenEnvProcess, timeout: float, progress: Callable[[str], None] | None = None) -> None:
     """Until ``GET /schema`` answers (every OpenEnv app has it); a dead process or the timeout is a LaunchError."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    next_report = started + PROGRESS_EVERY_S
     while True:
         if running.process.poll() is not None:
             time.sleep(0.2)  # let _drain read the last lines
             tail = "\n  ".join(list(running.output)[-15:]) or "(no output)"
-            raise LaunchError(f"the OpenEnv server exited with code {running.process.returncode}:\n  {tail}")
+            raise LaunchError(
+                f"the OpenEnv server exited with code {running.process.returncode} (its log: {running.log}):\n  {tail}"
+            )
         try:
             if httpx.get(f"{running.url}/schema", timeout=5.0).status_code < 500:
                 return
         except httpx.HTTPError:
             pass
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             running.stop()
-            raise LaunchError(f"the OpenEnv server did not answer within {timeout:g} s")
+            raise LaunchError(f"the OpenEnv server did not answer /schema within {timeout:g} s ({running.where()})")
+        if progress is not None and now >= next_report:
+            progress(
+                f"ngym: … {now - started:.0f} s waiting for the OpenEnv server to answer /schema ({running.where()})"
+            )
+            next_report = now + PROGRESS_EVERY_S
         time.sleep(0.2)

@@ -33,6 +33,9 @@ class Manifest(BaseModel):
     app: str | None = Field(default=None, description="The ASGI app OpenEnv's create_app built, as module:attribute.")
     app_dir: str | None = Field(default=None, description="Put on sys.path first (a folder's `server.app:app`).")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for the OpenEnv server.")
+    required_env: dict[str, str] = Field(
+        default_factory=dict, description="Variables its server cannot start without (found in its code), and what."
+    )
     tool_mode: ToolMode = "step"
     tools: list[ToolSpec] = Field(default_factory=list)
     action_schema: dict[str, Any] = Field(default_factory=dict)

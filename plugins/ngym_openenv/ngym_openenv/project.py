@@ -34,6 +34,7 @@ class Server(OpenEnvServer):
 
     config: OpenEnvConfig
     manifest = MANIFEST
+    required_env = MANIFEST.required_env
     domain = {domain!r}
     description = {description!r}
 '''

@@ -138,7 +138,13 @@ class OpenEnvServer(SimpleResourcesServer):
         if not (m.python and m.app):
             raise launch.LaunchError(f"{m.name}: its manifest names neither a URL nor an app to start")
         self._process = await asyncio.to_thread(
-            launch.start, m.python, m.app, app_dir=m.app_dir, env=m.env, timeout=self.config.startup_timeout_seconds
+            launch.start,
+            m.python,
+            m.app,
+            app_dir=m.app_dir,
+            env=m.env,
+            timeout=self.config.startup_timeout_seconds,
+            progress=log.warning,  # how long it has waited, its log and last line: a slow start is seen
         )
         self._url = self._process.url
         log.info("%s: OpenEnv server %s started at %s", m.name, m.app, self._url)

@@ -1,0 +1,24 @@
+"""``make test`` runs the Docker tests (minutes each) quietly: each says when it starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_each_docker_test_says_when_it_starts() -> None:
+    probe = ROOT / "tests" / "docker" / f"test_zz_progress_probe_{uuid.uuid4().hex[:8]}.py"
+    probe.write_text("def test_probe() -> None:\n    pass\n")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe)],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        probe.unlink()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"] tests/docker/{probe.name}::test_probe …" in done.stderr, done.stdout + done.stderr
