@@ -19,7 +19,7 @@ quietly = $(if $(V),$(1),( t=0; s=$(PROGRESS_SECONDS); while sleep $$s >/dev/nul
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep trainers
+.PHONY: trainers trainers-verl install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep ors
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -41,9 +41,9 @@ demo: install
 
 # -rs: every skipped test is listed with its reason (CI=true runs them all; see README "Tests").
 test: install
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster \
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster --ignore=tests/ors \
 	  --ignore=plugins/ngym_openenv/tests/test_commands.py \
-	  --ignore=tests/docker/test_fleet_compose_nemo.py --ignore=tests/trainers
+	  --ignore=tests/docker/test_fleet_compose_nemo.py --ignore=tests/verl --ignore=tests/trainers
 
 # NeMo Gym 0.7.0's own client, checkers and fixtures against every built-in environment (served as processes).
 # NeMo Gym lives in its own cached Python 3.13 venv (tools/nemo_venv.sh; NGYM_NEMO_VENV to put it elsewhere).
@@ -58,6 +58,20 @@ conformance: install
 trainers: install
 	bash tools/trainer_venv.sh
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/trainers
+
+# verl 0.9.1's tool classes and config loader, and skyrl-gym 0.4.0's make/step loop, against environments served by
+# ngym run (docs/training.md). Both live in one cached Python 3.12 venv (tools/verl_venv.sh, ~6 GB, several minutes
+# the first time; keyed on tools/verl-requirements.txt).
+trainers-verl: install
+	bash tools/verl_venv.sh
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/verl tests/unit/test_train_tool_schemas.py
+
+# The Open Reward Standard front (/ors) driven by ORS's own client (openreward 0.1.167) and TRL's OpenRewardSpec
+# against every built-in, rewards compared with NeMo Gym's wire. The client lives in its own cached venv
+# (tools/ors_venv.sh, ~2 min the first time; NGYM_ORS_VENV to put it elsewhere).
+ors: install
+	bash tools/ors_venv.sh
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/ors
 
 # verifiers 0.1.14, 0.2.0, 0.2.1 and 0.3.0 (0.3.1 and 0.4.0 are in conformance): the same load_environment module served by
 # each, scored by verifiers itself and through ngym. Outside CI: each release is a venv of its own (minutes, cached).

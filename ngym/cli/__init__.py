@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "up": "ngym.cli.fleet:up",
     "status": "ngym.cli.fleet:status",
     "down": "ngym.cli.fleet:down",
+    "train": "ngym.cli.train:train",
 }
 
 #: What ``ngym --help`` shows for each command, so that listing them imports none (tests/unit/test_meta.py
@@ -51,6 +52,7 @@ SHORT_HELP: dict[str, str] = {
     "up": "Bring up a fleet of environments from a file.",
     "status": "Health, sessions, rollouts/s and errors of a fleet.",
     "down": "Stop every server of a fleet.",
+    "train": "Configs for trainers (verl) on an environment.",
 }
 
 

@@ -362,3 +362,53 @@ def test_grpo_trainer_on_a_fleet_blend(results: dict[str, dict[str, Any]], serve
     assert {s["environment"] for s in result["samples"]} == {"weather", "workplace", "nemo_counter"}
     assert [s["environment"] for s in result["samples"]][2 * N] == "nemo_counter"
     check_run(result, result["urls"], (2, 0))
+
+
+# --- TRL's own OpenRewardSpec against the ORS front (/ors) of the same servers ----------------------------------
+
+ORS_ENVIRONMENTS = {"weather": "example_single_tool_call", "workplace": "workplace_assistant"}
+
+
+@pytest.fixture(scope="module")
+def ors_results(
+    trainer_python: Path, served: dict[str, tuple[str, Path]], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    work = tmp_path_factory.mktemp("trl_ors")
+    runs = [
+        {
+            "label": name,
+            "ors": {"url": f"{served[name][0]}/ors", "env_name": env_name, "split": "example"},
+            "environments": {name: {"url": served[name][0], "rollouts": str(served[name][1])}},
+            "output_dir": str(work / name),
+        }
+        for name, env_name in ORS_ENVIRONMENTS.items()
+    ]
+    return drive(trainer_python, runs, work)
+
+
+@pytest.mark.parametrize("name", sorted(ORS_ENVIRONMENTS))
+def test_grpo_trainer_with_openrewardspec(
+    name: str, ors_results: dict[str, dict[str, Any]], served: dict[str, tuple[str, Path]]
+) -> None:
+    """GRPOTrainer with TRL's OpenRewardSpec, unchanged: the scripted model calls the recorded tools, then the
+    front's final-answer tool; every reward TRL logged equals /verify's over NeMo Gym's wire."""
+    result = ors_results[name]
+    assert result["global_step"] >= 2
+    assert len(result["samples"]) == N * result["global_step"]
+    for batch in result["batches"]:  # N generations = N ORS sessions = N ngym sessions, live at once
+        assert sum(batch["live_sessions"].values()) == N, batch
+    for step, logged in enumerate(result["logged_means"], 1):
+        group = [s for s in result["samples"] if s["step"] == step]
+        rewards = []
+        for index, sample in enumerate(group):
+            calls = [c["function"]["name"] for m in sample["completion"] for c in m.get("tool_calls") or []]
+            assert calls[-1] == SUBMIT_TOOL and (len(calls) > 1) == (index != N - 1), calls
+            reward, masked, outputs = wire_reward(served[name][0], sample["row"], sample["completion"])
+            assert not masked
+            tool_messages = [m["content"] for m in sample["completion"] if m["role"] == "tool"]
+            assert outputs == tool_messages[:-1]  # the tools ran in ngym; the last is the episode's end
+            assert sample["reward"] == reward, (sample["reward"], reward, sample["completion"])
+            rewards.append(reward)
+        assert math.isclose(logged, sum(rewards) / len(rewards), abs_tol=1e-6)
+    assert any(norm > 0 for norm in result["grad_norms"])
+    assert all(v == 0 for v in result["live_sessions_after"].values()), result["live_sessions_after"]

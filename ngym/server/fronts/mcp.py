@@ -72,18 +72,27 @@ def harvest_tools(app: FastAPI) -> dict[str, MCPTool]:
         name = route.path.lstrip("/")
         if name in RESERVED_NAMES or not _TOOL_NAME.fullmatch(name):
             continue
-        doc = inspect.getdoc(route.endpoint) or route.summary or name.replace("_", " ")
+        doc = inspect.getdoc(route.endpoint) or route.description or route.summary or name.replace("_", " ")
         tools[name] = MCPTool(name=name, description=doc.strip().splitlines()[0], input_schema=_body_schema(route))
     return tools
 
 
 def _body_schema(route: APIRoute) -> dict[str, Any]:
+    # A route whose body is a plain dict but documents its schema for /docs (OpenEnv's and verifiers' tools, built
+    # from the environment's own tool specs): that schema is the tool's.
+    declared = ((route.openapi_extra or {}).get("requestBody") or {}).get("content", {}).get("application/json", {})
+    if isinstance(declared.get("schema"), dict) and declared["schema"]:
+        schema: dict[str, Any] = declared["schema"]
+        return schema
     try:
         hints = typing.get_type_hints(route.endpoint)
     except Exception:  # an annotation that does not resolve: accept any object, the route still validates
         return _PERMISSIVE_SCHEMA
     hints.pop("return", None)
-    models = [t for t in hints.values() if isinstance(t, type) and issubclass(t, BaseModel)]
+    # ``BaseModel`` itself (a route taking any object, as workplace_assistant's do) has no schema of its own.
+    models = [t for t in hints.values() if isinstance(t, type) and issubclass(t, BaseModel) and t is not BaseModel]
+    if not models and any(t is BaseModel for t in hints.values()):
+        return _PERMISSIVE_SCHEMA
     if not models:
         return _EMPTY_SCHEMA
     return models[0].model_json_schema() if len(models) == 1 else _PERMISSIVE_SCHEMA

@@ -9,7 +9,8 @@ seed and close). Open-source nginx can only hash a key (``hash $cookie_x consist
 back to the worker that happened to create it (its ``sticky learn`` is in the commercial edition only).
 
 Routing, in order: the session cookie's value; the ``/ng-rollout/<id>/`` prefix; the typed body's
-``resources_session_id`` (``/seed_session``, ``/close_session``); else least connections. A worker that fails its
+``resources_session_id`` (``/seed_session``, ``/close_session``); an ORS session's ``X-Session-ID`` header (the
+ORS front keeps an ORS session in the process that seeded it); else least connections. A worker that fails its
 health check (``GET /livez``) is left out and its sessions' requests go to another worker (``option redispatch``),
 which does not hold them: a verify there is masked ``session_lost`` and a tool call is 410
 (``ngym.server.sessions.lost``), never a wrong reward. A request is retried on another worker only when the
@@ -108,6 +109,7 @@ backend workers
     stick store-response res.cook({cookie_name})
     stick on path,field(3,/) table rollout_ids if {{ path_beg /ng-rollout/ }}
     stick on req.body,json_query('$.resources_session_id') table typed_ids if {{ {typed_paths} }}
+    stick on req.hdr(x-session-id) table ors_ids if {{ req.hdr(x-session-id) -m found }}
     # which worker answered: for logs and tests (set by HAProxy, costs the workers nothing)
     http-response set-header X-Ngym-Worker %s
 {servers}
@@ -116,6 +118,9 @@ backend rollout_ids
     stick-table type string len 256 size {size} expire {ttl}s
 
 backend typed_ids
+    stick-table type string len 256 size {size} expire {ttl}s
+
+backend ors_ids
     stick-table type string len 256 size {size} expire {ttl}s
 """
 

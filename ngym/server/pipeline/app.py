@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from ngym.errors import ConfigError, PluginError
 from ngym.plugins import manager as plugin_manager
+from ngym.server.fronts.ors.mount import mount_ors
 from ngym.server.hosting.env_loop import serve_on_environment_loop
 from ngym.server.pipeline.middleware import raise_server_exceptions
 from ngym.server.pipeline.resources import SimpleResourcesServer
@@ -130,6 +131,8 @@ def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> Fas
     if app_plugins:
         plugin_manager.get_plugin_manager().hook.ngym_extend_app(app=app, server=server)
     put_tool_routes_first(app)
+    # The protocol fronts, each under a path of its own and imported on its first request (ngym.server.fronts).
+    mount_ors(server, app)
     serve_on_environment_loop(app, server)  # the author's coroutines on a loop of their own, when it wants one
     if server.config.expose_tools_over_mcp:  # after the plugins: their tool routes are exposed too
         # Imported here: it brings httpx and the mcp SDK, which servers without the flag never load.

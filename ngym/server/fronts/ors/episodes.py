@@ -1,0 +1,201 @@
+"""ORS sessions as ngym sessions: seeded with the row, tools run by their routes, the final answer by ``/verify``.
+
+An ``Episode`` is what the ORS protocol adds to one ngym session and nothing more: the session's cookie (the
+session itself, its state and its lifetime stay with the server's session manager), the row it was seeded
+with, and the calls made so far (the trajectory ``/verify`` will read). Every step is an in-process request to
+the environment's own app (``inprocess.post``), carrying the session's cookie as a NeMo Gym agent would.
+
+Lifecycle: ``create`` seeds (``POST /seed_session``); the final-answer tool verifies (the server closes the
+session after verify, or the front closes it when ``close_session_after_verify`` is off); ``delete`` (the client's
+``/delete``) closes an unfinished session (``POST /close_session``) and forgets the episode. A lost session
+(a tool route answering 410) ends the episode with no reward. Episodes idle past the server's session TTL
+(whose ngym session the server has already expired) are forgotten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ngym.server.fronts.ors import inprocess, trajectory, wire
+from ngym.server.fronts.ors.tools import SUBMIT_ARGUMENT, Toolbox, ToolSpec
+from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+    from ngym.server.pipeline.resources import SimpleResourcesServer
+
+log = logging.getLogger("ngym.ors")
+
+#: Results kept per episode for clients that resume a cut ``/call`` stream by its task id.
+KEPT_RESULTS = 4
+_SWEEP_SECONDS = 30.0
+
+
+class FrontError(Exception):
+    """A request the front refuses: HTTP ``status`` with ``detail`` (what to fix)."""
+
+    def __init__(self, status: int, detail: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass
+class Episode:
+    sid: str
+    row: dict[str, Any]
+    cookie: bytes
+    tools: dict[str, ToolSpec]
+    steps: list[trajectory.Step] = field(default_factory=list)
+    finished: bool = False
+    closed: bool = False
+    last_used: float = field(default_factory=time.monotonic)
+    results: dict[str, asyncio.Future[str]] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Episodes:
+    """The live ORS sessions of one server, by ORS session id."""
+
+    def __init__(self, server: SimpleResourcesServer, app: ASGIApp, toolbox: Toolbox) -> None:
+        self.server = server
+        self.app = app
+        self.toolbox = toolbox
+        self._live: dict[str, Episode] = {}
+        self._swept = time.monotonic()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+
+    async def create(self, sid: str, row: dict[str, Any]) -> Episode:
+        """Seed an ngym session with ``row`` for the ORS session ``sid`` (400 if ``sid`` already has one)."""
+        self._sweep()
+        if sid in self._live:
+            raise FrontError(400, f"session {sid!r} already exists")
+        if len(self._live) >= self.server.config.max_sessions:
+            self._forget_finished()
+        answer = await inprocess.post(self.app, "/seed_session", json.dumps(row).encode())
+        if answer.status >= 400:
+            # The environment's own refusal (422 for a row it does not accept, 503 when full), passed on as is.
+            raise FrontError(answer.status, _detail(answer.text))
+        if answer.set_cookie is None:
+            raise FrontError(500, "the environment's /seed_session answered without a session cookie")
+        cookie = answer.set_cookie.split(b";", 1)[0]
+        episode = Episode(sid=sid, row=row, cookie=cookie, tools=self.toolbox.for_row(row))
+        self._live[sid] = episode
+        return episode
+
+    def get(self, sid: str) -> Episode:
+        episode = self._live.get(sid)
+        if episode is None:
+            raise FrontError(404, f"no ORS session {sid!r}: POST /create first (it may have been deleted or expired)")
+        episode.last_used = time.monotonic()
+        return episode
+
+    async def delete(self, sid: str) -> None:
+        """Forget an episode, closing its ngym session unless it is closed already. Unknown ids are fine."""
+        episode = self._live.pop(sid, None)
+        if episode is not None:
+            await self._close(episode)
+
+    async def _close(self, episode: Episode) -> None:
+        if episode.closed:
+            return
+        episode.closed = True
+        answer = await inprocess.post(self.app, "/close_session", b"{}", episode.cookie)
+        if answer.status >= 400:
+            log.warning("ORS session %s: /close_session answered %s: %s", episode.sid, answer.status, answer.text[:200])
+
+    def _forget_finished(self) -> None:
+        """Forget the finished episodes a client never deleted (their sessions are closed), oldest first, down to
+        half the server's ``max_sessions``: the table stays bounded when clients skip ``/delete``."""
+        finished = sorted((e.last_used, sid) for sid, e in self._live.items() if e.finished)
+        excess = len(self._live) - self.server.config.max_sessions // 2
+        for _, sid in finished[: max(0, excess)]:
+            del self._live[sid]
+
+    def _sweep(self) -> None:
+        """Forget episodes idle longer than the server's session TTL (the server expired their sessions)."""
+        now = time.monotonic()
+        if now - self._swept < _SWEEP_SECONDS:
+            return
+        self._swept = now
+        ttl = self.server.config.session_ttl_seconds
+        for sid in [sid for sid, e in self._live.items() if now - e.last_used > ttl]:
+            del self._live[sid]
+
+    # ---- steps -------------------------------------------------------------------------------------
+
+    async def call(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Run one ORS tool call; the ``RunToolOutput`` answer (as a dict)."""
+        async with episode.lock:  # one step at a time: the trajectory keeps the order the tools ran in
+            if episode.finished:
+                return wire.tool_error("the episode has finished; start a new session", "episode_finished")
+            if name == self.toolbox.submit_name:
+                answer = arguments.get(SUBMIT_ARGUMENT)
+                if not isinstance(answer, str) or set(arguments) - {SUBMIT_ARGUMENT}:
+                    return wire.tool_error(f"{name} takes one string argument, {SUBMIT_ARGUMENT!r}", "input_validation")
+                return await self._submit(episode, answer)
+            if name not in episode.tools:
+                available = sorted(episode.tools)
+                return wire.tool_error(f"unknown tool {name!r}; available tools: {available}", "not_found")
+            return await self._run_tool(episode, name, arguments)
+
+    async def _run_tool(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        answer = await inprocess.post(self.app, f"/{name}", json.dumps(arguments).encode(), episode.cookie)
+        if answer.status == 410:  # the session's state is gone: the rollout cannot be scored
+            episode.finished = True
+            await self.delete(episode.sid)
+            return wire.tool_success(
+                answer.text, reward=None, finished=True, metadata=trajectory.lost_metadata(_detail(answer.text))
+            )
+        # NeMo Gym's agent keeps every answer, errors included, as the call's output: so does the trajectory.
+        episode.steps.append(trajectory.Step(name, arguments, answer.text))
+        if answer.status == 422:
+            return wire.tool_error(answer.text, "input_validation")
+        return wire.tool_success(answer.text, reward=None, finished=False, metadata=None)
+
+    async def _submit(self, episode: Episode, final_text: str) -> dict[str, Any]:
+        row = episode.row
+        response = trajectory.response(episode.steps, final_text, row, f"resp_ors_{episode.sid}")
+        answer = await inprocess.post(
+            self.app, "/verify", json.dumps({**row, "response": response}).encode(), episode.cookie
+        )
+        episode.finished = True
+        if answer.status >= 400:
+            await self._close(episode)
+            metadata = {"mask_sample": True, "failure_kind": VERIFIER_ERROR, "failure_reason": answer.text[:2000]}
+            return wire.tool_success(
+                f"verify failed (HTTP {answer.status})", reward=None, finished=True, metadata=metadata
+            )
+        if self.server.config.close_session_after_verify:
+            episode.closed = True  # the server closed it after verify
+        else:
+            await self._close(episode)
+        verified = answer.body and json.loads(answer.body)
+        if not isinstance(verified, dict):
+            return wire.tool_success("verify answered no object", reward=None, finished=True, metadata=None)
+        reward = trajectory.reward_of(verified)
+        text = (
+            "The episode is over: no reward (masked)." if reward is None else f"The episode is over. Reward: {reward}"
+        )
+        return wire.tool_success(
+            text, reward=reward, finished=True, metadata=trajectory.outcome_metadata(verified, row)
+        )
+
+
+def _detail(text: str) -> Any:
+    """An answer's ``detail`` (its JSON ``detail`` field when it has one, else the text)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    return data.get("detail", data) if isinstance(data, dict) else data

@@ -1,0 +1,106 @@
+"""Mount the ORS front under ``/ors`` on a server app; the front itself is imported on its first request.
+
+ORS clients reach it two ways:
+
+- under ``/ors`` (``http://HOST:PORT/ors/tools``, ``.../ors/<env_name>/call``): any client that keeps a base
+  URL's path;
+- at the root, as the ``openreward`` SDK sends them: its HTTP client (aiohttp) drops a base URL's path, so
+  ``OPENREWARD_SESSION_URL=http://HOST:PORT/ors/`` makes it request ``http://HOST:PORT/call``. A root request
+  is ORS's when its first path segment is an ORS route **and** it carries ORS's ``X-Session-ID`` header or asks
+  for an event stream (``/create_session``); NeMo Gym's wire sends neither, so a tool route named like an ORS
+  route (``/call``, ``/prompt``) still answers NeMo Gym's agents.
+
+This module imports nothing heavy: building an app pays one middleware, and a request on NeMo Gym's wire pays one
+prefix check and one set lookup of its first path segment.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from ngym.server.pipeline.resources import SimpleResourcesServer
+
+MOUNT_PATH = "/ors"
+#: First path segments of the ORS routes a root request may be (``/<env_name>/...`` forms aside: the SDK sends
+#: bare paths for an environment named by a base URL).
+ROOT_SEGMENTS = frozenset(
+    {
+        "create_session", "delete_session", "create", "delete", "ping", "call", "prompt", "messages", "task_tools",
+        "tools", "splits", "tasks", "num_tasks", "task", "task_range", "score_group", "list_environments", "version",
+    }
+)  # fmt: skip
+
+
+class _LazyFront:
+    """The ORS router of one server, built on the first request to it, behind the server's request limits."""
+
+    def __init__(self, server: SimpleResourcesServer, app: FastAPI) -> None:
+        self._server = server
+        self._app = app
+        self._router: Any = None
+
+    @property
+    def router(self) -> Any:
+        if self._router is None:
+            # Imported here: the front (its modules, pydantic models, the tool harvest) is loaded only by servers
+            # an ORS client talks to.
+            from ngym.server.fronts.ors.front import build_front
+            from ngym.server.pipeline.request_limits import RequestLimitsMiddleware
+
+            config = self._server.config
+            self._router = RequestLimitsMiddleware(
+                build_front(self._server, self._app).router(),
+                max_body_bytes=config.max_request_body_bytes,
+                body_timeout_seconds=config.request_body_timeout_seconds,
+            )
+        return self._router
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.router(scope, receive, send)
+
+
+def is_ors_request(scope: Any) -> bool:
+    """Whether a root request is the ``openreward`` SDK's (see the module docstring)."""
+    path: str = scope["path"]
+    if path.partition("/")[2].partition("/")[0] not in ROOT_SEGMENTS:
+        return False
+    for name, value in scope.get("headers", ()):
+        if name == b"x-session-id" or (name == b"accept" and b"text/event-stream" in value):
+            return True
+    return False
+
+
+class ORSRequests:
+    """Plain-ASGI middleware, outermost on the app: ORS requests (``/ors/...``, and the SDK's at the root) go
+    straight to the front, past the app's session middleware and routes (the front's own calls into the app go
+    through them all); every other request passes on after one prefix check and one set lookup."""
+
+    def __init__(self, app: Any, front: _LazyFront) -> None:
+        self.app = app
+        self.front = front
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            path: str = scope["path"]
+            if path.startswith(MOUNT_PATH) and (len(path) == len(MOUNT_PATH) or path[len(MOUNT_PATH)] == "/"):
+                # "/ors//ping": the SDK's "{base_url}/ping" with a base URL ending in "/"
+                await self.front(_relative(scope, "/" + path[len(MOUNT_PATH) :].lstrip("/")), receive, send)
+                return
+            if is_ors_request(scope):
+                await self.front(_relative(scope, path), receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _relative(scope: Any, path: str) -> Any:
+    return {**scope, "path": path, "raw_path": path.encode(), "root_path": scope.get("root_path", "") + MOUNT_PATH}
+
+
+def mount_ors(server: SimpleResourcesServer, app: FastAPI) -> None:
+    """Serve ``server``'s environment over ORS at ``/ors`` on ``app`` (and the SDK's root requests)."""
+    if any(getattr(route, "path", None) in (MOUNT_PATH, MOUNT_PATH + "/{path:path}") for route in app.router.routes):
+        return  # the app serves its own /ors: it keeps it
+    app.add_middleware(ORSRequests, front=_LazyFront(server, app))

@@ -1,0 +1,103 @@
+"""An environment's tools as ORS tool specs: its tool routes with their bodies' JSON Schema, plus the final answer.
+
+The tool routes are the ones MCP exposure serves (every ``POST /<name>`` that is not a protocol route, found by
+``ngym.server.fronts.mcp.harvest_tools``). A session whose row declares its tools
+(``responses_create_params.tools``, as NeMo Gym rows do) sees those, with the row's own descriptions and
+parameter schemas: what the model would have been shown on NeMo Gym's wire.
+
+Every environment also gets one **final-answer tool**, ``submit_answer(answer)``: the model calls it with its
+final answer (for a math or judge environment: the answer ``/verify`` grades; for a tool environment: its closing
+message). It ends the episode: the front builds the Responses trajectory, calls ``/verify``, and answers with the
+reward and ``finished: true``. It is also advertised as ORS's terminal tool, so a harness that treats a plain
+assistant message as the end of the rollout feeds that message to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI
+
+from ngym.server.fronts.mcp import harvest_tools
+
+SUBMIT_TOOL = "submit_answer"
+SUBMIT_ARGUMENT = "answer"
+_SUBMIT_DESCRIPTION = (
+    "Submit your final answer and end the episode. Call it once, last, with the answer (or, after using the "
+    "other tools, your closing message); the reward comes back with it."
+)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    def as_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+class Toolbox:
+    """The tool routes of one app (harvested once) and the final-answer tool's name."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.routes = {
+            tool.name: ToolSpec(tool.name, tool.description, tool.input_schema) for tool in harvest_tools(app).values()
+        }
+        # A tool route already called submit_answer keeps its name; the final answer takes another.
+        self.submit_name = SUBMIT_TOOL if SUBMIT_TOOL not in self.routes else f"ors_{SUBMIT_TOOL}"
+        self.submit = ToolSpec(
+            self.submit_name,
+            _SUBMIT_DESCRIPTION,
+            {
+                "type": "object",
+                "properties": {SUBMIT_ARGUMENT: {"type": "string", "description": "Your final answer."}},
+                "required": [SUBMIT_ARGUMENT],
+            },
+        )
+
+    def for_row(self, row: dict[str, Any] | None) -> dict[str, ToolSpec]:
+        """The tools of a session seeded with ``row`` (all tool routes without a row), final answer last."""
+        declared = _declared(row)
+        if declared is None:
+            tools = dict(self.routes)
+        else:
+            tools = {name: spec for name, spec in declared.items() if name in self.routes}
+        tools[self.submit_name] = self.submit
+        return tools
+
+    def listing(self, row: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A ``ListToolsOutput``: the tools, and the final-answer tool as the terminal tool."""
+        tools = self.for_row(row)
+        return {
+            "tools": [spec.as_wire() for spec in tools.values()],
+            "terminal_tool": {"name": self.submit_name, "arg": SUBMIT_ARGUMENT, "description": self.submit.description},
+            "supports_score_group": False,
+            "message_block_types": ["text"],
+        }
+
+
+def _declared(row: dict[str, Any] | None) -> dict[str, ToolSpec] | None:
+    """The function tools a row declares, or None when it declares none (then every route is offered)."""
+    if not row:
+        return None
+    declared = (row.get("responses_create_params") or {}).get("tools")
+    if not isinstance(declared, list) or not declared:
+        return None
+    tools: dict[str, ToolSpec] = {}
+    for tool in declared:
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            continue
+        nested = tool.get("function")
+        function: dict[str, Any] = nested if isinstance(nested, dict) else tool  # Chat's form or Responses'
+        name = function.get("name")
+        if isinstance(name, str) and name:
+            schema = function.get("parameters")
+            tools[name] = ToolSpec(
+                name,
+                str(function.get("description") or name.replace("_", " ")),
+                schema if isinstance(schema, dict) else {"type": "object", "properties": {}},
+            )
+    return tools
