@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import json
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ngym.cli.progress import Ticker
 from ngym.errors import ConfigError
+from ngym.fleet.bringup import FleetAlreadyUp, Reporter
+from ngym.fleet.engines import Engine
+from ngym.fleet.engines import engine as fleet_engine
+from ngym.fleet.lock import stop_running_up, up_lock
 from ngym.fleet.spec import FleetSpec, load_fleet
 from ngym.fleet.state import FleetState
 
@@ -28,11 +33,27 @@ def _state(spec: FleetSpec) -> FleetState:
     return state
 
 
-def _engine(name: str) -> Any:
-    """The engine module (``up``, ``down``, ``Reporter``); imported when used: Docker's SDK and Ray are heavy."""
-    return importlib.import_module(
-        f"ngym.fleet.{ {'local': 'local', 'compose': 'compose', 'ray': 'ray_engine'}[name] }"
-    )
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler) interrupts like Ctrl-C for the block."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_started(spec: FleetSpec, engine: Engine) -> list[str]:
+    """Stop every process the saved state names (an interrupted or failed ``up``) and forget the state."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    state = FleetState.load(spec.state_dir())
+    stopped: list[str] = engine.down(state) if state is not None else []
+    (spec.state_dir() / "state.json").unlink(missing_ok=True)
+    return stopped
 
 
 @click.command("up", short_help="Bring up a fleet of environments from a file.")
@@ -61,15 +82,33 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
             "as its deployment.yaml says)"
         )
         return
-    engine = _engine(spec.engine)
-    reporter = engine.Reporter(lambda line: click.echo(f"  {line}", err=True))
-    click.echo(
-        f"ngym up: fleet {spec.name!r} ({spec.engine}): {len(spec.environments)} environment(s), "
-        f"{len(spec.servers)} other server(s)",
-        err=True,
-    )
-    with Ticker("ngym up", lambda: reporter.status):
-        state = engine.up(spec, reporter, startup_seconds)
+    with up_lock(spec.state_dir(), spec.name), _signals_interrupt():
+        engine = fleet_engine(spec.engine)
+        reporter = Reporter(lambda line: click.echo(f"  {line}", err=True))
+        click.echo(
+            f"ngym up: fleet {spec.name!r} ({spec.engine}): {len(spec.environments)} environment(s), "
+            f"{len(spec.servers)} other server(s)",
+            err=True,
+        )
+        try:
+            with Ticker("ngym up", lambda: reporter.status):
+                state = engine.up(spec, reporter, startup_seconds)
+        except FleetAlreadyUp:  # refused before starting anything: what runs is another `up`'s
+            raise
+        except BaseException as exc:  # Ctrl-C, SIGTERM, an error: nothing it started is left running
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+            stopped = _stop_started(spec, engine)
+            if isinstance(exc, KeyboardInterrupt):
+                click.echo(f"ngym up: interrupted; stopped the {len(stopped)} process(es) it had started", err=True)
+                sys.exit(130)
+            raise
+        if state.servers and not any(r.ok and (r.process or r.replicas or r.service) for r in state.servers.values()):
+            _stop_started(spec, engine)
+            click.echo(
+                f"ngym up: nothing came up ({len(state.servers)} failed, each named above); nothing is left running",
+                err=True,
+            )
+            sys.exit(1)
     failed = {n: r for n, r in state.servers.items() if not r.ok}
     head = f"http://{state.head.host}:{state.head.port}"
     click.echo(f"global config: {spec.state_dir() / 'global_config.yaml'}")
@@ -77,10 +116,7 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
         f"head server:   {head}  (NeMo Gym: +head_server.host={state.head.host} +head_server.port={state.head.port})"
     )
     for name, record in state.servers.items():
-        click.echo(
-            f"  {name:<24} {'up' if record.ok else 'FAILED':<7} http://{record.host}:{record.port}"
-            + (f"  {record.reason}" if not record.ok else "")
-        )
+        click.echo(f"  {name:<24} {'up' if record.ok else 'FAILED':<7} http://{record.host}:{record.port}")
     if failed:
         click.echo(
             f"ngym up: {len(failed)} of {len(state.servers)} failed: {', '.join(failed)} "
@@ -117,8 +153,17 @@ def status(fleet_file: Path, interval: float, as_json: bool) -> None:
 def down(fleet_file: Path) -> None:
     """Stop every process (or container) `ngym up` started for FLEET_FILE; nothing of it is left running."""
     spec = load_fleet(fleet_file)
-    state = _state(spec)
-    engine = _engine(state.engine)
+    if spec.engine == "kubernetes":
+        _state(spec)  # says to use kubectl
+    interrupted = stop_running_up(spec.state_dir())  # a running `up` stops what it started first
+    state = FleetState.load(spec.state_dir())
+    if state is None:
+        if interrupted is None:
+            click.echo(f"ngym down: fleet {spec.name!r} is not up: nothing to stop")
+        else:
+            click.echo(f"ngym down: fleet {spec.name!r}: stopped the `ngym up` in progress (pid {interrupted})")
+        return
+    engine = fleet_engine(state.engine)
     with Ticker("ngym down"):
         stopped = engine.down(state)
     (spec.state_dir() / "state.json").unlink(missing_ok=True)

@@ -113,8 +113,13 @@ def profile(
     from ngym.profiling.report import check, render_json, render_summary
     from ngym.profiling.sweep import check_sweep, parse_user_steps, render_sweep
 
+    resolved = _fleet_target(target, fleet)
+    if data is None and fleet:
+        from ngym.fleet.data import PROFILE_ORDER, fleet_data
+
+        data = fleet_data(fleet, target, resolved, PROFILE_ORDER)
     options = ProfileOptions(
-        target=_fleet_target(target, fleet),
+        target=resolved,
         users=users,
         spawn_rate=spawn_rate,
         duration_s=parse_duration(duration),

@@ -111,8 +111,13 @@ def rollout(
     # Retries are worth seeing: the openai client logs each one ("Retrying request in ...") at INFO.
     logging.getLogger("openai._base_client").setLevel(logging.INFO)
     resolved = fleet_target(target, fleet)
-    if data is None:
-        data = default_data(target if fleet else resolved)
+    if data is None and fleet:
+        from ngym.fleet.data import ROLLOUT_ORDER, fleet_data
+
+        data = fleet_data(fleet, target, resolved, ROLLOUT_ORDER)
+        click.echo(f"ngym: no --data: rolling out {target}'s example data, {data}", err=True)
+    elif data is None:
+        data = default_data(resolved)
         click.echo(f"ngym: no --data: rolling out {target}'s example data, {data}", err=True)
     options = RolloutOptions(
         target=resolved,

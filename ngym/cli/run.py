@@ -18,6 +18,7 @@ from ngym.config_tree import ConfigTree, load_tree
 from ngym.errors import ConfigError
 from ngym.model_urls import export_global_config, export_model_instances, export_model_urls
 from ngym.readiness import needs
+from ngym.redact import take_secret_overrides
 from ngym.required_env import check_env
 from ngym.server.hosting.host import serve_many, serve_one
 from ngym.server.pipeline.app import ServeSpec
@@ -214,6 +215,7 @@ def run(
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     put_tools_on_path()
+    targets = (*targets, *take_secret_overrides())  # a parent's secret key=value: never on a command line
     urls = export_model_urls(model_urls)  # before any server starts: worker processes inherit it
     specs = build_specs(targets, host, port)  # exports the YAML configs it was given
     export_model_instances(urls)

@@ -38,6 +38,33 @@ def _k8s_security_context(options: RunOptions) -> dict[str, Any]:
     return context
 
 
+def k8s_deployment(
+    name: str, labels: dict[str, str], containers: list[dict[str, Any]], replicas: int = 1, **pod: Any
+) -> dict[str, Any]:
+    """A Deployment of ``replicas`` pods labelled ``labels`` running ``containers`` (``pod``: more pod spec fields,
+    e.g. ``volumes``). Every Deployment ngym writes (an environment's, its Redis, a fleet's head server) is this."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": containers, **pod}},
+        },
+    }
+
+
+def k8s_service(name: str, labels: dict[str, str], port_name: str, port: int) -> dict[str, Any]:
+    """A Service selecting the pods labelled ``labels``: ``port`` to their port named ``port_name``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"selector": labels, "ports": [{"name": port_name, "port": port, "targetPort": port_name}]},
+    }
+
+
 def k8s_documents(spec: DeploySpec) -> dict[str, list[dict[str, Any]]]:
     """The Kubernetes objects, by file name (``render_k8s`` dumps them)."""
     labels = _labels(spec, "env")
@@ -57,25 +84,8 @@ def k8s_documents(spec: DeploySpec) -> dict[str, list[dict[str, Any]]]:
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": _k8s_security_context(spec.run_options),
     }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": spec.app, "labels": labels},
-        "spec": {
-            "replicas": spec.replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [container], "terminationGracePeriodSeconds": 30},
-            },
-        },
-    }
-    service: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": spec.app, "labels": labels},
-        "spec": {"selector": labels, "ports": [{"name": "http", "port": spec.port, "targetPort": "http"}]},
-    }
+    deployment = k8s_deployment(spec.app, labels, [container], spec.replicas, terminationGracePeriodSeconds=30)
+    service = k8s_service(spec.app, labels, "http", spec.port)
     if spec.affinity:
         service["spec"]["sessionAffinity"] = "ClientIP"
         service["spec"]["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": 10800}}
@@ -141,43 +151,22 @@ def k8s_documents(spec: DeploySpec) -> dict[str, list[dict[str, Any]]]:
         redis_labels = _labels(spec, "redis")
         redis_name = f"{spec.app}-redis"
         docs["redis.yaml"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": redis_name, "labels": redis_labels},
-                "spec": {
-                    "replicas": 1,
-                    "selector": {"matchLabels": redis_labels},
-                    "template": {
-                        "metadata": {"labels": redis_labels},
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "redis",
-                                    "image": spec.redis_image,
-                                    "args": ["--save", "", "--appendonly", "no"],
-                                    "ports": [{"name": "redis", "containerPort": REDIS_PORT}],
-                                    "readinessProbe": {
-                                        "exec": {"command": ["redis-cli", "ping"]},
-                                        "periodSeconds": 5,
-                                    },
-                                    "livenessProbe": {"tcpSocket": {"port": "redis"}, "periodSeconds": 10},
-                                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-                                }
-                            ]
-                        },
-                    },
-                },
-            },
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": redis_name, "labels": redis_labels},
-                "spec": {
-                    "selector": redis_labels,
-                    "ports": [{"name": "redis", "port": REDIS_PORT, "targetPort": "redis"}],
-                },
-            },
+            k8s_deployment(
+                redis_name,
+                redis_labels,
+                [
+                    {
+                        "name": "redis",
+                        "image": spec.redis_image,
+                        "args": ["--save", "", "--appendonly", "no"],
+                        "ports": [{"name": "redis", "containerPort": REDIS_PORT}],
+                        "readinessProbe": {"exec": {"command": ["redis-cli", "ping"]}, "periodSeconds": 5},
+                        "livenessProbe": {"tcpSocket": {"port": "redis"}, "periodSeconds": 10},
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                    }
+                ],
+            ),
+            k8s_service(redis_name, redis_labels, "redis", REDIS_PORT),
         ]
     return docs
 

@@ -4,7 +4,7 @@ For each environment the existing pipeline (``ngym.containerize``) builds its im
 the image is its isolation) and writes its Compose project (``replicas`` copies, Redis for shareable state,
 nginx with session affinity for in-process state); ``docker compose up -d`` runs it with its load balancer
 published on the environment's one URL. The head server and any NeMo Gym servers run as local processes
-(``ngym.fleet.local.finish``). ``down`` runs ``docker compose down`` for each project and stops the processes.
+(``ngym.fleet.bringup.finish``). ``down`` runs ``docker compose down`` for each project and stops the processes.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from pathlib import Path
 
 from ngym.child_server import free_port
 from ngym.errors import NgymError
+from ngym.fleet.bringup import Reporter, answers, finish, new_state, stop_processes
 from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.launch import environment_target
-from ngym.fleet.local import Reporter, answers, finish, new_state
-from ngym.fleet.local import down as local_down
 from ngym.fleet.spec import FleetSpec
 from ngym.fleet.state import FleetState, ServerRecord
 
@@ -123,7 +122,7 @@ def down(state: FleetState, timeout: float = 10.0) -> list[str]:
                 stopped.append(name)
             except NgymError:
                 pass
-    return sorted([*stopped, *local_down(state, timeout)])
+    return sorted([*stopped, *stop_processes(state, timeout)])
 
 
 def _compose(

@@ -2,8 +2,12 @@
 
 NeMo Gym's ``ServerClient.load_from_global_config`` GETs ``/global_config_dict_yaml`` from the head server
 named in its own (CLI) config and parses the body as JSON holding the YAML text; ``/server_instances`` lists the
-running servers. Run as ``python -m ngym.fleet.head CONFIG.yaml INSTANCES.json HOST PORT``; it rereads the
-files on each request, so ``up`` can add servers after it started.
+running servers. Secrets are masked in what it serves (:func:`ngym.redact.redact`: keys, tokens, passwords,
+values of secret environment variables): the servers the fleet starts read the whole config from their
+environment, and anyone who can reach the head server's port can read what it serves.
+
+Run as ``python -m ngym.fleet.head CONFIG.yaml INSTANCES.json HOST PORT``; it rereads the files on each request,
+so ``up`` can add servers after it started.
 """
 
 from __future__ import annotations
@@ -13,8 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+
+from ngym.fleet.global_config import dump
+from ngym.redact import redact
 
 
 def create_head_app(config_path: Path, instances_path: Path) -> FastAPI:
@@ -35,7 +43,7 @@ def create_head_app(config_path: Path, instances_path: Path) -> FastAPI:
     async def global_config_dict_yaml() -> Any:
         if not config_path.is_file():
             return JSONResponse({"detail": "the fleet is still starting: no global config yet"}, status_code=503)
-        return config_path.read_text()
+        return dump(redact(yaml.safe_load(config_path.read_text()) or {}))
 
     @app.get("/server_instances")
     async def server_instances() -> Any:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ngym.containerize.deploy import DeploySpec, _dump
-from ngym.containerize.k8s import render_k8s
+from ngym.containerize.k8s import k8s_deployment, k8s_service, render_k8s
 from ngym.containerize.spec import CONTAINER_PORT, LOCAL_BASE_IMAGE, RunOptions
 from ngym.fleet.global_config import build_global_config, dump
 from ngym.fleet.spec import FleetSpec
@@ -93,28 +93,10 @@ def head_documents(name: str, config_yaml: str, image: str) -> list[dict[str, An
             "metadata": {"name": f"{name}-config", "labels": labels},
             "data": {"global_config.yaml": config_yaml, "server_instances.json": "[]"},
         },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "containers": [container],
-                        "volumes": [{"name": "config", "configMap": {"name": f"{name}-config"}}],
-                    },
-                },
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"selector": labels, "ports": [{"name": "http", "port": HEAD_PORT, "targetPort": "http"}]},
-        },
+        k8s_deployment(
+            name, labels, [container], volumes=[{"name": "config", "configMap": {"name": f"{name}-config"}}]
+        ),
+        k8s_service(name, labels, "http", HEAD_PORT),
     ]
 
 

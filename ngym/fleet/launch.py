@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec, ServerSpec
+from ngym.redact import is_secret_key, secret_overrides_env
 
 
 def environment_target(spec: FleetSpec, env: EnvironmentSpec, name: str = "") -> str:
@@ -30,7 +31,15 @@ def environment_args(spec: FleetSpec, env: EnvironmentSpec, name: str = "") -> l
     args = ["-m", "ngym.cli", "run", environment_target(spec, env, name)]
     if env.workers > 1:
         args += ["--workers", str(env.workers)]
-    return args + [f"{key}={_override_value(value)}" for key, value in env.config.items()]
+    return args + [f"{key}={_override_value(value)}" for key, value in env.config.items() if not is_secret_key(key)]
+
+
+def environment_env(env: EnvironmentSpec) -> dict[str, str]:
+    """What an environment's unit gets in its environment besides ours: its secret overrides (``session_secret``,
+    ``api_key``...), which a command line would show to every local user."""
+    return secret_overrides_env(
+        [f"{key}={_override_value(value)}" for key, value in env.config.items() if is_secret_key(key)]
+    )
 
 
 def _override_value(value: object) -> str:

@@ -9,49 +9,27 @@ its reason and left out of the global config; the others come up. ``down`` stops
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import threading
-import time
-import urllib.error
-import urllib.request
+import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Protocol
 
-from ngym.child_server import free_port
-from ngym.errors import NgymError
-from ngym.fleet.global_config import build_global_config, dump
+from ngym.child_server import LOOPBACK, free_port
+from ngym.errors import ConfigError, NgymError
+from ngym.fleet.bringup import (
+    STARTUP_SECONDS,
+    Reporter,
+    finish,
+    new_state,
+    recorded,
+    spawn_server,
+    stop_processes,
+    wait_for,
+)
+from ngym.fleet.front import start_front
 from ngym.fleet.isolation import ensure_venv
-from ngym.fleet.launch import environment_command, server_command, server_env
+from ngym.fleet.launch import environment_command, environment_env, environment_target
 from ngym.fleet.spec import FleetSpec
-from ngym.fleet.state import FleetState, ProcessRecord, ServerRecord, proc_start_time, stop_process
-
-#: seconds a server has to answer after its process started (NGYM_FLEET_STARTUP_SECONDS overrides)
-STARTUP_SECONDS = 180.0
-
-
-class Reporter:
-    """Where ``up`` reports: ``line`` for events worth a line, ``status`` for a progress line to redraw."""
-
-    def __init__(self, line: Callable[[str], None] = lambda _: None) -> None:
-        self.line = line
-        self.status = ""
-
-
-def new_state(spec: FleetSpec, engine: str) -> FleetState:
-    """A fresh state for ``up`` (refused while a previous ``up`` of this fleet still runs)."""
-    state_dir = spec.state_dir()
-    (state_dir / "logs").mkdir(parents=True, exist_ok=True)
-    previous = FleetState.load(state_dir)
-    if previous is not None and (previous.project or any(r.process and r.process.alive() for r in _records(previous))):
-        raise NgymError(f"fleet {spec.name!r} is already up (state in {state_dir}); `ngym down` it first")
-    head_port = int(spec.head_server.get("port", 11000)) or free_port(spec.host)
-    head_host = str(spec.head_server.get("host", spec.host))
-    for path in (state_dir / "global_config.yaml", state_dir / "server_instances.json"):
-        path.unlink(missing_ok=True)
-    return FleetState(name=spec.name, engine=engine, head=ServerRecord(kind="head", host=head_host, port=head_port))
+from ngym.fleet.state import FleetState, ServerRecord, stop_process
+from ngym.server.hosting.haproxy import HAPROXY_INSTALL_HINT, haproxy_binary
 
 
 def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float = STARTUP_SECONDS) -> FleetState:
@@ -61,9 +39,12 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
     state_dir = spec.state_dir()
     logs = state_dir / "logs"
 
-    # 1. environments: isolation (venvs, possibly slow: one at a time, with progress), then start all
+    fronted = _have_haproxy(report)
+    # 1. environments: isolation (venvs, possibly slow: one at a time, with progress), then start all, each
+    # behind its front (the environment's URL) when HAProxy is here
     for name, env in spec.environments.items():
         port = env.port or free_port(spec.host)
+        unit_host, unit_port = (LOOPBACK, free_port(LOOPBACK)) if fronted else (spec.host, port)
         record = state.servers[name] = ServerRecord(kind="environment", host=spec.host, port=port, workers=env.workers)
         log = logs / f"{name}.log"
         try:
@@ -72,213 +53,47 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             if lines:
                 report.status = f"{name}: virtualenv"
                 python = str(ensure_venv(lines, logs / f"{name}.venv.log", _prefixed(report, name)))
-            cmd = environment_command(spec, env, spec.host, port, python, name)
+            cmd = environment_command(spec, env, unit_host, unit_port, python, name)
+            record.target, record.python = environment_target(spec, env, name), python or ""
         except NgymError as exc:
             record.reason = str(exc)
             report.line(f"{name}: FAILED: {exc}")
             continue
-        record.process = _spawn(cmd, log, cwd=spec.base_dir)
-    state.save(state_dir)
-    _wait(state, [n for n in spec.environments], report, startup_seconds, "/health")
+        with recorded(state, state_dir):
+            record.process = spawn_server(cmd, log, cwd=spec.base_dir, env={**os.environ, **environment_env(env)})
+        if fronted:
+            try:
+                with recorded(state, state_dir):
+                    record.front = start_front(env, (spec.host, port), (unit_host, unit_port), logs, name)
+            except OSError as exc:  # its port is taken
+                record.reason = f"cannot listen on {spec.host}:{port}: {exc.strerror}"
+                report.line(f"{name}: FAILED: {record.reason}")
+                stop_process(record.process)
+    wait_for(state, [n for n in spec.environments], report, startup_seconds, "/health")
+    for record in state.servers.values():
+        if not record.ok and record.front is not None:  # nothing behind it
+            stop_process(record.front)
 
     return finish(spec, state, report, startup_seconds)
 
 
-class RemoteHead(Protocol):
-    """A head server an engine runs elsewhere (the ray engine's front actor): ``state.head`` holds its address
-    before :func:`finish` runs; ``start`` serves the config text there, ``publish`` its ``/server_instances``."""
-
-    def start(self, config_text: str) -> None: ...
-
-    def publish(self, instances_json: str) -> None: ...
-
-
-def finish(
-    spec: FleetSpec,
-    state: FleetState,
-    report: Reporter,
-    startup_seconds: float,
-    head: RemoteHead | None = None,
-    extra_config: dict[str, object] | None = None,
-) -> FleetState:
-    """After the environments answered (on any engine): write the global config with the domains they report
-    (and ``extra_config``'s top-level keys), start the head server (here, or ``head`` where the engine runs it),
-    then the other servers (they read the config at start); save the state."""
-    state_dir = spec.state_dir()
-    logs = state_dir / "logs"
-    head_host, head_port = state.head.host, state.head.port
-    # the global config (environments that came up, with their domains), the head server
-    domains = {name: _domain(state.servers[name]) for name in spec.environments if state.servers[name].ok}
-    for name, server in spec.servers.items():
-        port = int(server.config.get("port") or 0) or free_port(spec.host)
-        state.servers[name] = ServerRecord(kind="server", host=str(server.config.get("host", spec.host)), port=port)
-    named = {n: (r.host, r.port) for n, r in state.servers.items() if r.kind == "server" or r.ok}
-    kept = spec.model_copy(update={"environments": {n: e for n, e in spec.environments.items() if state.servers[n].ok}})
-    config = {**build_global_config(kept, (head_host, head_port), named, domains), **(extra_config or {})}
-    text = dump(config)
-    (state_dir / "global_config.yaml").write_text(text)
-    if head is None:
-        head_cmd = [
-            sys.executable,
-            "-m",
-            "ngym.fleet.head",
-            str(state_dir / "global_config.yaml"),
-            str(state_dir / "server_instances.json"),
-            head_host,
-            str(head_port),
-        ]
-        state.head.process = _spawn(head_cmd, logs / "head_server.log", cwd=spec.base_dir)
-    else:
-        head.start(text)
-    state.save(state_dir)
-
-    # NeMo Gym servers started as NeMo Gym starts them (config injected); external ones are only named
-    for name, server in spec.servers.items():
-        record = state.servers[name]
-        if server.launch is None:
-            record.ok, record.reason = True, "external (not started by the fleet)"
-            continue
-        cmd, cwd = server_command(server, record.host, record.port, spec.base_dir)
-        try:
-            record.process = _spawn(cmd, logs / f"{name}.log", cwd=cwd, env=server_env(text, name))
-        except OSError as exc:  # its folder or interpreter is missing: named, the others go on
-            record.reason = f"cannot start `{cmd[0]}` in {cwd}: {exc.strerror}: {exc.filename}"
-            report.line(f"{name}: FAILED: {record.reason}")
-    state.save(state_dir)
-    if head is not None:
-        _wait_remote_head(state, report, startup_seconds)
-    waited = [] if head is not None else ["(head)"]
-    _wait(state, [*waited, *[n for n, s in spec.servers.items() if s.launch]], report, startup_seconds, "/")
-    instances = [
-        {"name": n, "kind": r.kind, "host": r.host, "port": r.port, "url": f"http://{r.host}:{r.port}"}
-        for n, r in state.servers.items()
-        if r.ok
-    ]
-    (state_dir / "server_instances.json").write_text(json.dumps(instances, indent=2))
-    if head is not None:
-        head.publish(json.dumps(instances, indent=2))
-    state.save(state_dir)
-    return state
-
-
-def _wait_remote_head(state: FleetState, report: Reporter, seconds: float) -> None:
-    """Wait until a head server run elsewhere answers ``/``; no answer in time is recorded as its reason."""
-    deadline = time.monotonic() + seconds
-    report.status = "waiting for the head server"
-    while not answers(state.head, "/"):
-        if time.monotonic() > deadline:
-            state.head.reason = f"no answer at / within {seconds:.0f} s"
-            report.line(f"(head): FAILED: {state.head.reason}")
-            return
-        time.sleep(0.2)
-    state.head.ok = True
-    report.line(f"(head): up at http://{state.head.host}:{state.head.port}")
-
-
-def _domain(record: ServerRecord) -> str | None:
-    domain = _health(record).get("domain")
-    return domain if isinstance(domain, str) else None
-
-
-def _prefixed(report: Reporter, name: str) -> Callable[[str], None]:
-    return lambda message: report.line(f"{name}: {message}")
+def _have_haproxy(report: Reporter) -> bool:
+    """Whether environments get a front (HAProxy is installed); says once what is missing when it is not."""
+    try:
+        haproxy_binary()
+    except ConfigError:
+        report.line(
+            f"(no HAProxy here: an environment whose process dies leaves its port closed, which NeMo Gym's client "
+            f"retries without end; {HAPROXY_INSTALL_HINT} gives each one a front that answers 503)"
+        )
+        return False
+    return True
 
 
 def down(state: FleetState, timeout: float = 10.0) -> list[str]:
     """Stop every process ``up`` started (servers first, the head server last); the names that were running."""
-    stopped: list[str] = []
-    threads = []
-    for name, record in state.servers.items():
-        if record.process is not None:
-            proc = record.process
-
-            def stop(name: str = name, proc: ProcessRecord = proc) -> None:
-                if stop_process(proc, timeout):
-                    stopped.append(name)
-
-            threads.append(threading.Thread(target=stop))
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if state.head.process is not None and stop_process(state.head.process, timeout):
-        stopped.append("(head)")
-    return sorted(stopped)
+    return stop_processes(state, timeout)
 
 
-def _records(state: FleetState) -> list[ServerRecord]:
-    return [state.head, *state.servers.values()]
-
-
-def _spawn(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> ProcessRecord:
-    with log.open("ab") as out:
-        # a session of its own: `down` stops the whole group (uvicorn workers, sandboxes), and the fleet
-        # outlives the `ngym up` that started it
-        proc = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
-    return ProcessRecord(pid=proc.pid, start_time=proc_start_time(proc.pid), log=str(log))
-
-
-def _health(record: ServerRecord, path: str = "/health", timeout: float = 2.0) -> dict[str, object]:
-    try:
-        with urllib.request.urlopen(f"http://{record.host}:{record.port}{path}", timeout=timeout) as response:
-            body = json.loads(response.read() or b"{}")
-            return body if isinstance(body, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def answers(record: ServerRecord, path: str) -> bool:
-    """Any HTTP answer below 500 (NeMo Gym's own readiness poll takes any answer at all)."""
-    try:
-        with urllib.request.urlopen(f"http://{record.host}:{record.port}{path}", timeout=2.0):
-            return True
-    except urllib.error.HTTPError as exc:
-        return exc.code < 500
-    except OSError:
-        return False
-
-
-def _wait(state: FleetState, names: list[str], report: Reporter, seconds: float, path: str) -> None:
-    """Wait until each named server answers, its process exits, or ``seconds`` pass; record each outcome."""
-    records = {n: state.head if n == "(head)" else state.servers[n] for n in names}
-    pending = {n for n, r in records.items() if r.process is not None and not r.reason}
-    deadline = time.monotonic() + seconds
-    while pending:
-        report.status = f"{len(names) - len(pending)}/{len(names)} up; waiting for {', '.join(sorted(pending))}"
-        for name in sorted(pending):
-            record = records[name]
-            assert record.process is not None
-            if answers(record, path):
-                record.ok = True
-                pending.discard(name)
-                report.line(f"{name}: up at http://{record.host}:{record.port}")
-            elif not record.process.alive():
-                record.reason = f"exited at start: {_last_line(record.process.log)}"
-                pending.discard(name)
-                report.line(f"{name}: FAILED: {record.reason}")
-        if pending and time.monotonic() > deadline:
-            for name in pending:
-                records[name].reason = f"no answer at {path} within {seconds:.0f} s (log: {records[name].process.log})"  # type: ignore[union-attr]
-                report.line(f"{name}: FAILED: {records[name].reason}")
-                stop_process(records[name].process)  # type: ignore[arg-type]
-            pending.clear()
-        time.sleep(0.2)
-    report.status = ""
-
-
-def _last_line(log: str) -> str:
-    """The last meaningful line of a log (an ``ngym: error: ...`` line when there is one)."""
-    try:
-        lines = [ln.strip() for ln in Path(log).read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return "(no log)"
-    errors = [ln for ln in lines if "error" in ln.lower()]
-    return (errors or lines or ["(empty log)"])[-1][:300] + f" (log: {log})"
+def _prefixed(report: Reporter, name: str) -> Callable[[str], None]:
+    return lambda message: report.line(f"{name}: {message}")

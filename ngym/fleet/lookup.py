@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -20,6 +20,9 @@ import yaml
 
 from ngym.errors import ConfigError
 from ngym.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from ngym.fleet.state import FleetState
 
 #: Top-level keys of a global config that are settings, not servers.
 _NOT_SERVERS = ("head_server", "dry_run")
@@ -35,6 +38,16 @@ def head_url(fleet: str) -> str:
     """The head server's base URL from ``--fleet``: a URL as given, else read from the fleet's ``state.json``."""
     if fleet.startswith(("http://", "https://")):
         return fleet.rstrip("/")
+    state = local_state(fleet)
+    assert state is not None
+    return f"http://{_reachable(state.head.host, '127.0.0.1')}:{state.head.port}"
+
+
+def local_state(fleet: str) -> FleetState | None:
+    """The saved state of the fleet ``--fleet`` names by its file or state dir (None for a head server's URL);
+    a FleetLookupError when it names none or the fleet is not up."""
+    if fleet.startswith(("http://", "https://")):
+        return None
     # imported here: reading a fleet file pulls in the spec's models, which a URL never needs
     from ngym.fleet.spec import load_fleet
     from ngym.fleet.state import FleetState
@@ -58,7 +71,7 @@ def head_url(fleet: str) -> str:
     state = FleetState.load(state_dir)
     if state is None:
         raise FleetLookupError(f"--fleet {fleet}: {what} is not up (no state.json in {state_dir}); `ngym up` it")
-    return f"http://{_reachable(state.head.host, '127.0.0.1')}:{state.head.port}"
+    return state
 
 
 def global_config(head: str, timeout: float = 10.0) -> dict[str, Any]:

@@ -36,13 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from ngym.errors import NgymError
+from ngym.fleet.bringup import Reporter, answers, finish, new_state, stop_processes
+from ngym.fleet.front import affinity_settings
 from ngym.fleet.isolation import ensure_venv
-from ngym.fleet.launch import environment_args
-from ngym.fleet.local import Reporter, answers, finish, new_state
-from ngym.fleet.local import down as local_down
+from ngym.fleet.launch import environment_args, environment_env
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec
 from ngym.fleet.state import FleetState, ReplicaRecord, ServerRecord
+from ngym.processes import spawn
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
+from ngym.server.sessions.routing import ROUTE_SLOT_ENV
 
 __all__ = ["Reporter", "down", "up"]
 
@@ -84,19 +86,15 @@ class EnvironmentHost:
         # An environment that runs Ray tasks (NeMo Gym's code_gen: `@ray.remote` checks) joins this cluster, so
         # its tasks go to the cluster's CPUs on any node, not to a private Ray started inside its process.
         cluster = {"RAY_ADDRESS": ray.get_runtime_context().gcs_address}
-        with open(self.log, "ab") as out:
-            # cwd: not the Ray worker's (the folder `ray start` ran in): `python -m` puts it first on sys.path,
-            # and a `resources_servers/` there would shadow a nemo-gym: entry's own package
-            self.process = subprocess.Popen(
-                command,
-                cwd=log_dir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **cluster, **(env or {})},
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        # cwd: not the Ray worker's (the folder `ray start` ran in): `python -m` puts it first on sys.path,
+        # and a `resources_servers/` there would shadow a nemo-gym: entry's own package
+        self.process = spawn(
+            command,
+            Path(self.log),
+            cwd=log_dir,
+            env={**os.environ, **cluster, **(env or {})},
+            preexec_fn=_die_with_parent,
+        )
         return host, port, ray.get_runtime_context().get_node_id()
 
     def failure(self) -> str:
@@ -142,7 +140,7 @@ def _connect(address: str | None) -> Any:
 
 
 class _Front:
-    """The front actor seen from ``finish``: it runs the head server (:class:`ngym.fleet.local.RemoteHead`)."""
+    """The front actor seen from ``finish``: it runs the head server (:class:`ngym.fleet.bringup.RemoteHead`)."""
 
     def __init__(self, ray: Any, actor: Any) -> None:
         self.ray, self.actor = ray, actor
@@ -162,19 +160,6 @@ def _cause(exc: Exception) -> str:
     """What an actor raised (a RayTaskError wraps it with a traceback; the user needs its one line)."""
     cause = getattr(exc, "cause", None)
     return str(cause if isinstance(cause, Exception) else exc).strip().splitlines()[-1][:500]
-
-
-def _affinity_settings(env: EnvironmentSpec) -> tuple[str, float, int]:
-    """The session cookie's name, the session TTL and the session cap the front's HAProxy needs (the
-    environment's overrides, else the defaults of ``BaseResourcesServerConfig``)."""
-    from ngym.server.pipeline.resources import BaseResourcesServerConfig
-
-    fields = BaseResourcesServerConfig.model_fields
-
-    def pick(key: str) -> Any:
-        return env.config.get(key, fields[key].default)
-
-    return str(pick("session_cookie_name")), float(pick("session_ttl_seconds")), int(pick("max_sessions"))
 
 
 def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float = 180.0) -> FleetState:
@@ -225,6 +210,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             # one secret for all replicas: a rollout whose replica is lost reaches another that reads its cookie
             # and answers session_lost (masked), not a fresh session
             extra[SESSION_SECRET_ENV] = secrets.token_urlsafe(32)
+        extra.update(environment_env(env))  # its secret overrides: never on a command line
         lines = env.isolation_key(spec.base_dir, name)
         if lines:
             # Made here first, in the venv cache: nodes that share it (a shared filesystem) find it ready, so
@@ -251,7 +237,9 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i),
                 max_restarts=0,
             ).remote()
-            placed[key] = actors[key].start.remote(argv, log_dir, lines, extra)
+            # replica I is routing slot I of the environment's replicas: the session ids it makes route back to it
+            slot = {ROUTE_SLOT_ENV: f"{i}/{env.replicas}"} if env.replicas > 1 else {}
+            placed[key] = actors[key].start.remote(argv, log_dir, lines, {**extra, **slot})
             record.replicas.append(ReplicaRecord(host="", port=0, actor=actor_name(spec.name, name, i)))
     report.status = f"placing {len(placed)} replica(s) on the cluster"
     for (name, i), ref in placed.items():
@@ -306,6 +294,9 @@ def _front_environment(
     """Give the environment its one URL: the front's HAProxy over the replicas that came up (a replica that did
     not is named; the environment fails only when none came up)."""
     up = [r for r in record.replicas if r.ok]
+    # every replica keeps its slot in HAProxy (one that did not come up as a disabled server): a session id
+    # routes to the replica numbered by its hash, so the numbering cannot shift
+    slots = [(r.host or "127.0.0.1", r.port or 1, not r.ok) for r in record.replicas]
     if not up:
         record.reason = "; ".join(r.reason for r in record.replicas if r.reason) or "no replica came up"
         report.line(f"{name}: FAILED: {record.reason}")
@@ -317,8 +308,8 @@ def _front_environment(
     # so its collector would wait forever for the rows of a dead node's environment.
     try:
         record.host, record.port = ray.get(front.reserve.remote(name, env.port or 0), timeout=60)
-        cookie, ttl, cap = _affinity_settings(env)
-        ray.get(front.route.remote(name, [(r.host, r.port) for r in up], cookie, ttl, cap), timeout=60)
+        cookie, ttl, cap = affinity_settings(env)
+        ray.get(front.route.remote(name, slots, cookie, ttl, cap), timeout=60)
     except Exception as exc:
         record.reason = f"its HAProxy on the head node did not start: {_cause(exc)}"
         report.line(f"{name}: FAILED: {record.reason}")
@@ -357,7 +348,7 @@ def down(state: FleetState, timeout: float = 10.0, address: str | None = None) -
             ray.util.remove_placement_group(ray.util.get_placement_group(record.service))
     if state.head.service and _stop_actor(ray, [state.head.service], timeout):
         stopped.append("(head)")
-    return sorted([*stopped, *local_down(state, timeout)])
+    return sorted([*stopped, *stop_processes(state, timeout)])
 
 
 def _stop_actor(ray: Any, names: list[str], timeout: float) -> bool:

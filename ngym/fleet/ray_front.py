@@ -8,12 +8,13 @@ process the actor starts gets ``SIGKILL`` when the actor dies, ``PR_SET_PDEATHSI
 node whose loss ends the cluster anyway, so the front adds no new single point of failure; it reserves no CPU.
 
 Each environment's one stable URL is an HAProxy configured by :func:`ngym.server.hosting.haproxy.haproxy_config`
-(the same session-affine rules as ``ngym run --workers N``): a rollout's requests reach the replica that seeded
-it; a replica that fails its ``/livez`` check is left out and its rollouts' requests go to a replica that does
-not hold them, which masks their verifies ``session_lost`` and answers their tool calls 410 — loud, never a
-wrong reward. With no replica left (one replica, its node lost) HAProxy answers 503 at once: an HTTP answer ends
-a client's request, where a dead node's address would be retried without end by NeMo Gym's client. HAProxy
-must be installed on the head node (``apt-get install haproxy``).
+(the same stateless session-affine rules as ``ngym run --workers N``: replica I is routing slot I, and a request
+goes to the slot its session id hashes to): a rollout's requests reach the replica that seeded it; a replica that
+fails its ``/livez`` check is left out and its rollouts' requests go to a replica that does not hold them, which
+masks their verifies ``session_lost`` and answers their tool calls 410 — loud, never a wrong reward. With no
+replica left (one replica, its node lost) HAProxy answers 503 at once: an HTTP answer ends a client's request, where
+a dead node's address would be retried without end by NeMo Gym's client. HAProxy must be installed on the head
+node (``apt-get install haproxy``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ngym.fleet.state import write_private
+from ngym.processes import spawn
 from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
 
 __all__ = ["FRONT", "FleetFront", "HEAD_NODE_RESOURCE"]
@@ -73,13 +76,14 @@ class FleetFront:
     def route(
         self,
         name: str,
-        backends: list[tuple[str, int]],
+        backends: list[tuple[str, int]] | list[tuple[str, int, bool]],
         cookie_name: str,
         session_ttl_seconds: float,
         max_sessions: int,
     ) -> None:
         """Start HAProxy for environment ``name`` on its reserved socket, session-affine over ``backends``
-        (backend ``rI`` is replica I: HAProxy's ``X-Ngym-Worker`` answer header names it)."""
+        (backend ``rI`` is replica I, routing slot I: HAProxy's ``X-Ngym-Worker`` answer header names it; a third
+        item true marks a replica that did not come up, kept disabled so the slots stay numbered)."""
         binary = haproxy_binary()
         sock = self.sockets[name]
         sock.listen(1024)
@@ -88,7 +92,10 @@ class FleetFront:
         config.write_text(
             haproxy_config(
                 listen_fd=sock.fileno(),
-                backends=[Backend(f"r{i}", host, port) for i, (host, port) in enumerate(backends)],
+                backends=[
+                    Backend(f"r{i}", str(b[0]), int(b[1]), disabled=bool(b[2]) if len(b) > 2 else False)
+                    for i, b in enumerate(backends)
+                ],
                 cookie_name=cookie_name,
                 session_ttl_seconds=session_ttl_seconds,
                 max_sessions=max_sessions,
@@ -103,7 +110,7 @@ class FleetFront:
 
     def start_head(self, config_text: str) -> None:
         """Start the head server on its reserved address, serving ``config_text`` as the global config."""
-        (self.dir / "global_config.yaml").write_text(config_text)
+        write_private(self.dir / "global_config.yaml", config_text)  # served redacted by the head server
         sock = self.sockets.pop("(head)")
         host, port = sock.getsockname()[:2]
         sock.close()  # uvicorn binds its own (a listening socket was never made of it: no TIME_WAIT to wait out)
@@ -150,15 +157,13 @@ class FleetFront:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _spawn(self, name: str, command: list[str], pass_fds: tuple[int, ...] = ()) -> None:
-        with (self.dir / f"{name}.log").open("ab") as out:
-            self.processes[name] = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                pass_fds=pass_fds,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 (the point: nothing outlives the actor)
-            )
+        self.processes[name] = spawn(
+            command,
+            self.dir / f"{name}.log",
+            pass_fds=pass_fds,
+            new_session=False,
+            preexec_fn=_die_with_parent,  # the point: nothing outlives the actor
+        )
         if pass_fds:  # HAProxy holds the socket now
             with contextlib.suppress(KeyError):
                 self.sockets.pop(name).close()

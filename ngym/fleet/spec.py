@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ngym.config_tree import SERVER_TYPES  # NeMo Gym's server types: the second level of a server entry
 from ngym.errors import ConfigError
+from ngym.suggest import did_you_mean
 
 NEMO_PREFIX = "nemo-gym:"
 #: sources of ``ngym install`` a fleet entry does not take: the entry names the installed environment instead
@@ -204,6 +205,38 @@ class FleetSpec(BaseModel):
             raise ValueError("the fleet has no environments and no servers")
         return self
 
+    @model_validator(mode="after")
+    def _legacy_agent_servers(self) -> FleetSpec:
+        """NeMo Gym's collector runs each agent through an environment server that names it; an agent started
+        from NeMo Gym's install (``launch: {python, dir: .../responses_api_agents/AGENT}``) that none names gets
+        NeMo Gym's own ``legacy_agent`` one, started from the same install, as ``<agent>_env``."""
+        named = {
+            str((s.config.get("agent_server") or {}).get("name"))
+            for s in self.servers.values()
+            if s.server_type == "environment_servers" and isinstance(s.config.get("agent_server"), dict)
+        }
+        for name, server in list(self.servers.items()):
+            launch = server.launch
+            if server.server_type != "responses_api_agents" or name in named or launch is None or not launch.dir:
+                continue
+            legacy = Path(launch.dir).parent.parent / "environment_servers" / "legacy_agent"
+            if f"{name}_env" in self.servers or f"{name}_env" in self.environments or not legacy.is_dir():
+                continue
+            self.servers[f"{name}_env"] = ServerSpec(
+                server_type="environment_servers",
+                implementation="legacy_agent",
+                config={
+                    "entrypoint": "app.py",
+                    "agent_server": {"type": "responses_api_agents", "name": name},
+                    "max_concurrent_episodes": None,
+                    "queue_timeout_seconds": None,
+                    "default_episode_timeout_seconds": 600,
+                    "cleanup_timeout_seconds": 60,
+                },
+                launch=LaunchSpec(python=launch.python, dir=str(legacy)),
+            )
+        return self
+
     def state_dir(self) -> Path:
         """Where ``up`` writes its state (pids, ports, logs, the global config) for ``status`` and ``down``."""
         return self.base_dir / ".ngym-fleet" / self.name
@@ -224,8 +257,24 @@ def load_fleet(path: Path) -> FleetSpec:
     try:
         return FleetSpec.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError(f"{path}: " + "; ".join(lines)) from None
+        raise ConfigError(f"{path}: " + "; ".join(_error_line(e) for e in exc.errors())) from None
+
+
+def _error_line(error: Any) -> str:
+    """One validation error as ``where: what``; a misspelled key says which key it is and what was meant."""
+    loc = [str(p) for p in error["loc"]]
+    where = ".".join(loc) or "(top)"
+    if error["type"] != "extra_forbidden":
+        return f"{where}: {error['msg']}"
+    # the model the key sits in: the fleet, an environment (environments.NAME.key), a launch (servers.N.launch.k)
+    model: type[BaseModel] = FleetSpec
+    if loc[0] == "environments" and len(loc) == 3:
+        model = EnvironmentSpec
+    elif loc[0] == "servers" and len(loc) >= 3:
+        model = LaunchSpec
+    key = loc[-1]
+    choices = [f for f in model.model_fields if f != "base_dir"]
+    return f"{where}: unknown key {key!r}{did_you_mean(key, choices)} (keys: {', '.join(choices)})"
 
 
 def requirements_key(lines: list[str]) -> str:

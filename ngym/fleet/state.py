@@ -6,15 +6,13 @@ exactly the processes ``up`` started, even if a pid was reused since.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import time
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
+
+from ngym.processes import start_time, stop_group
 
 STATE_FILE = "state.json"
 
@@ -52,7 +50,10 @@ class ServerRecord(BaseModel):
     reason: str = ""
     workers: int = 1
     process: ProcessRecord | None = None
+    front: ProcessRecord | None = None  # the local engine: the HAProxy on its URL, in front of its process
     service: str = ""  # the Compose service, for the compose engine
+    target: str = ""  # what `ngym run` serves (an environment: its installed name or path)
+    python: str = ""  # the interpreter serving it, when not ngym's own (its own virtualenv)
     #: the ray engine: the environment's replicas (behind the front's HAProxy when more than one)
     replicas: list[ReplicaRecord] = Field(default_factory=list)
 
@@ -69,10 +70,7 @@ class FleetState(BaseModel):
     ray_address: str = ""  # the ray engine: the cluster the actors were placed on
 
     def save(self, state_dir: Path) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = state_dir / (STATE_FILE + ".tmp")
-        tmp.write_text(self.model_dump_json(indent=2))
-        tmp.replace(state_dir / STATE_FILE)
+        write_private(state_dir / STATE_FILE, self.model_dump_json(indent=2))
 
     @classmethod
     def load(cls, state_dir: Path) -> FleetState | None:
@@ -80,44 +78,25 @@ class FleetState(BaseModel):
         return cls.model_validate(json.loads(path.read_text())) if path.is_file() else None
 
 
-def proc_start_time(pid: int) -> str:
-    """The kernel's start time of ``pid`` (clock ticks since boot), or "" when there is no such process."""
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600; its folder 0700), replacing it at once: the
+    fleet's files may hold secrets (the global config holds every server's keys)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    # the command name (field 2) may hold spaces and parentheses: split after its closing one
-    fields = stat.rpartition(")")[2].split()
-    return "" if fields[0] in ("Z", "X") else fields[19]  # a zombie has exited: only its parent has not reaped it
+        os.fchmod(fd, 0o600)  # an older file of that name kept its mode
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    tmp.replace(path)
+
+
+def proc_start_time(pid: int) -> str:
+    """The kernel's start time of ``pid`` (see :func:`ngym.processes.start_time`)."""
+    return start_time(pid)
 
 
 def stop_process(record: ProcessRecord, timeout: float = 10.0) -> bool:
     """SIGTERM the process group ``up`` started, SIGKILL it after ``timeout`` s; True if it was running."""
-    if not record.alive():
-        return False
-    try:
-        os.killpg(record.pid, signal.SIGTERM)  # each server leads its own group (start_new_session)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not record.alive() and not _group_alive(record.pid):
-            return True
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(record.pid, signal.SIGKILL)
-    return True
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def json_default(value: Any) -> Any:
-    return str(value)
+    return stop_group(record.pid, record.start_time, timeout) if record.start_time else False

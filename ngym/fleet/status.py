@@ -7,15 +7,13 @@ time between them. Other servers (agents, models, the head server) show only whe
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 from pydantic import BaseModel
 
 from ngym.fleet.state import FleetState, ServerRecord
+from ngym.processes import probe
 
 
 class ServerStatus(BaseModel):
@@ -34,15 +32,12 @@ class ServerStatus(BaseModel):
 
 def read_health(record: ServerRecord, timeout: float = 2.0) -> tuple[str, dict[str, Any]]:
     """(health word, the /health body) of one environment."""
-    url = f"http://{record.host}:{record.port}/health"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            body = json.loads(response.read() or b"{}")
-            return "ok", body if isinstance(body, dict) else {}
-    except urllib.error.HTTPError as exc:
-        return f"unhealthy (HTTP {exc.code})", {}
-    except (OSError, ValueError):
+    status, body = probe(f"http://{record.host}:{record.port}/health", timeout)
+    if status is None:
         return "down", {}
+    if not 200 <= status < 300:
+        return f"unhealthy (HTTP {status})", {}
+    return ("ok", body) if body is not None else ("down", {})
 
 
 def read_environment(record: ServerRecord) -> tuple[str, dict[str, Any]]:

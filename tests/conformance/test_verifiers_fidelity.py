@@ -340,3 +340,53 @@ async def test_a_taskset_wide_toolset_is_served_with_each_rollouts_state(notes_r
         assert scored["reward"] == 0.0  # a's slot holds "again"
     finally:
         await worker.stop()
+
+
+#: What a model may send for ``add(a: int, b: int)``: numbers as strings, an integral float, a fractional one.
+TYPED_CALLS = [{"a": 3, "b": 4}, {"a": "3", "b": "4"}, {"a": 3.0, "b": 4}, {"a": 3.7, "b": 4}, {"a": 3}]
+
+#: verifiers' own tool server (MCPServer with the toolset registered, as ``Toolset._serve`` does), called in process
+#: in the environment's venv; the text is what verifiers' harness shows the model (``mcp_content_to_chat_content``).
+VERIFIERS_TOOL_SERVER = """
+import asyncio, json, sys
+from mcp.server.mcpserver import MCPServer
+from verifiers.v1.harnesses.utils.mcp import mcp_content_to_chat_content
+import vf_typed
+
+async def main():
+    toolset = vf_typed.CalcToolset(vf_typed.CalcConfig().tools)
+    server = MCPServer("calc")
+    toolset.register(server)
+    out = []
+    for arguments in json.loads(sys.argv[1]):
+        try:
+            result = await server.call_tool("add", arguments)
+            out.append([mcp_content_to_chat_content(result.content), bool(result.is_error)])
+        except Exception as exc:  # what MCPServer's call handler turns into an error result
+            out.append([str(exc), True])
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+async def test_tool_arguments_are_validated_as_verifiers_validates_them(notes_record: Any) -> None:
+    """Numbers as strings are coerced, an integral float is an int, a fractional float and a missing argument are
+    the same errors, with the same text, as verifiers' own tool server gives the model."""
+    from ngym_verifiers.install import copy_module
+    from ngym_verifiers.process import Worker
+
+    copy_module(Path(notes_record.python), FIXTURES / "vf_typed.py")
+    theirs = run_in_venv(notes_record.python, "-c", VERIFIERS_TOOL_SERVER, json.dumps(TYPED_CALLS))
+    worker = await Worker.start(notes_record.python, "vf_typed")
+    try:
+        await worker.ask("seed", session="s", row={"idx": 0})
+        ours = []
+        for arguments in TYPED_CALLS:
+            answer = await worker.ask("tool", session="s", name="calc_add", arguments=arguments)
+            ours.append([answer["output"], bool(answer.get("is_error"))])
+    finally:
+        await worker.stop()
+    assert [o[0] for o in ours[:3]] == ["7", "7", "7"]  # "3" + "4" is 7, not "34"; 3.0 is 3, not "7.0"
+    assert ours[3][1] and "int_from_float" in ours[3][0]
+    assert ours == theirs

@@ -1,5 +1,6 @@
 """Replicas of a stateful environment on three "hosts" (network namespaces on one bridge, :mod:`tests.netns`)
-behind one HAProxy configured as ``ngym run --workers`` configures it; one host is killed mid-run.
+behind one HAProxy configured as ``ngym run --workers`` configures it (host I is routing slot I: a request goes to
+the host its session id hashes to); one host is killed mid-run.
 
 Every rollout whose host survives scores right; every rollout of the dead host ends loudly (a tool call 410 or a
 proxy 502/503, or a verify masked ``session_lost``), never with a wrong reward, and none hangs. Needs root and
@@ -23,6 +24,7 @@ import pytest
 
 from ngym.child_server import wait_healthy
 from ngym.server.hosting.haproxy import Backend, haproxy_config
+from ngym.server.sessions.routing import ROUTE_SLOT_ENV
 from tests.integration.conftest import VENV_BIN
 from tests.integration.test_affine_workers import HAPROXY, counter_rollout
 from tests.netns import Hosts
@@ -42,10 +44,12 @@ def test_a_host_killed_mid_run_loses_only_its_rollouts_and_loudly() -> None:
     with Hosts("i20w", "10.222.0", HOSTS) as made, tempfile.TemporaryDirectory(prefix="i20w-") as work:
         machines = [(name, made.address(name)) for name in HOSTS]
         replicas = []
-        for ns, address in machines:
+        for slot, (ns, address) in enumerate(machines):
             cmd = [*made.exec_argv(ns), str(VENV_BIN / "ngym"), "run", "example_session_state_mgmt"]
             log = open(Path(work) / f"{ns}.log", "w")  # noqa: SIM115 - closed with the process
-            proc = subprocess.Popen([*cmd, "--host", address, "--port", str(PORT)], env=env, stdout=log, stderr=log)
+            # host I is routing slot I of 3, as backend wI of the HAProxy below: the ids it makes route back to it
+            own = {**env, ROUTE_SLOT_ENV: f"{slot}/{len(machines)}"}
+            proc = subprocess.Popen([*cmd, "--host", address, "--port", str(PORT)], env=own, stdout=log, stderr=log)
             replicas.append((proc, log))
         for (proc, _), (_ns, address) in zip(replicas, machines, strict=True):
             wait_healthy(f"http://{address}:{PORT}", proc, 90, path="/livez")

@@ -37,7 +37,7 @@ def counter_rollout(url: str, i: int, steps: int = 3, pause: float = 0.0) -> dic
         time.sleep(pause)
         step = client.post("/increment_counter", {"count": 1})
         if step.status_code != 200:
-            return {"worker": worker, "tool_status": step.status_code}
+            return {"worker": worker, "tool_status": step.status_code, "tool_answer": step.text[:300]}
     verified = client.post("/verify", {**row, "response": make_response()})
     return {"worker": worker, "verify_status": verified.status_code, **(verified.json() if verified.is_success else {})}
 

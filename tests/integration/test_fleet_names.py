@@ -74,6 +74,19 @@ def test_rollout_by_name_through_the_fleet_file(fleet: tuple[Path, FleetState], 
     assert _status(root)["weather"]["verified"] == 0
 
 
+def test_rollout_by_the_fleets_name_without_data_uses_the_environments_example_data(
+    fleet: tuple[Path, FleetState],
+) -> None:
+    """``counter`` is the fleet's name for ``example_session_state_mgmt``: its example data is found through the
+    fleet's state (the interpreter that serves it), as ``ngym profile counter --fleet`` finds it."""
+    root, _ = fleet
+    done = ngym("rollout", "counter", "--fleet", "fleet.yaml", "--model", "replay", "--json", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert "example_session_state_mgmt/data/example.jsonl" in done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["done"] == 5 and summary["mean_reward"] == 1.0 and not summary["failed"]
+
+
 def test_profile_by_name_through_the_head_url_and_the_state_dir(fleet: tuple[Path, FleetState]) -> None:
     root, state = fleet
     head = f"http://127.0.0.1:{state.head.port}"

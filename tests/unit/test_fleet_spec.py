@@ -13,9 +13,10 @@ from fastapi.testclient import TestClient
 from ngym.errors import ConfigError
 from ngym.fleet.global_config import build_global_config
 from ngym.fleet.head import create_head_app
-from ngym.fleet.launch import environment_command, server_command, server_env
+from ngym.fleet.launch import environment_command, environment_env, server_command, server_env
 from ngym.fleet.spec import load_fleet, requirements_key
 from ngym.fleet.status import ServerStatus, render
+from ngym.redact import take_secret_overrides
 from ngym.server.pipeline.traffic import Traffic
 
 FLEET = """
@@ -81,7 +82,11 @@ def test_requirements_key_ignores_order_and_duplicates() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("environments: {w: {env: x, wokers: 2}}", "environments.w.wokers: Extra inputs are not permitted"),
+        (
+            "environments: {w: {env: x, wokers: 2}}",
+            "environments.w.wokers: unknown key 'wokers'; did you mean 'workers'?",
+        ),
+        ("enviroments: {w: x}", "enviroments: unknown key 'enviroments'; did you mean 'environments'?"),
         (
             "environments: {w: {env: x, workers: 0}}",
             "environments.w.workers: Input should be greater than or equal to 1",
@@ -207,3 +212,62 @@ def test_a_fleet_venv_is_keyed_by_the_ngym_it_layers_on(monkeypatch: pytest.Monk
     assert isolation.venv_dir(["sortedcontainers==2.4.0"]) == first and first.parent == tmp_path
     monkeypatch.setattr(isolation, "ngym_site_packages", lambda: "/clone-b/.venv/lib/python3.11/site-packages")
     assert isolation.venv_dir(["sortedcontainers==2.4.0"]) != first
+
+
+def test_an_agent_from_nemo_gyms_install_gets_its_legacy_agent_environment_server(tmp_path: Path) -> None:
+    """NeMo Gym's collector needs an environment server naming each agent: the fleet adds NeMo Gym's own."""
+    site = tmp_path / "site"
+    (site / "environment_servers" / "legacy_agent").mkdir(parents=True)
+    agent_dir = site / "responses_api_agents" / "simple_agent"
+    agent_dir.mkdir(parents=True)
+    agent = {
+        "responses_api_agents": {"simple_agent": {"entrypoint": "app.py"}},
+        "launch": {"python": "/p", "dir": str(agent_dir)},
+    }
+    named = {
+        "environment_servers": {"legacy_agent": {"agent_server": {"type": "responses_api_agents", "name": "b"}}},
+        "launch": {"python": "/p", "dir": str(site / "environment_servers" / "legacy_agent")},
+    }
+    fleet = {"environments": {"w": "x"}, "servers": {"a": agent, "b": agent, "b_server": named}}
+    spec = load_fleet(write(tmp_path, json.dumps(fleet)))
+    added = spec.servers["a_env"]
+    assert (added.server_type, added.implementation) == ("environment_servers", "legacy_agent")
+    assert added.config["agent_server"] == {"type": "responses_api_agents", "name": "a"}
+    assert added.launch is not None and added.launch.dir == str(site / "environment_servers" / "legacy_agent")
+    assert "b_env" not in spec.servers  # the file names one for b already
+
+
+def test_secret_overrides_reach_the_unit_by_its_environment_not_its_command_line(tmp_path: Path) -> None:
+    fleet = {
+        "environments": {
+            "c": {
+                "env": "x",
+                "config": {"session_secret": "s3cr3t-value", "api_key": "k3y-value", "session_ttl_seconds": 5},
+            }
+        }
+    }
+    spec = load_fleet(write(tmp_path, json.dumps(fleet)))
+    command = environment_command(spec, spec.environments["c"], "127.0.0.1", 1)
+    assert "session_ttl_seconds=5" in command and not [a for a in command if "s3cr3t" in a or "k3y" in a]
+    handed = environment_env(spec.environments["c"])
+    assert take_secret_overrides(dict(handed)) == ["session_secret=s3cr3t-value", "api_key=k3y-value"]
+
+
+def test_the_head_server_masks_every_secret_it_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "value-of-an-env-token")
+    config = {
+        "policy": {"responses_api_models": {"openai_model": {"openai_api_key": "sk-1234567890", "max_tokens": 9}}},
+        "judge": {"responses_api_models": {"vllm_model": {"header": "value-of-an-env-token", "tokenizer": "q/q"}}},
+        "keys": {"x": {"y": {"api_keys": ["sk-a", "sk-b"], "password": "hunter22", "port": 1}}},
+    }
+    (tmp_path / "global_config.yaml").write_text(yaml.safe_dump(config))
+    served = json.loads(
+        TestClient(create_head_app(tmp_path / "global_config.yaml", tmp_path / "i.json"))
+        .get("/global_config_dict_yaml")
+        .content
+    )
+    assert not [s for s in ("sk-1234567890", "value-of-an-env-token", "sk-a", "hunter22") if s in served]
+    got = yaml.safe_load(served)
+    assert got["policy"]["responses_api_models"]["openai_model"] == {"openai_api_key": "****", "max_tokens": 9}
+    assert got["judge"]["responses_api_models"]["vllm_model"] == {"header": "****", "tokenizer": "q/q"}
+    assert got["keys"]["x"]["y"] == {"api_keys": ["****", "****"], "password": "****", "port": 1}

@@ -175,14 +175,12 @@ async def test_a_verify_that_scores_from_the_request_alone_is_not_masked() -> No
     assert not answer.json().get("mask_sample")
 
 
-async def test_a_cookie_of_an_unseeded_request_is_never_lost(counter_http: httpx.AsyncClient) -> None:
-    """NeMo Gym lets tools keep state lazily under the id of a request that was never seeded (its own counter
-    test does): such an id is never reported lost, only a seeded one is."""
-    from ngym.server.sessions.manager import is_unseeded_id
-
+async def test_a_request_without_a_session_is_handed_none(counter_http: httpx.AsyncClient) -> None:
+    """ngym's counter keeps state only for a seeded session: a tool called without one is its own 409, and the
+    answer hands out no session (only a seed does)."""
     rollout = RolloutClient(counter_http)
     unseeded = await rollout.post("/get_counter_value")
-    assert unseeded.status_code == 409  # ngym's counter needs a seed: its own 409, not 410
-    assert rollout.cookie is not None and is_unseeded_id(rollout.cookie.split("=", 1)[1].rsplit(".", 1)[0])
+    assert unseeded.status_code == 409 and "set-cookie" not in unseeded.headers
+    assert rollout.cookie is None
     seeded = await rollout.call("/seed_session", ROW)
-    assert seeded == {} and not is_unseeded_id(rollout.cookie.split("=", 1)[1].rsplit(".", 1)[0])
+    assert seeded == {} and rollout.cookie is not None

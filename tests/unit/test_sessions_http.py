@@ -23,15 +23,42 @@ def typed_seed(session_id: str, rollout: str = "r1", row: dict | None = None) ->
     }
 
 
-async def test_cookie_is_set_on_every_response_and_carries_the_session(counter_http: httpx.AsyncClient) -> None:
+async def test_only_a_seed_hands_out_a_cookie_and_it_carries_the_session(counter_http: httpx.AsyncClient) -> None:
     rollout = RolloutClient(counter_http)
     seeded = await rollout.post("/seed_session", {"initial_count": 2})
     assert seeded.status_code == 200 and seeded.json() == {}
     first_cookie = rollout.cookie
     assert first_cookie and first_cookie.startswith("ngym_session=")
     incremented = await rollout.post("/increment_counter", {"count": 5})
+    # a successful answer of the live session repeats the very cookie it came with (NeMo Gym clients copy it)
     assert incremented.headers.get("set-cookie", "").split(";")[0] == first_cookie
     assert (await rollout.call("/get_counter_value")) == {"count": 7}
+    assert rollout.cookie == first_cookie
+    # a 404, a 410 and a cookie-less call set none either: no answer but a seed hands out a session
+    missing = await counter_http.post("/nonexistent", json={}, headers={"cookie": first_cookie})
+    assert missing.status_code == 404 and "set-cookie" not in missing.headers
+    bare = await counter_http.post("/get_counter_value", json={})
+    assert bare.status_code == 409 and "set-cookie" not in bare.headers
+    await rollout.call("/close_session", {})
+    gone = await counter_http.post("/increment_counter", json={"count": 1}, headers={"cookie": first_cookie})
+    assert gone.status_code == 410 and "set-cookie" not in gone.headers
+
+
+async def test_two_session_cookies_in_one_request_are_400(counter_http: httpx.AsyncClient) -> None:
+    one, two = RolloutClient(counter_http), RolloutClient(counter_http)
+    await one.call("/seed_session", {"initial_count": 1})
+    await two.call("/seed_session", {"initial_count": 2})
+    assert one.cookie and two.cookie
+    for cookie in (f"{one.cookie}; {two.cookie}", f"a=1; {two.cookie};{one.cookie}", f"{one.cookie}; {one.cookie}"):
+        answer = await counter_http.post("/increment_counter", json={"count": 1}, headers={"cookie": cookie})
+        assert answer.status_code == 400 and "more than one ngym_session" in answer.json()["detail"], answer.text
+    # two Cookie headers (HTTP/2 may split them) count as one list
+    split = await counter_http.post(
+        "/increment_counter", json={"count": 1}, headers=[("cookie", one.cookie), ("cookie", two.cookie)]
+    )
+    assert split.status_code == 400
+    assert (await one.call("/get_counter_value")) == {"count": 1}
+    assert (await two.call("/get_counter_value")) == {"count": 2}
 
 
 async def test_two_hundred_concurrent_rollouts_never_see_each_other(counter_http: httpx.AsyncClient) -> None:
@@ -70,8 +97,8 @@ async def test_tampered_or_foreign_cookie_is_no_session(counter_http: httpx.Asyn
     response = await counter_http.post("/get_counter_value", json={}, headers={"cookie": forged})
     assert response.status_code == 409
     assert "seed_session" in response.json()["detail"]
-    # The forged request got a fresh session id, never the victim's.
-    assert session_id not in response.headers["set-cookie"]
+    # The forged request was handed no session at all (only a seed sets a cookie), never the victim's.
+    assert "set-cookie" not in response.headers
     assert (await victim.call("/get_counter_value")) == {"count": 41}
 
 

@@ -4,7 +4,8 @@ uvicorn's own workers share one socket and the kernel hands each connection to a
 requests would reach workers that do not hold its session. Environments whose state cannot leave the process
 (NeMo Gym's ``self.sessions[...]``, math_with_code's live sandbox, workplace_assistant's databases) and every
 environment on the memory store therefore run as N single-worker processes, each on its own loopback socket,
-behind HAProxy, which sends every request of a rollout to the worker that seeded it (``ngym.server.haproxy``).
+behind HAProxy, which sends every request of a rollout to the worker its session id names (worker I is routing
+slot I of N, ``NGYM_ROUTE_SLOT``; ``ngym.server.sessions.routing``, ``ngym.server.hosting.haproxy``).
 
 This process is the supervisor: it binds the public socket (so ``--port 0`` works and the port is known before
 anything starts) and each worker's socket, hands them to HAProxy and the workers as inherited descriptors,
@@ -31,6 +32,7 @@ from typing import Any
 
 from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
+from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
 
 log = logging.getLogger("ngym.serve")
 
@@ -109,10 +111,14 @@ class AffineWorkers:
         self.access_log = access_log
         self.haproxy_bin = haproxy_binary()  # ConfigError with the install hint, before anything starts
         self.workers = [_Worker(i, _loopback_socket()) for i in range(workers)]
+        #: this set's place in an outer one (a Ray replica running --workers): its workers' slots nest inside it
+        self.outer_slot = RouteSlot.from_env()
         self.haproxy: subprocess.Popen[bytes] | None = None
         self._stopping = False
         self._dir = Path(tempfile.mkdtemp(prefix="ngym-haproxy-"))
         self.config_path = self._dir / "haproxy.cfg"
+        #: HAProxy's runtime API (``show stat``: which workers it counts up), mode 0600
+        self.stats_socket = self._dir / "haproxy.sock"
         public.set_inheritable(True)
         self.config_path.write_text(
             haproxy_config(
@@ -121,6 +127,8 @@ class AffineWorkers:
                 cookie_name=cookie_name,
                 session_ttl_seconds=session_ttl_seconds,
                 max_sessions=max_sessions,
+                stats_socket=str(self.stats_socket),
+                stride=self.outer_slot.stride,
             )
         )
 
@@ -130,6 +138,8 @@ class AffineWorkers:
             SPEC_ENV: self.spec.to_json(),  # never on the command line: it may hold session_secret
             LISTEN_FD_ENV: str(worker.sock.fileno()),
             WORKER_INDEX_ENV: str(worker.index),
+            # the session ids it makes route back to it
+            ROUTE_SLOT_ENV: str(self.outer_slot.inner(worker.index, len(self.workers))),
         }
         cmd = [sys.executable, "-m", "ngym.server.hosting.host", "1", "1" if self.access_log else "0"]
         worker.process = subprocess.Popen(
@@ -252,6 +262,7 @@ class AffineWorkers:
             for worker in self.workers:
                 worker.sock.close()
             self.config_path.unlink(missing_ok=True)
+            self.stats_socket.unlink(missing_ok=True)
             self._dir.rmdir()
 
 

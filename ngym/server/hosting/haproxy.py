@@ -1,20 +1,28 @@
 """HAProxy as the session-affine front of ``ngym run --workers N`` (environments whose state stays in the process).
 
-Why HAProxy (Debian's ``haproxy`` package) and not nginx or a balancer of ngym's own: a rollout's first request
-(the seed) carries no session yet, so the proxy must *learn* which worker made the session from that worker's
-answer. HAProxy's stick tables do exactly that (``stick store-response res.cook(...)``: the ``Set-Cookie`` of the
-seed's answer pins the session to the worker that sent it), and can also key on the request path (the
-``/ng-rollout/<id>/`` prefix) and on a JSON field of the body (``resources_session_id`` of NeMo Gym 0.7's typed
-seed and close). Open-source nginx can only hash a key (``hash $cookie_x consistent``), which cannot send a session
-back to the worker that happened to create it (its ``sticky learn`` is in the commercial edition only).
+Routing is stateless: every request goes to the worker its own bytes name, and HAProxy learns nothing from
+answers. Each worker is slot I of N (``ngym.server.sessions.routing``); a session id belongs to slot
+``crc32(id) mod N``. The key HAProxy hashes is, by precedence: the typed body's ``resources_session_id`` on
+``/seed_session`` and ``/close_session`` (NeMo Gym 0.7's caller-chosen id); else the id inside the signed session
+cookie (the value before its last ``.``; a seed draws its id so that it hashes to the seeding worker); else the
+``/ng-rollout/<id>/`` prefix. A request with none of these (a plain seed) goes to the worker with the fewest
+connections. Two session cookies in one request are refused here with 400 (the worker refuses them too), so the
+proxy and the server can never read different sessions from one request.
 
-Routing, in order: the session cookie's value; the ``/ng-rollout/<id>/`` prefix; the typed body's
-``resources_session_id`` (``/seed_session``, ``/close_session``); an ORS session's ``X-Session-ID`` header (the
-ORS front keeps an ORS session in the process that seeded it); else least connections. A worker that fails its
-health check (``GET /livez``) is left out and its sessions' requests go to another worker (``option redispatch``),
-which does not hold them: a verify there is masked ``session_lost`` and a tool call is 410
-(``ngym.server.sessions.lost``), never a wrong reward. A request is retried on another worker only when the
-connection could not be made (it was never sent), so no tool call or verify ever runs twice.
+No table is filled from answers, so no volume or shape of traffic can evict or move a live session's route, and
+an answer never re-pins one. A worker that fails its health check (``GET /livez``) is left out: its sessions'
+requests go to another worker, which does not hold them and says so (a tool call 410, a verify masked
+``session_lost``, a typed seed or close 503), and they go back to it as soon as it answers its checks again. A
+worker that restarted lost its sessions: their requests still reach it and are answered as lost there. A request
+is retried on another worker only when the connection could not be made (it was never sent), so no tool call or
+verify ever runs twice.
+
+Why HAProxy (Debian's ``haproxy`` package): it reads a cookie, a path segment and a JSON field of the body and
+hashes them with converters in its configuration (``req.cook``, ``field``, ``json_query``, ``crc32``, ``mod``),
+checks health and answers 503 at once when no worker is left.
+
+The ORS front's sessions (``X-Session-ID``, no ngym cookie) are still pinned by a stick table filled from the
+first request carrying the header (``ors_ids``); every other request is routed statelessly as above.
 """
 
 from __future__ import annotations
@@ -52,6 +60,13 @@ class Backend:
     name: str
     host: str
     port: int
+    #: a slot whose process never came up (a Ray replica that was not placed): kept so the slots stay numbered
+    disabled: bool = False
+
+
+_DUPLICATE_COOKIE_BODY = (
+    '{"detail":"this request carries more than one session cookie; send exactly one (the one its seed set)"}'
+)
 
 
 def haproxy_config(
@@ -59,25 +74,54 @@ def haproxy_config(
     listen_fd: int,
     backends: list[Backend],
     cookie_name: str,
-    session_ttl_seconds: float,
-    max_sessions: int,
+    session_ttl_seconds: float = 3600.0,
+    max_sessions: int = 0,
     server_timeout_seconds: float = 3600.0,
+    stats_socket: str | None = None,
+    stride: int = 1,
 ) -> str:
-    """The HAProxy configuration: listen on the inherited socket ``listen_fd``, route session-affinely."""
-    ttl = max(1, int(session_ttl_seconds) + 60)  # outlives the session's own idle TTL
-    size = max(1024, 2 * max_sessions * max(1, len(backends)))  # every cookie ngym hands out takes an entry
+    """The HAProxy configuration: listen on the inherited socket ``listen_fd``, route each request to the slot its
+    session id names (backend I is slot I; ``session_ttl_seconds`` and ``max_sessions`` size only the ORS front's
+    table: nothing is stored per ngym session). ``stats_socket``: a unix socket
+    path for HAProxy's runtime API (``show stat``), mode 0600. ``stride``: the product of the counts of the routing
+    levels outside this one (1 when this proxy is the outermost; see ``ngym.server.sessions.routing``)."""
+    # the ORS front's table only (ngym's own sessions use none): sized and aged as the learned tables were
+    ors_size = max(1024, 2 * max(1, max_sessions) * max(1, len(backends)))
+    ors_ttl = max(1, int(session_ttl_seconds) + 60)
+    count = max(1, len(backends))
     typed_paths = "path_end /seed_session /close_session"
-    # Several backends: one failed connection marks a worker down at once, so its rollouts go elsewhere (and are
-    # masked there) without waiting for the checks. One backend (the ray engine's one-replica environments): there
+    # Several backends: one failed connection marks a worker down at once, so its rollouts are answered elsewhere
+    # (as lost) without waiting for the checks. One backend (the ray engine's one-replica environments): there
     # is nowhere else to go, and under load a single slow connect would only turn into ~1 s of 503s for a healthy
     # server; the checks alone still take a dead one out within ~2 s (fall 2, inter 1s).
     observe = " observe layer4 error-limit 1 on-error mark-down" if len(backends) > 1 else ""
     servers = "\n".join(
-        f"    server {b.name} {b.host}:{b.port} check inter 1s fall 2 rise 1{observe}" for b in backends
+        f"    server {b.name} {b.host}:{b.port} check inter 1s fall 2 rise 1{observe}"
+        + (" disabled" if b.disabled else "")
+        for b in backends
     )
-    return f"""# written by ngym run --workers (ngym.server.haproxy); regenerated at every start
+    duplicate = f"if {{ req.cook_cnt({cookie_name}) gt 1 }}"
+    stats = f"\n    stats socket {stats_socket} mode 600 level user" if stats_socket else ""
+    routing = ""
+    stride_op = f"div({stride})," if stride > 1 else ""
+    if count > 1:
+        routing = "\n".join(
+            [
+                "    # the routing key, by precedence (a later line overrides an earlier one): the typed body's id,",
+                "    # else the id inside the session cookie (its value before the signature), else the rollout prefix",
+                "    http-request set-var(txn.ngym_key) path,field(3,/) if { path_beg /ng-rollout/ }",
+                f"    http-request set-var(txn.ngym_key) req.cook({cookie_name}),regsub(\\.[^.]*$,) "
+                f"if {{ req.cook_cnt({cookie_name}) eq 1 }}",
+                "    http-request set-var(txn.ngym_key) req.body,json_query('$.resources_session_id') "
+                f"if {{ {typed_paths} }} {{ req.body,json_query('$.resources_session_id') -m found }}",
+                f"    http-request set-var(txn.ngym_slot) var(txn.ngym_key),crc32,{stride_op}mod({count}) "
+                "if { var(txn.ngym_key) -m found }",
+                *(f"    use-server {b.name} if {{ var(txn.ngym_slot) -m int {i} }}" for i, b in enumerate(backends)),
+            ]
+        )
+    return f"""# written by ngym (ngym.server.hosting.haproxy); regenerated at every start
 global
-    log stderr format short local0 warning
+    log stderr format short local0 warning{stats}
 
 defaults
     mode http
@@ -98,30 +142,22 @@ defaults
 frontend ngym
     bind fd@{listen_fd}
     option http-buffer-request
+    # two session cookies: the proxy and the server could read different sessions from one request
+    http-request return status 400 content-type application/json string '{_DUPLICATE_COOKIE_BODY}' {duplicate}
     default_backend workers
 
 backend workers
     balance leastconn
     option httpchk GET /livez
     http-check expect status 200
-    stick-table type string len 512 size {size} expire {ttl}s
-    stick match req.cook({cookie_name})
-    stick store-response res.cook({cookie_name})
-    stick on path,field(3,/) table rollout_ids if {{ path_beg /ng-rollout/ }}
-    stick on req.body,json_query('$.resources_session_id') table typed_ids if {{ {typed_paths} }}
+{routing}
     stick on req.hdr(x-session-id) table ors_ids if {{ req.hdr(x-session-id) -m found }}
     # which worker answered: for logs and tests (set by HAProxy, costs the workers nothing)
     http-response set-header X-Ngym-Worker %s
 {servers}
 
-backend rollout_ids
-    stick-table type string len 256 size {size} expire {ttl}s
-
-backend typed_ids
-    stick-table type string len 256 size {size} expire {ttl}s
-
 backend ors_ids
-    stick-table type string len 256 size {size} expire {ttl}s
+    stick-table type string len 256 size {ors_size} expire {ors_ttl}s
 """
 
 

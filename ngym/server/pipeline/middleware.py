@@ -2,8 +2,10 @@
 
 In order, for each HTTP request: strip a ``/ng-rollout/<rollout id>/`` tracing prefix; bind the request to
 its session (signed cookie → id, and the record for requests that may touch state); run the app; write
-the session back and set its cookie on the response (NeMo Gym agents copy ``Set-Cookie`` from every
-response onto the next request); turn any exception that escaped the app into HTTP 500 whose body is
+the session back and set its cookie on the response when the request seeded a session, or repeat the cookie it
+carried when it is answered successfully with a live session held here (a 404, a 410, an error or a request that
+holds no session here sets none, so no answer can hand out, move or re-pin a session); a request carrying the
+session cookie twice is 400; turn any exception that escaped the app into HTTP 500 whose body is
 the JSON string of ``repr(exc)``, logged with its traceback, so the server keeps serving (unless the app asks
 for its exceptions to propagate: ``raise_server_exceptions``); and close the
 session afterwards when the route asked for it (``/verify``). A session store that fails (``SessionStoreError``,
@@ -23,7 +25,14 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ngym.errors import SessionStoreError
-from ngym.server.sessions.manager import SCOPE_KEY, SESSION_ID_KEY, SessionManager, current_request_session
+from ngym.server.sessions.cookies import DuplicateSessionCookie
+from ngym.server.sessions.manager import (
+    SCOPE_KEY,
+    SESSION_ID_KEY,
+    SessionManager,
+    current_request_session,
+    is_unseeded_id,
+)
 from ngym.server.sessions.store import SessionLimitReached
 
 log = logging.getLogger("ngym.server")
@@ -81,10 +90,18 @@ def _raises(scope: Scope) -> bool:
 
 
 def _cookie_header(scope: Scope) -> bytes | None:
-    for key, value in scope["headers"]:
-        if key == b"cookie":
-            return bytes(value)
-    return None
+    """The request's cookies (several ``Cookie`` headers, as HTTP/2 may send them, joined into one list)."""
+    found = [bytes(value) for key, value in scope["headers"] if key == b"cookie"]
+    if not found:
+        return None
+    return found[0] if len(found) == 1 else b"; ".join(found)
+
+
+async def _send_bad_request(send: Send, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _short_startup_failure(send: Send) -> Send:
@@ -128,6 +145,10 @@ class NgymMiddleware:
             log.warning("%s %s: %s", scope["method"], scope["path"], exc)
             await _send_unavailable(send, f"session store unavailable: {exc}", [])
             return
+        except DuplicateSessionCookie as exc:
+            sessions.traffic.count(scope["path"], 400)
+            await _send_bad_request(send, str(exc))
+            return
         # Starlette's request.session, for code ported from NeMo Gym: {"session_id": ...}.
         compat = session.view
         scope["session"] = compat
@@ -141,19 +162,30 @@ class NgymMiddleware:
                 # Ported code may switch sessions by assigning request.session["session_id"], or end one by
                 # popping it (NeMo Gym's swebench_pro does on close): then the rollout's state is freed after
                 # the response, as after /verify.
-                if compat.get(SESSION_ID_KEY) != session.id:
-                    if SESSION_ID_KEY in compat:
-                        session.id = str(compat[SESSION_ID_KEY])
+                switched = dict.get(compat, SESSION_ID_KEY)  # dict's own get: not a read by the environment
+                if switched != session.id:
+                    if switched is not None:
+                        session.id = str(switched)
+                        session.sets_cookie = True
                     else:
                         session.close_after_response()
+                elif session.is_new and compat.read and session.record is None and int(message["status"]) < 400:
+                    # no session came with the request, yet ported code kept state under its id (NeMo Gym's lazy
+                    # seed, e.g. a Gymnasium /reset): a live session now, bounded, expiring, closed like any other
+                    await sessions.admit_lazy(session)
                 # Saved before the response starts, so the caller's next request (maybe to another
                 # worker or replica) sees this one's changes. A store failure here is still a clean 503.
                 if not store_shares_objects:
                     await sessions.persist(session)
                 started = True
                 sessions.traffic.count(scope["path"], int(message["status"]))
-                cookie = (b"set-cookie", sessions.signer.set_cookie_header(session.id))
-                message = {**message, "headers": [*message.get("headers", ()), cookie]}
+                status = int(message["status"])
+                # A seed hands out its session's cookie; a successful answer of a live session this process holds
+                # repeats the very cookie the request carried (NeMo Gym's clients copy it from every answer). Nothing
+                # else sets one: a 404, a 410, an error, or a request that holds no session here.
+                if session.sets_cookie or (status < 300 and not session.is_new and session.record is not None):
+                    cookie = (b"set-cookie", sessions.signer.set_cookie_header(session.id))
+                    message = {**message, "headers": [*message.get("headers", ()), cookie]}
             await send(message)
 
         try:
@@ -168,8 +200,7 @@ class NgymMiddleware:
                 if unavailable
                 else f"server is at its session limit ({exc}); retry later or close finished sessions"
             )
-            cookie = [] if session.is_new else [(b"set-cookie", sessions.signer.set_cookie_header(session.id))]
-            await _send_unavailable(send, detail, cookie)
+            await _send_unavailable(send, detail, [])
         except Exception as exc:
             if _raises(scope):
                 raise
@@ -189,6 +220,21 @@ class NgymMiddleware:
             await send({"type": "http.response.body", "body": body})
         finally:
             current_request_session.reset(token)
+            if (
+                sessions.on_unseeded_done is not None
+                and not session.sets_cookie
+                and session.record is None
+                and is_unseeded_id(session.id)
+                and session.is_new
+            ):
+                # the id this request got was never handed out: nothing can name it again, so what the environment
+                # keyed by it (ported NeMo Gym code's ``self.x[request.session["session_id"]]``) is freed now
+                try:
+                    await sessions.on_unseeded_done(session.id)
+                except Exception:
+                    log.exception(
+                        "freeing what %s %s kept under its one-off session id failed", scope["method"], scope["path"]
+                    )
             if session.close_requested:
                 try:
                     await sessions.close(session.id)

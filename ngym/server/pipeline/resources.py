@@ -207,6 +207,14 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         """Free what a session's state holds. Called once per session: on ``/close_session``, after
         ``/verify`` (``close_session_after_verify``), when idle longer than the TTL, and at shutdown."""
 
+    async def forget_unseeded_session(self, session_id: str) -> None:
+        """Free what a request that carried no session kept under its one-off ``session_id``.
+
+        A request without a session cookie is given an id of its own that no answer hands out, so nothing can name
+        it again once the request is answered: anything the environment keyed by it would never be freed. Called
+        after each such request when a subclass overrides it (NeMo Gym ported code keys its own dicts by
+        ``request.session["session_id"]``: the compat layer drops that key from them)."""
+
     async def on_startup(self) -> None:
         """Called when the app starts serving (load templates, start worker pools)."""
 
@@ -393,7 +401,13 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         # Servers that keep nothing to free skip the hook call on every close.
         frees_state = type(self).on_session_closed is not SimpleResourcesServer.on_session_closed
         hook = self._close_hook if frees_state else None
-        return SessionManager(store, CookieSigner(secret, self.config.session_cookie_name), hook)
+        forgets = type(self).forget_unseeded_session is not SimpleResourcesServer.forget_unseeded_session
+        return SessionManager(
+            store,
+            CookieSigner(secret, self.config.session_cookie_name),
+            hook,
+            on_unseeded_done=self.forget_unseeded_session if forgets else None,
+        )
 
     def _make_store(self) -> SessionStore:
         url = self.config.session_store or os.environ.get(SESSION_STORE_ENV) or "memory"

@@ -43,7 +43,13 @@ from ngym.server.sessions.lost import (
     session_lost_body,
     watching_session_reads,
 )
-from ngym.server.sessions.manager import RequestSession, SessionConflict, SessionManager, current_request_session
+from ngym.server.sessions.manager import (
+    RequestSession,
+    SessionConflict,
+    SessionElsewhere,
+    SessionManager,
+    current_request_session,
+)
 
 if TYPE_CHECKING:
     from ngym.server.pipeline.resources import SimpleResourcesServer
@@ -190,6 +196,8 @@ async def _typed_seed(
         )
     except SessionConflict as exc:
         raise HTTPException(409, str(exc)) from None
+    except SessionElsewhere as exc:
+        raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
     # NeMo Gym 0.7.0's ResourcesSeedSessionResponse forbids other keys: only a typed answer's fields are kept.
     answer: dict[str, Any] = {}
     if isinstance(result, ResourcesSeedSessionResponse):
@@ -220,6 +228,8 @@ async def close_session_route(
             )
         except SessionConflict as exc:
             raise HTTPException(409, str(exc)) from None
+        except SessionElsewhere as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
         answer = result.model_dump(mode="json", exclude_none=True) if isinstance(result, BaseModel) else {}
         if any_body and result is not None and not isinstance(result, BaseModel):
             return result

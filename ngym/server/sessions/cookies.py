@@ -117,8 +117,15 @@ class CookieSigner:
                 if part.startswith(self._cookie_prefix)
                 else None
             )
-        for part in cookie_header.split(b";"):
-            part = part.strip()
-            if part.startswith(self._cookie_prefix):
-                return self.unsign(part[len(self._cookie_prefix) :].strip(b'"'))
-        return None
+        found = [part.strip() for part in cookie_header.split(b";") if part.strip().startswith(self._cookie_prefix)]
+        if len(found) > 1:
+            raise DuplicateSessionCookie(
+                f"this request carries more than one {self.cookie_name} cookie ({len(found)}); send exactly one (the "
+                "one its seed set)"
+            )
+        return self.unsign(found[0][len(self._cookie_prefix) :].strip(b'"')) if found else None
+
+
+class DuplicateSessionCookie(ValueError):
+    """A request carries the session cookie more than once (HTTP 400): a proxy and a server could otherwise read
+    different sessions from it."""

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ngym.server.protocol.bodies import FAILURE_CLASS_KEY
-from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, is_unseeded_id
+from ngym.server.sessions.manager import SCOPE_KEY, RequestSession
 
 log = logging.getLogger("ngym.sessions")
 
@@ -71,12 +71,9 @@ def keeps_session_state(cls: type) -> bool:
 
 def is_lost(session: RequestSession | None) -> bool:
     """Whether the request's session is not held here (no live record: closed, expired, elsewhere, or the request
-    carried no session at all). A cookie naming the id handed to an earlier unseeded request is not lost: nothing
-    was seeded under it, and NeMo Gym's environments may keep state under it lazily (their tools ``setdefault``
-    it), as NeMo Gym allows."""
-    if session is None or session.record is not None:
-        return False
-    return session.is_new or not is_unseeded_id(session.id)
+    carried no session at all). A session NeMo Gym's environments started lazily (a tool keeping state under the id
+    of a request that carried none) is a live session with a record like a seeded one, and lost like one."""
+    return session is not None and session.record is None
 
 
 def lost_reason(session: RequestSession) -> str:

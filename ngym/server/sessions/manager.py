@@ -20,7 +20,8 @@ from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from ngym.server.pipeline.traffic import Traffic
-from ngym.server.sessions.cookies import CookieSigner
+from ngym.server.sessions.cookies import CookieSigner, DuplicateSessionCookie
+from ngym.server.sessions.routing import RouteSlot
 from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
 
 log = logging.getLogger("ngym.sessions")
@@ -32,21 +33,52 @@ CloseHook = Callable[[str, Any], Awaitable[None]]
 T = TypeVar("T")
 
 
+class SessionView(dict[str, Any]):
+    """``request.session`` for ported NeMo Gym code: ``{"session_id": id}``, noting whether that code read it (a
+    request without a session whose code keys state by its id starts a session NeMo Gym's way, lazily)."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__({SESSION_ID_KEY: session_id})
+        self.read = False
+
+    def __getitem__(self, key: str) -> Any:
+        self.read = True
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read = True
+        return super().get(key, default)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self.read = True
+        return super().setdefault(key, default)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self.read = True
+        return super().pop(key, *default)
+
+
 class RequestSession:
     """The session a request belongs to. ``record`` is None until the session is seeded or loaded.
 
     ``view`` is the dict ported NeMo Gym code sees as ``request.session`` (``{"session_id": id}``); the
     middleware reads it back after the response to learn whether that code switched or ended the session.
+    ``sets_cookie``: the request seeded a session whose cookie the answer hands out (``/seed_session``, ported code
+    switching sessions, or a request without a session whose ported code kept state under its id, NeMo Gym's lazy
+    seed). Apart from that, only a successful answer of a live session held here repeats the cookie it came with.
     """
 
-    __slots__ = ("id", "record", "close_requested", "is_new", "view")
+    __slots__ = ("id", "record", "close_requested", "is_new", "view", "sets_cookie")
 
     def __init__(self, session_id: str, record: SessionRecord | None, is_new: bool) -> None:
         self.id = session_id
         self.record = record
         self.close_requested = False
         self.is_new = is_new
-        self.view: dict[str, Any] = {SESSION_ID_KEY: session_id}
+        self.sets_cookie = False
+        self.view = SessionView(session_id)
 
     def close_after_response(self) -> None:
         """Ask for this session to be closed once the response is sent (``NgymMiddleware`` closes it: the close
@@ -66,16 +98,15 @@ def new_session_id() -> str:
     return os.urandom(16).hex()
 
 
-#: The first character of an id handed to a request that carried no session (``unseeded_session_id``). A seed never
-#: keeps such an id (it makes a ``new_session_id``), so a cookie with one names a session nothing was ever seeded
-#: under: ported NeMo Gym code may keep state under it lazily, and it is never reported lost
-#: (``ngym.server.sessions.lost``). Still letters and digits: the cookie needs no quoting.
+#: The first character of an id given to a request that carried no session (``unseeded_session_id``). Ported NeMo
+#: Gym code may keep state under it (NeMo Gym's lazy session): then it becomes a live session like a seeded one
+#: (``SessionManager.admit_lazy``), else it is never handed out. Still letters and digits: no quoting.
 UNSEEDED_MARK = "u"
 
 
-def unseeded_session_id() -> str:
-    """The id of a request without a session: ``u`` + 128 random bits in hex (33 characters)."""
-    return UNSEEDED_MARK + os.urandom(16).hex()
+def unseeded_session_id(slot: RouteSlot | None = None) -> str:
+    """The id of a request without a session: ``u`` + 128 random bits in hex (33 characters), routed to ``slot``."""
+    return (slot or RouteSlot()).new_id(UNSEEDED_MARK)
 
 
 def is_unseeded_id(session_id: str) -> bool:
@@ -86,9 +117,24 @@ def is_unseeded_id(session_id: str) -> bool:
 class SessionManager:
     """Owns a store, a cookie signer and the environment's close hook."""
 
-    def __init__(self, store: SessionStore, signer: CookieSigner, on_closed: CloseHook | None) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        signer: CookieSigner,
+        on_closed: CloseHook | None,
+        slot: RouteSlot | None = None,
+        on_unseeded_done: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self.store = store
         self.signer = signer
+        #: this process's place in its routing set (``NGYM_ROUTE_SLOT``): the ids it makes route back to it
+        self.slot = slot if slot is not None else RouteSlot.from_env()
+        # Sessions held in this process's memory are held by one process of the set only: a request naming another
+        # slot's id is never served here. A store the processes share (Redis) serves any id on any of them.
+        self._slot_holds_only_its_own = self.slot.count > 1 and not store.shared_between_processes
+        #: called with the id of a request that carried no session once it is answered: that id was never handed
+        #: out, so whatever the environment keyed by it can be freed (``forget_unseeded_session``)
+        self.on_unseeded_done = on_unseeded_done
         #: responses counted for ``/health`` (rollouts/s and errors in ``ngym status``)
         self.traffic = Traffic()
         self._on_closed = on_closed
@@ -96,12 +142,27 @@ class SessionManager:
         self._seeding: set[str] = set()
 
     async def bind(self, cookie_header: bytes | None, load: bool) -> RequestSession:
-        """The request's session: the cookie's verified id (its record loaded when ``load``) or a fresh id."""
+        """The request's session: the cookie's verified id (its record loaded when ``load``) or a fresh id.
+
+        ``DuplicateSessionCookie`` when the header carries the session cookie more than once. A cookie naming
+        another slot's session (the request reached this process because its own one is down, or went around the
+        proxy) is bound with no record: it is answered as lost here, never served from whatever this process holds.
+        """
         session_id = self.signer.session_id_from_header(cookie_header) if cookie_header else None
         if session_id is None:
-            return RequestSession(unseeded_session_id(), None, is_new=True)
-        record = await self.store.load(session_id) if load else None
+            return RequestSession(unseeded_session_id(self.slot), None, is_new=True)
+        owned = not self._slot_holds_only_its_own or self.slot.owns(session_id)
+        record = await self.store.load(session_id) if load and owned else None
         return RequestSession(session_id, record, is_new=False)
+
+    def check_owned(self, session_id: str) -> None:
+        """Raise ``SessionElsewhere`` when a caller-chosen id routes to another process of the set."""
+        if self._slot_holds_only_its_own and not self.slot.owns(session_id):
+            raise SessionElsewhere(
+                f"resources session {session_id!r} belongs to another worker of this server (this is "
+                f"{self.slot.describe()}); that worker is down or restarting, or the request went around the proxy: "
+                "retry through the server's address"
+            )
 
     async def persist(self, session: RequestSession) -> None:
         """Write back a record a request may have changed (only stores that serialise need it)."""
@@ -125,6 +186,22 @@ class SessionManager:
             await asyncio.shield(self._run_hook_logged(session_id, record))
             raise
 
+    async def admit_lazy(self, session: RequestSession) -> bool:
+        """Make the one-off id of a request without a session a live session (NeMo Gym's lazy seed: its code kept
+        state under ``request.session["session_id"]``): bounded by ``max_sessions``, expired by the idle TTL and
+        closed with the close hook like any other. False (nothing admitted) when the store is full."""
+        if await self.store.count() >= self.store.max_sessions:
+            await self.sweep()
+            if await self.store.count() >= self.store.max_sessions:
+                return False
+        record = SessionRecord()
+        try:
+            await self.store.create(session.id, record)
+        except SessionLimitReached:
+            return False
+        session.record, session.sets_cookie = record, True
+        return True
+
     async def close(self, session_id: str) -> bool:
         """Remove a session and run the close hook; False when it was not live. Hook errors propagate."""
         record = await self.store.remove(session_id)
@@ -147,6 +224,7 @@ class SessionManager:
         ``request.session["session_id"]`` follow."""
         session.id, session.record = session_id, record
         session.view[SESSION_ID_KEY] = session_id
+        session.sets_cookie = True
         if is_new is not None:
             session.is_new = is_new
 
@@ -162,13 +240,14 @@ class SessionManager:
         if session.record is not None:
             await self.close(session.id)
         await self.ensure_capacity()
-        self.rebind(session, new_session_id(), None, is_new=True)
+        self.rebind(session, self.slot.new_id(), None, is_new=True)
         record = session.record = SessionRecord()
         try:
             result = await seed()
             await self.admit(session.id, record)
-        except BaseException:  # nothing was admitted: nothing for the middleware to write back
+        except BaseException:  # nothing was admitted: nothing for the middleware to write back, no cookie to set
             session.record = None
+            session.sets_cookie = False
             raise
         return result
 
@@ -187,6 +266,7 @@ class SessionManager:
         closed (no resurrection), is live for another episode, or is being seeded or closed by another request
         of this process; ``SessionLimitReached`` as ``seed_row``.
         """
+        self.check_owned(session_id)
         with self.exclusive(session_id):
             await self._refuse_closed(session_id)
             existing = await self.store.load(session_id)
@@ -204,6 +284,7 @@ class SessionManager:
                 await self.admit(session_id, record)
             except BaseException:  # nothing was admitted: the request is back on the session it came with
                 self.rebind(session, before[0], before[1], is_new=before[2])
+                session.sets_cookie = False
                 raise
         return result, True
 
@@ -218,6 +299,7 @@ class SessionManager:
         nothing is recorded as closed and the caller may retry. ``SessionConflict`` (409) when the id was closed
         for, or is live for, another episode.
         """
+        self.check_owned(session_id)
         digest = episode_digest(episode)
         with self.exclusive(session_id):  # a seed of this id in this process meanwhile is refused (409)
             closed = await self.store.closed_meta(session_id)
@@ -313,6 +395,11 @@ class SessionConflict(Exception):
     """A typed seed/close conflicts with the session's state (HTTP 409)."""
 
 
+class SessionElsewhere(Exception):
+    """A typed seed/close names an id that another process of the routing set holds (HTTP 503): never honoured
+    here, so no process closes or creates a session it does not route."""
+
+
 def episode_digest(episode: dict[str, Any]) -> str:
     """A fixed-size stand-in for an episode id, kept with a closed session id: a caller's ``rollout_id`` may be
     of any length, and a close (no seed needed) must not pin it in memory."""
@@ -323,7 +410,9 @@ def episode_digest(episode: dict[str, Any]) -> str:
 __all__ = [
     "SESSION_ID_KEY",
     "RequestSession",
+    "DuplicateSessionCookie",
     "SessionConflict",
+    "SessionElsewhere",
     "SessionLimitReached",
     "SessionManager",
     "current_request_session",

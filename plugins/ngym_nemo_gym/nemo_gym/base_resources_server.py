@@ -19,6 +19,7 @@ class, so NeMo Gym code runs as written:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import typing
@@ -202,6 +203,18 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
         body = kwargs.get("body", args[-1] if args else None)
         return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
 
+    async def forget_unseeded_session(self, session_id: str) -> None:
+        """A request without a session cookie was answered: drop its one-off id from the dicts this server keeps
+        (NeMo Gym's ``self.session_id_to_counter.setdefault(request.session["session_id"], 0)`` in a tool called
+        without a seed would otherwise add an entry per call that nothing ever frees)."""
+        _drop_key_from_own_dicts(self, session_id)
+
+    async def on_session_closed(self, session_id: str, state: Any) -> None:
+        """A session closed (``/close_session``, after ``/verify``, idle TTL, shutdown): drop its id from the dicts
+        this server keeps, as NeMo Gym code keys its per-rollout state by ``request.session["session_id"]`` and
+        frees none of it."""
+        _drop_key_from_own_dicts(self, session_id)
+
     async def on_shutdown(self) -> None:
         await close_client_session()  # the HTTP session ServerClient calls went through, if any
 
@@ -215,6 +228,15 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
 
     def mcp_allowed_tools_for_session(self, seed_body: dict[str, Any]) -> list[str] | None:
         return None
+
+
+def _drop_key_from_own_dicts(server: Any, key: str) -> None:
+    """``pop(key)`` from every dict the server holds directly (its fields, its private attributes)."""
+    private = getattr(server, "__pydantic_private__", None) or {}
+    for value in (*vars(server).values(), *private.values()):
+        if isinstance(value, dict) and key in value:
+            with contextlib.suppress(KeyError, TypeError):  # a concurrent pop, a dict subclass that refuses
+                del value[key]
 
 
 # Set after the class is made, so pydantic does not take it for a field. NeMo Gym's Gymnasium base and games keep

@@ -140,8 +140,9 @@ async def test_gymnasium_style_app_keeps_its_session_across_requests() -> None:
         headers = _cookie(reset)
         await client.post("/step", headers=headers)
         second = await client.post("/step", headers=headers)
-    assert second.json() == {"steps": 2}
-    assert list(game.session_state.values()) == [2]
+        assert second.json() == {"steps": 2}
+        assert list(game.session_state.values()) == [2]
+    assert game.session_state == {}  # the live session was closed at shutdown: its entry freed
 
 
 async def test_gymnasium_style_app_answers_the_health_checks_ngym_waits_on() -> None:
@@ -203,7 +204,7 @@ async def test_the_served_app_answers_an_exception_as_500_with_its_repr() -> Non
         answer = await client.post("/explode")
         assert answer.status_code == 500
         assert answer.json() == "RuntimeError('pool exhausted')"
-        assert "set-cookie" in answer.headers  # the session still travels with the error
+        assert "set-cookie" not in answer.headers  # an error hands out no session
         assert (await client.get("/health")).status_code == 200  # and the server keeps serving
 
 
@@ -273,3 +274,74 @@ async def test_a_nemo_typed_seed_and_close_get_ngyms_session_guarantees() -> Non
         late = await client.post("/seed_session", json=_typed("s-1"))
         assert late.status_code == 409, late.text
     assert TypedEpisodes.calls == ["seed s-1", "close s-1"]
+
+
+class NemoCounter(SimpleResourcesServer):
+    """NeMo Gym 0.7.0's example_session_state_mgmt as written there: a dict keyed by the session id, never freed."""
+
+    session_id_to_counter: dict[str, int] = Field(default_factory=dict)
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/increment_counter")(self.increment_counter)
+        app.post("/get_counter_value")(self.get_counter_value)
+        return app
+
+    async def seed_session(self, request: Request, body: CounterSeed) -> BaseSeedSessionResponse:
+        self.session_id_to_counter.setdefault(request.session[SESSION_ID_KEY], body.start)
+        return BaseSeedSessionResponse()
+
+    async def increment_counter(self, request: Request) -> dict[str, bool]:
+        session_id = request.session[SESSION_ID_KEY]
+        self.session_id_to_counter[session_id] = self.session_id_to_counter.setdefault(session_id, 0) + 1
+        return {"success": True}
+
+    async def get_counter_value(self, request: Request) -> dict[str, int]:
+        return {"count": self.session_id_to_counter.setdefault(request.session[SESSION_ID_KEY], 0)}
+
+    async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        counter = self.session_id_to_counter.get(request.session[SESSION_ID_KEY])
+        return BaseVerifyResponse(**body.model_dump(), reward=float(counter == 2))
+
+
+async def test_tool_calls_without_a_session_cannot_grow_a_nemo_environments_state_without_bound() -> None:
+    server = NemoCounter(config=BaseResourcesServerConfig(name="c", max_sessions=50, session_ttl_seconds=3600))
+    async with serve_in_process(server.setup_webserver()) as client:
+        # each cookie-less call starts a session NeMo Gym's way (lazily): a live session, bounded by max_sessions;
+        # once the store is full a call still answers, and what it kept under its one-off id is freed at once
+        for _ in range(400):
+            answer = await client.post("/increment_counter", json={})
+            assert answer.status_code == 200
+        assert len(server.session_id_to_counter) <= 50
+        assert (await client.get("/health")).json()["live_sessions"] <= 50
+    assert server.session_id_to_counter == {}  # every live session closed at shutdown, every entry freed
+
+
+async def test_a_seeded_nemo_session_frees_its_entry_when_it_closes() -> None:
+    server = NemoCounter(config=BaseResourcesServerConfig(name="c"))
+    async with serve_in_process(server.setup_webserver()) as client:
+        seeded = await client.post("/seed_session", json={**ROW, "start": 1})
+        cookie = _cookie(seeded)
+        session_id = cookie["cookie"].split("=", 1)[1].rsplit(".", 1)[0]
+        assert session_id in server.session_id_to_counter
+        await client.post("/increment_counter", json={}, headers=cookie)
+        verified = await client.post("/verify", json={**ROW, "response": make_response()}, headers=cookie)
+        assert verified.json()["reward"] == 1.0
+        assert session_id not in server.session_id_to_counter  # closed after verify
+
+
+async def test_a_lazily_started_nemo_session_is_a_live_session_like_a_seeded_one() -> None:
+    server = NemoCounter(config=BaseResourcesServerConfig(name="c"))
+    async with serve_in_process(server.setup_webserver()) as client:
+        first = await client.post("/increment_counter", json={})
+        cookie = _cookie(first)
+        assert (await client.post("/get_counter_value", json={}, headers=cookie)).json() == {"count": 1}
+        assert (await client.get("/health")).json()["live_sessions"] == 1
+        # a 404 without a session hands out none and keeps nothing
+        missing = await client.post("/nonexistent", json={})
+        assert missing.status_code == 404 and "set-cookie" not in missing.headers
+        assert len(server.session_id_to_counter) == 1
+        await client.post("/close_session", json={}, headers=cookie)
+        assert server.session_id_to_counter == {}
+        gone = await client.post("/increment_counter", json={}, headers=cookie)
+        assert gone.status_code == 410 and "set-cookie" not in gone.headers  # closed: lost, never restarted

@@ -251,6 +251,24 @@ def package_keywords(python: Path, distribution: str | None, folder: Path | None
     return list(json.loads(result.stdout)) if result.returncode == 0 else []
 
 
+def _no_domain(name: str, keywords: list[str]) -> VerifiersInstallError:
+    return VerifiersInstallError(
+        f"{name}: its package declares no domain (keywords: {', '.join(keywords) or 'none'}); say which with"
+        f" --domain ({', '.join(d.value for d in Domain)})"
+    )
+
+
+def _check_domain_before_work(source: Source, name: str, domain: str | None) -> None:
+    """A module names no domain, and a folder's pyproject says whether it does: ask for ``--domain`` before any
+    venv or pip work (minutes), not after. A distribution's keywords are read once it is installed."""
+    if source.kind == "module" and domain is None:
+        raise _no_domain(name, [])
+    if source.kind == "folder":
+        keywords = package_keywords(Path(), None, Path(source.requirements[0]))
+        if domain_of(domain, keywords) is None:
+            raise _no_domain(name, keywords)
+
+
 def _option_value(text: str) -> Any:
     """``-o KEY=VALUE``'s value: JSON when it parses (numbers, booleans, lists), else the text itself."""
     try:
@@ -283,6 +301,7 @@ def install_source(
     name = as_name or source.name
     if not records.NAME.match(name):
         raise VerifiersInstallError(f"{name!r} is not a usable environment name (letters, digits, _; --as NAME)")
+    _check_domain_before_work(source, name, domain)
     datasets = keep_datasets(name, dataset_files)
     venv = venvs.venv_for(source.index_requirements)
     # held from pip to the recorded fingerprint: another install into this venv (the same requirements) waits
@@ -337,10 +356,7 @@ def _install_into(
     if resolved is None and source.distribution in KNOWN:  # ngym list --available's table knows it
         resolved = Domain.parse(KNOWN[source.distribution][0])
     if resolved is None:
-        raise VerifiersInstallError(
-            f"{name}: its package declares no domain (keywords: {', '.join(keywords) or 'none'}); say which with"
-            f" --domain ({', '.join(d.value for d in Domain)})"
-        )
+        raise _no_domain(name, keywords)
     echo(f"ngym: asking {module} what it serves, and scoring its tasks' reference answers as example rollouts")
     try:
         described, made = asyncio.run(examples.describe_and_record(str(python), module, args, datasets))

@@ -5,7 +5,9 @@
   "answer": ..., "info": ...}}`` (a <= 0.3 row): the worker seeds the rollout's state with the environment's
   own code.
 - ``POST /<tool>`` for each tool, its body the tool's arguments (the JSON schema is on ``/docs``): the tool's
-  output as text (``{"output": "..."}``), computed on that rollout's state.
+  output as text (``{"output": "..."}``), computed on that rollout's state. A 0.4 tool's arguments are validated
+  as verifiers' own MCP tool server validates them (``"3"`` is 3 for an ``int``, ``3.7`` is an error); an error
+  result answers 200 with the text verifiers shows the model and ``"is_error": true``.
 - ``POST /verify``: the Responses output turned into verifiers' messages, scored by the environment's own
   reward functions; ``reward`` is their weighted sum, ``reward_components`` each function's score and
   ``reward_weights`` its weight. A reward function that fails, or a worker that died, is a masked sample
@@ -105,7 +107,8 @@ class VerifiersServer(SimpleResourcesServer):
         async def call_tool(request: Request, body: dict[str, Any] = Body(default_factory=dict)) -> dict[str, Any]:  # noqa: B008 - FastAPI's idiom
             self.session_state(request)  # 409 with the explanation when the rollout was not seeded
             answer = await self._ask("tool", session=self.session_id(request), name=name, arguments=body)
-            return {"output": answer["output"]}
+            # an error result (bad arguments, the tool raised) is shown to the model as verifiers shows it: its text
+            return {"output": answer["output"], **({"is_error": True} if answer.get("is_error") else {})}
 
         call_tool.__name__ = name
         return call_tool

@@ -170,6 +170,7 @@ class TasksetEnvironment(Sessions):
         # given a task (verifiers' own rule); each call still sees the calling rollout's state as `self.state`.
         self.shared = list(self.taskset_class.toolsets(self.taskset.config))
         self._shared_ready = False
+        self._mcp_tools: dict[tuple[str, int], Any] = {}
         self.tasks: list[Any] | None = None
         super().__init__()
 
@@ -277,17 +278,25 @@ class TasksetEnvironment(Sessions):
         before = toolset._state_adapter.dump_json(state)
         token = mcp_server._call_state.set(state)
         try:
-            result = fn(**arguments)
-            if inspect.isawaitable(result):
-                result = await result
-        except TypeError as exc:
-            raise BadRequest(f"{name}: {exc}") from exc
+            output, is_error = await _call_as_verifiers_serves(self._mcp_tool(name, fn), arguments)
         finally:
             mcp_server._call_state.reset(token)
         after = toolset._state_adapter.dump_json(state)
         if after != before:
             trace.state = type(trace.state).model_validate_json(after)
-        return {"output": _tool_text(result)}
+        return {"output": output, **({"is_error": True} if is_error else {})}
+
+    def _mcp_tool(self, name: str, fn: Any) -> Any:
+        """The tool as verifiers' MCP server registers it (``MCPServer.add_tool``): its argument model is built
+        once per tool, from the signature, as the server builds it."""
+        key = (name, id(getattr(fn, "__func__", fn)))
+        if key not in self._mcp_tools:
+            from mcp.server.mcpserver.tools.base import Tool
+
+            # named as the toolset's own server names it (unprefixed): its error texts name the tool so
+            bare = getattr(fn, "tool_name", None) or fn.__name__
+            self._mcp_tools[key] = Tool.from_function(fn, name=bare, description=(fn.__doc__ or "").strip() or None)
+        return self._mcp_tools[key]
 
     async def verify(self, session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
         from pydantic import TypeAdapter
@@ -436,11 +445,23 @@ def _hints(fn: Any) -> dict[str, Any]:
         return {}
 
 
-def _tool_text(result: Any) -> str:
-    """A tool's result as text, as an MCP tool result's text content carries it."""
-    if isinstance(result, str):
-        return result
-    return json.dumps(_plain(result)) if not isinstance(result, (int, float, bool)) else json.dumps(result)
+async def _call_as_verifiers_serves(tool: Any, arguments: dict[str, Any]) -> tuple[Any, bool]:
+    """Run a verifiers 0.4 tool exactly as its MCP tool server does, and render what the model is shown.
+
+    The arguments are validated against the tool's signature by the MCP SDK's own argument model (lax pydantic:
+    ``"3"`` is 3 for an ``int``, ``3.0`` is 3, ``3.7`` is an ``int_from_float`` error), the result converted to
+    MCP content, and that content turned into chat content by verifiers' own client function. A failing call
+    (bad arguments, an exception in the tool) is what MCP calls an error result: its text is shown to the model,
+    as verifiers shows it. Returns (content, is_error).
+    """
+    from mcp.server.mcpserver.exceptions import ToolError
+    from verifiers.v1.harnesses.utils.mcp import mcp_content_to_chat_content
+
+    try:
+        result = await tool.run(arguments, context=None, convert_result=True)
+    except ToolError as exc:
+        return str(exc), True
+    return _plain(mcp_content_to_chat_content(result.content)), bool(getattr(result, "is_error", False))
 
 
 # ---- verifiers <= 0.3: load_environment -> Environment ------------------------------------------------------

@@ -111,3 +111,38 @@ def test_old_api_code_on_verifiers_0_4_says_how_to_pin_it() -> None:
     assert "from sophistry_bench_sprint import load_environment" in hint
     assert legacy_api_hint(error, "0.3.1", source) == ""  # not the 0.4 removal: no such advice
     assert legacy_api_hint("ValueError: FACADE_URL or base_url is required", "0.4.0", source) == ""
+
+
+@pytest.mark.parametrize("fixture", ["vf_ledger.py", "vf_typed.py"])
+def test_a_module_without_domain_is_refused_before_any_venv_work(
+    fixture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module names no domain: say so at once, not after minutes of making its venv."""
+    from ngym_verifiers import install, venvs
+
+    monkeypatch.setenv("NGYM_VERIFIERS_RECORDS", str(tmp_path))
+
+    def no_venv(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a venv was made before the domain was known")
+
+    monkeypatch.setattr(venvs, "venv_for", no_venv)
+    with pytest.raises(VerifiersInstallError, match="declares no domain.*--domain"):
+        install.install_source(f"verifiers:{FIXTURES / fixture}", echo=lambda line: None)
+
+
+def test_a_folder_without_a_domain_keyword_is_refused_before_any_venv_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from ngym_verifiers import install, venvs
+
+    folder = tmp_path / "vf_plain"
+    shutil.copytree(FIXTURES / "vf_notes", folder)
+    project = folder / "pyproject.toml"
+    text = project.read_text()
+    project.write_text(text.replace('keywords = ["agent"', 'keywords = ["nothing-known"').replace('"agent"', '"x"'))
+    monkeypatch.setenv("NGYM_VERIFIERS_RECORDS", str(tmp_path / "records"))
+    monkeypatch.setattr(venvs, "venv_for", lambda *a, **k: (_ for _ in ()).throw(AssertionError("venv made")))
+    with pytest.raises(VerifiersInstallError, match="declares no domain"):
+        install.install_source(f"verifiers:{folder}", echo=lambda line: None)

@@ -1,0 +1,197 @@
+"""A server as a child process: start it, wait until it answers, stop it and every process it started, read
+the end of its log. The fleet's engines
+(``ngym.fleet``) start their servers through these.
+
+Each server starts in a session of its own (its pid is its process group), so stopping it reaches its uvicorn
+workers and sandboxes too, and it outlives a parent that exits (a fleet outlives its ``ngym up``). A process is
+known by its pid *and* its kernel start time (:func:`start_time`), so a pid reused since is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ngym.errors import NgymError
+
+
+class StartError(NgymError):
+    """A server started as a child process exited, or did not answer in time."""
+
+
+def spawn(
+    command: Sequence[str],
+    log: Path | None,
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+    new_session: bool = True,
+    preexec_fn: Callable[[], Any] | None = None,
+    append: bool = True,
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` with its output in ``log`` (appended; discarded without one), no stdin, in a session of
+    its own unless ``new_session`` is False; ``env`` replaces the environment when given."""
+    if log is None:
+        return subprocess.Popen(
+            list(command), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
+            env=env, pass_fds=tuple(pass_fds), start_new_session=new_session, preexec_fn=preexec_fn,
+        )  # fmt: skip
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab" if append else "wb") as out:
+        return subprocess.Popen(
+            list(command), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, env=env,
+            pass_fds=tuple(pass_fds), start_new_session=new_session, preexec_fn=preexec_fn,
+        )  # fmt: skip
+
+
+def start_time(pid: int) -> str:
+    """The kernel's start time of ``pid`` (clock ticks since boot), or "" when there is no such live process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    # the command name (field 2) may hold spaces and parentheses: split after its closing one
+    fields = stat.rpartition(")")[2].split()
+    return "" if fields[0] in ("Z", "X") else fields[19]  # a zombie has exited: only its parent has not reaped it
+
+
+def stop_group(pid: int, started: str = "", timeout: float = 10.0) -> bool:
+    """SIGTERM the process group ``pid`` leads, SIGKILL it after ``timeout`` s, and wait until the group is gone;
+    with ``started`` (its :func:`start_time`), only if ``pid`` is still that process. True if it was running."""
+    if start_time(pid) == "" or (started and start_time(pid) != started):
+        return False
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if start_time(pid) == "" and not _group_alive(pid):
+            return True
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0  # SIGKILL cannot be refused: gone as soon as the kernel is done with it
+    while _group_alive(pid) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.05)
+    return True
+
+
+def stop(process: subprocess.Popen[Any], grace: float = 15.0) -> None:
+    """Stop a child started by :func:`spawn` (its whole group when it leads one), SIGKILL after ``grace``."""
+    if process.poll() is not None:
+        return
+    _signal(process, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        _signal(process, signal.SIGKILL)
+        process.wait(timeout=grace)
+
+
+def probe(url: str, timeout: float = 2.0) -> tuple[int | None, dict[str, Any] | None]:
+    """``GET url``: (its HTTP status, or None when nothing answers; its body as a JSON object, ``{}`` for another
+    JSON value, None when it is not JSON or the answer is not 2xx)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - our own servers
+            status, raw = int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), None
+    except (OSError, ValueError):
+        return None, None
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError:
+        return status, None
+    return status, data if isinstance(data, dict) else {}
+
+
+def status_of(url: str, timeout: float = 2.0) -> int | None:
+    """The HTTP status ``GET url`` answers, or None when nothing answers."""
+    return probe(url, timeout)[0]
+
+
+def fetch_json(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    """``GET url`` as a JSON object (``{}`` for another JSON value), or None when it does not answer 2xx JSON."""
+    status, body = probe(url, timeout)
+    return body if status is not None and 200 <= status < 300 else None
+
+
+def wait_healthy(
+    url: str,
+    process: subprocess.Popen[Any] | None,
+    timeout: float,
+    log: Path | None = None,
+    *,
+    interval: float = 0.05,
+    error: type[NgymError] = StartError,
+    what: str = "the server",
+) -> None:
+    """Poll ``GET url`` until it answers 2xx; ``error`` with the log's tail if ``process`` exits first or
+    ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = status_of(url, timeout=1.0)
+        if status is not None and status < 300:
+            return
+        if process is not None and process.poll() is not None:
+            raise error(f"{what} exited with code {process.returncode}{log_tail(log)}")
+        time.sleep(interval)
+    raise error(f"{what} did not answer {url} within {timeout:.0f}s{log_tail(log)}")
+
+
+def log_tail(log: Path | None, lines: int = 8) -> str:
+    """``": a | b | c"``: the last non-blank lines of a server's log (empty when there is none)."""
+    if log is None or not log.is_file():
+        return ""
+    text = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-lines:]
+    return (": " + " | ".join(text)) if text else ""
+
+
+def log_line(log: str | Path) -> str:
+    """The last meaningful line of a log (its last line naming an error when there is one), with its path."""
+    try:
+        lines = [ln.strip() for ln in Path(log).read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    return (errors or lines or ["(empty log)"])[-1][:300] + f" (log: {log})"
+
+
+def _signal(process: subprocess.Popen[Any], sig: int) -> None:
+    """Signal the process's group when it leads one, else the process."""
+    try:
+        if os.getpgid(process.pid) == process.pid:
+            os.killpg(process.pid, sig)
+        else:
+            process.send_signal(sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int) -> None:
+    """Collect ``pid``'s exit status when it is our child: a zombie would keep its group alive."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
