@@ -19,7 +19,7 @@ quietly = $(if $(V),$(1),( t=0; s=$(PROGRESS_SECONDS); while sleep $$s >/dev/nul
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: trainers-verl install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep ors
+.PHONY: trainers trainers-verl install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep ors
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -43,7 +43,7 @@ demo: install
 test: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster --ignore=tests/ors \
 	  --ignore=plugins/ngym_openenv/tests/test_commands.py \
-	  --ignore=tests/docker/test_fleet_compose_nemo.py --ignore=tests/verl
+	  --ignore=tests/docker/test_fleet_compose_nemo.py --ignore=tests/verl --ignore=tests/trainers
 
 # NeMo Gym 0.7.0's own client, checkers and fixtures against every built-in environment (served as processes).
 # NeMo Gym lives in its own cached Python 3.13 venv (tools/nemo_venv.sh; NGYM_NEMO_VENV to put it elsewhere).
@@ -51,6 +51,13 @@ conformance: install
 	bash tools/nemo_venv.sh
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not verifiers_versions" tests/conformance tests/unit/test_reward_profile.py tests/unit/test_repeat_metrics.py \
 	  plugins/ngym_openenv/tests/test_commands.py
+
+# RL trainers' own code training on ngym environments (tests/trainers: TRL's GRPOTrainer through ngym.train.trl, served by
+# `ngym run` and by a fleet). The trainers live in their own cached venv (tools/trainer_venv.sh: ~8 min and ~6 GB the
+# first time; NGYM_TRAINER_VENV to put it elsewhere); NeMo Gym's example environment comes from its cached wheel.
+trainers: install
+	bash tools/trainer_venv.sh
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/trainers
 
 # verl 0.9.1's tool classes and config loader, and skyrl-gym 0.4.0's make/step loop, against environments served by
 # ngym run (docs/training.md). Both live in one cached Python 3.12 venv (tools/verl_venv.sh, ~6 GB, several minutes

@@ -10,6 +10,8 @@ session cookie by hand. What to replay:
     NGYM_PROFILE_DATA=path/rows.jsonl   rows or example rollouts (default: the environment's own examples)
     NGYM_PROFILE_ENV=name               the environment (for its examples and a plugin's scenario hook);
                                         default: the name the server reports at GET /health
+    NGYM_PROFILE_ROLLOUTS=N             stop once N whole rollouts have ended (finished or failed), whatever
+                                        --run-time says: a scripted run measured in rollouts, not seconds
 
 Start the environment yourself (``ngym run NAME --port 8000``); ``ngym profile NAME`` does both for you.
 """
@@ -21,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import gevent
 from locust import events
 
 from ngym.profiling.scenario import load_rows, resolve_scenario
@@ -61,6 +64,16 @@ def _on_test_start(environment: Any, **_kwargs: Any) -> None:
     _configure(environment.host or WholeRollout.host)
     WholeRollout.tracker = RolloutTracker()
     WholeRollout.row_counter = itertools.count()
+    limit = os.environ.get("NGYM_PROFILE_ROLLOUTS")
+    if limit:
+        gevent.spawn(_quit_after, environment, WholeRollout.tracker, int(limit))
+
+
+def _quit_after(environment: Any, tracker: RolloutTracker, rollouts: int) -> None:
+    """Stop the run once ``rollouts`` whole rollouts have ended (NGYM_PROFILE_ROLLOUTS)."""
+    while tracker.finished + tracker.failed < rollouts:
+        gevent.sleep(0.05)
+    environment.runner.quit()
 
 
 @events.test_stop.add_listener

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ngym import (
@@ -46,6 +46,12 @@ class WorkplaceAssistantConfig(BaseResourcesServerConfig):
         description='Run function calls the way WorkBench\'s runner records them (name.func(k="v") strings: '
         "values with a double quote or raw newline break the call, '\\n' becomes a newline). False: use the "
         "decoded JSON arguments as they are.",
+    )
+
+    max_session_rows: int = Field(
+        default=10_000,
+        ge=1,
+        description="Rows one session's calls may add to its databases; a write call past it is 413 (reads go on).",
     )
 
     @field_validator("data_dir")
@@ -156,6 +162,13 @@ class WorkplaceAssistantResourcesServer(SimpleResourcesServer):
 
         async def route(request: Request, body: BaseModel) -> ToolOutput:
             workspace: Workspace = self.session_state(request)
+            limit = self.config.max_session_rows
+            if spec.writes and workspace.added_rows() >= limit:
+                raise HTTPException(
+                    413,
+                    f"this session has added {workspace.added_rows()} rows to its databases; a session may add at "
+                    f"most {limit} (server setting max_session_rows). Reads go on; seed a new session to write more",
+                )
             return ToolOutput(output=self.run_tool(workspace, spec.name, body.model_dump(exclude_unset=True)))
 
         route.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

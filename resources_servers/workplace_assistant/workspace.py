@@ -184,6 +184,16 @@ class Workspace:
         # WorkBench's get_average_session_duration() with no bounds converts the shared analytics table's
         # durations to float in place; later visitor look-ups then show floats. Tracked, not copied.
         self.durations_are_float = False
+        self.base_rows = self.rows()
+
+    def rows(self) -> int:
+        """Rows of the five databases now."""
+        return sum(len(table) for table in self.state_tables().values())
+
+    def added_rows(self) -> int:
+        """Rows this session's calls added (a forward or a reply shares the original's text: a row costs its
+        tuple and whatever new text its call sent, which ``max_session_tool_bytes`` bounds)."""
+        return self.rows() - self.base_rows
 
     def release(self) -> None:
         """Drop this workspace's tables (called when its session closes)."""

@@ -102,20 +102,23 @@ def test_hostile_code_in_the_container_reaches_nothing(math_image: Any, docker_c
         a, b = Session(url), Session(url)
         a.post("seed_session", ROW)
         b.post("seed_session", ROW)
+        for session in (a, b):  # after a call, each session's user-code process is certainly there
+            session.post("execute_python", {"code": "0"})
         code, out = container.exec_run([VENV_PYTHON, "-c", LIST_PROCESSES])
         assert code == 0, out
         seen = {int(pid): (uid, cmd) for pid, (uid, cmd) in json.loads(out).items()}
         workers = [pid for pid, (uid, _) in seen.items() if uid >= 1_000_000_000]
         forkserver = [pid for pid, (uid, cmd) in seen.items() if uid == 0 and "sandbox.zygote" in cmd]
-        assert len(workers) == 2 and len(forkserver) == 1 and seen[1][0] == 0, seen
+        # each session: a supervisor and the user-code process it forked
+        assert len(workers) == 4 and len(forkserver) == 1 and seen[1][0] == 0, seen
         writes = ["/home/ngym", "/tmp", "/opt/ngym", "/", "/var/tmp", "/dev/shm"]
         report = probes.parse(
             a.post("execute_python", {"code": probes.probe_code(secret, [*workers, *forkserver, 1], 8000, writes)})
         )
         assert report["environ_secret"] is False
         assert report["secret_in_proc"] == []
-        assert report["visible_pids"] == [1]
-        # pid 1 is the worker itself in its own PID namespace; every other pid of the container is out of reach
+        assert report["visible_pids"] == [1, 2]
+        # pid 1 is the session's supervisor in its own PID namespace; every other pid of the container is out of reach
         assert report["signalled"] == {str(pid): "ProcessLookupError" for pid in [*workers, *forkserver]} | {"1": "ok"}
         assert report["written"] == []
         assert report["connect"] == "Network is unreachable"
@@ -126,6 +129,43 @@ def test_hostile_code_in_the_container_reaches_nothing(math_image: Any, docker_c
         assert httpx.get(f"{url}/health").status_code == 200
         assert a.post("execute_python", {"code": "6 * 7"})["result"] == "42"
         assert b.post("execute_python", {"code": "1 + 1"})["result"] == "2"
+    finally:
+        remove_container(container)
+
+
+def test_forged_reply_frames_and_user_namespaces_in_the_container(math_image: Any, docker_client: Any) -> None:
+    """The host probes of test_forged_frames.py through the real container: a forged frame past every cap, nested
+    past the parser's limit, with NaN or wrong types ends its call with a clear error (never a 500, never a 60 MB
+    answer) and moves no later answer; a well-formed forged frame answers no later call; no user namespace."""
+    tag, _ = math_image
+    options = resolve_plugin("math_with_code").run_options
+    container = start_container(
+        docker_client, tag, name=f"ngym-pytest-math-{uuid.uuid4().hex[:8]}", run_options=options
+    )
+    try:
+        url = published_url(container)
+        wait_healthy(container, 120)
+        session = Session(url)
+        session.post("seed_session", ROW)
+        for kind in ("huge", "nested", "nan", "types"):
+            reply = httpx.post(
+                f"{url}/execute_python",
+                json={"code": probes.forge_code(kind)},
+                headers={"cookie": session.cookie},
+                timeout=120,
+            )
+            assert reply.status_code == 200 and len(reply.content) < 8192, (kind, reply.status_code, reply.text[:300])
+            assert "the sandbox refused this call's reply" in reply.json()["error_message"], kind
+            after = session.post("execute_python", {"code": f"print({kind!r})\n'own'"})
+            assert (after["stdout"], after["result"]) == (f"{kind}\n", "own"), kind
+        session.post("execute_python", {"code": probes.forge_code("queued")})
+        for n in range(3):
+            reply = session.post("execute_python", {"code": f"{n} * 10"})
+            assert reply["result"] == str(n * 10)
+        report = json.loads(session.post("execute_python", {"code": probes.USERNS})["result"])
+        assert set(report.values()) == {"Operation not permitted"}, report
+        report = json.loads(session.post("execute_python", {"code": probes.SUPERVISOR})["result"])
+        assert report == {"fd": "PermissionError", "mem": "PermissionError", "getfd": "refused", "ptrace": "refused"}
     finally:
         remove_container(container)
 

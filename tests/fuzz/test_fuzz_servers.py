@@ -147,6 +147,28 @@ def test_no_operation_answers_5xx(fleet: Fleet, name: str, tmp_path: Path) -> No
     assert "generated" in run.stdout  # it did test something
 
 
+@pytest.mark.parametrize("name", SERVERS)
+def test_the_openenv_front_answers_no_5xx(fleet: Fleet, name: str, tmp_path: Path) -> None:
+    """The same stateless pass over OpenEnv's protocol under ``/openenv`` (reset, step, state, mcp, ...)."""
+    cmd = [
+        str(BIN / "schemathesis"),
+        "run",
+        f"{fleet.urls[name]}/openenv/openapi.json",
+        "--checks=not_a_server_error",
+        "--continue-on-failure",
+        "--phases=examples,coverage,fuzzing",
+        f"--max-examples={EXAMPLES}",
+        f"--seed={SEED}",
+        "--workers=1",
+        "--generation-database=none",
+        "--no-color",
+        "--suppress-health-check=all",
+    ]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert "generated" in run.stdout
+
+
 def example_rows(name: str) -> list[dict[str, Any]]:
     folder = installed(name).folder
     assert folder is not None
@@ -357,3 +379,51 @@ def test_workplace_assistant_memory_and_cpu_stay_bounded_under_distinct_hostile_
     print(f"probe: {PROBE_CALLS} calls, RSS +{growth / 2**20:.1f} MiB, CPU {cpu / PROBE_CALLS * 1000:.1f} ms a call")
     assert growth < PROBE_MAX_GROWTH, f"RSS grew {growth / 2**20:.0f} MiB over {PROBE_CALLS} distinct hostile calls"
     assert cpu / PROBE_CALLS < PROBE_MAX_CPU_PER_CALL, f"{cpu / PROBE_CALLS:.3f} s of server CPU a call"
+
+
+def _post_declaring(url: str, path: str, size: int) -> tuple[int, str]:
+    """A POST whose Content-Length says `size` bytes, of which only 64 KiB are sent: the server must answer from the
+    declared length (a 30 MB argument, without sending 30 MB a call)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    head = f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n"
+    with socket.create_connection((parts.hostname, parts.port), timeout=60) as s:
+        s.sendall(head.encode() + b'{"a": "' + b"x" * 65536)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+            if b"\r\n\r\n" in reply and reply.rstrip().endswith(b"}"):
+                break
+    return int(reply.split(b" ", 2)[1]), reply.split(b"\r\n\r\n", 1)[-1].decode(errors="replace")
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_a_30_mb_tool_argument_is_413_naming_the_setting_on_every_tool(fleet: Fleet, name: str) -> None:
+    url = fleet.urls[name]
+    paths = httpx.get(f"{url}/openapi.json", timeout=30).json()["paths"]
+    tools = [p for p, ops in paths.items() if "post" in ops and p not in STANDARD and p != "/mcp"]
+    for path in tools:
+        status, body = _post_declaring(url, path, 30 * 1024 * 1024)
+        assert status == 413 and "max_tool_call_bytes" in body, (path, status, body[:300])
+
+
+def test_math_with_code_forged_reply_frames_end_their_call_and_move_no_answer(fleet: Fleet) -> None:
+    import importlib.util
+
+    probes_path = installed("math_with_code").folder / "tests" / "isolation_probes.py"
+    spec = importlib.util.spec_from_file_location("isolation_probes", probes_path)
+    assert spec is not None and spec.loader is not None
+    probes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probes)
+    http = httpx.Client(base_url=fleet.urls["math_with_code"], timeout=120)
+    seeded = http.post("/seed_session", json=example_rows("math_with_code")[0])
+    headers = {"cookie": seeded.headers["set-cookie"].split(";", 1)[0]}
+    for kind in ("huge", "nested", "nan", "types", "queued"):
+        forged = http.post("/execute_python", json={"code": probes.forge_code(kind)}, headers=headers)
+        assert forged.status_code == 200 and len(forged.content) < 8192, (kind, forged.status_code)
+        after = http.post("/execute_python", json={"code": f"print({kind!r})\n'own'"}, headers=headers).json()
+        assert (after["stdout"], after["result"]) == (f"{kind}\n", "own"), (kind, after)
+    report = http.post("/execute_python", json={"code": probes.USERNS}, headers=headers).json()
+    assert set(json.loads(report["result"]).values()) == {"Operation not permitted"}, report

@@ -111,6 +111,7 @@ PIPELINE, HOSTING, FRONTS = "ngym.server.pipeline", "ngym.server.hosting", "ngym
 PIPELINE_REACHES_OUT = {
     ("ngym.server.pipeline.app", "ngym.server.hosting.env_loop"): "build_app: the app on the environment loop",
     ("ngym.server.pipeline.app", "ngym.server.fronts.mcp"): "build_app: expose_tools_over_mcp",
+    ("ngym.server.pipeline.app", "ngym.server.fronts.openenv"): "build_app: OpenEnv's protocol under /openenv",
     ("ngym.server.pipeline.app", "ngym.server.fronts.ors.mount"): "build_app: the ORS front's mount on every app",
     ("ngym.server.pipeline.routes", "ngym.server.hosting.env_loop"): "the author's hooks on the environment loop",
     ("ngym.server.pipeline.resources", "ngym.server.hosting.env_loop"): "start-up hooks on the environment loop",

@@ -9,9 +9,9 @@ exactly as one served through the standard routes (``ngym.server.pipeline.routes
   inside each rollout's session.
 - ``ors/``: the Open Reward Standard (``/ors``, and the ``openreward`` SDK's requests at the root), mounted on
   every app and imported on its first request.
-- ``openenv/``: OpenEnv's front.
+- ``openenv/``: OpenEnv's protocol, mounted under ``/openenv`` on every app and built on its first request.
 
 Fronts are built on the request pipeline (``ngym.server.pipeline``). The pipeline imports no front, apart from
-the app assembly (``pipeline.app.build_app``) installing the fronts: ORS on every app (its light mount
-module only), MCP when the config asks for it (``expose_tools_over_mcp``).
+the app assembly (``pipeline.app.build_app``) installing the fronts: ORS and OpenEnv on every app (their light
+mount modules only), MCP when the config asks for it (``expose_tools_over_mcp``).
 """

@@ -21,8 +21,9 @@ Why HAProxy (Debian's ``haproxy`` package): it reads a cookie, a path segment an
 hashes them with converters in its configuration (``req.cook``, ``field``, ``json_query``, ``crc32``, ``mod``),
 checks health and answers 503 at once when no worker is left.
 
-The ORS front's sessions (``X-Session-ID``, no ngym cookie) are still pinned by a stick table filled from the
-first request carrying the header (``ors_ids``); every other request is routed statelessly as above.
+The ORS front's sessions are routed the same way: the front makes each ORS session id on the worker that answers
+``/create_session``, drawn to hash to that worker's slot, and every later request carries it in ``X-Session-ID``.
+No table is kept for anything.
 """
 
 from __future__ import annotations
@@ -81,13 +82,10 @@ def haproxy_config(
     stride: int = 1,
 ) -> str:
     """The HAProxy configuration: listen on the inherited socket ``listen_fd``, route each request to the slot its
-    session id names (backend I is slot I; ``session_ttl_seconds`` and ``max_sessions`` size only the ORS front's
-    table: nothing is stored per ngym session). ``stats_socket``: a unix socket
+    session id names (backend I is slot I; nothing is stored per session: ``session_ttl_seconds`` and
+    ``max_sessions`` are accepted for the callers' sake and unused). ``stats_socket``: a unix socket
     path for HAProxy's runtime API (``show stat``), mode 0600. ``stride``: the product of the counts of the routing
     levels outside this one (1 when this proxy is the outermost; see ``ngym.server.sessions.routing``)."""
-    # the ORS front's table only (ngym's own sessions use none): sized and aged as the learned tables were
-    ors_size = max(1024, 2 * max(1, max_sessions) * max(1, len(backends)))
-    ors_ttl = max(1, int(session_ttl_seconds) + 60)
     count = max(1, len(backends))
     typed_paths = "path_end /seed_session /close_session"
     # Several backends: one failed connection marks a worker down at once, so its rollouts are answered elsewhere
@@ -114,6 +112,8 @@ def haproxy_config(
                 f"if {{ req.cook_cnt({cookie_name}) eq 1 }}",
                 "    http-request set-var(txn.ngym_key) req.body,json_query('$.resources_session_id') "
                 f"if {{ {typed_paths} }} {{ req.body,json_query('$.resources_session_id') -m found }}",
+                "    # an ORS session's requests carry the id the worker's ORS front made (ngym.server.fronts.ors)",
+                "    http-request set-var(txn.ngym_key) req.hdr(x-session-id) if { req.hdr(x-session-id) -m found }",
                 f"    http-request set-var(txn.ngym_slot) var(txn.ngym_key),crc32,{stride_op}mod({count}) "
                 "if { var(txn.ngym_key) -m found }",
                 *(f"    use-server {b.name} if {{ var(txn.ngym_slot) -m int {i} }}" for i, b in enumerate(backends)),
@@ -151,13 +151,9 @@ backend workers
     option httpchk GET /livez
     http-check expect status 200
 {routing}
-    stick on req.hdr(x-session-id) table ors_ids if {{ req.hdr(x-session-id) -m found }}
     # which worker answered: for logs and tests (set by HAProxy, costs the workers nothing)
     http-response set-header X-Ngym-Worker %s
 {servers}
-
-backend ors_ids
-    stick-table type string len 256 size {ors_size} expire {ors_ttl}s
 """
 
 

@@ -139,6 +139,11 @@ def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> Fas
         from ngym.server.fronts import mcp as mcp_exposure
 
         mcp_exposure.install(server, app)
+    # OpenEnv's protocol under /openenv: mounted now, imported and built on its first request, so a server whose
+    # clients speak NeMo Gym's wire never loads it (its routes come after the tool and standard routes).
+    from ngym.server.fronts import openenv as openenv_front  # a light package: the front itself loads later
+
+    openenv_front.mount(server, app)
     return app
 
 

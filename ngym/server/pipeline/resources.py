@@ -32,6 +32,12 @@ from ngym.server.pipeline.middleware import NgymMiddleware
 from ngym.server.pipeline.request_limits import RequestLimitsMiddleware
 from ngym.server.pipeline.routes import add_health_routes, add_standard_routes
 from ngym.server.pipeline.routing import StrictJSONRoute
+from ngym.server.pipeline.session_budget import (
+    DEFAULT_MAX_SESSION_TOOL_BYTES,
+    DEFAULT_MAX_TOOL_ANSWER_BYTES,
+    DEFAULT_MAX_TOOL_CALL_BYTES,
+    SessionBudgetMiddleware,
+)
 from ngym.server.protocol.bodies import (
     AggregateMetrics,
     AggregateMetricsRequest,
@@ -92,6 +98,21 @@ class BaseResourcesServerConfig(BaseServerConfig):
     )
     session_id_pattern: str = Field(
         default=DEFAULT_SESSION_ID_PATTERN, description="Regular expression a caller-chosen session id must match."
+    )
+    max_tool_call_bytes: int = Field(
+        default=DEFAULT_MAX_TOOL_CALL_BYTES,
+        ge=1024,
+        description="Largest body (arguments) of one tool call; larger is 413 before the tool runs.",
+    )
+    max_session_tool_bytes: int = Field(
+        default=DEFAULT_MAX_SESSION_TOOL_BYTES,
+        ge=1024,
+        description="Bytes one session may send in tool calls in all; the call past it is 413 (seed a new session).",
+    )
+    max_tool_answer_bytes: int = Field(
+        default=DEFAULT_MAX_TOOL_ANSWER_BYTES,
+        ge=1024,
+        description="Largest tool answer (declared length); a larger one is replaced by a 413 naming this setting.",
     )
     max_closed_sessions: int = Field(
         default=50_000,
@@ -302,6 +323,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         config = self.config
         if keeps_session_state(type(self)):  # innermost: a tool call of a lost session is 410 before it runs
             app.add_middleware(LostSessionGuard)
+        self._add_session_budget(app)
         # Added first, so it runs inside NgymMiddleware: its 413/408 answers carry the session cookie too.
         app.add_middleware(
             RequestLimitsMiddleware,
@@ -311,6 +333,16 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
         add_standard_routes(app, self)
         return app
+
+    def _add_session_budget(self, app: FastAPI) -> None:
+        """The per-session budgets (``ngym.server.pipeline.session_budget``), inside ``NgymMiddleware``."""
+        config = self.config
+        app.add_middleware(
+            SessionBudgetMiddleware,
+            max_tool_call_bytes=config.max_tool_call_bytes,
+            max_session_bytes=config.max_session_tool_bytes,
+            max_answer_bytes=config.max_tool_answer_bytes,
+        )
 
     def install_sessions(self, app: FastAPI) -> SessionManager:
         """Give an app built by hand (not by ``setup_webserver``: NeMo Gym's Gymnasium-style servers) ngym's
@@ -322,6 +354,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         if not any(getattr(route, "path", None) == "/health" for route in app.router.routes):
             add_health_routes(app, self)  # ngym run, profile and the image's HEALTHCHECK wait on /health
         self._ngym_sessions = self._make_session_manager()
+        self._add_session_budget(app)
         app.add_middleware(NgymMiddleware, sessions=self._ngym_sessions)
         app.router.lifespan_context = self._lifespan
         return self._ngym_sessions

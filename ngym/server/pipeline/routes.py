@@ -27,6 +27,7 @@ from ngym.server.hosting.env_loop import AUTHOR_CALLS_STATE, on_environment_loop
 from ngym.server.pipeline.intake import parse_body, seed_body_model, validate_body, validate_json
 from ngym.server.pipeline.provenance import distribution_of
 from ngym.server.pipeline.routing import RequestOnlyRoute, declared_model, declared_model_response
+from ngym.server.pipeline.session_budget import session_bytes_report
 from ngym.server.protocol.bodies import (
     FAILURE_CLASS_KEY,
     FAILURE_JUDGE_ERROR_KEY,
@@ -389,6 +390,7 @@ async def health_report(server: SimpleResourcesServer) -> dict[str, Any]:
         "live_sessions": await sessions.store.count(),
         "session_store": type(sessions.store).__name__,
         "traffic": sessions.traffic.as_dict(),
+        "session_bytes": session_bytes_report(sessions.store.records(), server.config.max_session_tool_bytes),
         # what every /verify reward must lie in (ngym rollout and ngym profile check each against it)
         REWARD_RANGE_KEY: list(cls.reward_range) if cls.reward_range is not None else None,
     }

@@ -90,6 +90,10 @@ class SessionStore(ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional
         """Release connections."""
 
+    def records(self) -> list[SessionRecord] | None:
+        """The live records this process holds, for ``/health``'s per-session figures (None: not listable here)."""
+        return None
+
 
 class MemorySessionStore(SessionStore):
     """In-process store: an LRU-ordered dict, so expiry pops from the front in O(expired)."""
@@ -146,6 +150,9 @@ class MemorySessionStore(SessionStore):
 
     async def count(self) -> int:
         return len(self._live)
+
+    def records(self) -> list[SessionRecord] | None:
+        return [record for record, _ in self._live.values()]
 
     async def drain(self) -> list[tuple[str, SessionRecord]]:
         drained = [(sid, rec) for sid, (rec, _) in self._live.items()]

@@ -170,7 +170,7 @@ class TasksetEnvironment(Sessions):
         # given a task (verifiers' own rule); each call still sees the calling rollout's state as `self.state`.
         self.shared = list(self.taskset_class.toolsets(self.taskset.config))
         self._shared_ready = False
-        self._mcp_tools: dict[tuple[str, int], Any] = {}
+        self.mcp_tools: dict[tuple[str, int], Any] = {}
         self.tasks: list[Any] | None = None
         super().__init__()
 
@@ -278,7 +278,7 @@ class TasksetEnvironment(Sessions):
         before = toolset._state_adapter.dump_json(state)
         token = mcp_server._call_state.set(state)
         try:
-            output, is_error = await _call_as_verifiers_serves(self._mcp_tool(name, fn), arguments)
+            output, is_error = await _call_as_verifiers_serves(self.mcp_tool(name, fn), arguments)
         finally:
             mcp_server._call_state.reset(token)
         after = toolset._state_adapter.dump_json(state)
@@ -286,17 +286,17 @@ class TasksetEnvironment(Sessions):
             trace.state = type(trace.state).model_validate_json(after)
         return {"output": output, **({"is_error": True} if is_error else {})}
 
-    def _mcp_tool(self, name: str, fn: Any) -> Any:
+    def mcp_tool(self, name: str, fn: Any) -> Any:
         """The tool as verifiers' MCP server registers it (``MCPServer.add_tool``): its argument model is built
         once per tool, from the signature, as the server builds it."""
         key = (name, id(getattr(fn, "__func__", fn)))
-        if key not in self._mcp_tools:
+        if key not in self.mcp_tools:
             from mcp.server.mcpserver.tools.base import Tool
 
             # named as the toolset's own server names it (unprefixed): its error texts name the tool so
             bare = getattr(fn, "tool_name", None) or fn.__name__
-            self._mcp_tools[key] = Tool.from_function(fn, name=bare, description=(fn.__doc__ or "").strip() or None)
-        return self._mcp_tools[key]
+            self.mcp_tools[key] = Tool.from_function(fn, name=bare, description=(fn.__doc__ or "").strip() or None)
+        return self.mcp_tools[key]
 
     async def verify(self, session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
         from pydantic import TypeAdapter

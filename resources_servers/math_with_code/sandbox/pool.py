@@ -30,7 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from .limits import Enforcement, SandboxLimits, missing_isolation
-from .protocol import ProtocolError, read_frame, recv_frame, send_frame, write_frame
+from .protocol import (
+    ConnectionClosed,
+    ProtocolError,
+    checked_reply,
+    read_frame,
+    recv_frame,
+    reply_bound,
+    send_frame,
+    write_frame,
+)
 
 DEFAULT_PRELOAD = (
     "numpy",
@@ -145,6 +154,8 @@ class SandboxSession:
         self.restarts = 0
         self._dirty = False
         self._lock = asyncio.Lock()
+        # The supervisor checks and caps each reply; the server still reads no more than a reply can take.
+        self._reply_limit = reply_bound(pool.limits.max_output_chars) + 4096
 
     @property
     def pid(self) -> int | None:
@@ -183,9 +194,16 @@ class SandboxSession:
                     return ExecutionResult(False, error_message=f"could not start a Python process: {exc}")
             worker = self.worker
             limit = self.pool.limits.wall_time_s
+            seq = self.calls
             try:
-                await write_frame(worker.writer, {"op": "exec", "code": code})
-                reply = await asyncio.wait_for(read_frame(worker.reader), timeout=limit)
+                await write_frame(worker.writer, {"op": "exec", "code": code, "seq": seq})
+                frame = await asyncio.wait_for(read_frame(worker.reader, self._reply_limit), timeout=limit)
+                died = frame.get("died")
+                reply = {**checked_reply(frame, self.pool.limits.max_output_chars), "died": died}
+                if died is not None and not isinstance(died, str):
+                    raise ProtocolError("`died` is not a string")
+                if frame.get("seq") != seq:
+                    raise ProtocolError(f"the answer to call {frame.get('seq')!r} came for call {seq}")
             except asyncio.CancelledError:
                 # The caller went away mid-call. The worker may still be running this code and would answer the
                 # next call with this call's reply, so it is killed; the next call starts a fresh one.
@@ -199,13 +217,24 @@ class SandboxSession:
                     error_message=f"TimeoutError: execution exceeded the wall-clock limit of {limit:g} s; {STATE_LOST}",
                     state_lost=True,
                 )
-            except (ProtocolError, OSError):
+            except (ProtocolError, OSError) as exc:
                 status = await self.pool._status(worker.pid)
                 await self._replace()
+                if isinstance(exc, ProtocolError) and not isinstance(exc, ConnectionClosed):
+                    malformed = f"the sandbox's answer was malformed ({exc}); {STATE_LOST}"
+                    return ExecutionResult(False, error_message=malformed, state_lost=True)
                 how = f" ({status})" if status else ""
                 return ExecutionResult(
                     False,
                     error_message=f"the Python process died{how}, most likely on a resource limit "
+                    f"(memory {self.pool.limits.memory_mb} MB, CPU {self.pool.limits.cpu_time_s} s); {STATE_LOST}",
+                    state_lost=True,
+                )
+            if reply["died"] is not None:
+                await self._replace()
+                return ExecutionResult(
+                    False,
+                    error_message=f"the Python process died ({reply['died']}), most likely on a resource limit "
                     f"(memory {self.pool.limits.memory_mb} MB, CPU {self.pool.limits.cpu_time_s} s); {STATE_LOST}",
                     state_lost=True,
                 )

@@ -1,10 +1,10 @@
-"""The worker: one process per session that runs the session's code in one persistent namespace.
+"""The user-code process: one per session, it runs the session's code in one persistent namespace.
 
-`become_worker` is called in a child the forkserver just forked (still root). It applies the limits (limits.py),
-then serves exec requests from its socket until the socket closes. Each request runs one "cell": the code is
-executed in the session's globals; if its last statement is an expression, `str()` of its value is the `result`
-(like NeMo Gym's execute_python). stdout/stderr are captured in memory with a cap (the rest is counted and dropped
-behind a marker), so printing 100 MB costs no more than the cap.
+It is forked by the session's supervisor (supervisor.py), which holds the channel to the server; this process
+never holds it. Each cell the supervisor sends runs in the session's globals; if its last statement is an
+expression, `str()` of its value is the `result` (like NeMo Gym's execute_python). stdout/stderr are captured in
+memory with a cap (the rest is counted and dropped behind a marker), so printing 100 MB costs no more than the cap.
+The reply goes to a pipe that came with the cell; the supervisor reads it with caps and checks it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import errno
 import io
 import linecache
 import os
-import select
 import signal
 import socket
 import sys
@@ -24,8 +23,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .limits import PR_SET_PDEATHSIG, Enforcement, SandboxLimits, drop_privileges, enter_namespaces, prctl, set_rlimits
-from .protocol import ProtocolError, recv_frame, send_frame
+from .limits import PR_SET_PDEATHSIG, Enforcement, SandboxLimits, prctl
+from .protocol import ProtocolError, encode, recv_frame
 
 _THIS_FILE = __file__
 
@@ -192,15 +191,16 @@ def _on_sigxcpu(signum: int, frame: Any) -> None:
 
 
 def _kill_other_processes(enforcement: Enforcement) -> None:
-    """Kill every process of this worker's uid but itself (the pool slot's uid belongs to this worker alone)."""
-    if enforcement.unprivileged_uid and os.getuid() != 0:
+    """Kill every process of this worker's uid but itself and its supervisor (the slot's uid is theirs alone)."""
+    if enforcement.unprivileged_uid and enforcement.pid_namespace and os.getuid() != 0:
+        # kill(-1) spares the caller and the namespace's init, which is the supervisor
         for _ in range(2):
             try:
                 os.kill(-1, signal.SIGKILL)
             except ProcessLookupError:
                 break
     else:  # no private uid: kill our own children's process trees instead
-        for child in _children(os.getpid()):
+        for child in children(os.getpid()):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
     while True:
@@ -222,94 +222,74 @@ def _reap_nohang() -> None:
             return
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     found: list[int] = []
     try:
         for task in Path(f"/proc/{pid}/task").iterdir():
             for child in (task / "children").read_text().split():
                 found.append(int(child))
-                found.extend(_children(int(child)))
+                found.extend(children(int(child)))
     except OSError:
         pass
     return found
 
 
-def _close_fds(keep: int) -> None:
+def close_fds(keep: set[int]) -> None:
+    """Point 0, 1 and 2 at /dev/null and close every other descriptor but `keep`."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 65536)
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
 
 
-def become_worker(
-    conn_fd: int,
-    slot: int,
-    uid: int,
-    workdir: str,
-    limits: SandboxLimits,
-    enforcement: Enforcement,
-    cgroups: Any,
-    forkserver_pidfd: int,
-) -> None:
-    """Turn the just-forked child into a sandboxed worker and serve until the socket closes. Never returns."""
+def user_main(cmd: socket.socket, workdir: str, limits: SandboxLimits, enforcement: Enforcement) -> None:
+    """The user-code process, forked by the supervisor (supervisor.py): set up, then serve cells. Never returns."""
     code = 0
     try:
-        os.setsid()
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
-        if cgroups is not None:
-            cgroups.join(slot)
-        enter_namespaces(enforcement, limits, workdir, uid)
-        os.chdir(workdir)
-        set_rlimits(limits, nproc=enforcement.unprivileged_uid)
-        if enforcement.unprivileged_uid:
-            drop_privileges(uid)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if select.select([forkserver_pidfd], [], [], 0)[0]:  # readable: the forkserver died before the prctl
-            os._exit(1)
-        _close_fds(conn_fd)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a reply pipe the supervisor closed is an OSError, not death
         os.environ.update({"HOME": workdir, "TMPDIR": workdir, "PWD": workdir})
         import tempfile
 
         tempfile.tempdir = workdir
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
-        conn = socket.socket(fileno=conn_fd)
         if not limits.allow_network:
             _install_network_guard()
         signal.signal(signal.SIGXCPU, _on_sigxcpu)
-        serve(conn, Session(limits, workdir), enforcement, limits)
-    except BaseException:  # noqa: BLE001 - a child must never return into the forkserver's loop
+        serve_user(cmd, Session(limits, workdir), enforcement, limits)
+    except BaseException:  # noqa: BLE001 - a forked child must never return into its parent's code
         code = 70
-        with contextlib.suppress(BaseException):
-            traceback.print_exc()
     finally:
         os._exit(code)
 
 
-def serve(conn: socket.socket, session: Session, enforcement: Enforcement, limits: SandboxLimits) -> None:
-    send_frame(conn, {"ready": True, "pid": os.getpid()})
+def serve_user(cmd: socket.socket, session: Session, enforcement: Enforcement, limits: SandboxLimits) -> None:
+    """Run each cell the supervisor sends; write its reply to the pipe that came with it, then close that pipe.
+
+    The supervisor never reads this socket and reads each call's reply from that call's own pipe (with caps), so
+    whatever the code writes to any descriptor it finds can only make that one call's reply malformed."""
     while True:
         try:
-            message, _ = recv_frame(conn)
-        except (ProtocolError, OSError):
+            message, fds = recv_frame(cmd, max_fds=1)
+        except (ProtocolError, OSError, ValueError):
             return
-        op = message.get("op")
-        if op == "exec":
-            reply = session.run(str(message.get("code", "")))
-        elif op == "ping":
-            reply = {"ok": True}
-        else:
-            reply = {"success": False, "error_message": f"unknown op {op!r}"}
+        if not fds:
+            return
+        reply = session.run(str(message.get("code", "")))
         if limits.kill_background_processes:
             _kill_other_processes(enforcement)
         else:
             _reap_nohang()
         try:
-            send_frame(conn, reply)
+            with os.fdopen(fds[0], "wb", buffering=0, closefd=True) as out:
+                out.write(encode(reply))
         except OSError:
-            return
+            pass
         if reply.get("retire"):
             return

@@ -55,7 +55,7 @@ from .limits import (
     world_writable_dirs,
 )
 from .protocol import ProtocolError, recv_frame, send_frame
-from .worker import become_worker
+from .supervisor import become_worker
 
 MIN_WORKER_UID = 1000
 
@@ -319,11 +319,14 @@ class Zygote:
         remaining = 0
         if self.enforcement.unprivileged_uid and uid >= MIN_WORKER_UID:
             remaining = self._kill_uid(uid, slot)
-        elif pid is not None:
+        if pid is not None:
+            # Until the supervisor is reaped: as its PID namespace's init it exits only once the kernel has killed
+            # and reaped everything in the namespace, after it has left the slot's cgroup.
             deadline = time.monotonic() + 3
             while pid in self.live and time.monotonic() < deadline:
                 self.reap()
                 time.sleep(0.0005)
+            remaining += pid in self.live
         workdir = self.slot_dirs.pop(slot, None)
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -69,3 +69,82 @@ def parse(reply: dict) -> dict:
     """The probe's report from an execute_python reply (fails loudly when the cell itself failed)."""
     assert reply["success"], reply
     return json.loads(reply["result"])
+
+
+#: Reply frames user code forges (the body after the 4-byte length), by what they try: an answer past every cap,
+#: JSON nested past the parser's recursion limit, NaN where text belongs, wrong types, and a well-formed reply that
+#: would answer the next call if it were queued behind this one's.
+FORGED_BODIES = {
+    "huge": 'b\'{"success": true, "stdout": "\' + b"x" * (60 * 1024 * 1024) + b\'", "stderr": "", "result": null}\'',
+    "nested": 'b"[" * 200000 + b"]" * 200000',
+    "nan": 'b\'{"success": true, "stdout": NaN, "stderr": "", "result": NaN, "error_message": null}\'',
+    "types": 'b\'{"success": "yes", "stdout": ["x"], "stderr": {"a": 1}, "result": 7, "retire": "no"}\'',
+    "queued": 'b\'{"success": true, "stdout": "forged", "stderr": "", "result": "forged", "error_message": null}\'',
+}
+
+FORGE = r"""
+import os, stat, struct
+body = {body}
+frame = struct.pack(">I", len(body)) + body
+del body
+written = []
+for name in sorted(os.listdir("/proc/self/fd"), key=int):
+    fd = int(name)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        continue
+    if fd > 2 and (stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode)):
+        view = memoryview(frame)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
+            written.append(fd)
+        except OSError:
+            pass
+del frame, view
+"own reply"
+"""
+
+#: Whether user code can make a user namespace (unshare(CLONE_NEWUSER), and raw clone with it on x86_64).
+USERNS = r"""
+import ctypes, json, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+rc = libc.unshare(0x10000000)
+out["unshare"] = "ok" if rc == 0 else os.strerror(ctypes.get_errno())
+if platform.machine() == "x86_64":
+    rc = libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)  # clone(CLONE_NEWUSER | SIGCHLD): a fork when allowed
+    if rc == 0:
+        os._exit(0)
+    if rc > 0:
+        os.waitpid(rc, 0)
+    out["clone"] = "ok" if rc > 0 else os.strerror(ctypes.get_errno())
+json.dumps(out)
+"""
+
+
+def forge_code(kind: str) -> str:
+    """Code that writes a forged reply frame of `kind` (FORGED_BODIES) to every socket and pipe it holds."""
+    return FORGE.format(body=FORGED_BODIES[kind])
+
+
+#: Whether user code can reach its supervisor (pid 1 of its namespace), which holds the server's channel: list or
+#: read its descriptors and memory, take a descriptor with pidfd_getfd, or ptrace it.
+SUPERVISOR = r"""
+import ctypes, json, os
+out = {}
+for what, path in (("fd", "/proc/1/fd"), ("mem", "/proc/1/mem")):
+    try:
+        os.listdir(path) if what == "fd" else open(path, "rb").close()
+        out[what] = "ok"
+    except OSError as exc:
+        out[what] = type(exc).__name__
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+pidfd = libc.syscall(434, 1, 0)  # pidfd_open(1, 0)
+taken = [libc.syscall(438, pidfd, fd, 0) for fd in range(3, 16)] if pidfd >= 0 else []  # pidfd_getfd
+out["getfd"] = "ok" if any(t >= 0 for t in taken) else "refused"
+out["ptrace"] = "ok" if libc.ptrace(16, 1, 0, 0) == 0 else "refused"  # PTRACE_ATTACH
+json.dumps(out)
+"""

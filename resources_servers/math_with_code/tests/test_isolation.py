@@ -55,11 +55,12 @@ async def test_hostile_code_reaches_no_secret_no_process_no_file_and_no_network(
         report = probes.parse((await a.execute(code)).as_dict())
         assert report["environ_secret"] is False
         assert report["secret_in_proc"] == []
-        assert report["visible_pids"] == [1]  # itself, pid 1 of its own PID namespace: nothing of the host
+        # its supervisor (pid 1 of its own PID namespace) and itself: nothing of the host
+        assert report["visible_pids"] == [1, 2]
         assert set(report["signalled"].values()) == {"ProcessLookupError"}, report["signalled"]
         assert report["written"] == []
         assert report["connect"] == "Network is unreachable"
-        assert report["sigterm_pid1"] == "sent"  # to itself: pid 1 of its namespace ignores it
+        assert report["sigterm_pid1"] == "sent"  # to its supervisor: pid 1 of the namespace ignores it
         assert (await a.execute("21 * 2")).result == "42"  # survived, state kept
         assert (await b.execute("1 + 1")).result == "2"
         await a.close()

@@ -44,6 +44,17 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def processes_of(*sessions) -> list[int]:
+    """Each session's two processes, sorted: its supervisor and the one user-code process the supervisor forked
+    (anything else the code started is gone after a call)."""
+    found = []
+    for s in sessions:
+        kids = children_of(s.pid)
+        assert len(kids) == 1, kids
+        found += [s.pid, *kids]
+    return sorted(found)
+
+
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def pool():
     pool = WorkerPool(LIMITS, max_workers=64)
@@ -83,7 +94,7 @@ async def test_fifty_sessions_in_parallel_get_their_own_answers(pool: WorkerPool
 
     results = await asyncio.gather(*(run(i, s) for i, s in enumerate(sessions)))
     assert results == [str(i * 1000 + 7) for i in range(50)]
-    assert len(uid_processes(pool)) == 50
+    assert len(uid_processes(pool)) == 100  # a supervisor and a user-code process each
     await asyncio.gather(*(s.close() for s in sessions))
     assert uid_processes(pool) == []
 
@@ -101,7 +112,7 @@ async def test_infinite_loop_is_killed_and_the_session_told_its_state_is_lost(po
         assert victim.pid != old_pid
         assert "NameError" in (await victim.execute("x")).error_message
         assert (await victim.execute("40 + 2")).result == "42"  # the replacement works
-        assert sorted(uid_processes(pool)) == sorted([victim.pid, neighbour.pid])
+        assert sorted(uid_processes(pool)) == processes_of(victim, neighbour)
     finally:
         await victim.close()
         await neighbour.close()
@@ -130,7 +141,7 @@ async def test_fork_flood_is_capped_and_cleaned_up(pool: WorkerPool) -> None:
         assert not r.success and "process limit reached: at most 16" in r.error_message
         assert 0 < int((await s.execute("started")).result) < 16
         # the children it left were killed after the call: only the two workers remain
-        assert sorted(uid_processes(pool)) == sorted([s.pid, neighbour.pid])
+        assert sorted(uid_processes(pool)) == processes_of(s, neighbour)
         assert (await neighbour.execute("6 * 7")).result == "42"
     finally:
         await s.close()
@@ -215,7 +226,7 @@ async def test_shutdown_reaps_every_process_even_mid_call() -> None:
         await s.execute("x = 1")
     busy = asyncio.ensure_future(sessions[0].execute("import time\ntime.sleep(30)"))
     await asyncio.sleep(0.2)
-    assert len(uid_processes(small)) == 3 and len(children_of(zygote)) == 3
+    assert len(uid_processes(small)) == 6 and len(children_of(zygote)) == 3
     await small.shutdown()
     assert (await busy).success is False
     assert uid_processes(small) == []
@@ -279,9 +290,9 @@ async def test_a_server_killed_by_sigkill_leaves_no_process_behind() -> None:
     try:
         info = json.loads(server.stdout.readline())
         deadline = time.monotonic() + 20
-        while len(range_processes(info["uid_base"], 2)) < 2 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)  # the worker and its background `sleep 300`
-        assert len(range_processes(info["uid_base"], 2)) == 2
+        while len(range_processes(info["uid_base"], 2)) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # the worker's two processes and its background `sleep 300`
+        assert len(range_processes(info["uid_base"], 2)) == 3
     finally:
         server.send_signal(signal.SIGKILL)
         server.wait()
@@ -307,13 +318,13 @@ async def test_a_restarted_forkserver_kills_what_a_killed_one_left_behind() -> N
         )
         for _ in range(100):
             await asyncio.sleep(0.02)
-            if len(uid_processes(small)) == 2:
+            if len(uid_processes(small)) == 3:
                 break
         os.kill(small.zygote_pid, 9)
         r = await busy
         assert not r.success and r.state_lost and "lost" in r.error_message
         assert (await s.execute("1 + 1")).result == "2"  # a new forkserver and worker
-        assert uid_processes(small) == [s.pid]
+        assert sorted(uid_processes(small)) == processes_of(s)
         await s.close()
         assert uid_processes(small) == []
     finally:
@@ -333,7 +344,7 @@ async def test_a_new_pool_kills_what_a_pool_killed_outright_left_in_its_uid_rang
     try:
         info = json.loads(server.stdout.readline())
         deadline = time.monotonic() + 20
-        while len(range_processes(info["uid_base"], 2)) < 2 and time.monotonic() < deadline:
+        while len(range_processes(info["uid_base"], 2)) < 3 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         os.kill(info["zygote"], signal.SIGKILL)
     finally:
@@ -390,7 +401,7 @@ async def test_a_cancelled_call_does_not_leak_its_reply_into_the_next_call(pool:
         assert (r.success, r.result) == (True, "fresh")
         await asyncio.sleep(1.2)  # past the point where the old worker would have answered
         assert (await s.execute("1 + 1")).result == "2"
-        assert uid_processes(pool) == [s.pid]  # the cancelled call's worker and its child are gone
+        assert sorted(uid_processes(pool)) == processes_of(s)  # the cancelled call's worker and its child are gone
     finally:
         await s.close()
 

@@ -27,6 +27,7 @@ from ngym.server.fronts.ors import sse, tasks, wire
 from ngym.server.fronts.ors.episodes import KEPT_RESULTS, Episode, Episodes, FrontError
 from ngym.server.fronts.ors.tools import Toolbox
 from ngym.server.pipeline.intake import parse_json
+from ngym.server.sessions.routing import RouteSlot
 
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[Request], Awaitable[Response]]
@@ -106,8 +107,9 @@ class ORSFront:
     # ---- sessions ----------------------------------------------------------------------------------
 
     async def create_session(self, request: Request) -> Response:
-        """A fresh ORS session id, as the reference server's ``/create_session`` stream gives it."""
-        return sse.finished(str(uuid.uuid4()), "")
+        """A fresh ORS session id, as the reference server's ``/create_session`` stream gives it; drawn to route
+        to this process (``RouteSlot.new_id``), so HAProxy sends every request carrying it here by its hash."""
+        return sse.finished(RouteSlot.from_env().new_id(), "")
 
     async def delete_session(self, request: Request) -> Response:
         return JSONResponse({"sid": _sid(request)})

@@ -1,0 +1,221 @@
+"""The routes of the OpenEnv front: OpenEnv's HTTP server (``/health`` … ``/mcp``) and its ``/ws`` episodes.
+
+Built on the front's first request (``ngym.server.fronts.openenv.mount``). Parse → episode → the environment's
+route: no session or reward logic lives here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from importlib import metadata as distribution
+from typing import Any
+
+import pydantic_core
+from fastapi import Body, FastAPI, Request, Response, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from ngym.server.fronts.openenv import jsonrpc
+from ngym.server.fronts.openenv.episode import Episode, EpisodeError
+from ngym.server.fronts.openenv.front import OpenEnvFront
+from ngym.server.fronts.openenv.rows import RowError
+from ngym.server.fronts.openenv.wire import (
+    CAPACITY_REACHED,
+    EXECUTION_ERROR,
+    INVALID_JSON,
+    PARSE_ERROR,
+    SESSION_ERROR,
+    UNKNOWN_TYPE,
+    VALIDATION_ERROR,
+    EpisodeObservation,
+    EpisodeState,
+    Health,
+    Metadata,
+    ResetBody,
+    StepAnswer,
+    StepBody,
+    ToolAction,
+    rpc_error,
+    ws_error,
+)
+from ngym.server.pipeline.intake import parse_json
+from ngym.server.sessions.store import SessionLimitReached
+
+#: The cookie naming an episode held between HTTP requests (``/reset`` sets it, ``/step`` and ``/state`` read it).
+EPISODE_COOKIE = "ngym-openenv-episode"
+
+
+def create_front_app(server: Any, parent: FastAPI) -> FastAPI:
+    """The OpenEnv app of one server (mounted under ``/openenv`` of ``parent``, whose routes it calls)."""
+    front = OpenEnvFront(server, parent)
+    name = front.name
+    app = FastAPI(
+        title=f"{name} (OpenEnv protocol)",
+        version=_version(),
+        description="OpenEnv's protocol over an ngym environment: one episode = one session of the server.",
+    )
+    app.state.front = front
+
+    @app.get("/health", response_model=Health, tags=["Health"])
+    async def health() -> Health:
+        return Health()
+
+    @app.get("/metadata", response_model=Metadata, tags=["Environment Info"])
+    async def get_metadata() -> Metadata:
+        description = type(server).describe() or f"ngym environment {name}"
+        return Metadata(name=name, description=description, version=_version(), author=None)
+
+    @app.get("/schema", tags=["Schema"])
+    async def get_schema() -> dict[str, Any]:
+        return {
+            "action": ToolAction.model_json_schema(),
+            "observation": EpisodeObservation.model_json_schema(),
+            "reset_observation": EpisodeObservation.model_json_schema(),
+            "state": EpisodeState.model_json_schema(),
+        }
+
+    @app.post("/reset", response_model=StepAnswer, tags=["Environment Control"])
+    async def reset(request: Request, body: ResetBody = Body(default_factory=ResetBody)) -> Any:
+        held = front.find_episode(request.cookies.get(EPISODE_COOKIE))
+        episode = held or await front.open_episode()
+        async with episode.lock:
+            answer = await _guarded_http(episode.reset(_reset_arguments(body.model_dump(exclude_none=True))))
+        if isinstance(answer, Response):
+            return answer
+        response = JSONResponse(answer)
+        response.set_cookie(EPISODE_COOKIE, episode.episode_id, httponly=True, samesite="lax")
+        return response
+
+    @app.post("/step", response_model=StepAnswer, tags=["Environment Control"])
+    async def step(request: Request, body: StepBody) -> Any:
+        episode = front.find_episode(request.cookies.get(EPISODE_COOKIE))
+        if episode is None:
+            detail = "no episode: POST /reset first (it sets the episode cookie), or use the /ws WebSocket"
+            return JSONResponse({"detail": detail}, status_code=409)
+        async with episode.lock:
+            return await _guarded_http(episode.step(body.action))
+
+    @app.get("/state", response_model=EpisodeState, tags=["State Management"])
+    async def state(request: Request) -> dict[str, Any]:
+        episode = front.find_episode(request.cookies.get(EPISODE_COOKIE))
+        return episode.state() if episode is not None else EpisodeState().model_dump()
+
+    @app.post("/mcp", tags=["MCP"])
+    async def mcp(request: Request) -> Any:
+        try:
+            payload = parse_json(await request.body())
+        except ValueError as exc:
+            return JSONResponse(rpc_error(PARSE_ERROR, f"Parse error: {exc}"))
+        return JSONResponse(await jsonrpc.handle(front, payload))
+
+    @app.websocket("/ws")
+    async def websocket(socket: WebSocket) -> None:
+        await _serve_socket(front, socket)
+
+    return app
+
+
+async def _guarded_http(work: Any) -> Any:
+    """An episode action's wire answer; a bad action is a 4xx with the reason, a full server a 503."""
+    try:
+        outcome = await work
+    except EpisodeError as exc:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+    except RowError as exc:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+    except SessionLimitReached as exc:
+        return JSONResponse({"detail": f"server is at its session limit ({exc})"}, status_code=503)
+    return outcome.wire()
+
+
+async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
+    """One connection: its own episode (closed with it), or the held one ``?session_id=`` names."""
+    await socket.accept()
+    attached = socket.query_params.get("session_id")
+    if attached:
+        held = front.find_episode(attached)
+        if held is None or attached in front.attached:
+            why = "is already attached to a WebSocket" if held is not None else "is unknown"
+            await socket.send_text(json.dumps(ws_error(f"session_id {attached} {why}", SESSION_ERROR)))
+            await socket.close()
+            return
+        front.attached.add(attached)
+        episode = held
+    else:
+        episode = front.new_episode()
+    try:
+        while True:
+            raw = await socket.receive_text()
+            answer = await _answer(front, episode, raw)
+            if answer is None:
+                break
+            await socket.send_text(pydantic_core.to_json(answer).decode())
+    except (WebSocketDisconnect, RuntimeError):  # the client went away (mid-answer: RuntimeError on send)
+        pass
+    finally:
+        if attached:
+            front.attached.discard(attached)  # the held episode stays until openenv/session/close
+        else:
+            async with episode.lock:
+                await episode.close()
+    with contextlib.suppress(RuntimeError):  # already closed by the client
+        await socket.close()
+
+
+async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, Any] | None:
+    """The answer to one WebSocket message (None for ``close``)."""
+    try:
+        message = parse_json(raw.encode())
+    except ValueError as exc:
+        return ws_error(f"Invalid JSON: {exc}", INVALID_JSON)
+    if not isinstance(message, dict):
+        return ws_error("a message is a JSON object with a type", VALIDATION_ERROR)
+    kind = message.get("type", "")
+    data = message.get("data") if message.get("data") is not None else {}
+    if not isinstance(data, dict):
+        return ws_error(f"{kind}: data must be an object", VALIDATION_ERROR)
+    try:
+        if kind == "reset":
+            async with episode.lock:
+                outcome = await episode.reset(_reset_arguments(data))
+            return {"type": "observation", "data": outcome.wire()}
+        if kind == "step":
+            async with episode.lock:
+                outcome = await episode.step(data)
+            return {"type": "observation", "data": outcome.wire()}
+        if kind == "state":
+            return {"type": "state", "data": episode.state()}
+        if kind == "close":
+            return None
+        if kind == "mcp":  # takes the episode's lock itself for a tool call
+            return {"type": "mcp", "data": await jsonrpc.handle(front, data, episode)}
+        return ws_error(f"Unknown message type: {kind}", UNKNOWN_TYPE)
+    except ValidationError as exc:
+        return ws_error("Invalid message", VALIDATION_ERROR, errors=json.loads(exc.json()))
+    except EpisodeError as exc:
+        return ws_error(str(exc), CAPACITY_REACHED if exc.status == 503 else VALIDATION_ERROR)
+    except RowError as exc:
+        return ws_error(str(exc), VALIDATION_ERROR)
+    except SessionLimitReached as exc:
+        return ws_error(f"server is at its session limit ({exc})", CAPACITY_REACHED)
+    except Exception as exc:  # the environment failed: the client reads why, the connection stays usable
+        return ws_error(f"{type(exc).__name__}: {exc}", EXECUTION_ERROR)
+
+
+def _reset_arguments(data: dict[str, Any]) -> dict[str, Any]:
+    """The row-picking arguments of a reset (``ResetBody``'s fields; the rest, e.g. ``episode_id``, ignored),
+    checked without copying the row (a row with its tools is kilobytes, and a reset per episode)."""
+    arguments = {key: data[key] for key in ("seed", "task_index", "row") if data.get(key) is not None}
+    for key in ("seed", "task_index"):
+        value = arguments.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise RowError(f"reset's {key} must be a non-negative integer, got {value!r}")
+    return arguments
+
+
+def _version() -> str:
+    try:
+        return distribution.version("ngym")
+    except distribution.PackageNotFoundError:
+        return "0"

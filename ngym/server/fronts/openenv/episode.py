@@ -1,0 +1,249 @@
+"""One OpenEnv episode = one session of the server's session manager, driven through the environment's own routes.
+
+Every action is the HTTP request a NeMo Gym agent would make (``/seed_session``, ``/<tool>``, ``/verify``,
+``/close_session``), carrying the episode's session cookie, made in process through the whole app (middleware,
+session binding, validation) as ``ngym.server.fronts.mcp`` does. The episode keeps the trajectory the way NeMo
+Gym's ``simple_agent`` builds it (``function_call`` + ``function_call_output`` items, then the final ``message``), so
+``/verify`` gets the same body and gives the same reward as over NeMo Gym's wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+
+if TYPE_CHECKING:
+    from ngym.server.fronts.openenv.front import OpenEnvFront
+
+#: The tool an MCP-style client ends an episode with: its ``content`` is the model's final answer.
+FINAL_ANSWER_TOOL = "final_answer"
+#: Routes a model may never reach through a tool call (as NeMo Gym's agent refuses them).
+RESERVED_ROUTES = frozenset(
+    {"seed_session", "verify", "close_session", "aggregate_metrics", "health", "docs", "openapi.json", "mcp"}
+)
+#: Keys of the verify answer that echo the request (the whole trajectory): left out of the observation.
+_ECHOED = ("responses_create_params", "response")
+
+
+class EpisodeError(ValueError):
+    """An action this episode cannot take now (step before reset, after the end, a malformed action), or a seed
+    the server refused: ``status`` is the HTTP status to answer with (the seed route's own, e.g. 503 when the
+    server is at its session limit)."""
+
+    def __init__(self, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Outcome:
+    """What one reset or step answers, in OpenEnv's wire form (``serialize_observation``'s)."""
+
+    observation: dict[str, Any]
+    reward: float | None = None
+    done: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        return {"observation": self.observation, "reward": self.reward, "done": self.done, "metadata": self.metadata}
+
+
+class Episode:
+    """One client's episode: its session cookie, its dataset row and the trajectory so far."""
+
+    def __init__(self, front: OpenEnvFront, episode_id: str | None = None) -> None:
+        self.front = front
+        self.episode_id = episode_id or os.urandom(12).hex()
+        self.lock = asyncio.Lock()
+        self.cookie: str | None = None
+        self.row: dict[str, Any] | None = None
+        self.task_index: int | None = None
+        self.resets = 0
+        self.output: list[dict[str, Any]] = []
+        self.step_count = 0
+        self.done = False
+        self.reward: float | None = None
+        self.closed = False
+
+    # ---- the actions -------------------------------------------------------------------------------------------
+
+    async def reset(self, arguments: dict[str, Any]) -> Outcome:
+        """Seed a session with a row (``RowPicker.pick``); a live one of this episode is closed by the seed."""
+        row, index = self.front.rows.pick(arguments)
+        indices = (
+            {ROLLOUT_INDEX_KEY: self.resets}
+            if index is None
+            else {TASK_INDEX_KEY: index, ROLLOUT_INDEX_KEY: self.resets}
+        )
+        status, answer, _ = await self._post("/seed_session", {**row, **indices})
+        if status >= 400:
+            raise EpisodeError(f"seed_session answered HTTP {status}: {_short(answer)}", status)
+        self.row, self.task_index, self.resets = {**row, **indices}, index, self.resets + 1
+        self.output, self.step_count, self.done, self.reward = [], 0, False, None
+        params = row.get("responses_create_params") or {}
+        prompt = params.get("input")
+        observation = {
+            "prompt": [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt,
+            "available_tools": self.front.tool_specs(params),
+            "task_index": index,
+            "episode_id": self.episode_id,
+        }
+        if isinstance(answer, dict) and answer:
+            observation["seed"] = answer
+        return Outcome(observation)
+
+    async def step(self, action: dict[str, Any]) -> Outcome:
+        """A tool call (``tool_name`` + ``arguments``), a final answer (``message``), or ``list_tools``."""
+        if action.get("type") == "list_tools":
+            return Outcome({"tools": self.front.mcp_tool_list()})
+        message = action.get("message")
+        name = action.get("tool_name")
+        if isinstance(message, str) and name is None:
+            return await self.finish(message)
+        if not isinstance(name, str) or not name:
+            raise EpisodeError(
+                'an action is {"tool_name": NAME, "arguments": {...}} (a tool call) or {"message": TEXT} '
+                f"(the final answer); got keys {sorted(action)}"
+            )
+        arguments = action.get("arguments")
+        arguments = {} if arguments is None else arguments
+        if not isinstance(arguments, dict):
+            raise EpisodeError(f"arguments of {name} must be an object, got {type(arguments).__name__}")
+        if name == FINAL_ANSWER_TOOL and name not in self.front.tools:
+            outcome = await self.finish(_final_text(arguments))
+            outcome.observation = {"tool_name": name, "result": outcome.observation["verification"], "error": None}
+            return outcome
+        return await self.call_tool(name, arguments)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Outcome:
+        """Run the tool's route in this episode's session; the trajectory gets the call and its output."""
+        self._require_running()
+        self.step_count += 1
+        call_id = f"call_{self.step_count}"
+        self.output.append(
+            {
+                "type": "function_call",
+                "name": name,
+                "arguments": json.dumps(arguments),
+                "call_id": call_id,
+                "id": f"fc_{self.step_count}",
+                "status": "completed",
+            }
+        )
+        declared = self.front.declared_tools(self.row or {})
+        error: dict[str, Any] | None = None
+        if name in RESERVED_ROUTES or (declared is not None and name not in declared) or not name.isidentifier():
+            available = ", ".join(sorted(declared or self.front.tools)) or "none declared"
+            text = json.dumps({"error": f"unknown tool {name!r}; available tools: {available}"})
+            error = {"error_type": "tool_not_found", "message": f"unknown tool {name!r}; available: {available}"}
+            result: Any = None
+        else:
+            status, result, text = await self._post(f"/{name}", arguments)
+            if status >= 400:  # the model sees what the tool said, whatever the status (as NeMo Gym stores it)
+                kind = "invalid_args" if status == 422 else "execution_error"
+                error = {"error_type": kind, "message": f"HTTP {status}: {text[:500]}"}
+        self.output.append({"type": "function_call_output", "call_id": call_id, "output": text})
+        return Outcome({"tool_name": name, "result": result, "error": error})
+
+    async def finish(self, text: str) -> Outcome:
+        """The final answer: verify the trajectory; the reward is verify's, ``None`` when masked or failed."""
+        self._require_running()
+        self.output.append(
+            {
+                "type": "message",
+                "id": "msg_final",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        )
+        assert self.row is not None
+        params = self.row.get("responses_create_params") or {}
+        response = {
+            "id": f"resp_openenv_{self.episode_id}_{self.resets}",
+            "created_at": time.time(),
+            "model": "openenv-client",
+            "object": "response",
+            "output": self.output,
+            "parallel_tool_calls": params.get("parallel_tool_calls", True),
+            "tool_choice": params.get("tool_choice", "auto"),
+            "tools": params.get("tools") or [],
+            "status": "completed",
+        }
+        status, answer, raw = await self._post("/verify", {**self.row, "response": response})
+        self.done = True
+        if status >= 400 or not isinstance(answer, dict):
+            self.reward = None
+            await self._close_session()
+            return Outcome({"verification": None, "error": f"verify answered HTTP {status}: {raw[:500]}"}, None, True)
+        masked = bool(answer.get("mask_sample"))
+        reward = answer.get("reward")
+        self.reward = None if masked or not isinstance(reward, int | float) else float(reward)
+        if not self.front.server.config.close_session_after_verify:
+            await self._close_session()
+        else:
+            self.cookie = None
+        verification = {k: v for k, v in answer.items() if k not in _ECHOED}
+        metadata = {"masked": masked, "failure_kind": answer.get("failure_kind")} if masked else {}
+        return Outcome({"verification": verification}, self.reward, True, metadata)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "episode_id": self.episode_id,
+            "step_count": self.step_count,
+            "task_index": self.task_index,
+            "done": self.done,
+            "reward": self.reward,
+        }
+
+    async def close(self) -> None:
+        """Close the session if one is live (an episode left before its end)."""
+        if self.closed:
+            return
+        self.closed = True
+        await self._close_session()
+
+    # ---- plumbing ----------------------------------------------------------------------------------------------
+
+    def _require_running(self) -> None:
+        if self.row is None:
+            raise EpisodeError("no episode: reset first")
+        if self.done:
+            raise EpisodeError("the episode is over (its reward was given): reset to start another")
+
+    async def _close_session(self) -> None:
+        if self.cookie is not None:
+            await self._post("/close_session", {})
+            self.cookie = None
+
+    async def _post(self, path: str, body: Any) -> tuple[int, Any, str]:
+        """POST through the whole app with this episode's cookie: (status, parsed JSON or None, raw text)."""
+        name = self.front.cookie_name
+        response = await self.front.http.post(path, body, f"{name}={self.cookie}" if self.cookie else None)
+        for header in response.set_cookies:
+            key, _, value = header.split(";", 1)[0].partition("=")
+            if key.strip() == name:
+                self.cookie = value.strip() or None
+        text = response.text
+        try:
+            parsed = response.json()
+        except ValueError:
+            parsed = text
+        return response.status, parsed, text
+
+
+def _final_text(arguments: dict[str, Any]) -> str:
+    for key in ("content", "answer", "message", "text"):
+        if isinstance(arguments.get(key), str):
+            return str(arguments[key])
+    raise EpisodeError(f'{FINAL_ANSWER_TOOL} takes {{"content": TEXT}}, got keys {sorted(arguments)}')
+
+
+def _short(answer: Any) -> str:
+    return (answer if isinstance(answer, str) else json.dumps(answer))[:300]

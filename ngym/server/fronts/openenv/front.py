@@ -1,0 +1,95 @@
+"""What the OpenEnv front of one server shares between its episodes: the in-process client, rows, tools, sessions."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from ngym.server.fronts.mcp import MCPTool, harvest_tools
+from ngym.server.fronts.openenv.episode import FINAL_ANSWER_TOOL, Episode
+from ngym.server.fronts.openenv.inprocess import InProcessClient
+from ngym.server.fronts.openenv.rows import RowPicker, example_rows_file, read_rows
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from ngym.server.pipeline.resources import SimpleResourcesServer
+
+_FINAL_ANSWER = MCPTool(
+    name=FINAL_ANSWER_TOOL,
+    description="Give the final answer: ends the episode, which is then verified and rewarded.",
+    input_schema={
+        "type": "object",
+        "properties": {"content": {"type": "string", "description": "The final answer."}},
+        "required": ["content"],
+    },
+)
+
+
+class OpenEnvFront:
+    """One server's OpenEnv front: episodes run the server's routes in process through ``http``."""
+
+    def __init__(self, server: SimpleResourcesServer, app: FastAPI) -> None:
+        self.server = server
+        self.name = server.config.name or type(server).__name__
+        # Through the whole app (middleware, session binding, validation), as an agent's request would go.
+        self.http = InProcessClient(app)
+        self.cookie_name = server.sessions.signer.cookie_name
+        self.rows = RowPicker(read_rows(example_rows_file(type(server))))
+        chosen = server.mcp_tools(list(harvest_tools(app).values()), None)
+        self.tools: dict[str, MCPTool] = {tool.name: tool for tool in chosen or []}
+        #: episodes opened over HTTP (``/reset`` with a cookie, MCP's ``openenv/session/create``), oldest first;
+        #: a WebSocket's own episode lives and dies with its connection and is not listed here
+        self.episodes: OrderedDict[str, Episode] = OrderedDict()
+        self.attached: set[str] = set()
+
+    # ---- tools -------------------------------------------------------------------------------------------------
+
+    def declared_tools(self, row: dict[str, Any]) -> set[str] | None:
+        """Names of the row's function tools; None when it declares none (then any tool route may be called)."""
+        params = row.get("responses_create_params") or {}
+        tools = params.get("tools") or []
+        names = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"}
+        return {n for n in names if n} or None
+
+    def tool_specs(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The tools a reset offers: the row's own declarations, else every tool route (MCP form)."""
+        declared = [t for t in params.get("tools") or [] if isinstance(t, dict)]
+        return declared or self.mcp_tool_list()
+
+    def mcp_tool_list(self) -> list[dict[str, Any]]:
+        """``tools/list``'s answer: each tool route with its body schema, and ``final_answer`` to end an episode."""
+        tools = list(self.tools.values())
+        if FINAL_ANSWER_TOOL not in self.tools:
+            tools.append(_FINAL_ANSWER)
+        return [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in tools]
+
+    # ---- episodes held between HTTP requests -------------------------------------------------------------------
+
+    def new_episode(self) -> Episode:
+        return Episode(self)
+
+    async def open_episode(self) -> Episode:
+        """A new episode kept under its id; past the server's session bound the oldest unattached one is closed."""
+        episode = Episode(self, os.urandom(16).hex())
+        self.episodes[episode.episode_id] = episode
+        limit = max(1, self.server.sessions.store.max_sessions)
+        while len(self.episodes) > limit:
+            oldest = next((k for k in self.episodes if k not in self.attached and k != episode.episode_id), None)
+            if oldest is None:
+                break
+            await self.drop_episode(oldest)
+        return episode
+
+    def find_episode(self, episode_id: str | None) -> Episode | None:
+        return self.episodes.get(episode_id) if episode_id else None
+
+    async def drop_episode(self, episode_id: str) -> bool:
+        """Close a held episode's session and forget it; False when there is none."""
+        episode = self.episodes.pop(episode_id, None)
+        if episode is None:
+            return False
+        async with episode.lock:
+            await episode.close()
+        return True
