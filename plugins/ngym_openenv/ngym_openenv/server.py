@@ -11,8 +11,11 @@ arguments; any other environment has one route, ``/step``, whose body is its Act
 OpenEnv's own step answer, ``{"observation": {...}, "reward": ..., "done": ...}``, unchanged.
 
 Concurrency is the environment's own: its server gives each episode its own executor (or the one shared thread
-under ``REQUIRES_SINGLE_THREAD_EXECUTOR``) and refuses episodes beyond ``max_concurrent_envs``, which becomes
-HTTP 503 with ``Retry-After`` on ``/seed_session``.
+under ``REQUIRES_SINGLE_THREAD_EXECUTOR``) and runs at most ``max_concurrent_envs`` episodes. ngym starts
+``instances`` such servers (``ngym_openenv.pool``); a seed finding every slot taken waits up to
+``seed_wait_seconds`` for one, then answers HTTP 503 with ``Retry-After``. A rollout that never closes its session
+gives its slot back on the idle sweep (``session_ttl_seconds``, 300 s by default here). The servers ngym starts
+listen on unix sockets in 0700 folders (``launch.start(private=True)``): only this ngym server reaches them.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ngym import (
 )
 from ngym_openenv import launch
 from ngym_openenv.manifest import Manifest
+from ngym_openenv.pool import Backend, Pool
 from ngym_openenv.reward import NoReward, check_rule, episode_reward
 from ngym_openenv.wire import CAPACITY_REACHED, Episode, OpenEnvError, OpenEnvUnreachable
 
@@ -60,6 +64,25 @@ class OpenEnvConfig(BaseResourcesServerConfig):
         default=None, description="last, sum or state:<field> (default: the one chosen at install; see the docs)."
     )
     startup_timeout_seconds: float = Field(default=180.0, gt=0)
+    instances: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="OpenEnv servers (processes) to start; each runs up to the environment's max_concurrent_envs "
+        "episodes (1 for most environments), so this bounds the rollouts that can run at once. Ignored with "
+        "openenv_url.",
+    )
+    seed_wait_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long a seed waits for a free episode slot when every one is in use, before answering 503.",
+    )
+    session_ttl_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="Idle sessions are closed after this, giving their episode slot back (an abandoned rollout "
+        "would otherwise hold one of few slots).",
+    )
     message_timeout_seconds: float = Field(default=120.0, gt=0, description="Per reset/step answer.")
 
     @field_validator("reward_rule")
@@ -100,9 +123,10 @@ class OpenEnvVerifyResponse(BaseVerifyResponse):
 class EpisodeSession:
     """A rollout's live state: its WebSocket episode and what its steps answered."""
 
-    def __init__(self, episode: Episode, episode_id: str) -> None:
+    def __init__(self, episode: Episode, episode_id: str, backend: Backend | None = None) -> None:
         self.episode = episode
         self.episode_id = episode_id
+        self.backend = backend  # the OpenEnv server whose slot it holds, until closed
         self.step_rewards: list[float | None] = []
         self.done = False
         self.lost: str | None = None  # why the episode was lost, once it is
@@ -120,8 +144,7 @@ class OpenEnvServer(SimpleResourcesServer):
     manifest: ClassVar[Manifest]
     session_affinity_required = True  # a session is a live WebSocket to the environment's server
     reward_range = None  # OpenEnv rewards pass through at the environment's own scale (DIPG's is -50…+30)
-    _process: launch.OpenEnvProcess | None = PrivateAttr(default=None)
-    _url: str | None = PrivateAttr(default=None)
+    _pool: Pool | None = PrivateAttr(default=None)
 
     # ---- lifecycle -----------------------------------------------------------------------------------
 
@@ -130,29 +153,42 @@ class OpenEnvServer(SimpleResourcesServer):
         return self.config.reward_rule or self.manifest.reward_rule
 
     async def on_startup(self) -> None:
-        url = self.config.openenv_url or self.manifest.url
-        if url:
-            self._url = url
-            return
         m = self.manifest
+        url = self.config.openenv_url or m.url
+        if url:
+            self._pool = Pool([Backend(url, capacity=m.max_concurrent_envs)])
+            return
         if not (m.python and m.app):
             raise launch.LaunchError(f"{m.name}: its manifest names neither a URL nor an app to start")
-        self._process = await asyncio.to_thread(
-            launch.start,
-            m.python,
-            m.app,
-            app_dir=m.app_dir,
-            env=m.env,
-            timeout=self.config.startup_timeout_seconds,
-            progress=log.warning,  # how long it has waited, its log and last line: a slow start is seen
+        python, app = m.python, m.app
+
+        def start() -> launch.OpenEnvProcess:
+            return launch.start(
+                python,
+                app,
+                app_dir=m.app_dir,
+                env=m.env,
+                timeout=self.config.startup_timeout_seconds,
+                progress=log.warning,  # how long it has waited, its log and last line: a slow start is seen
+                private=True,  # a unix socket in a 0700 folder: only this ngym server reaches it
+            )
+
+        started = await asyncio.gather(
+            *(asyncio.to_thread(start) for _ in range(self.config.instances)), return_exceptions=True
         )
-        self._url = self._process.url
-        log.info("%s: OpenEnv server %s started at %s", m.name, m.app, self._url)
+        processes = [p for p in started if isinstance(p, launch.OpenEnvProcess)]
+        failed = next((e for e in started if isinstance(e, BaseException)), None)
+        if failed is not None:
+            await asyncio.gather(*(asyncio.to_thread(p.stop) for p in processes))
+            raise failed
+        self._pool = Pool([Backend(p.url, uds=p.uds, capacity=m.max_concurrent_envs, process=p) for p in processes])
+        log.info("%s: %d OpenEnv server(s) %s started", m.name, len(processes), app)
 
     async def on_shutdown(self) -> None:
-        if self._process is not None:
-            await asyncio.to_thread(self._process.stop)
-            self._process = None
+        if self._pool is not None:
+            running = [b.process for b in self._pool.backends if b.process is not None]
+            await asyncio.gather(*(asyncio.to_thread(p.stop) for p in running))
+            self._pool = None
 
     @classmethod
     def container_payload(cls, layout: ImageLayout, workdir: Path) -> ContainerPayload:
@@ -166,8 +202,19 @@ class OpenEnvServer(SimpleResourcesServer):
 
     @property
     def process(self) -> launch.OpenEnvProcess | None:
-        """The OpenEnv server this ngym server started (None when it fronts one by URL, or before start-up)."""
-        return self._process
+        """The (first) OpenEnv server this ngym server started (None when it fronts one by URL, or before start-up)."""
+        running = self.processes
+        return running[0] if running else None
+
+    @property
+    def processes(self) -> list[launch.OpenEnvProcess]:
+        """Every OpenEnv server this ngym server started (``instances`` of them)."""
+        return [] if self._pool is None else [b.process for b in self._pool.backends if b.process is not None]
+
+    @property
+    def pool(self) -> Pool | None:
+        """The OpenEnv servers and the episodes held on each (None before start-up)."""
+        return self._pool
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -220,35 +267,73 @@ class OpenEnvServer(SimpleResourcesServer):
         return answer
 
     async def seed_session(self, request: Request, body: OpenEnvSeedRequest) -> OpenEnvSeedResponse:  # type: ignore[override]
-        if self._url is None:
+        pool = self._pool
+        if pool is None:
             raise HTTPException(503, "the OpenEnv server is not running", headers={"Retry-After": "5"})
         episode_id = body.episode_id or self.session_id(request)
-        try:
-            episode = await Episode.open(self._url, timeout=self.config.message_timeout_seconds)
-        except OpenEnvUnreachable as exc:
-            raise HTTPException(503, exc.message, headers={"Retry-After": "5"}) from None
         data: dict[str, Any] = {**body.reset_kwargs, "episode_id": episode_id}
         if body.seed is not None:
             data["seed"] = body.seed
-        try:
-            answer = await episode.reset(**data)
-        except OpenEnvError as exc:
-            await episode.close()
-            if exc.code == CAPACITY_REACHED:
-                raise HTTPException(
-                    503,
-                    f"the environment runs at most {exc.details.get('max_sessions', '?')} episodes at once "
-                    f"(its max_concurrent_envs): {exc.message}",
-                    headers={"Retry-After": "1"},
-                ) from None
-            status = 503 if isinstance(exc, OpenEnvUnreachable) else 400
-            raise HTTPException(status, f"the environment's reset failed: {exc.message}") from None
-        self.set_session_state(request, EpisodeSession(episode, episode_id))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.seed_wait_seconds
+        while True:
+            backend = await pool.acquire(deadline)
+            if backend is None:
+                raise self._full(pool)
+            try:
+                episode, answer = await self._open_episode(backend, data)
+            except BaseException:
+                await pool.release(backend)
+                raise
+            if episode is not None:
+                break
+            # OpenEnv refused it at capacity though ngym's count had a slot free: a slot another client holds (a
+            # server fronted by URL), or one OpenEnv has not freed yet after a close. Try again until the deadline.
+            if loop.time() >= deadline:
+                raise self._full(pool)
+            await asyncio.sleep(min(0.2, max(0.0, deadline - loop.time())))
+        self.set_session_state(request, EpisodeSession(episode, episode_id, backend))
         return OpenEnvSeedResponse(
             episode_id=episode_id,
             observation=answer.get("observation") or {},
             reward=answer.get("reward"),
             done=bool(answer.get("done")),
+        )
+
+    async def _open_episode(self, backend: Backend, data: dict[str, Any]) -> tuple[Episode | None, dict[str, Any]]:
+        """Connect to ``backend`` and reset: the episode and its answer, or (None, {}) when it is at capacity."""
+        try:
+            episode = await Episode.open(backend.url, timeout=self.config.message_timeout_seconds, uds=backend.uds)
+        except OpenEnvUnreachable as exc:
+            raise HTTPException(503, exc.message, headers={"Retry-After": "5"}) from None
+        try:
+            return episode, await episode.reset(**data)
+        except OpenEnvError as exc:
+            await episode.close()
+            if exc.code == CAPACITY_REACHED:
+                return None, {}
+            status = 503 if isinstance(exc, OpenEnvUnreachable) else 400
+            raise HTTPException(status, f"the environment's reset failed: {exc.message}") from None
+        except BaseException:
+            await episode.close()
+            raise
+
+    def _full(self, pool: Pool) -> HTTPException:
+        """503 for a seed that found no free slot in ``seed_wait_seconds``: what the environment allows, and what
+        to raise."""
+        per_server = self.manifest.max_concurrent_envs
+        allows = f"{per_server} episode(s) at once per server" if per_server else "a limited number of episodes"
+        remedy = (
+            "raise instances to run more rollouts at once"
+            if self.processes
+            else "the OpenEnv server at openenv_url is full: end the episodes other clients hold there, or serve more"
+        )
+        return HTTPException(
+            503,
+            f"{self.manifest.name} allows {allows} (its max_concurrent_envs) and every slot on its "
+            f"{len(pool.backends)} server(s) stayed in use for {self.config.seed_wait_seconds:g} s "
+            f"(seed_wait_seconds): {remedy}.",
+            headers={"Retry-After": "1"},
         )
 
     async def verify(self, request: Request, body: BaseVerifyRequest) -> OpenEnvVerifyResponse:  # type: ignore[override]
@@ -280,7 +365,12 @@ class OpenEnvServer(SimpleResourcesServer):
 
     async def on_session_closed(self, session_id: str, state: Any) -> None:
         if isinstance(state, EpisodeSession):
-            await state.episode.close()
+            try:
+                await state.episode.close()
+            finally:
+                backend, state.backend = state.backend, None  # its slot, given back once
+                if backend is not None and self._pool is not None:
+                    await self._pool.release(backend)
 
 
 def _episode_fields(session: EpisodeSession, rule: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import contextlib
 import json
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 #: OpenEnv's error code when the server already runs as many environments as its app allows.
@@ -59,14 +59,21 @@ class Episode:
         self.closed = False
 
     @classmethod
-    async def open(cls, base_url: str, *, timeout: float = 60.0) -> Episode:
-        """Connect (the server creates the environment instance now). ``OpenEnvUnreachable`` if it cannot."""
+    async def open(cls, base_url: str, *, timeout: float = 60.0, uds: str | None = None) -> Episode:
+        """Connect (the server creates the environment instance now). ``OpenEnvUnreachable`` if it cannot.
+
+        ``uds``: the unix socket of a server ngym started (``launch.start(..., private=True)``); ``base_url`` then
+        only names the host in the handshake."""
+        url = ws_url(base_url)
         try:
-            connection = await asyncio.wait_for(
-                connect(ws_url(base_url), max_size=None, open_timeout=timeout), timeout=timeout
-            )
+            if uds:
+                opening = unix_connect(uds, url, max_size=None, open_timeout=timeout)
+            else:
+                opening = connect(url, max_size=None, open_timeout=timeout)
+            connection = await asyncio.wait_for(opening, timeout=timeout)
         except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
-            raise OpenEnvUnreachable(f"cannot connect to the OpenEnv server at {ws_url(base_url)}: {exc}") from exc
+            where = f"{url} (unix socket {uds})" if uds else url
+            raise OpenEnvUnreachable(f"cannot connect to the OpenEnv server at {where}: {exc}") from exc
         return cls(connection, timeout)
 
     async def reset(self, **data: Any) -> dict[str, Any]:
