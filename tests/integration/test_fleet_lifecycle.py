@@ -106,14 +106,33 @@ def interrupted_up(
     return state, up, err
 
 
-def assert_all_stopped(processes: list[ProcessRecord]) -> None:
-    """Every process (and every member of its process group: workers, children) is gone."""
+def assert_all_stopped(processes: list[ProcessRecord], within_s: float = 30.0) -> None:
+    """Every process (and every member of its process group: workers, children) is gone, or a zombie waiting for
+    its reaper. A group member that got SIGTERM may still be exiting when `up` or `down` returns: wait for that
+    (a condition, bounded), then look."""
     assert processes
-    assert not [p.pid for p in processes if p.alive()]
     pids = {str(p.pid) for p in processes}
-    rows = subprocess.run(["ps", "-eo", "pgid=,pid=,stat=,args="], capture_output=True, text=True).stdout.splitlines()
-    left = [row for row in rows if row.split()[0] in pids]
-    assert not left
+
+    def left() -> list[str]:
+        rows = subprocess.run(["ps", "-eo", "pgid=,pid=,stat=,args="], capture_output=True, text=True).stdout
+        return [row for row in rows.splitlines() if row.split()[0] in pids and not row.split()[2].startswith("Z")]
+
+    def running() -> list[int]:
+        return [p.pid for p in processes if p.alive() and _state(p.pid) != "Z"]
+
+    deadline = time.monotonic() + within_s
+    while (left() or running()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not running(), left()
+    assert not left()
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (``Z``: exited, waiting for its reaper), or "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 @pytest.fixture
