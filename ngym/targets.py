@@ -136,7 +136,7 @@ def is_url(target: str) -> bool:
 def is_path_shaped(target: str) -> bool:
     """Whether ``target`` is written as a path (``./x``, ``../x``, ``/x``, ``~/x``, ``a/b``, ``x.py``, ``x.yaml``):
     such a target names a file or folder and never falls back to an installed environment of the same name."""
-    file_part = target.partition(":")[0] if not _MODULE_TARGET.match(target) else target
+    file_part = target.partition(":")[0]  # ``app.py:Class`` is the file app.py (``pkg.module:Class`` is no path)
     return (
         target in (".", "..", "~")
         or target.startswith(("./", "../", "/", "~"))

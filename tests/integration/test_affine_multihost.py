@@ -56,6 +56,7 @@ def test_a_host_killed_mid_run_loses_only_its_rollouts_and_loudly() -> None:
 
         public = socket.socket()
         public.bind(("127.0.0.1", 0))
+        public.listen(128)  # listening before HAProxy starts: an early request waits for it instead of being refused
         public.set_inheritable(True)
         config = Path(work) / "haproxy.cfg"
         backends = [Backend(f"w{i}", address, PORT) for i, (_ns, address) in enumerate(machines)]

@@ -253,3 +253,20 @@ def test_a_broken_plugin_is_reported_every_time(site: Path) -> None:
     for _ in range(2):
         row = {r["name"]: r for r in list_json()}[broken]
         assert row["status"] == "broken" and "invalid domain 'mathz'" in row["reason"]
+
+
+def test_a_file_and_class_target_is_the_file_even_when_it_looks_like_a_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``app.py:Class`` (also a valid ``module:Class`` spelling) names the file app.py: it never resolves as an
+    installed name, and a missing file is a clear error, not "no environment named"."""
+    from ngym.targets import is_path_shaped
+
+    weather = Path(__file__).resolve().parents[2] / "resources_servers" / "example_single_tool_call" / "app.py"
+    (tmp_path / "app.py").write_text(weather.read_text())
+    monkeypatch.chdir(tmp_path)
+    assert is_path_shaped("app.py:WeatherResourcesServer") and not is_path_shaped("ngym_pkg.module:Server")
+    environment = resolve("app.py:WeatherResourcesServer")
+    assert environment.target == f"{tmp_path / 'app.py'}:WeatherResourcesServer"
+    with pytest.raises(ConfigError, match="no such file or folder"):
+        resolve("missing.py:WeatherResourcesServer")
