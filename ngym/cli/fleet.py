@@ -96,8 +96,13 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
         except FleetAlreadyUp:  # refused before starting anything: what runs is another `up`'s
             raise
         except BaseException as exc:  # Ctrl-C, SIGTERM, an error: nothing it started is left running
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
-            stopped = _stop_started(spec, engine)
+            # a second Ctrl-C must not cut the cleanup short; restored after, so the process (a test, a notebook
+            # calling `up` in-process) keeps its Ctrl-C, and the children it starts later do not inherit SIG_IGN
+            previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                stopped = _stop_started(spec, engine)
+            finally:
+                signal.signal(signal.SIGINT, previous_int)
             if isinstance(exc, KeyboardInterrupt):
                 click.echo(f"ngym up: interrupted; stopped the {len(stopped)} process(es) it had started", err=True)
                 sys.exit(130)

@@ -324,3 +324,33 @@ def test_without_haproxy_the_local_engine_says_so_and_serves_each_unit_directly(
     assert [p for p in started(state) if p.alive()] == started(state)
     with urllib.request.urlopen(health, timeout=30) as response:
         assert response.status == 200
+
+
+def test_an_up_that_fails_in_process_leaves_the_callers_ctrl_c_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up` ignores a second Ctrl-C while it cleans up, then gives the handler back: a caller running it in-process
+    (a test, a notebook) keeps Ctrl-C, and the processes it starts later do not inherit an ignored SIGINT (which
+    made a later `up` deaf to Ctrl-C)."""
+    from click.testing import CliRunner
+
+    from ngym.cli import cli
+
+    class Failing:
+        def up(self, *args: object) -> object:
+            raise RuntimeError("the engine failed")
+
+        def down(self, state: object) -> list[str]:
+            return []
+
+    monkeypatch.setattr("ngym.cli.fleet.fleet_engine", lambda name: Failing())
+    (tmp_path / "fleet.yaml").write_text(
+        json.dumps(
+            {"name": "deaf", "head_server": {"port": 0}, "environments": {"weather": "example_single_tool_call"}}
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    before = signal.getsignal(signal.SIGINT)
+    result = CliRunner().invoke(cli, ["up", "fleet.yaml"])
+    assert isinstance(result.exception, RuntimeError)
+    assert signal.getsignal(signal.SIGINT) is before
