@@ -46,6 +46,8 @@ def ngym(*args: str, cwd: Path, env: dict[str, str], timeout: float = 300) -> su
 
 
 def start_up(cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`ngym up` as a terminal would start it: SIGINT at its default even when this test runs in the background,
+    where the shell started everything with SIGINT ignored (a process inherits that, and rightly keeps it)."""
     return subprocess.Popen(
         [sys.executable, "-m", "ngym.cli", "up", "fleet.yaml", "--startup-seconds", "600"],
         cwd=cwd,
@@ -53,6 +55,7 @@ def start_up(cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - no threads need it
     )
 
 
