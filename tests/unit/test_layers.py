@@ -396,3 +396,40 @@ def test_processes_are_started_and_stopped_by_ngym_processes_only() -> None:
 def test_the_process_check_can_fail() -> None:
     source = "child = subprocess.Popen(['x'])\nchild.send_signal(15)\nos.killpg(1, 9)\nprocesses.stop(child)\n"
     assert process_handling(source) == ["subprocess.Popen", "child.send_signal", "os.killpg"]
+
+
+# ---- the test suite is imported by tests only ----------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def imports_of_tests(source: str) -> list[str]:
+    """The modules of the ``tests`` package that ``source`` imports (``import tests.x``, ``from tests.x import y``)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "tests":
+            found.append(str(node.module))
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "tests"]
+    return found
+
+
+def test_nothing_outside_the_test_suite_imports_it() -> None:
+    """bench/, tools/, the package, the plugins and the environments import what they share with the tests from
+    ``ngym.testing``; a plugin's or environment's own ``tests/`` may import its siblings."""
+    sources = [
+        path
+        for folder in ("ngym", "bench", "tools", "plugins", "resources_servers")
+        for path in (REPO / folder).rglob("*.py")
+        if "tests" not in path.relative_to(REPO).parts
+    ]
+    assert len(sources) > 100
+    found = {str(p.relative_to(REPO)): names for p in sources if (names := imports_of_tests(p.read_text()))}
+    assert found == {}
+
+
+def test_the_tests_import_check_can_fail() -> None:
+    source = "import tests.netns\nfrom tests.support.cli_runs import run_ngym\nfrom .tests import x\nimport testsuite\n"
+    assert imports_of_tests(source) == ["tests.netns", "tests.support.cli_runs"]
