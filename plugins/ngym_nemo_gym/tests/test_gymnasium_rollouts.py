@@ -67,7 +67,8 @@ class GuessGame(SimpleResourcesServer):
     scores 0.25 (a wrong guess, a peek) or 1.0 (right); it records what reached it, per session."""
 
     session_state: dict[str, Any] = Field(default_factory=dict)
-    closed: list[str] = Field(default_factory=list)
+    #: (session id, its state) at each /close: after it ngym ends the session, which frees the state too
+    closed: list[tuple[str, dict[str, Any]]] = Field(default_factory=list)
 
     def setup_webserver(self) -> FastAPI:
         app = FastAPI()
@@ -99,7 +100,8 @@ class GuessGame(SimpleResourcesServer):
         return {"observation": "higher", "reward": 0.25}
 
     async def close(self, request: Request) -> dict[str, Any]:
-        self.closed.append(request.session[SESSION_ID_KEY])
+        session_id = request.session[SESSION_ID_KEY]
+        self.closed.append((session_id, self.session_state[session_id]))
         return {}
 
     async def verify(self, body: BaseVerifyRequest) -> None:  # type: ignore[override]
@@ -166,10 +168,10 @@ def test_profile_scenario_replays_each_turn_with_the_cookie_and_sums_the_rewards
 
     assert result == {"reward": 1.5, "terminated": True, "truncated": False}  # 0.25 + 0.25 + 1.0
     assert session.paths == ["/reset", "/step", "/step", "/step", "/close"]
-    [(session_id, state)] = game.session_state.items()
+    [(session_id, state)] = game.closed  # the reset's session, carried to every step and to /close
     assert state["turns"] == [["reasoning", "message"], ["function_call"], ["message"]]
     assert len(set(state["ids"])) == 3 and all(isinstance(i, str) and len(i) == 32 for i in state["ids"])
-    assert game.closed == [session_id]  # the reset's session, carried to every step and to /close
+    assert game.session_state == {}  # /close ended the session: ngym freed what the environment kept under its id
 
 
 def test_a_seed_verify_server_keeps_the_recorded_rollout_scenario() -> None:
