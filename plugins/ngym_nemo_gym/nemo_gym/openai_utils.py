@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import typing
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageToolCall
 from openai.types.chat.chat_completion import Choice
@@ -33,8 +33,9 @@ from openai.types.responses import (
     ResponseOutputRefusal,
     ResponseOutputText,
     ResponseReasoningItem,
+    ToolParam,
 )
-from openai.types.responses.response_create_params import ToolChoice, ToolParam
+from openai.types.responses.response_create_params import ToolChoice
 from openai.types.responses.response_input_content_param import ResponseInputContentParam
 from openai.types.responses.response_input_item import FunctionCallOutput, Message
 from openai.types.responses.response_reasoning_item import Summary
@@ -118,7 +119,8 @@ NeMoGymContent: TypeAlias = Annotated[
 class NeMoGymResponseOutputMessage(ResponseOutputMessage):
     """An assistant message the model wrote (``output_text`` / ``refusal`` parts)."""
 
-    content: list[NeMoGymContent]
+    # NeMo Gym's part models (subclasses of the SDK's): narrowing a list field is what a type checker flags
+    content: list[NeMoGymContent]  # type: ignore[assignment]
     role: Literal["assistant"] = "assistant"
     status: Literal["in_progress", "completed", "incomplete"] = "completed"
     type: Literal["message"] = "message"
@@ -129,7 +131,7 @@ class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall):
 
 
 class NeMoGymResponseReasoningItem(ResponseReasoningItem):
-    summary: list[NeMoGymSummary]
+    summary: list[NeMoGymSummary]  # type: ignore[assignment]  # NeMo Gym's subclass of the SDK's Summary
     type: Literal["reasoning"] = "reasoning"
 
 
@@ -140,16 +142,16 @@ NeMoGymResponseInputContentList: TypeAlias = list[ResponseInputContentParam]
 class NeMoGymEasyInputMessage(EasyInputMessage):
     """A message as written in a prompt: ``content`` a string or input parts; any role."""
 
-    content: str | NeMoGymResponseInputContentList  # type: ignore[assignment]
-    type: Literal["message"] = "message"  # type: ignore[assignment]
+    content: str | NeMoGymResponseInputContentList  # type: ignore[assignment]  # plain-dict parts (see above)
+    type: Literal["message"] = "message"
 
 
 class NeMoGymMessage(Message):
     """An input message with a list of parts and a status (user, system or developer)."""
 
-    content: NeMoGymResponseInputContentList  # type: ignore[assignment]
-    status: Literal["in_progress", "completed", "incomplete"] = "completed"  # type: ignore[assignment]
-    type: Literal["message"] = "message"  # type: ignore[assignment]
+    content: NeMoGymResponseInputContentList  # type: ignore[assignment]  # plain-dict parts (see above)
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+    type: Literal["message"] = "message"
 
 
 class NeMoGymFunctionCallOutput(FunctionCallOutput):
@@ -301,9 +303,34 @@ def _require_type(value: Any) -> Any:
     return value
 
 
-NeMoGymResponseInputItem: TypeAlias = _union(output=False)  # type: ignore[valid-type]
-NeMoGymResponseOutputItem: TypeAlias = Annotated[_union(output=True), BeforeValidator(_require_type)]  # type: ignore[valid-type]
-NeMoGymResponseInput: TypeAlias = list[NeMoGymResponseInputItem]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    # What the unions below validate into: NeMo Gym's own item models (and their training forms), the installed
+    # SDK's other item models, and the kept-as-sent other item. At run time the union is built from the SDK.
+    NeMoGymResponseInputItem: TypeAlias = (
+        NeMoGymEasyInputMessage
+        | NeMoGymMessage
+        | NeMoGymResponseOutputMessage
+        | NeMoGymResponseFunctionToolCall
+        | NeMoGymFunctionCallOutput
+        | NeMoGymResponseReasoningItem
+        | ResponseInputItem
+        | NeMoGymOtherItem
+    )
+    NeMoGymResponseOutputItem: TypeAlias = (
+        NeMoGymEasyInputMessage
+        | NeMoGymMessage
+        | NeMoGymResponseOutputMessage
+        | NeMoGymResponseFunctionToolCall
+        | NeMoGymFunctionCallOutput
+        | NeMoGymResponseFunctionCallOutput
+        | NeMoGymResponseReasoningItem
+        | ResponseOutputItem
+        | NeMoGymOtherItem
+    )
+else:
+    NeMoGymResponseInputItem = _union(output=False)
+    NeMoGymResponseOutputItem = Annotated[_union(output=True), BeforeValidator(_require_type)]
+NeMoGymResponseInput: TypeAlias = list[NeMoGymResponseInputItem]
 
 
 # ---- request parameters -----------------------------------------------------------------------------
@@ -354,8 +381,9 @@ class NeMoGymResponseOutputTokensDetails(BaseModel):
 
 
 class NeMoGymResponseUsage(ResponseUsage):
-    input_tokens_details: NeMoGymResponseInputTokensDetails
-    output_tokens_details: NeMoGymResponseOutputTokensDetails
+    # not the SDK's detail classes (see above), so a type checker sees an incompatible field
+    input_tokens_details: NeMoGymResponseInputTokensDetails  # type: ignore[assignment]
+    output_tokens_details: NeMoGymResponseOutputTokensDetails  # type: ignore[assignment]
 
 
 def _add_counts(left: int | None, right: int | None) -> int | None:
@@ -390,9 +418,9 @@ def accumulate_response_usage(
 class NeMoGymResponse(Response):
     """The finished response (the OpenAI SDK's ``Response``); ``output`` is the whole trajectory."""
 
-    output: list[NeMoGymResponseOutputItem]  # type: ignore[assignment]
+    output: list[NeMoGymResponseOutputItem]  # type: ignore[assignment]  # NeMo Gym's item models and the SDK's
     usage: NeMoGymResponseUsage | None = None
-    tools: Annotated[list[Tool], _FROM_PYTHON]  # type: ignore[assignment]
+    tools: Annotated[list[Tool], _FROM_PYTHON]
 
     def function_calls(self) -> list[NeMoGymResponseFunctionToolCall]:
         """The tool calls of the trajectory, in order (the method ngym's own ``Response`` has, which ngym's verify

@@ -204,6 +204,7 @@ async def exercise_verifier_fixture(
             except VerifierFixtureError:
                 raise
             except Exception as exc:
+                assert case.expected_error is not None  # a malformed case requires one (validated on load)
                 if case.expected_error not in str(exc):
                     raise VerifierFixtureError(
                         f"Malformed case '{case.name}' error did not contain {case.expected_error!r}: {exc}"
