@@ -423,7 +423,7 @@ def _answer(value: Any) -> str | None:
 
 def _schema(fn: Any) -> dict[str, Any]:
     """A tool's JSON schema from its signature, as the MCP server verifiers uses advertises it."""
-    from pydantic import create_model
+    from pydantic import BaseModel, create_model
 
     fields: dict[str, Any] = {}
     hints = _hints(fn)
@@ -433,7 +433,8 @@ def _schema(fn: Any) -> dict[str, Any]:
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[name] = (hints.get(name, Any), default)
     # named as the MCP server verifiers runs names it, so the schema is the one its model sees, titles included
-    return create_model(f"{fn.__name__}Arguments", **fields).model_json_schema()
+    model: type[BaseModel] = create_model(f"{fn.__name__}Arguments", **fields)
+    return model.model_json_schema()
 
 
 def _hints(fn: Any) -> dict[str, Any]:
@@ -650,7 +651,7 @@ def _has_group_rewards(rubric: Any) -> bool:
 # ---- the loop ---------------------------------------------------------------------------------------------
 
 
-def load(source: str, args: dict[str, Any]) -> Any:
+def load(source: str, args: dict[str, Any]) -> LegacyEnvironment | TasksetEnvironment:
     module = _import_source(source)
     if hasattr(module, "load_environment") and callable(module.load_environment):
         return LegacyEnvironment(module, args)
@@ -666,7 +667,7 @@ def load(source: str, args: dict[str, Any]) -> Any:
         ) from exc
 
 
-async def handle(env: Any, request: dict[str, Any]) -> dict[str, Any]:
+async def handle(env: LegacyEnvironment | TasksetEnvironment, request: dict[str, Any]) -> dict[str, Any]:
     op = request.get("op")
     session = str(request.get("session", ""))
     if op == "describe":
