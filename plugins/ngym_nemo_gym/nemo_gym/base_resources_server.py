@@ -223,7 +223,10 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
         await close_client_session()  # the HTTP session ServerClient calls went through, if any
 
     async def get_reverify_mode(self) -> ReverifyMode:
-        return type(self).config_class().REVERIFY_MODE  # type: ignore[attr-defined,no-any-return]
+        config_class = type(self).config_class()
+        if issubclass(config_class, ngym.BaseResourcesServerConfig):  # NeMo Gym 0.7.0 declares it on the config
+            return config_class.REVERIFY_MODE
+        return ReverifyMode.UNKNOWN
 
     def normalize_tool_name(self, name: str) -> str:
         """``mcp__<this server>__tool`` → ``tool`` (names MCP clients record); other names unchanged."""
@@ -245,7 +248,9 @@ def _drop_key_from_own_dicts(server: Any, key: str) -> None:
 
 # Set after the class is made, so pydantic does not take it for a field. NeMo Gym's Gymnasium base and games keep
 # ``session_state: Dict[str, Any]`` as a field of their own.
-SimpleResourcesServer.session_state = _YieldsToField("session_state", ngym.SimpleResourcesServer.session_state)  # type: ignore[assignment]
+SimpleResourcesServer.session_state = _YieldsToField(  # type: ignore[assignment]  # a descriptor for the method
+    "session_state", ngym.SimpleResourcesServer.session_state
+)
 
 
 @functools.cache

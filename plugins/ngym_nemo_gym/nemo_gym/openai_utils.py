@@ -119,8 +119,7 @@ NeMoGymContent: TypeAlias = Annotated[
 class NeMoGymResponseOutputMessage(ResponseOutputMessage):
     """An assistant message the model wrote (``output_text`` / ``refusal`` parts)."""
 
-    # NeMo Gym's part models (subclasses of the SDK's): narrowing a list field is what a type checker flags
-    content: list[NeMoGymContent]  # type: ignore[assignment]
+    content: list[NeMoGymContent]  # type: ignore[assignment]  # NeMo Gym's subclasses of the SDK's part models
     role: Literal["assistant"] = "assistant"
     status: Literal["in_progress", "completed", "incomplete"] = "completed"
     type: Literal["message"] = "message"
@@ -352,6 +351,7 @@ class NeMoGymResponseCreateParamsNonStreaming(ResponseCreateParams):
     """``responses_create_params``: ngym's strict request fields (an unknown key is an error), with the OpenAI
     SDK's input items and tool types, as NeMo Gym declares them."""
 
+    # the SDK's types in place of ngym's own wire models: a type checker sees incompatible fields
     input: str | NeMoGymResponseInput  # type: ignore[assignment]
     tool_choice: ToolChoice = "auto"  # type: ignore[assignment]
     tools: list[ToolParam] = Field(default_factory=list)  # type: ignore[assignment]
@@ -444,7 +444,7 @@ class NeMoGymChoice(Choice):
 
 
 class NeMoGymChatCompletion(ChatCompletion):
-    choices: list[NeMoGymChoice]  # type: ignore[assignment]
+    choices: list[NeMoGymChoice]  # type: ignore[assignment]  # NeMo Gym's subclass of the SDK's Choice
 
 
 class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
