@@ -64,7 +64,7 @@ class CappedText(io.TextIOBase):
         return True
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # typeshed: a writable attribute; read-only here, as on sys.stdout
         return "utf-8"
 
     def getvalue(self) -> str:
