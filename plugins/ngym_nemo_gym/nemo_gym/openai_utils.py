@@ -43,7 +43,6 @@ from openai.types.responses.response_usage import ResponseUsage
 from openai.types.responses.tool import Tool
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from nemo_gym._item_shapes import STATUSES, field, message_tag, sdk_models_by_type
 from nemo_gym.server_utils import MAX_NUM_TRIES, get_response_json, raise_for_status, request
 from ngym.plugin_api import ResponseCreateParams
 
@@ -81,6 +80,8 @@ __all__ = [
 RATE_LIMIT_ERROR_CODES = [429, 502, 503, 504, 520]
 RETRY_ERROR_CODES = [*RATE_LIMIT_ERROR_CODES, 404, 408, 500]
 
+_STATUSES = frozenset({"in_progress", "completed", "incomplete"})
+_OUTPUT_PARTS = frozenset({"output_text", "refusal"})
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 
 
@@ -212,8 +213,44 @@ _TAG_OF_CLASS[NeMoGymResponseFunctionCallOutput] = "sdk:function_call_output"
 _TAG_OF_CLASS[NeMoGymOtherItem] = "other"
 
 
-_SDK_OUTPUT = {k: v for k, v in sdk_models_by_type(ResponseOutputItem).items() if k not in {"message", "reasoning"}}
-_SDK_INPUT = {k: v for k, v in sdk_models_by_type(ResponseInputItem).items() if k not in {"message", "reasoning"}}
+def _sdk_models_by_type(union: Any) -> dict[str, type[BaseModel]]:
+    """``type`` literal → SDK model class, for every member of an SDK item union (MCP calls, web search, ...)."""
+    found: dict[str, type[BaseModel]] = {}
+    for member in typing.get_args(typing.get_args(union)[0] if typing.get_origin(union) is Annotated else union):
+        cls = typing.get_args(member)[0] if typing.get_origin(member) is Annotated else member
+        field = getattr(cls, "model_fields", {}).get("type")
+        if field is None:
+            continue
+        for literal in typing.get_args(field.annotation):
+            if isinstance(literal, str):
+                found.setdefault(literal, cls)
+    return found
+
+
+_SDK_OUTPUT = {k: v for k, v in _sdk_models_by_type(ResponseOutputItem).items() if k not in {"message", "reasoning"}}
+_SDK_INPUT = {k: v for k, v in _sdk_models_by_type(ResponseInputItem).items() if k not in {"message", "reasoning"}}
+
+
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+def _first_part_type(content: Any) -> Any:
+    if not isinstance(content, list) or not content:
+        return None
+    first = content[0]
+    return _field(first, "type") or ("refusal" if _field(first, "refusal") is not None else None)
+
+
+def _message_tag(value: Any) -> str:
+    content, role = _field(value, "content"), _field(value, "role")
+    if role in ("user", "system", "developer"):
+        return "input_message" if isinstance(content, list) and _field(value, "status") in _STATUSES else "easy_message"
+    if isinstance(content, list) and (
+        _first_part_type(content) in _OUTPUT_PARTS or (not content and isinstance(_field(value, "id"), str))
+    ):
+        return "output_message"
+    return "easy_message"
 
 
 def _item_tag(value: Any, *, output: bool) -> str:
@@ -222,7 +259,7 @@ def _item_tag(value: Any, *, output: bool) -> str:
         own = _TAG_OF_CLASS.get(type(value))
         if own is not None:
             return own
-    kind = field(value, "type")
+    kind = _field(value, "type")
     if kind is None and isinstance(value, dict):  # NeMo Gym infers typeless input items from their keys
         if "role" in value and "content" in value:
             kind = "message"
@@ -233,9 +270,9 @@ def _item_tag(value: Any, *, output: bool) -> str:
         elif isinstance(value.get("summary"), list):
             kind = "reasoning"
     if kind == "message":
-        tag = message_tag(value)
+        tag = _message_tag(value)
     elif kind == "function_call_output":
-        full = isinstance(field(value, "id"), str) and field(value, "status") in STATUSES
+        full = isinstance(_field(value, "id"), str) and _field(value, "status") in _STATUSES
         tag = "sdk:function_call_output" if output and full else "function_call_output_input"
     elif kind in ("function_call", "reasoning"):
         tag = kind
@@ -243,7 +280,7 @@ def _item_tag(value: Any, *, output: bool) -> str:
         return f"sdk:{kind}"
     else:
         return "other"
-    if tag in _TRAINING and all(field(value, name) is not None for name in TOKEN_FIELDS):
+    if tag in _TRAINING and all(_field(value, name) is not None for name in TOKEN_FIELDS):
         return tag + ":training"
     return tag
 
@@ -265,18 +302,30 @@ def _require_type(value: Any) -> Any:
     return value
 
 
-if TYPE_CHECKING:  # what the unions below validate into (at run time they are built from the installed SDK)
-    _NeMoGymItem: TypeAlias = (
+if TYPE_CHECKING:
+    # What the unions below validate into: NeMo Gym's own item models (and their training forms), the installed
+    # SDK's other item models, and the kept-as-sent other item. At run time the union is built from the SDK.
+    NeMoGymResponseInputItem: TypeAlias = (
         NeMoGymEasyInputMessage
         | NeMoGymMessage
         | NeMoGymResponseOutputMessage
         | NeMoGymResponseFunctionToolCall
         | NeMoGymFunctionCallOutput
         | NeMoGymResponseReasoningItem
+        | ResponseInputItem
         | NeMoGymOtherItem
     )
-    NeMoGymResponseInputItem: TypeAlias = _NeMoGymItem | ResponseInputItem
-    NeMoGymResponseOutputItem: TypeAlias = _NeMoGymItem | NeMoGymResponseFunctionCallOutput | ResponseOutputItem
+    NeMoGymResponseOutputItem: TypeAlias = (
+        NeMoGymEasyInputMessage
+        | NeMoGymMessage
+        | NeMoGymResponseOutputMessage
+        | NeMoGymResponseFunctionToolCall
+        | NeMoGymFunctionCallOutput
+        | NeMoGymResponseFunctionCallOutput
+        | NeMoGymResponseReasoningItem
+        | ResponseOutputItem
+        | NeMoGymOtherItem
+    )
 else:
     NeMoGymResponseInputItem = _union(output=False)
     NeMoGymResponseOutputItem = Annotated[_union(output=True), BeforeValidator(_require_type)]
