@@ -302,30 +302,18 @@ def _require_type(value: Any) -> Any:
     return value
 
 
-if TYPE_CHECKING:
-    # What the unions below validate into: NeMo Gym's own item models (and their training forms), the installed
-    # SDK's other item models, and the kept-as-sent other item. At run time the union is built from the SDK.
-    NeMoGymResponseInputItem: TypeAlias = (
+if TYPE_CHECKING:  # what the unions below validate into (at run time they are built from the installed SDK)
+    _NeMoGymItem: TypeAlias = (
         NeMoGymEasyInputMessage
         | NeMoGymMessage
         | NeMoGymResponseOutputMessage
         | NeMoGymResponseFunctionToolCall
         | NeMoGymFunctionCallOutput
         | NeMoGymResponseReasoningItem
-        | ResponseInputItem
         | NeMoGymOtherItem
     )
-    NeMoGymResponseOutputItem: TypeAlias = (
-        NeMoGymEasyInputMessage
-        | NeMoGymMessage
-        | NeMoGymResponseOutputMessage
-        | NeMoGymResponseFunctionToolCall
-        | NeMoGymFunctionCallOutput
-        | NeMoGymResponseFunctionCallOutput
-        | NeMoGymResponseReasoningItem
-        | ResponseOutputItem
-        | NeMoGymOtherItem
-    )
+    NeMoGymResponseInputItem: TypeAlias = _NeMoGymItem | ResponseInputItem
+    NeMoGymResponseOutputItem: TypeAlias = _NeMoGymItem | NeMoGymResponseFunctionCallOutput | ResponseOutputItem
 else:
     NeMoGymResponseInputItem = _union(output=False)
     NeMoGymResponseOutputItem = Annotated[_union(output=True), BeforeValidator(_require_type)]
@@ -444,7 +432,7 @@ class NeMoGymChoice(Choice):
 
 
 class NeMoGymChatCompletion(ChatCompletion):
-    choices: list[NeMoGymChoice]  # type: ignore[assignment]  # NeMo Gym's subclass of the SDK's Choice
+    choices: list[NeMoGymChoice]  # type: ignore[assignment]
 
 
 class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
