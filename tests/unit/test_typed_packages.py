@@ -20,7 +20,8 @@ def _top_level_packages(folder: Path) -> list[str]:
 
 @pytest.mark.parametrize("folder", PLUGINS, ids=[folder.name for folder in PLUGINS])
 def test_each_plugin_package_ships_a_py_typed_marker(folder: Path) -> None:
-    package_data = tomllib.loads((folder / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    setuptools = tomllib.loads((folder / "pyproject.toml").read_text()).get("tool", {}).get("setuptools", {})
+    package_data = setuptools.get("package-data", {})
     packages = _top_level_packages(folder)
     assert packages
     for package in packages:
