@@ -33,7 +33,7 @@ class NeMoGymChoice(Choice):
 
 
 class NeMoGymChatCompletion(ChatCompletion):
-    choices: list[NeMoGymChoice]  # type: ignore[assignment]
+    choices: list[NeMoGymChoice]  # type: ignore[assignment]  # NeMo Gym's subclass of the SDK's Choice
 
 
 class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
