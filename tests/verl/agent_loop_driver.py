@@ -1,4 +1,4 @@
-"""Runs in the verl venv: verl 0.9.1's own multi-turn ``ToolAgentLoop`` (its state machine, hermes tool parser,
+"""Runs in the trainer venv (tools/trainer_venv.sh): verl 0.9.1's own multi-turn ``ToolAgentLoop`` (its state machine, hermes tool parser,
 Continuous Token builder, create/execute/release around each call) with the tools its config loader made from
 ``ngym train verl-tools``; then ngym's ``compute_score`` on what the loop hands verl's reward function.
 
