@@ -29,7 +29,12 @@ VENV="${NGYM_TRAINER_VENV:-$HOME/.cache/ngym/trainers/$KEY}"
 CHECK="import trl, trl.experimental.openreward, torch, transformers, datasets, accelerate, openreward, \
 openreward.api.environments.client, verl.tools.base_tool, verl.tools.tool_registry, skyrl_gym, httpx, yaml"
 
-made() { [ -x "$VENV/bin/python" ] && [ -f "$VENV/.ngym-complete" ] && "$VENV/bin/python" -c "$CHECK" >/dev/null 2>&1; }
+# Made = complete (its imports worked when it was made) and every package still there. Finding them is enough:
+# importing torch, verl and TRL takes 10-60 s, and each make target and test session asks.
+FOUND="import importlib.util, sys; sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))"
+PACKAGES="trl torch transformers datasets accelerate openreward verl skyrl_gym httpx yaml"
+# shellcheck disable=SC2086
+made() { [ -x "$VENV/bin/python" ] && [ -f "$VENV/.ngym-complete" ] && "$VENV/bin/python" -c "$FOUND" $PACKAGES >/dev/null 2>&1; }
 
 if made; then
   echo "$VENV"
