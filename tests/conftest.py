@@ -72,7 +72,7 @@ def trainer_python() -> Path:
     """
     in_ci = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
     if not in_ci:
-        ready = subprocess.run(["bash", str(TRAINER_VENV_SCRIPT), "--check"], capture_output=True, text=True, timeout=120)
+        ready = subprocess.run(["bash", str(TRAINER_VENV_SCRIPT), "--check"], capture_output=True, timeout=120)
         if ready.returncode != 0:
             pytest.skip("no trainer venv yet (make it with tools/trainer_venv.sh, ~8 min)")
     made = subprocess.run(["bash", str(TRAINER_VENV_SCRIPT)], capture_output=True, text=True, timeout=3600)
