@@ -7,7 +7,7 @@
 
 Options (``-o KEY=VALUE``): ``module=NAME`` (the module defining it: default ``server`` for a folder, the
 distribution's own module otherwise), ``environment=CLASS`` (when the module defines several), ``max_tasks=N``
-(rows written per split, default 1000).
+(rows written per split, default 1000), ``max_rollouts=N`` (example rollouts recorded, default 5: ``examples``).
 
 The environment runs in a virtualenv of its own under ``$NGYM_CACHE_DIR/ors/venvs`` (default
 ``~/.cache/ngym/ors/venvs``), keyed on what pip installs into it from the package index (``openreward`` at the
@@ -18,6 +18,7 @@ minutes). ngym's own interpreter never imports ``openreward``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -34,12 +35,15 @@ from typing import Any
 from ngym import Domain, NgymError
 from ngym.plugin_api import cache_dir
 from ngym_ors import records
+from ngym_ors.examples import record_rollouts
+from ngym_ors.inner_server import InnerError
 
 PREFIX = "ors:"
 #: the openreward release ngym's ORS front and this plugin are tested with (tools/ors-client-requirements.txt)
 OPENREWARD = "openreward==0.1.167"
 INNER = Path(__file__).with_name("inner.py")
 COMPLETE = ".ngym-complete"
+OPTIONS = ("module", "environment", "max_tasks", "max_rollouts")
 Echo = Callable[[str], None]
 
 
@@ -230,9 +234,14 @@ def install_source(
 ) -> records.Record:
     """Install one ORS environment and record it for ngym's registry; the record."""
     options = dict(options or {})
-    unknown = set(options) - {"module", "environment", "max_tasks"}
+    unknown = set(options) - set(OPTIONS)
     if unknown:
-        raise OrsInstallError(f"unknown option(s) {', '.join(sorted(unknown))}: ors: reads module, environment, max_tasks")
+        raise OrsInstallError(f"unknown option(s) {', '.join(sorted(unknown))}: ors: reads {', '.join(OPTIONS)}")
+    try:
+        max_rollouts = int(options.get("max_rollouts", "5"))
+        int(options.get("max_tasks", "1000"))
+    except ValueError:
+        raise OrsInstallError("-o max_tasks=N and -o max_rollouts=N take a whole number") from None
     try:
         resolved = Domain.parse(domain or "agent")
     except ValueError as exc:
@@ -279,12 +288,24 @@ def install_source(
         description=(str(described["doc"]).splitlines() or [f"ORS environment {described['class']}"])[0],
         openreward=str(described.get("openreward", "")),
     )
+    echo(f"ngym: recording example rollouts on its own server (the first {max_rollouts} tasks)")
+    try:
+        rollouts = asyncio.run(record_rollouts(record, rows, max_rollouts))
+    except InnerError as exc:
+        raise OrsInstallError(f"{name}: its ORS server could not play a task: {exc}") from None
+    rollouts_file = folder / "data" / "example_rollouts.jsonl"
+    rollouts_file.write_text("".join(json.dumps(r) + "\n" for r in rollouts), encoding="utf-8")
+    if not rollouts:
+        rollouts_file.unlink()
     records.write(record)
     names = ", ".join(t["name"] for t in record.tools) or "none"
     terminal = f"; terminal tool: {record.terminal_tool['name']}" if record.terminal_tool else ""
     splits = ", ".join(f"{s['name']} ({record.num_tasks.get(s['name'], 0)})" for s in record.splits)
     echo(f"ngym: installed {name} (ORS environment {record.environment}; tools: {names}{terminal}; splits: {splits})")
-    echo(f"ngym: {len(rows)} dataset rows in {folder / 'data' / 'example.jsonl'}")
+    echo(
+        f"ngym: {len(rows)} dataset rows, {len(rollouts)} recorded rollouts (the shortest episode that ends, with the"
+        f" reward the environment gave it) in {folder / 'data'}"
+    )
     echo(f"      try: ngym run {name} | ngym validate {name} | ngym rollout {name} ...")
     return record
 

@@ -59,6 +59,8 @@ def ngym_register_install_sources(register: InstallSources) -> None:
             install=_install,
             uninstall=_uninstall,
             description="Open Reward Standard environments: a folder with server.py, or a distribution",
-            options="module=NAME (the module defining it), environment=CLASS (one of several), max_tasks=N",
+            options=(
+                "module=NAME (the module defining it), environment=CLASS (one of several), max_tasks=N, max_rollouts=N"
+            ),
         )
     )

@@ -20,6 +20,7 @@ environment's venv on a private unix socket (``inner_server``); each ngym sessio
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from pathlib import Path
@@ -38,8 +39,8 @@ from ngym import (
     SimpleResourcesServer,
 )
 from ngym.plugin_api import failure_kinds
-from ngym_ors.inner_server import InnerError, InnerServer, ToolResult
 from ngym_ors import records
+from ngym_ors.inner_server import InnerError, InnerServer, ToolResult
 from ngym_ors.records import Record
 
 if TYPE_CHECKING:
@@ -166,10 +167,8 @@ class OrsServer(SimpleResourcesServer):
         terminal = self.record.terminal_tool
         if not state["finished"] and state["failed"] is None and terminal is not None:
             arguments = {terminal["arg"]: _final_text(body)} if terminal.get("arg") else {}
-            try:
+            with contextlib.suppress(HTTPException):  # a failure is recorded in state["failed"]
                 await self._call(state, terminal["name"], arguments)
-            except HTTPException:
-                pass  # recorded in state["failed"]
         rewards = [r for r in state["rewards"] if r is not None]
         details = {
             "rewards": state["rewards"],
@@ -177,12 +176,16 @@ class OrsServer(SimpleResourcesServer):
             "finished": state["finished"],
         }
         if state["failed"] is not None:
-            return self._masked(echoed, failure_kinds.VERIFIER_ERROR, f"the environment failed: {state['failed']}", details)
+            return self._masked(
+                echoed, failure_kinds.VERIFIER_ERROR, f"the environment failed: {state['failed']}", details
+            )
         if not state["finished"]:
             reason = "the ORS episode did not finish (no tool output had finished=true)"
             return self._masked(echoed, failure_kinds.VERIFIER_ERROR, reason, details)
         if not rewards:
-            return self._masked(echoed, failure_kinds.VERIFIER_ERROR, "the ORS episode finished with no reward", details)
+            return self._masked(
+                echoed, failure_kinds.VERIFIER_ERROR, "the ORS episode finished with no reward", details
+            )
         return OrsVerifyResponse(**echoed, reward=float(rewards[-1]), ors=details)
 
     @staticmethod

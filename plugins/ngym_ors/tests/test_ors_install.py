@@ -195,7 +195,7 @@ def test_a_module_of_several_environments_asks_which(records: Path) -> None:
     assert "Traceback" not in "\n".join(output)
 
 
-def test_installed_environments_are_listed_with_their_rows(installed: list[str], records: Path) -> None:
+def test_installed_environments_are_listed_with_their_rows_and_validate(installed: list[str], records: Path) -> None:
     listed = ngym("list", "--json")
     assert listed.returncode == 0, listed.stderr
     names = {row["name"] for row in json.loads(listed.stdout)}
@@ -208,6 +208,11 @@ def test_installed_environments_are_listed_with_their_rows(installed: list[str],
     tools = {t["name"]: t["parameters"] for t in rows[0]["responses_create_params"]["tools"]}
     assert set(tools) == {"add", "hint", "submit"}
     assert tools["add"]["properties"]["amount"]["type"] == "integer"  # ORS's own JSON Schema
+    # recorded at install on the environment's own server: the shortest episode that ends (submit at once)
+    recorded = [json.loads(line) for line in (records / TALLY / "data" / "example_rollouts.jsonl").open()]
+    assert [r["reward"] for r in recorded] == [0.0, 0.0, 0.0, 0.0]
+    validated = ngym("validate", TALLY)  # replays them through ngym: the same rewards
+    assert validated.returncode == 0 and "4 rollouts replayed" in validated.stdout, validated.stdout + validated.stderr
 
 
 def test_rewards_over_nemo_gyms_wire_equal_openreward_client_and_server(

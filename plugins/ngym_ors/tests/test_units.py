@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from ngym_ors.inner_server import blocks_text, parse_sse
 from ngym_ors.install import OPENREWARD, OrsInstallError, example_rows, parse_source, snake, venv_for
 
@@ -49,7 +48,10 @@ def test_the_venv_is_keyed_on_the_requirements_not_the_folder(tmp_path: Path) ->
 
 
 def test_sse_streams_are_joined_or_their_error_read() -> None:
-    body = 'event: task_id\r\ndata: t1\r\n\r\n: ping\r\n\r\nevent: chunk\r\ndata: {"ok": \r\n\r\nevent: end\r\ndata: true}\r\n\r\n'
+    body = (
+        "event: task_id\r\ndata: t1\r\n\r\n: ping\r\n\r\n"
+        'event: chunk\r\ndata: {"ok": \r\n\r\nevent: end\r\ndata: true}\r\n\r\n'
+    )
     assert parse_sse(body) == ('{"ok": true}', None)
     assert parse_sse("event: task_id\ndata: t\n\nevent: error\ndata: boom\n\n") == (None, "boom")
 

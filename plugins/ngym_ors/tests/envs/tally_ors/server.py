@@ -6,9 +6,8 @@
 - ``QuizEnvironment``: a plain final answer ends the episode through its ``@terminal`` tool ``answer``.
 """
 
-from pydantic import BaseModel
-
 from openreward.environments import Environment, JSONObject, Server, TextBlock, ToolOutput, terminal, tool
+from pydantic import BaseModel
 
 TARGETS = {"train": [3, 5, 8], "test": [4]}
 QUESTIONS = [{"question": "What is 2+2?", "answer": "4"}, {"question": "What is 3*3?", "answer": "9"}]
@@ -25,7 +24,7 @@ class Answer(BaseModel):
 class TallyEnvironment(Environment):
     """Add amounts until the total is the target, then submit."""
 
-    def __init__(self, task_spec: JSONObject = {}, secrets: dict[str, str] = {}) -> None:
+    def __init__(self, task_spec: JSONObject = {}, secrets: dict[str, str] = {}) -> None:  # noqa: B006 - ORS's signature
         super().__init__(task_spec)
         self.total = 0
 
