@@ -1,7 +1,8 @@
 """openreward's own client against openreward's own server, both run here (in the ORS client venv).
 
-Reads a plan on stdin: ``{"folder": ..., "environment": "TallyEnvironment", "split": "train", "episodes": [{"index":
-0, "calls": [["add", {"amount": 3}], ["submit", {}]], "final": "text or null"}]}``; serves the folder's environment
+Reads a plan on stdin: ``{"folder": ..., "module": "server", "environment": "TallyEnvironment", "split": "train",
+"episodes": [{"index": 0, "calls": [["add", {"amount": 3}], ["submit", {}]], "final": "text or null"}]}``; serves
+the module's environment
 with ``openreward.environments.Server`` on a free port and plays each episode with ``openreward``'s client (a final
 text goes to the terminal tool, as ORS harnesses do). Prints ``{"episodes": [{"outputs": [...], "rewards": [...]}]}``.
 """
@@ -66,7 +67,7 @@ async def main(plan: dict[str, Any]) -> dict[str, Any]:
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     sys.path.insert(0, plan["folder"])
-    cls = getattr(importlib.import_module("server"), plan["environment"])
+    cls = getattr(importlib.import_module(plan.get("module", "server")), plan["environment"])
     port = _free_port()
     _serve(cls, port)
     url = f"http://127.0.0.1:{port}"

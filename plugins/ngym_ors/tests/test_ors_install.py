@@ -4,7 +4,9 @@ lays one out) installed with the real ``openreward`` from the package index in i
 ``openreward``'s own server (``reference_driver.py``, in the ORS client venv of ``tools/ors_venv.sh``).
 
 No environment published on the package index is used: none there runs offline (the index's ``openreward-server``
-0.0.1 is an empty placeholder; ``inspect-openreward`` and ``firehorse-cli`` are harnesses, not environments).
+0.0.1 is an empty placeholder; ``inspect-openreward`` and ``firehorse-cli`` are harnesses, not environments). The
+distribution path is checked with a wheel built here (``envs/ors_echo_dist``) that pip finds through
+``PIP_FIND_LINKS``, as it would on an index.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -28,6 +31,7 @@ from ngym.testing import RolloutClient, make_response
 
 HERE = Path(__file__).parent
 FOLDER = HERE / "envs" / "tally_ors"
+DIST = HERE / "envs" / "ors_echo_dist"
 REFERENCE = HERE / "reference_driver.py"
 ORS_DRIVER = HERE.parents[2] / "tests" / "ors" / "ors_driver.py"
 ORS_VENV_SCRIPT = HERE.parents[2] / "tools" / "ors_venv.sh"
@@ -136,9 +140,16 @@ def expected_tally(ors_python: Path) -> list[dict[str, Any]]:
     return reference(ors_python, "TallyEnvironment", "train", TALLY_EPISODES)
 
 
-def reference(python: Path, environment: str, split: str, episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def reference(
+    python: Path,
+    environment: str,
+    split: str,
+    episodes: list[dict[str, Any]],
+    folder: Path = FOLDER,
+    module: str = "server",
+) -> list[dict[str, Any]]:
     """What openreward's own client gets from openreward's own server on ``episodes``."""
-    plan = {"folder": str(FOLDER), "environment": environment, "split": split, "episodes": episodes}
+    plan = {"folder": str(folder), "module": module, "environment": environment, "split": split, "episodes": episodes}
     done = subprocess.run(
         [str(python), str(REFERENCE)], input=json.dumps(plan), capture_output=True, text=True, timeout=120
     )
@@ -284,6 +295,32 @@ def test_served_back_over_ngyms_ors_front_the_rewards_are_the_same(
     finals = [episode["final"]["reward"] for episode in seen["episodes"]]
     assert finals == [last_reward(e["rewards"]) for e in expected_tally]
     assert [e["prompt"] for e in seen["episodes"]][0] == "Add amounts until the total is 3, then submit."
+
+
+def test_a_distribution_from_the_package_index(records: Path, ors_python: Path, tmp_path: Path) -> None:
+    """``ors:<distribution>``: pip brings it into the environment's venv (here from a wheel built from
+    ``envs/ors_echo_dist`` and offered to pip as a package index would, through ``PIP_FIND_LINKS``)."""
+    project = tmp_path / "project"
+    shutil.copytree(DIST, project)
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(project)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    os.environ["PIP_FIND_LINKS"] = str(wheels)
+    try:
+        done = ngym("install", "ors:ors-echo-dist")
+    finally:
+        os.environ.pop("PIP_FIND_LINKS")
+    assert done.returncode == 0, done.stdout + done.stderr
+    episodes = [{"index": 0, "calls": [["say", {"word": "apple"}]]}, {"index": 1, "calls": [["say", {"word": "fig"}]]}]
+    expected = reference(ors_python, "EchoEnvironment", "test", episodes, DIST, "ors_echo_dist")
+    with ngym_run("echo_environment") as url:
+        got = asyncio.run(nemo_rollouts(url, "test", episodes))
+    assert [g["verified"]["reward"] for g in got] == [last_reward(e["rewards"]) for e in expected] == [1.0, 0.0]
 
 
 def test_uninstall_removes_it(installed: list[str], records: Path) -> None:
