@@ -29,7 +29,7 @@ def load(spec: dict[str, Any]) -> Any:
         sys.path.insert(0, spec["path"])
     import importlib
 
-    from openreward.environments import Environment  # type: ignore[import-not-found,unused-ignore]  # its venv only
+    from openreward.environments import Environment
 
     module = importlib.import_module(spec["module"])
     wanted = spec.get("environment")
@@ -67,7 +67,7 @@ async def _call(fn: Any, *args: Any) -> Any:
 async def describe(spec: dict[str, Any]) -> dict[str, Any]:
     from importlib import metadata
 
-    from openreward.environments import Split  # type: ignore[import-not-found,unused-ignore]  # its venv only
+    from openreward.environments import Split
 
     cls = load(spec)
     listed = cls.list_tools()
@@ -109,7 +109,7 @@ async def describe(spec: dict[str, Any]) -> dict[str, Any]:
 
 def serve(spec: dict[str, Any], socket: str) -> None:
     import uvicorn
-    from openreward.environments import Server  # type: ignore[import-not-found,unused-ignore]  # its venv only
+    from openreward.environments import Server
 
     cls = load(spec)
     uvicorn.run(Server([cls]).app, uds=socket, log_level="warning", timeout_keep_alive=60)

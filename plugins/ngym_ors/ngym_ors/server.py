@@ -142,7 +142,7 @@ class OrsServer(SimpleResourcesServer):
         return result
 
     # ngym reads the row model from the annotation (as every built-in does), hence the narrower parameter types
-    async def seed_session(self, request: Request, body: OrsSeed) -> OrsSeedResponse:  # type: ignore[override]
+    async def seed_session(self, request: Request, body: OrsSeed) -> OrsSeedResponse:
         task = dict(body.ors)
         if "task_spec" in task:
             task = {"task_spec": task["task_spec"]}
@@ -159,7 +159,7 @@ class OrsServer(SimpleResourcesServer):
         self.set_session_state(request, {"sid": sid, "rewards": [], "finished": False, "failed": None})
         return OrsSeedResponse(prompt=prompt)
 
-    async def verify(self, request: Request, body: BaseVerifyRequest) -> OrsVerifyResponse:  # type: ignore[override]
+    async def verify(self, request: Request, body: BaseVerifyRequest) -> OrsVerifyResponse:
         echoed = body.model_dump()
         state = self.session_state(request, required=False)
         if state is None:
