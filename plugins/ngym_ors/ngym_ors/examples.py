@@ -71,13 +71,9 @@ async def _play(server: InnerServer, record: Record, row: dict[str, Any], number
     return None
 
 
-async def record_rollouts(record: Record, rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """The recorded rollouts of the first ``limit`` rows (see the module docstring)."""
-    if limit <= 0 or not rows:
-        return []
-    server = await InnerServer.start(record)
-    try:
-        played = [await _play(server, record, row, n) for n, row in enumerate(rows[:limit])]
-    finally:
-        await server.stop()
+async def record_rollouts(
+    server: InnerServer, record: Record, rows: list[dict[str, Any]], limit: int
+) -> list[dict[str, Any]]:
+    """The recorded rollouts of the first ``limit`` rows, played on ``server`` (see the module docstring)."""
+    played = [await _play(server, record, row, n) for n, row in enumerate(rows[: max(limit, 0)])]
     return [p for p in played if p is not None]

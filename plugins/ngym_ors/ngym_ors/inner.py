@@ -6,8 +6,9 @@
 prompt of each (the environment is made for the task, ``setup()`` run, ``get_prompt()`` read, ``teardown()`` run,
 as ``openreward.environments.Server`` does for a session). An error is ``{"ok": false, "error": ...}``, exit 3.
 
-``python inner.py serve SPEC_JSON SOCKET``: serves the environment with ``openreward.environments.Server``, the
-SDK's own reference server, on the unix socket ``SOCKET`` (only the ngym server in front of it reaches it).
+``python inner.py serve SPEC_JSON SOCKET [DESCRIBED]``: serves the environment with
+``openreward.environments.Server``, the SDK's own reference server, on the unix socket ``SOCKET`` (only the ngym
+server in front of it reaches it); with ``DESCRIBED``, it first writes what ``describe`` prints to that file.
 
 ``SPEC_JSON``: ``{"path": folder to put first on sys.path or null, "module": "server", "environment": class name
 or null, "max_tasks": 1000}``.
@@ -115,17 +116,27 @@ def serve(spec: dict[str, Any], socket: str) -> None:
     uvicorn.run(Server([cls]).app, uds=socket, log_level="warning", timeout_keep_alive=60)
 
 
+def described(spec: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return asyncio.run(describe(spec))
+    except Exception as exc:  # the environment's own error: reported to ngym, which says it in one line
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+
+
 def main(argv: list[str]) -> int:
     command, spec = argv[1], json.loads(argv[2])
     if command == "serve":
+        if len(argv) > 4:  # describe first, into that file, then serve (ngym install: one start, not two)
+            said = described(spec)
+            with open(argv[4], "w", encoding="utf-8") as fh:
+                json.dump(said, fh)
+            if not said["ok"]:
+                return 3
         serve(spec, argv[3])
         return 0
-    try:
-        print(json.dumps(asyncio.run(describe(spec))))
-    except Exception as exc:  # the environment's own error: reported to ngym, which says it in one line
-        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}))
-        return 3
-    return 0
+    said = described(spec)
+    print(json.dumps(said))
+    return 0 if said["ok"] else 3
 
 
 if __name__ == "__main__":

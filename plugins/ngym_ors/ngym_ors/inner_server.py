@@ -24,6 +24,9 @@ from ngym_ors.records import Record
 
 INNER = Path(__file__).with_name("inner.py")
 START_SECONDS = 120.0
+#: an install's first start also reads every task's prompt (the environment's setup() for each)
+DESCRIBE_SECONDS = 900.0
+DESCRIBED = "described.json"
 #: a tool call may run long (a sandbox, a judge); the ngym server's own request timeouts bound it
 CALL_TIMEOUT = httpx.Timeout(3600.0, connect=10.0)
 
@@ -85,8 +88,9 @@ def parse_sse(body: str) -> tuple[str | None, str | None]:
 class InnerServer:
     """A running reference server: ``await InnerServer.start(record)``, then the calls, then ``stop()``."""
 
-    def __init__(self, record: Record, proc: asyncio.subprocess.Process, folder: Path) -> None:
-        self.record = record
+    def __init__(self, label: str, env_name: str, proc: asyncio.subprocess.Process, folder: Path) -> None:
+        self.label = label
+        self.env_name = env_name  # the ORS name its routes are under (``Environment.name().lower()``)
         self.proc = proc
         self.folder = folder
         self.http = httpx.AsyncClient(
@@ -95,24 +99,38 @@ class InnerServer:
 
     @classmethod
     async def start(cls, record: Record) -> InnerServer:
-        if not Path(record.python).exists():
-            raise InnerError(f"{record.name}: its interpreter {record.python} is missing; install it again")
+        """The server of an installed environment."""
+        return await cls.launch(record.python, record.spec(), record.name, record.env_name)
+
+    @classmethod
+    async def launch(
+        cls, python: str, spec: dict[str, Any], label: str, env_name: str = "", *, describe: bool = False
+    ) -> InnerServer:
+        """Start ``inner.py serve`` in ``python`` and wait until it answers. With ``describe``, it first writes what
+        the environment is (``described()``; ``ngym install`` reads it) in the same process: one start, not two."""
+        if not Path(python).exists():
+            raise InnerError(f"{label}: its interpreter {python} is missing; install it again")
         folder = Path(tempfile.mkdtemp(prefix="ngym-ors-"))
         os.chmod(folder, 0o700)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"}
         env.pop("PYTHONPATH", None)  # ngym's own path must not leak into the environment's interpreter
         # openreward logs every request at info level: warnings and errors (a tool that raised) unless asked
         env.setdefault("OPENREWARD_LOG_LEVEL", "WARNING")
+        described = [str(folder / DESCRIBED)] if describe else []
         proc = await asyncio.create_subprocess_exec(
-            record.python, str(INNER), "serve", json.dumps(record.spec()), str(folder / "ors.sock"), env=env
+            python, str(INNER), "serve", json.dumps(spec), str(folder / "ors.sock"), *described, env=env
         )
-        server = cls(record, proc, folder)
+        server = cls(label, env_name, proc, folder)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + START_SECONDS
+        wait = DESCRIBE_SECONDS if describe else START_SECONDS
+        deadline = loop.time() + wait
         while True:
             if proc.returncode is not None:
+                said = server.described() if describe and (folder / DESCRIBED).is_file() else {}
                 await server.stop()
-                raise InnerError(f"{record.name}: its ORS server exited (code {proc.returncode}); its stderr says why")
+                if said.get("error"):
+                    raise InnerError(f"the environment could not be loaded: {said['error']}")
+                raise InnerError(f"{label}: its ORS server exited (code {proc.returncode}); its stderr says why")
             try:
                 if (await server.http.get("/health", timeout=2.0)).status_code == 200:
                     return server
@@ -120,8 +138,13 @@ class InnerServer:
                 pass
             if loop.time() > deadline:
                 await server.stop()
-                raise InnerError(f"{record.name}: its ORS server did not answer within {START_SECONDS:g} s")
+                raise InnerError(f"{label}: its ORS server did not answer within {wait:g} s")
             await asyncio.sleep(0.1)
+
+    def described(self) -> dict[str, Any]:
+        """What the environment is (written by ``inner.py`` when launched with ``describe``)."""
+        answer: dict[str, Any] = json.loads((self.folder / DESCRIBED).read_text(encoding="utf-8"))
+        return answer
 
     async def _post(self, path: str, sid: str, body: dict[str, Any]) -> httpx.Response:
         if self.proc.returncode is not None:
@@ -133,11 +156,11 @@ class InnerServer:
 
     async def create(self, sid: str, task: dict[str, Any]) -> str:
         """Open the ORS session ``sid`` on ``task`` (``split``/``index`` or ``task_spec``); its prompt's text."""
-        answer = await self._post("/create", sid, {"env_name": self.record.env_name, **task})
+        answer = await self._post("/create", sid, {"env_name": self.env_name, **task})
         if answer.status_code != 200:
             raise InnerError(_detail(answer), answer.status_code)
         try:
-            prompt = await self.http.get(f"/{self.record.env_name}/prompt", headers={"X-Session-ID": sid})
+            prompt = await self.http.get(f"/{self.env_name}/prompt", headers={"X-Session-ID": sid})
         except httpx.HTTPError as exc:
             raise InnerError(f"the environment's ORS server could not be reached: {exc}") from exc
         if prompt.status_code != 200:  # setup() failed: openreward answers with its error
@@ -145,7 +168,7 @@ class InnerServer:
         return blocks_text(prompt.json())
 
     async def call(self, sid: str, name: str, arguments: dict[str, Any]) -> ToolResult:
-        answer = await self._post(f"/{self.record.env_name}/call", sid, {"name": name, "input": arguments})
+        answer = await self._post(f"/{self.env_name}/call", sid, {"name": name, "input": arguments})
         if answer.status_code != 200:
             raise InnerError(_detail(answer), answer.status_code)
         result, error = parse_sse(answer.text)

@@ -36,12 +36,11 @@ from ngym import Domain, NgymError
 from ngym.plugin_api import cache_dir
 from ngym_ors import records
 from ngym_ors.examples import record_rollouts
-from ngym_ors.inner_server import InnerError
+from ngym_ors.inner_server import InnerError, InnerServer
 
 PREFIX = "ors:"
 #: the openreward release ngym's ORS front and this plugin are tested with (tools/ors-client-requirements.txt)
 OPENREWARD = "openreward==0.1.167"
-INNER = Path(__file__).with_name("inner.py")
 COMPLETE = ".ngym-complete"
 OPTIONS = ("module", "environment", "max_tasks", "max_rollouts")
 Echo = Callable[[str], None]
@@ -162,24 +161,6 @@ def ensure_venv(source: Source, *, verbose: bool, echo: Echo) -> Path:
     return python
 
 
-def describe(python: Path, spec: dict[str, Any]) -> dict[str, Any]:
-    """What ``inner.py describe`` says of the environment (its error as one ``OrsInstallError``)."""
-    try:
-        done = subprocess.run(
-            [str(python), str(INNER), "describe", json.dumps(spec)], capture_output=True, text=True, timeout=600
-        )
-    except subprocess.TimeoutExpired:
-        raise OrsInstallError("describing the environment (its tasks and prompts) took over 600 s") from None
-    try:
-        described: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        tail = " | ".join(done.stderr.strip().splitlines()[-4:])
-        raise OrsInstallError(f"the environment could not be loaded (exit {done.returncode}): {tail}") from None
-    if not described.get("ok"):
-        raise OrsInstallError(f"the environment could not be loaded: {described.get('error')}")
-    return described
-
-
 def snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
@@ -223,6 +204,67 @@ def write_rows(data: Path, rows: list[dict[str, Any]]) -> None:
             fh.writelines(json.dumps(row) + "\n" for row in rows if row["ors"]["split"] == split)
 
 
+@dataclass(frozen=True)
+class _Made:
+    """What an install knows before the environment describes itself."""
+
+    source: Source
+    python: Path
+    text: str
+    as_name: str | None
+    domain: Domain
+
+
+async def _describe_and_record(
+    made: _Made, spec: dict[str, Any], max_rollouts: int
+) -> tuple[records.Record, list[dict[str, Any]], list[dict[str, Any]]]:
+    """One start of the environment's own server: what it is (its record and rows, written), then its example
+    rollouts played on it."""
+    server = await InnerServer.launch(str(made.python), spec, "the environment", describe=True)
+    try:
+        record, rows = _record(made, server.described())
+        server.env_name = record.env_name
+        return record, rows, await record_rollouts(server, record, rows, max_rollouts)
+    finally:
+        await server.stop()
+
+
+def _record(made: _Made, described: dict[str, Any]) -> tuple[records.Record, list[dict[str, Any]]]:
+    """The record of a described environment; its folder (a copy of a folder's code, its rows) written."""
+    name = made.as_name or snake(str(described["class"]))
+    if not records.NAME.match(name):
+        raise InnerError(f"{name!r} is not a usable environment name: give one with --as NAME")
+    folder = records.folder_of(name)
+    shutil.rmtree(folder, ignore_errors=True)
+    path = None
+    if made.source.folder is not None:
+        copy = folder / "source"
+        ignored = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.pyc")
+        shutil.copytree(made.source.folder, copy, ignore=ignored)
+        path = str(copy)
+    rows = example_rows(described)
+    write_rows(folder / "data", rows)
+    tools = described["tools"]
+    record = records.Record(
+        name=name,
+        python=str(made.python),
+        source=made.text,
+        module=made.source.module,
+        environment=str(described["class"]),
+        env_name=str(described["env_name"]),
+        domain=made.domain.value,
+        path=path,
+        distribution=made.source.distribution,
+        tools=list(tools["tools"]),
+        terminal_tool=tools.get("terminal_tool"),
+        splits=list(described["splits"]),
+        num_tasks=dict(described["num_tasks"]),
+        description=(str(described["doc"]).splitlines() or [f"ORS environment {described['class']}"])[0],
+        openreward=str(described.get("openreward", "")),
+    )
+    return record, rows
+
+
 def install_source(
     text: str,
     *,
@@ -256,43 +298,13 @@ def install_source(
         "environment": options.get("environment"),
         "max_tasks": options.get("max_tasks"),
     }
-    echo(f"ngym: asking {source.module} what it serves (its tools, splits, tasks and prompts)")
-    described = describe(python, spec)
-    name = as_name or snake(str(described["class"]))
-    if not records.NAME.match(name):
-        raise OrsInstallError(f"{name!r} is not a usable environment name: give one with --as NAME")
-    folder = records.folder_of(name)
-    shutil.rmtree(folder, ignore_errors=True)
-    path = None
-    if source.folder is not None:
-        copy = folder / "source"
-        shutil.copytree(source.folder, copy, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.pyc"))
-        path = str(copy)
-    rows = example_rows(described)
-    write_rows(folder / "data", rows)
-    tools = described["tools"]
-    record = records.Record(
-        name=name,
-        python=str(python),
-        source=text,
-        module=source.module,
-        environment=str(described["class"]),
-        env_name=str(described["env_name"]),
-        domain=resolved.value,
-        path=path,
-        distribution=source.distribution,
-        tools=list(tools["tools"]),
-        terminal_tool=tools.get("terminal_tool"),
-        splits=list(described["splits"]),
-        num_tasks=dict(described["num_tasks"]),
-        description=(str(described["doc"]).splitlines() or [f"ORS environment {described['class']}"])[0],
-        openreward=str(described.get("openreward", "")),
-    )
-    echo(f"ngym: recording example rollouts on its own server (the first {max_rollouts} tasks)")
+    echo(f"ngym: asking {source.module} what it serves (its tools, splits, tasks and prompts), on its own server")
+    made = _Made(source, python, text, as_name, resolved)
     try:
-        rollouts = asyncio.run(record_rollouts(record, rows, max_rollouts))
+        record, rows, rollouts = asyncio.run(_describe_and_record(made, spec, max_rollouts))
     except InnerError as exc:
-        raise OrsInstallError(f"{name}: its ORS server could not play a task: {exc}") from None
+        raise OrsInstallError(str(exc)) from None
+    name, folder = record.name, records.folder_of(record.name)
     rollouts_file = folder / "data" / "example_rollouts.jsonl"
     rollouts_file.write_text("".join(json.dumps(r) + "\n" for r in rollouts), encoding="utf-8")
     if not rollouts:
