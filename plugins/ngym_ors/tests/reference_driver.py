@@ -1,4 +1,4 @@
-"""openreward's own client against openreward's own server, both run here (in the ORS client venv).
+"""openreward's own client against openreward's own server, both run here (an interpreter with openreward).
 
 Reads a plan on stdin: ``{"folder": ..., "module": "server", "environment": "TallyEnvironment", "split": "train",
 "episodes": [{"index": 0, "calls": [["add", {"amount": 3}], ["submit", {}]], "final": "text or null"}]}``; serves

@@ -1,7 +1,7 @@
 """``ngym install ors:<folder>``: an ORS environment (``envs/tally_ors``, written for these tests as ``orwd init``
 lays one out) installed with the real ``openreward`` from the package index in its own venv, served by
 ``ngym run``, driven over NeMo Gym's wire, and compared with what ``openreward``'s own client gets from
-``openreward``'s own server (``reference_driver.py``, in the ORS client venv of ``tools/ors_venv.sh``).
+``openreward``'s own server (``reference_driver.py``, run with the environment's venv's openreward).
 
 No environment published on the package index is used: none there runs offline (the index's ``openreward-server``
 0.0.1 is an empty placeholder; ``inspect-openreward`` and ``firehorse-cli`` are harnesses, not environments). The
@@ -34,7 +34,6 @@ FOLDER = HERE / "envs" / "tally_ors"
 DIST = HERE / "envs" / "ors_echo_dist"
 REFERENCE = HERE / "reference_driver.py"
 ORS_DRIVER = HERE.parents[2] / "tests" / "ors" / "ors_driver.py"
-ORS_VENV_SCRIPT = HERE.parents[2] / "tools" / "ors_venv.sh"
 TALLY, QUIZ = "tally_environment", "quiz_environment"
 
 #: scripted episodes of the tally environment (train split): the tool calls a model would make
@@ -79,16 +78,10 @@ def installed(records: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ors_python() -> Path:
-    """openreward 0.1.167's client venv (tools/ors_venv.sh, cached; made under CI)."""
-    in_ci = os.environ.get("CI", "").lower() == "true"
-    if not in_ci and not os.environ.get("NGYM_ORS_VENV"):
-        probe = subprocess.run(["bash", str(ORS_VENV_SCRIPT), "--probe"], capture_output=True, text=True)
-        if probe.returncode != 0:
-            pytest.skip("no ORS client venv yet (make it with tools/ors_venv.sh, or run `make ors`)")
-    made = subprocess.run(["bash", str(ORS_VENV_SCRIPT)], capture_output=True, text=True, timeout=900)
-    assert made.returncode == 0, made.stderr[-2000:]
-    return Path(made.stdout.strip().splitlines()[-1]) / "bin" / "python"
+def ors_python(installed: list[str], records: Path) -> Path:
+    """An interpreter with openreward 0.1.167 from the package index: the environment's own venv, made by the
+    install (openreward's client and its reference server are both in the SDK; neither runs ngym code)."""
+    return Path(json.loads((records / f"{TALLY}.json").read_text())["python"])
 
 
 @contextlib.contextmanager
