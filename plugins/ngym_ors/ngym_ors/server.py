@@ -132,7 +132,9 @@ class OrsServer(SimpleResourcesServer):
             result = await self._server().call(state["sid"], name, arguments)
         except InnerError as exc:
             state["failed"] = str(exc)
-            raise HTTPException(503 if exc.status in (0, 404) else 502, f"the environment failed: {exc}") from exc
+            if exc.status == 404:  # openreward's server no longer has the session (idle past its reaper)
+                raise HTTPException(410, f"the ORS session is gone: {exc}") from exc
+            raise HTTPException(503 if exc.status == 0 else 502, f"the environment failed: {exc}") from exc
         if result.ok:
             state["rewards"].append(result.reward)
             state["finished"] = state["finished"] or result.finished
@@ -149,6 +151,10 @@ class OrsServer(SimpleResourcesServer):
         else:
             default = self.record.splits[0]["name"] if self.record.splits else "train"
             task = {"split": task.get("split", default), "index": task.get("index", 0)}
+        previous = self.session_state(request, required=False)
+        if isinstance(previous, dict) and self._inner is not None:  # seeded again: the earlier episode ends
+            with contextlib.suppress(InnerError):
+                await self._inner.delete(previous["sid"])
         sid = f"ngym-{uuid.uuid4()}"
         try:
             prompt = await self._server().create(sid, task)
