@@ -10,7 +10,8 @@ environment's venv on a private unix socket (``inner_server``); each ngym sessio
   ``{"output": text, "reward": r, "finished": f}``. An ORS error result (bad input, unknown tool, a call after the
   episode finished) or a tool that raised answers 200 with the environment's message and ``"is_error": true``;
   the server stays up. A tool that raised ends the episode without a reward (openreward's own client ends the
-  session then).
+  session then). If the environment's server process dies, the episodes it held are masked and it is started
+  again for the next ones.
 - ``POST /verify``: the episode's reward. ORS rewards arrive on tool outputs; ``reward`` is the **last non-null
   reward** of the episode (the outcome, as TRL's ``OpenRewardSpec`` reads an ORS episode), and ``ors`` holds every
   reward in call order and their sum. When the episode has not finished and the environment has a ``@terminal``
@@ -20,6 +21,7 @@ environment's venv on a private unix socket (``inner_server``); each ngym sessio
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
     from ngym.plugin_api import ContainerPayload, ImageLayout
 
 log = logging.getLogger(__name__)
+#: how long a request that could not reach the environment's server waits for that process to exit (then restarts it)
+RESTART_WAIT_SECONDS = 10.0
 
 
 class OrsSeed(BaseSeedSessionRequest):
@@ -72,6 +76,7 @@ class OrsServer(SimpleResourcesServer):
     session_affinity_required = True  # the episode lives in the inner server of this process
     reward_range = None  # ORS rewards are floats at the environment's own scale
     _inner: InnerServer | None = None
+    _restarting: asyncio.Lock
 
     @classmethod
     def container_payload(cls, layout: ImageLayout, workdir: Path) -> ContainerPayload:
@@ -103,7 +108,30 @@ class OrsServer(SimpleResourcesServer):
         return app
 
     async def on_startup(self) -> None:
+        self._restarting = asyncio.Lock()
         self._inner = await InnerServer.start(self.record)
+
+    async def _restart_if_gone(self, wait: float = 0.0) -> None:
+        """Start the environment's server again when it exited (waiting up to ``wait`` s for a process that could
+        not be reached to exit): the episodes it held are lost (their sessions answer 410, their verify is masked),
+        the next ones run."""
+        async with self._restarting:
+            inner = self._inner
+            if inner is None:
+                return
+            if inner.proc.returncode is None and wait:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(inner.proc.wait(), wait)
+            if inner.proc.returncode is None:
+                return
+            log.warning(
+                "%s: its ORS server exited (code %s); starting it again", self.record.name, inner.proc.returncode
+            )
+            await inner.stop()
+            try:
+                self._inner = await InnerServer.start(self.record)
+            except InnerError as exc:  # the next request tries again
+                log.error("%s: its ORS server could not start again: %s", self.record.name, exc)
 
     async def on_shutdown(self) -> None:
         if self._inner is not None:
@@ -132,6 +160,8 @@ class OrsServer(SimpleResourcesServer):
             result = await self._server().call(state["sid"], name, arguments)
         except InnerError as exc:
             state["failed"] = str(exc)
+            if exc.status == 0:  # not reachable: if it died, the next rollouts get a new one
+                await self._restart_if_gone(wait=RESTART_WAIT_SECONDS)
             if exc.status == 404:  # openreward's server no longer has the session (idle past its reaper)
                 raise HTTPException(410, f"the ORS session is gone: {exc}") from exc
             raise HTTPException(503 if exc.status == 0 else 502, f"the environment failed: {exc}") from exc
@@ -156,9 +186,12 @@ class OrsServer(SimpleResourcesServer):
             with contextlib.suppress(InnerError):
                 await self._inner.delete(previous["sid"])
         sid = f"ngym-{uuid.uuid4()}"
+        await self._restart_if_gone()
         try:
             prompt = await self._server().create(sid, task)
         except InnerError as exc:
+            if exc.status == 0:
+                await self._restart_if_gone(wait=RESTART_WAIT_SECONDS)
             if 400 <= exc.status < 500:
                 raise HTTPException(422, f"the environment refused the task {task}: {exc}") from exc
             raise HTTPException(502, f"the environment failed to start the task: {exc}") from exc

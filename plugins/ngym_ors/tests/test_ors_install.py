@@ -210,7 +210,7 @@ def test_installed_environments_are_listed_with_their_rows_and_validate(installe
     ]
     assert rows[0]["responses_create_params"]["input"][0]["content"].startswith("Add amounts until the total is 3")
     tools = {t["name"]: t["parameters"] for t in rows[0]["responses_create_params"]["tools"]}
-    assert set(tools) == {"add", "hint", "submit"}
+    assert set(tools) == {"add", "crash", "hint", "submit"}
     assert tools["add"]["properties"]["amount"]["type"] == "integer"  # ORS's own JSON Schema
     # recorded at install on the environment's own server: the shortest episode that ends (submit at once)
     recorded = [json.loads(line) for line in (records / TALLY / "data" / "example_rollouts.jsonl").open()]
@@ -288,6 +288,19 @@ def test_served_back_over_ngyms_ors_front_the_rewards_are_the_same(
     finals = [episode["final"]["reward"] for episode in seen["episodes"]]
     assert finals == [last_reward(e["rewards"]) for e in expected_tally]
     assert [e["prompt"] for e in seen["episodes"]][0] == "Add amounts until the total is 3, then submit."
+
+
+def test_a_dead_environment_server_masks_its_episodes_and_is_started_again(tally_url: str) -> None:
+    async def run() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=tally_url, timeout=60) as http:
+            crashed = await nemo_rollout(http, "train", {"index": 0, "calls": [["crash", {"code": 3}]]})
+            after = await nemo_rollout(http, "train", TALLY_EPISODES[1])
+            return [crashed, after]
+
+    crashed, after = asyncio.run(run())
+    assert "the environment failed" in crashed["outputs"][0]["detail"]
+    assert crashed["verified"]["mask_sample"] is True and crashed["verified"]["failure_kind"] == "verifier_error"
+    assert after["verified"]["reward"] == 0.8 and not after["verified"]["mask_sample"]
 
 
 def test_a_distribution_from_the_package_index(records: Path, ors_python: Path, tmp_path: Path) -> None:

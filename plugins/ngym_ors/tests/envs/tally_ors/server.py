@@ -2,9 +2,11 @@
 
 - ``TallyEnvironment``: add amounts until the total is the task's target, then ``submit`` (reward 1.0 on target,
   less the further off; ``finished``); ``hint`` costs -0.1 (a non-null reward before the outcome); ``add`` with a
-  negative amount raises (a tool error).
+  negative amount raises (a tool error); ``crash`` ends the server process.
 - ``QuizEnvironment``: a plain final answer ends the episode through its ``@terminal`` tool ``answer``.
 """
+
+import os
 
 from openreward.environments import Environment, JSONObject, Server, TextBlock, ToolOutput, terminal, tool
 from pydantic import BaseModel
@@ -15,6 +17,10 @@ QUESTIONS = [{"question": "What is 2+2?", "answer": "4"}, {"question": "What is 
 
 class Add(BaseModel):
     amount: int
+
+
+class Crash(BaseModel):
+    code: int
 
 
 class Answer(BaseModel):
@@ -52,6 +58,11 @@ class TallyEnvironment(Environment):
         """How far the total is from the target (costs 0.1)."""
         gap = int(self.task_spec["target"]) - self.total
         return ToolOutput(blocks=[TextBlock(text=f"{gap} to go")], reward=-0.1)
+
+    @tool
+    async def crash(self, params: Crash) -> ToolOutput:
+        """Stop the whole server process (a broken environment)."""
+        os._exit(params.code)
 
     @tool
     async def submit(self) -> ToolOutput:
