@@ -26,24 +26,6 @@ def ngym_register_resources_servers(register: Register) -> None:
         )
 
 
-def _install(
-    source: str,
-    *,
-    as_name: str | None,
-    domain: str | None,
-    options: dict[str, str],
-    replace: bool,
-    verbose: bool,
-    echo: Any,
-) -> Any:
-    from ngym import NgymError
-    from ngym_ors.install import install_source
-
-    if replace:
-        raise NgymError("--replace applies to NeMo Gym environments; uninstall the other environment first")
-    return install_source(source, as_name=as_name, domain=domain, options=options, verbose=verbose, echo=echo)
-
-
 def _uninstall(names: list[str], *, yes: bool, echo: Any) -> list[str]:
     """The installed ORS environments among ``names`` (their records, data and venvs), removed."""
     from ngym_ors.install import uninstall
@@ -54,9 +36,9 @@ def _uninstall(names: list[str], *, yes: bool, echo: Any) -> list[str]:
 @hookimpl
 def ngym_register_install_sources(register: InstallSources) -> None:
     register.add(
-        InstallSource(
-            prefix="ors",
-            install=_install,
+        InstallSource.lazy(
+            "ors",
+            "ngym_ors.install:install_source",
             uninstall=_uninstall,
             description="Open Reward Standard environments: a folder with server.py, or a distribution",
             options=(

@@ -181,6 +181,7 @@ def test_bad_install_input_is_one_line_and_a_nonzero_exit(records: Path, tmp_pat
         (f"ors:{empty}",): "server.py",
         (f"ors:{FOLDER}", "-o", "colour=red"): "unknown option",
         (f"ors:{FOLDER}", "--as", "not-a-name"): "not a usable environment name",
+        (f"ors:{FOLDER}", "--replace"): "--replace does not apply to ors: environments",
     }
     for args, expected in cases.items():
         done = ngym("install", *args)
