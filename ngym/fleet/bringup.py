@@ -119,6 +119,7 @@ def finish(
     if head is None:
         head_cmd = [
             sys.executable,
+            "-P",  # started in the fleet file's folder: nothing there shadows ngym
             "-m",
             "ngym.fleet.head",
             str(state_dir / "global_config.yaml"),

@@ -82,7 +82,7 @@ def _make_venv(venv: Path, lines: list[str], log: Path, say: Callable[[str], Non
         if pip_lines:
             _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *pip_lines], out, log)
         for nemo in (ln for ln in lines if ln.startswith(NEMO_PREFIX)):
-            _run([str(python), "-m", "ngym.cli", "install", *nemo.split()], out, log)
+            _run([str(python), "-P", "-m", "ngym.cli", "install", *nemo.split()], out, log)  # -P: not the cwd's ngym
     (venv / _READY).write_text("\n".join(lines) + "\n")
     return venv_python(venv)
 
@@ -96,4 +96,5 @@ def _run(cmd: list[str], out: IO[bytes], log: Path) -> None:
     done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
-        raise ConfigError(f"`{' '.join(cmd[2:5])} ...` failed (exit {done.returncode}): {tail[0]} (log: {log})")
+        what = cmd[cmd.index("-m") + 1 : cmd.index("-m") + 4]
+        raise ConfigError(f"`{' '.join(what)} ...` failed (exit {done.returncode}): {tail[0]} (log: {log})")

@@ -118,6 +118,7 @@ class FleetFront:
             "(head)",
             [
                 sys.executable,
+                "-P",  # started in the fleet file's folder: nothing there shadows ngym
                 "-m",
                 "ngym.fleet.head",
                 str(self.dir / "global_config.yaml"),
