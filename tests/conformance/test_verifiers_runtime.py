@@ -89,7 +89,7 @@ async def test_each_rollout_has_its_own_folder_removed_at_close(
 @pytest.mark.parametrize(
     ("mode", "limits", "reason"),
     [
-        ("sleep", {"NGYM_VERIFIERS_RUNTIME_TIMEOUT": "1"}, r"did not finish within 1 s \(killed; NGYM_VERIFIERS_RUNTIME_"),
+        ("sleep", {"NGYM_VERIFIERS_RUNTIME_TIMEOUT": "1"}, r"did not finish within 1 s \(killed; NGYM_VERIFIERS_"),
         ("flood", {"NGYM_VERIFIERS_RUNTIME_OUTPUT_BYTES": "100000"}, r"printed more than 100000 bytes on stdout"),
         ("escape", {}, r"'../escaped.txt' is outside the rollout's folder"),
     ],
@@ -128,9 +128,10 @@ async def test_a_masked_runtime_reward_reaches_the_client_as_no_reward(
     async with serve_in_process(app_for(scratch_record.name)) as http:
         client = RolloutClient(http)
         await client.call("/seed_session", {"verifiers": {"idx": 0}})
+        message = {"type": "message", "id": "m0", "role": "assistant", "status": "completed",
+                   "content": [{"type": "output_text", "text": "amber", "annotations": []}]}  # fmt: skip
         response = {"id": "r", "created_at": 0.0, "model": "m", "object": "response", "parallel_tool_calls": True,
-                    "tool_choice": "auto", "tools": [], "output": [{"type": "message", "id": "m0", "role": "assistant",
-                    "status": "completed", "content": [{"type": "output_text", "text": "amber", "annotations": []}]}]}  # fmt: skip
+                    "tool_choice": "auto", "tools": [], "output": [message]}  # fmt: skip
         verified = await client.call(
             "/verify", {"responses_create_params": {"input": []}, "response": response, "verifiers": {"idx": 0}}
         )

@@ -18,7 +18,6 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 from ngym.plugin_api import Listing
 from ngym_verifiers import records
@@ -55,7 +54,7 @@ KNOWN: dict[str, Known] = {
     "staros-stardata": Known(
         "instruction_following",
         "prosody/Oulipo verifiers and a constraint-gym environment (verifiers 0.3 API)",
-        pins=("verifiers==0.3.1", "datasets"),
+        pins=("verifiers==0.3.1",),
         extra="env",
         module="stardata.envs.constraint_gym",
     ),
