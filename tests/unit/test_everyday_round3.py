@@ -179,6 +179,27 @@ def test_affine_workers_from_beside_a_checkout_import_the_installed_package(besi
     assert "imported ./ngym" not in log.read_text()
 
 
+def test_a_script_serving_itself_from_beside_a_checkout_imports_the_installed_package(beside_a_checkout: Path) -> None:
+    """``python path/app.py`` (``run_webserver()``) from the folder above a checkout re-executes itself as ngym's host:
+    that process does not import ``./ngym`` either (the script's own folder stays importable)."""
+    from ngym.child_server import free_port, stop_process, wait_healthy
+
+    port = free_port()
+    app = ROOT / "tests" / "fixtures" / "seed_weather" / "app.py"
+    server = subprocess.Popen(
+        [sys.executable, str(app), f"port={port}", "domain=agent"],
+        cwd=beside_a_checkout,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", server, 60, path="/")
+    finally:
+        stop_process(server)
+
+
 def test_the_safe_path_ngym_sets_is_not_passed_on_to_the_environments_own_children(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
