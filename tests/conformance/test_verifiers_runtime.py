@@ -86,6 +86,27 @@ async def test_each_rollout_has_its_own_folder_removed_at_close(
     assert folders(tmp_path) == []  # the worker's exit takes the open rollouts' folders too
 
 
+async def test_a_uv_script_runs_in_the_runtime_as_gsm8k_scores(
+    scratch_record: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runtime.run_uv_script`` (verifiers' gsm8k scores this way): verifiers prepares the script in its own
+    folder of scripts, uv (from the environment's venv) makes its environment, and it runs in the rollout's folder."""
+    from ngym_verifiers.process import Worker
+
+    monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("VF_SCRATCH", "uv")
+    worker = await Worker.start(scratch_record.python, scratch_record.module)
+    try:
+        scores = []
+        for session, idx, reply in (("a", 0, "amber"), ("b", 1, "no")):
+            await worker.ask("seed", session=session, row={"idx": idx})
+            scored = await worker.ask("verify", session=session, messages=[{"role": "assistant", "content": reply}])
+            scores.append(scored["rewards"]["checked"]["score"])
+    finally:
+        await worker.stop()
+    assert scores == [1.0, 0.0]
+
+
 @pytest.mark.parametrize(
     ("mode", "limits", "reason"),
     [

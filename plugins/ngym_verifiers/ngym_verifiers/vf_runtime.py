@@ -13,7 +13,8 @@ every ``@vf.reward`` / ``@vf.metric`` that takes a ``runtime`` get one, as verif
   is killed and the call fails;
 - a cap on what a command may print (``NGYM_VERIFIERS_RUNTIME_OUTPUT_BYTES``, 4 MiB per stream): past it the
   command is killed and the call fails;
-- file reads and writes (``runtime.read`` / ``runtime.write``) confined to the rollout's folder.
+- file reads and writes (``runtime.read`` / ``runtime.write``) confined to the rollout's folder (and verifiers' own
+  folder of prepared ``uv`` scripts, which ``runtime.run_uv_script`` writes).
 
 A failing call fails the hook that made it: a setup that fails refuses the seed, a reward that fails masks the
 rollout (no reward), never 0.0. Variables whose name holds ``API_KEY`` are not passed on (verifiers' own rule).
@@ -143,9 +144,11 @@ class NgymRuntime(SubprocessRuntime):
         return bytes(data)
 
     def _inside(self, path: str) -> Path:
+        """``path`` (relative to the rollout's folder) when it is in that folder, or in verifiers' own folder of
+        prepared scripts (``prepare_uv_script`` writes there, content-addressed, shared by the rollouts)."""
         assert self.workdir is not None, "the runtime is not started"
         target = (self.workdir / path).resolve()
-        if not target.is_relative_to(self.workdir.resolve()):
+        if not any(target.is_relative_to(Path(d).resolve()) for d in (self.workdir, self.scripts_dir)):
             raise SandboxError(f"{path!r} is outside the rollout's folder {self.workdir}")
         return target
 
