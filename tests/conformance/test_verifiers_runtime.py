@@ -66,6 +66,9 @@ def folders(root: Path) -> list[Path]:
 async def test_each_rollout_has_its_own_folder_removed_at_close(
     scratch_record: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Two rollouts, two folders holding what their setup wrote; ``python`` is the environment's; a uv script
+    (``runtime.run_uv_script``, as verifiers' gsm8k scores) runs there too; close removes a rollout's folder, the
+    worker's exit the rest."""
     from ngym_verifiers.process import Worker
 
     monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_DIR", str(tmp_path))
@@ -79,6 +82,8 @@ async def test_each_rollout_has_its_own_folder_removed_at_close(
         assert Path((a / "python.txt").read_text().strip()).parent == Path(scratch_record.python).parent
         scored = await worker.ask("verify", session="a", messages=[{"role": "assistant", "content": "amber"}])
         assert scored["reward"] == 1.0
+        scored = await worker.ask("verify", session="b", messages=[{"role": "assistant", "content": "cobalt [uv]"}])
+        assert scored["rewards"]["checked"]["score"] == 1.0  # the check, run as a uv script, found the word
         await worker.ask("close", session="a")
         assert folders(tmp_path) == [b]
     finally:
@@ -86,54 +91,31 @@ async def test_each_rollout_has_its_own_folder_removed_at_close(
     assert folders(tmp_path) == []  # the worker's exit takes the open rollouts' folders too
 
 
-async def test_a_uv_script_runs_in_the_runtime_as_gsm8k_scores(
-    scratch_record: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``runtime.run_uv_script`` (verifiers' gsm8k scores this way): verifiers prepares the script in its own
-    folder of scripts, uv (from the environment's venv) makes its environment, and it runs in the rollout's folder."""
-    from ngym_verifiers.process import Worker
-
-    monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_DIR", str(tmp_path))
-    monkeypatch.setenv("VF_SCRATCH", "uv")
-    worker = await Worker.start(scratch_record.python, scratch_record.module)
-    try:
-        scores = []
-        for session, idx, reply in (("a", 0, "amber"), ("b", 1, "no")):
-            await worker.ask("seed", session=session, row={"idx": idx})
-            scored = await worker.ask("verify", session=session, messages=[{"role": "assistant", "content": reply}])
-            scores.append(scored["rewards"]["checked"]["score"])
-    finally:
-        await worker.stop()
-    assert scores == [1.0, 0.0]
-
-
-@pytest.mark.parametrize(
-    ("mode", "limits", "reason"),
-    [
-        ("sleep", {"NGYM_VERIFIERS_RUNTIME_TIMEOUT": "1"}, r"did not finish within 1 s \(killed; NGYM_VERIFIERS_"),
-        ("flood", {"NGYM_VERIFIERS_RUNTIME_OUTPUT_BYTES": "100000"}, r"printed more than 100000 bytes on stdout"),
-        ("escape", {}, r"'../escaped.txt' is outside the rollout's folder"),
-    ],
-)
 async def test_a_runtime_command_past_its_limits_masks_the_rollout(
-    scratch_record: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, limits: dict[str, str], reason: str
+    scratch_record: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A command that never ends, one that prints without end, a write outside the folder: the reward fails with the
     reason, so the rollout is masked (no reward), and the worker goes on serving."""
     from ngym_verifiers.process import Worker, WorkerError
 
     monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_DIR", str(tmp_path / "runtimes"))
-    monkeypatch.setenv("VF_SCRATCH", mode)
-    for name, value in limits.items():
-        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_TIMEOUT", "1")
+    monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_OUTPUT_BYTES", "100000")
     worker = await Worker.start(scratch_record.python, scratch_record.module)
     try:
-        await worker.ask("seed", session="s", row={"idx": 0})
-        with pytest.raises(WorkerError, match=reason) as failed:
-            await worker.ask("verify", session="s", messages=[{"role": "assistant", "content": "amber"}])
-        assert failed.value.kind == "failed"
+        for mode, reason in (
+            ("sleep", r"did not finish within 1 s \(killed; NGYM_VERIFIERS_RUNTIME_TIMEOUT sets the limit\)"),
+            ("flood", r"printed more than 100000 bytes on stdout \(killed; NGYM_VERIFIERS_RUNTIME_OUTPUT_BYTES"),
+            ("escape", r"'../escaped.txt' is outside the rollout's folder"),
+        ):
+            await worker.ask("seed", session=mode, row={"idx": 0})
+            reply = [{"role": "assistant", "content": f"amber [{mode}]"}]
+            with pytest.raises(WorkerError, match=reason) as failed:
+                await worker.ask("verify", session=mode, messages=reply)
+            assert failed.value.kind == "failed"
         assert not (tmp_path / "runtimes" / "escaped.txt").exists()
-        await worker.ask("seed", session="t", row={"idx": 1})  # still serving
+        scored = await worker.ask("verify", session="sleep", messages=[{"role": "assistant", "content": "amber"}])
+        assert scored["reward"] == 1.0  # still serving, and that rollout's folder still there
     finally:
         await worker.stop()
 
@@ -144,13 +126,12 @@ async def test_a_masked_runtime_reward_reaches_the_client_as_no_reward(
     """Over ngym's wire: the failing runtime command is a masked sample with the reason, not a reward of 0.0."""
     from ngym.testing import RolloutClient, app_for, serve_in_process
 
-    monkeypatch.setenv("VF_SCRATCH", "sleep")
     monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_TIMEOUT", "1")
     async with serve_in_process(app_for(scratch_record.name)) as http:
         client = RolloutClient(http)
         await client.call("/seed_session", {"verifiers": {"idx": 0}})
         message = {"type": "message", "id": "m0", "role": "assistant", "status": "completed",
-                   "content": [{"type": "output_text", "text": "amber", "annotations": []}]}  # fmt: skip
+                   "content": [{"type": "output_text", "text": "amber [sleep]", "annotations": []}]}  # fmt: skip
         response = {"id": "r", "created_at": 0.0, "model": "m", "object": "response", "parallel_tool_calls": True,
                     "tool_choice": "auto", "tools": [], "output": [message]}  # fmt: skip
         verified = await client.call(
