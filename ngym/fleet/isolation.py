@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from ngym.child_python import python_module
 from ngym.errors import ConfigError
 from ngym.fleet.spec import NEMO_PREFIX, requirements_key
 
@@ -82,7 +83,7 @@ def _make_venv(venv: Path, lines: list[str], log: Path, say: Callable[[str], Non
         if pip_lines:
             _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *pip_lines], out, log)
         for nemo in (ln for ln in lines if ln.startswith(NEMO_PREFIX)):
-            _run([str(python), "-P", "-m", "ngym.cli", "install", *nemo.split()], out, log)  # -P: not the cwd's ngym
+            _run(python_module("ngym.cli", "install", *nemo.split(), python=str(python)), out, log)
     (venv / _READY).write_text("\n".join(lines) + "\n")
     return venv_python(venv)
 
@@ -96,5 +97,4 @@ def _run(cmd: list[str], out: IO[bytes], log: Path) -> None:
     done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
-        what = cmd[cmd.index("-m") + 1 : cmd.index("-m") + 4]
-        raise ConfigError(f"`{' '.join(what)} ...` failed (exit {done.returncode}): {tail[0]} (log: {log})")
+        raise ConfigError(f"`{' '.join(cmd[2:5])} ...` failed (exit {done.returncode}): {tail[0]} (log: {log})")

@@ -143,6 +143,7 @@ def test_each_environment_is_one_ngym_run_unit(tmp_path: Path) -> None:
     (tmp_path / "my_env").mkdir()
     spec = load_fleet(write(tmp_path, FLEET))
     counter = environment_command(spec, spec.environments["counter"], "127.0.0.1", 9001)
+    # -P: the unit imports nothing from the folder `ngym up` ran in (a checkout's ngym/, a resources_servers/)
     assert counter[:6] == [sys.executable, "-P", "-m", "ngym.cli", "run", "example_session_state_mgmt"]
     assert counter[6:] == [
         "--workers", "2", "session_ttl_seconds=60", "close_session_after_verify=false",

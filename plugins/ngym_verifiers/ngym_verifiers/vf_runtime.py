@@ -70,7 +70,7 @@ def _number(name: str, default: float) -> float:
         return default
 
 
-class NgymRuntime(SubprocessRuntime):
+class NgymRuntime(SubprocessRuntime):  # type: ignore[misc]  # verifiers lives in the environment's venv, not ngym's
     """verifiers' subprocess runtime, in a rollout's own folder, with a time limit and an output cap per command."""
 
     def __init__(self, name: str) -> None:
@@ -153,7 +153,8 @@ class NgymRuntime(SubprocessRuntime):
         return target
 
     async def _read(self, path: str, max_bytes: int | None = None) -> bytes:
-        return await super()._read(str(self._inside(path)), max_bytes)
+        data: bytes = await super()._read(str(self._inside(path)), max_bytes)
+        return data
 
     async def write(self, path: str, data: bytes) -> None:
         await super().write(str(self._inside(path)), data)
