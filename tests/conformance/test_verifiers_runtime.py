@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.scripted_model import ScriptedModel, Turn
+from ngym.testing.scripted_model import ScriptedModel, Turn
 from tests.conformance.test_verifiers_fidelity import (
     DRIVER,
     FIXTURES,
