@@ -100,9 +100,6 @@ def python_commands_without_safe_path(source: str) -> list[str]:
 
 #: Python started without ``-P`` on purpose, and why.
 WITHOUT_SAFE_PATH = {
-    # the user's own program exec'd as the host (the same process, not a child): its ``module:Class`` may be
-    # importable from the folder the user ran it in, as it was before the exec
-    "ngym/server/pipeline/base.py",
     # an environment's own tests, run as NeMo Gym's `gym env test` runs them (from the environment's folder)
     "ngym/envtest.py",
     # a wheel built from a project's folder runs that project's own build code, which may import its neighbours;

@@ -118,7 +118,8 @@ class SimpleServer(BaseServer):
         sys.stdout.flush()
         sys.stderr.flush()
         # a script's class is imported by its path, so the current folder need not be on sys.path (-P: a checkout
-        # named ngym/ there would be imported instead of ngym); a module's may be found through it, as before
+        # named ngym/ there would be imported instead of ngym); a module's ``module:Class`` may be importable only
+        # from the folder the user ran it in, as it was before the exec: no -P then
         safe = ["-P"] if script else []
         host = [sys.executable, *safe, "-m", "ngym.server.hosting.host", "--class", target, *sys.argv[1:]]
         os.execv(sys.executable, host)
