@@ -40,10 +40,11 @@ from ngym.server.fronts.openenv.wire import (
     ws_error,
 )
 from ngym.server.pipeline.intake import parse_json
+from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE
 from ngym.server.sessions.store import SessionLimitReached
 
 #: The cookie naming an episode held between HTTP requests (``/reset`` sets it, ``/step`` and ``/state`` read it).
-EPISODE_COOKIE = "ngym-openenv-episode"
+EPISODE_COOKIE = OPENENV_EPISODE_COOKIE
 
 
 def create_front_app(server: Any, parent: FastAPI) -> FastAPI:
