@@ -20,6 +20,8 @@ from typing import Any
 import pydantic_core
 from starlette.types import ASGIApp, Message
 
+from ngym.server.pipeline.request_limits import BODY_BYTES_KEY
+
 _HOST = b"ngym-front.internal"
 _SERVER = ("ngym-front.internal", 80)
 _CLIENT = ("127.0.0.1", 0)
@@ -80,6 +82,9 @@ async def post(app: ASGIApp, path: str, body: Any, cookie: bytes | None = None) 
         "client": _CLIENT,
         "server": _SERVER,
         "state": {},
+        # the whole body is in hand: the request limits check its size and wait for nothing (as for a body the
+        # HTTP server read whole)
+        BODY_BYTES_KEY: len(payload),
     }
     sent = False
     answer = Answer()

@@ -22,8 +22,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
+
 from ngym.server.fronts.inprocess import RolloutSession
 from ngym.server.fronts.ors import trajectory, wire
+from ngym.server.fronts.ors.rows import RowFacts
 from ngym.server.fronts.ors.tools import SUBMIT_ARGUMENT, Toolbox, ToolSpec
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
 
@@ -51,15 +54,22 @@ class FrontError(Exception):
 @dataclass
 class Episode:
     sid: str
-    row: dict[str, Any]
+    facts: RowFacts
     session: RolloutSession
-    tools: dict[str, ToolSpec]
     steps: list[trajectory.Step] = field(default_factory=list)
     finished: bool = False
     closed: bool = False
     last_used: float = field(default_factory=time.monotonic)
     results: dict[str, asyncio.Future[str]] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def row(self) -> dict[str, Any]:
+        return self.facts.row
+
+    @property
+    def tools(self) -> dict[str, ToolSpec]:
+        return self.facts.tools
 
 
 class Episodes:
@@ -78,21 +88,22 @@ class Episodes:
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
-    async def create(self, sid: str, row: dict[str, Any]) -> Episode:
-        """Seed an ngym session with ``row`` for the ORS session ``sid`` (400 if ``sid`` already has one)."""
+    async def create(self, sid: str, facts: RowFacts) -> Episode:
+        """Seed an ngym session with the row of ``facts`` for the ORS session ``sid`` (400 if ``sid`` already has
+        one)."""
         self._sweep()
         if sid in self._live:
             raise FrontError(400, f"session {sid!r} already exists")
         if len(self._live) >= self.server.config.max_sessions:
             self._forget_finished()
         session = RolloutSession(self.app, self.cookie_name)
-        answer = await session.seed(row)
+        answer = await session.seed(facts.seed_body)
         if answer.status >= 400:
             # The environment's own refusal (422 for a row it does not accept, 503 when full), passed on as is.
             raise FrontError(answer.status, _detail(answer.text))
         if not session.live:
             raise FrontError(500, "the environment's /seed_session answered without a session cookie")
-        episode = Episode(sid=sid, row=row, session=session, tools=self.toolbox.for_row(row))
+        episode = Episode(sid=sid, facts=facts, session=session)
         self._live[sid] = episode
         return episode
 
@@ -169,7 +180,7 @@ class Episodes:
     async def _submit(self, episode: Episode, final_text: str) -> dict[str, Any]:
         row = episode.row
         response = trajectory.response(episode.steps, final_text, row, f"resp_ors_{episode.sid}")
-        answer = await episode.session.verify({**row, "response": response})
+        answer = await episode.session.verify(episode.facts.verify_body(response))
         episode.finished = True
         if answer.status >= 400:
             await self._close(episode)
@@ -182,7 +193,7 @@ class Episodes:
             episode.session.forget()
         else:
             await self._close(episode)
-        verified = answer.body and json.loads(answer.body)
+        verified = pydantic_core.from_json(answer.body) if answer.body else None
         if not isinstance(verified, dict):
             return wire.tool_success("verify answered no object", reward=None, finished=True, metadata=None)
         reward = trajectory.reward_of(verified)
