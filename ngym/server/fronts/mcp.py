@@ -195,7 +195,8 @@ class MCPExposure:
             raise ValueError(f"tool {name!r} is not allowed for this session")
         signer = self._signer()
         # The tool route runs through the whole app (middleware, session binding, validation), in process.
-        response = await RolloutSession(self.app, signer.cookie_name, signer.sign(session_id)).call(name, arguments or {})
+        session = RolloutSession(self.app, signer.cookie_name, signer.sign(session_id))
+        response = await session.call(name, arguments or {})
         if response.status >= 400:
             raise ValueError(f"HTTP {response.status} from POST /{name}: {response.text}")
         payload = response.json() if response.body else None

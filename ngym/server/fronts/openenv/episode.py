@@ -2,9 +2,9 @@
 
 Every action is the HTTP request a NeMo Gym agent would make (``/seed_session``, ``/<tool>``, ``/verify``,
 ``/close_session``), carrying the episode's session cookie, made in process through the whole app (middleware,
-session binding, validation) by ``ngym.server.fronts.inprocess``, as the MCP and ORS fronts do. The episode keeps the trajectory the way NeMo
-Gym's ``simple_agent`` builds it (``function_call`` + ``function_call_output`` items, then the final ``message``), so
-``/verify`` gets the same body and gives the same reward as over NeMo Gym's wire.
+session binding, validation) by ``ngym.server.fronts.inprocess``, as the MCP and ORS fronts do. The episode keeps
+the trajectory the way NeMo Gym's ``simple_agent`` builds it (``function_call`` + ``function_call_output`` items,
+then the final ``message``), so ``/verify`` gets the same body and gives the same reward as over NeMo Gym's wire.
 """
 
 from __future__ import annotations
