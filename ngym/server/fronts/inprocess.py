@@ -60,6 +60,12 @@ def encode(body: Any) -> bytes:
     return body if isinstance(body, bytes) else pydantic_core.to_json(body)
 
 
+def with_field(encoded: bytes, key: str, value: Any) -> bytes:
+    """The JSON object ``encoded`` (bytes of a non-empty object without ``key``) with ``key: value`` added last,
+    without decoding it: a rollout's ``/verify`` body is its seed row (encoded once, at the seed) plus its trajectory."""
+    return encoded[:-1] + b"," + pydantic_core.to_json(key) + b":" + pydantic_core.to_json(value) + b"}"
+
+
 async def post(app: ASGIApp, path: str, body: Any, cookie: bytes | None = None) -> Answer:
     """``POST path`` with the JSON ``body`` (bytes, or a value to encode) and the session ``cookie``
     (``name=value``) through the whole ``app``; its answer. An exception the app's own error handling let out
@@ -167,4 +173,4 @@ class RolloutSession:
         self.cookie = None
 
 
-__all__ = ["Answer", "RolloutSession", "encode", "post"]
+__all__ = ["Answer", "RolloutSession", "encode", "post", "with_field"]

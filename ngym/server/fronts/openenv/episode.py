@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ngym.server.fronts.inprocess import Answer, RolloutSession
+from ngym.server.fronts.inprocess import Answer, RolloutSession, encode, with_field
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 if TYPE_CHECKING:
@@ -64,6 +64,8 @@ class Episode:
         self.lock = asyncio.Lock()
         self.session = RolloutSession(front.app, front.cookie_name)
         self.row: dict[str, Any] | None = None
+        #: the row as the seed sent it (JSON): the verify body is it plus the trajectory
+        self.seed_body: bytes | None = None
         self.task_index: int | None = None
         self.resets = 0
         self.output: list[dict[str, Any]] = []
@@ -82,10 +84,13 @@ class Episode:
             if index is None
             else {TASK_INDEX_KEY: index, ROLLOUT_INDEX_KEY: self.resets}
         )
-        status, answer, _ = _read(await self.session.seed({**row, **indices}))
+        seeded = {**row, **indices}
+        body = encode(seeded)
+        status, answer, _ = _read(await self.session.seed(body))
         if status >= 400:
             raise EpisodeError(f"seed_session answered HTTP {status}: {_short(answer)}", status)
-        self.row, self.task_index, self.resets = {**row, **indices}, index, self.resets + 1
+        self.row, self.task_index, self.resets = seeded, index, self.resets + 1
+        self.seed_body = body if seeded and "response" not in seeded else None
         self.output, self.step_count, self.done, self.reward = [], 0, False, None
         params = row.get("responses_create_params") or {}
         prompt = params.get("input")
@@ -177,7 +182,12 @@ class Episode:
             "tools": params.get("tools") or [],
             "status": "completed",
         }
-        status, answer, raw = _read(await self.session.verify({**self.row, "response": response}))
+        body = (
+            with_field(self.seed_body, "response", response)
+            if self.seed_body is not None
+            else encode({**self.row, "response": response})
+        )
+        status, answer, raw = _read(await self.session.verify(body))
         self.done = True
         if status >= 400 or not isinstance(answer, dict):
             self.reward = None

@@ -12,6 +12,7 @@ from typing import Any
 
 import pydantic_core
 
+from ngym.server.fronts.inprocess import with_field
 from ngym.server.fronts.ors import tasks, wire
 from ngym.server.fronts.ors.tools import Toolbox, ToolSpec
 
@@ -41,7 +42,7 @@ class RowFacts:
         """``{**row, "response": response}`` as JSON, the row's part encoded once."""
         if "response" in self.row or not self.row:
             return pydantic_core.to_json({**self.row, "response": response})
-        return self.seed_body[:-1] + b',"response":' + pydantic_core.to_json(response) + b"}"
+        return with_field(self.seed_body, "response", response)
 
     @property
     def prompt(self) -> bytes:
