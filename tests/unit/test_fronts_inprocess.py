@@ -59,7 +59,8 @@ async def test_held_episode_ids_route_to_their_own_worker(monkeypatch) -> None: 
     create = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"}
     async with serve_in_process(app) as http:
         ids = [(await http.post("/openenv/mcp", json=create)).json()["result"]["session_id"] for _ in range(12)]
-        reset = await http.post("/openenv/reset", json={"row": {"responses_create_params": {"input": "count"}, "initial_count": 0}})
+        row = {"responses_create_params": {"input": "count"}, "initial_count": 0}
+        reset = await http.post("/openenv/reset", json={"row": row})
         assert reset.status_code == 200, reset.text
         ids.append(reset.cookies[OPENENV_EPISODE_COOKIE])
     assert all(RouteSlot.parse("1/2").owns(i) for i in ids), ids

@@ -62,7 +62,7 @@ def encode(body: Any) -> bytes:
 
 def with_field(encoded: bytes, key: str, value: Any) -> bytes:
     """The JSON object ``encoded`` (bytes of a non-empty object without ``key``) with ``key: value`` added last,
-    without decoding it: a rollout's ``/verify`` body is its seed row (encoded once, at the seed) plus its trajectory."""
+    without decoding it: a rollout's ``/verify`` body is its seed row (encoded once) plus its trajectory."""
     return encoded[:-1] + b"," + pydantic_core.to_json(key) + b":" + pydantic_core.to_json(value) + b"}"
 
 
