@@ -13,7 +13,7 @@ from ngym.testing import app_for, serve_in_process
 
 
 def test_with_field_is_the_merged_object_encoded() -> None:
-    row = {"responses_create_params": {"input": "é \u2028 \"q\""}, "n": 1.5, "xs": [None, True]}
+    row = {"responses_create_params": {"input": 'é \u2028 "q"'}, "n": 1.5, "xs": [None, True]}
     response = {"id": "r", "output": [{"type": "message", "content": "ok"}]}
     added = with_field(pydantic_core.to_json(row), "response", response)
     assert added == pydantic_core.to_json({**row, "response": response})
