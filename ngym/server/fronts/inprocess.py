@@ -2,9 +2,11 @@
 
 The MCP, ORS and OpenEnv fronts reach the session manager and the author's methods the same way: ``POST
 /seed_session``, a tool route, ``/verify`` and ``/close_session`` run as one ASGI call to the server's own app, with
-the session's cookie, exactly as an agent's HTTP call would (request limits, session binding, validation,
-lost-session masking, errors). Only the socket and an HTTP client are skipped (``httpx.ASGITransport`` costs
-several times a small tool route). Nothing about sessions or rewards is decided here.
+the session's cookie, exactly as an agent's HTTP call would: through every middleware the app added (sessions,
+request limits, per-session budgets, lost-session masking), its exception handlers, validation and routes. Skipped:
+the socket, an HTTP client (``httpx.ASGITransport`` costs several times a small tool route), and the outermost
+layers the front's own request has just passed (Starlette's error page, FastAPI's telemetry and body limit, the
+ORS dispatch). Nothing about sessions or rewards is decided here.
 
 - ``post(app, path, body, cookie)``: one request; its ``Answer`` (status, body, ``set-cookie`` values);
 - ``RolloutSession``: one rollout's cookie, taken from the seed's answer and sent with every later call.
@@ -27,6 +29,10 @@ _SERVER = ("ngym-front.internal", 80)
 _CLIENT = ("127.0.0.1", 0)
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _JSON = (b"content-type", b"application/json")
+#: The outermost layers of a built app that an in-process call skips (see the module docstring), by class name.
+_OUTER_LAYERS = frozenset(
+    {"ServerErrorMiddleware", "ExceptionTelemetryMiddleware", "AppBodyLimitMiddleware", "ORSRequests"}
+)
 
 
 @dataclass
@@ -112,12 +118,21 @@ async def post(app: ASGIApp, path: str, body: Any, cookie: bytes | None = None) 
             chunks.append(message.get("body", b""))
 
     try:
-        await app(scope, receive, send)
+        await _entry(app)(scope, receive, send)
     except Exception as exc:  # the app's own 500 handling answered already when it could
         if not chunks and answer.status == 500:
             chunks.append(json.dumps({"detail": f"{type(exc).__name__}: {exc}"}).encode())
     answer.body = b"".join(chunks)
     return answer
+
+
+def _entry(app: ASGIApp) -> ASGIApp:
+    """Where an in-process call enters ``app``: below its outermost layers once its middleware stack is built."""
+    layer: Any = getattr(app, "middleware_stack", None) or app
+    while type(layer).__name__ in _OUTER_LAYERS and getattr(layer, "app", None) is not None:
+        layer = layer.app
+    entry: ASGIApp = layer
+    return entry
 
 
 class RolloutSession:
