@@ -66,6 +66,8 @@ class Episode:
         self.row: dict[str, Any] | None = None
         #: the row as the seed sent it (JSON): the verify body is it plus the trajectory
         self.seed_body: bytes | None = None
+        #: the names of the row's function tools (None: it declares none, any tool route may be called)
+        self.declared: set[str] | None = None
         self.task_index: int | None = None
         self.resets = 0
         self.output: list[dict[str, Any]] = []
@@ -90,6 +92,7 @@ class Episode:
         if status >= 400:
             raise EpisodeError(f"seed_session answered HTTP {status}: {_short(answer)}", status)
         self.row, self.task_index, self.resets = seeded, index, self.resets + 1
+        self.declared = self.front.declared_tools(seeded)
         self.seed_body = body if seeded and "response" not in seeded else None
         self.output, self.step_count, self.done, self.reward = [], 0, False, None
         params = row.get("responses_create_params") or {}
@@ -142,7 +145,7 @@ class Episode:
                 "status": "completed",
             }
         )
-        declared = self.front.declared_tools(self.row or {})
+        declared = self.declared
         error: dict[str, Any] | None = None
         if name in RESERVED_ROUTES or (declared is not None and name not in declared) or not name.isidentifier():
             available = ", ".join(sorted(declared or self.front.tools)) or "none declared"
