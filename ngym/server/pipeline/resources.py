@@ -25,8 +25,8 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from ngym.domain import Domain, resolve_domain
 from ngym.metrics.aggregate import aggregate_metrics as compute_aggregate_metrics
 from ngym.metrics.aggregate import default_key_metrics
-from ngym.server.hosting.env_loop import placed_for
 from ngym.server.pipeline.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
+from ngym.server.pipeline.extensions import placed_for
 from ngym.server.pipeline.intake import seed_body_model, validate_body, validation_error_handler
 from ngym.server.pipeline.middleware import NgymMiddleware
 from ngym.server.pipeline.request_limits import RequestLimitsMiddleware
