@@ -167,7 +167,7 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
 async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, Any] | None:
     """The answer to one WebSocket message (None for ``close``)."""
     try:
-        message = parse_json(raw.encode())
+        message = parse_json(raw)
     except ValueError as exc:
         return ws_error(f"Invalid JSON: {exc}", INVALID_JSON)
     if not isinstance(message, dict):
