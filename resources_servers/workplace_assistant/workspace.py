@@ -34,7 +34,7 @@ from .records import (
     team_emails,
     update_by_id,
 )
-from .tables import Table, is_missing
+from .tables import Row, Table, is_missing
 from .workbench_data import DATA_DIR_ENV as DATA_DIR_ENV
 from .workbench_data import DIRECTORY_FILE as DIRECTORY_FILE
 from .workbench_data import PROCESSED_FILES as PROCESSED_FILES
@@ -251,7 +251,7 @@ class Workspace:
         return update_by_id(RECORD_KINDS["calendar"], self.calendar, event_id, field, new_value)
 
     # ------------------------------------------------------------------ analytics
-    def _visits(self, time_min: Any, time_max: Any) -> list[tuple]:
+    def _visits(self, time_min: Any, time_max: Any) -> list[Row]:
         t = self.data.analytics
         positions = list(range(len(t)))
         if time_min:
@@ -260,9 +260,11 @@ class Workspace:
             positions = compare_mask(t, positions, "date_of_visit", at_most, time_max)
         return [t.rows[p] for p in positions]
 
-    def _per_day(self, rows: list[tuple], value: Callable[[tuple], Any], reduce: Callable[[list], Any]) -> dict:
+    def _per_day(
+        self, rows: list[Row], value: Callable[[Row], float], reduce: Callable[[list[float]], float]
+    ) -> dict[str, float]:
         di = self.data.analytics.col("date_of_visit")
-        groups: dict[str, list] = {}
+        groups: dict[str, list[float]] = {}
         for r in rows:
             if is_missing(r[di]):
                 continue  # groupby drops missing keys
@@ -299,23 +301,23 @@ class Workspace:
         self.analytics.set_row_at_label(len(self.analytics), [file_path])
         return file_path
 
-    def analytics_total_visits_count(self, time_min: Any = None, time_max: Any = None) -> dict:
+    def analytics_total_visits_count(self, time_min: Any = None, time_max: Any = None) -> dict[str, float]:
         return self._per_day(self._visits(time_min, time_max), lambda r: 1, len)
 
-    def analytics_engaged_users_count(self, time_min: Any = None, time_max: Any = None) -> dict:
+    def analytics_engaged_users_count(self, time_min: Any = None, time_max: Any = None) -> dict[str, float]:
         ui = self.data.analytics.col("user_engaged")
         return self._per_day(self._visits(time_min, time_max), lambda r: int(bool(r[ui])), sum)
 
     def analytics_traffic_source_count(
         self, time_min: Any = None, time_max: Any = None, traffic_source: Any = None
-    ) -> dict:
+    ) -> dict[str, float]:
         rows = self._visits(time_min, time_max)
         if traffic_source:
             si = self.data.analytics.col("traffic_source")
             return self._per_day(rows, lambda r: int(r[si] == traffic_source), sum)
         return self._per_day(rows, lambda r: 1, len)
 
-    def analytics_get_average_session_duration(self, time_min: Any = None, time_max: Any = None) -> dict:
+    def analytics_get_average_session_duration(self, time_min: Any = None, time_max: Any = None) -> dict[str, float]:
         rows = self._visits(time_min, time_max)
         si = self.data.analytics.col("session_duration_seconds")
         result = self._per_day(rows, lambda r: float(r[si]), lambda v: math.fsum(v) / len(v))

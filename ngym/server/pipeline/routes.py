@@ -168,7 +168,7 @@ async def seed_session_route(
         row = parse_body(raw)
         body = validate_body(model, row)
     seed = author.seed_session if author is not None else server.seed_session
-    result = await sessions.seed_row(session, lambda: seed(request, body))  # type: ignore[arg-type]  # the author's row model
+    result = await sessions.seed_row(session, lambda: seed(request, body))
     if mcp is not None:
         answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
         answer.setdefault(MCP_SEED_KEY, mcp.seed_metadata(session.id, row if isinstance(row, dict) else {}))

@@ -20,7 +20,7 @@ NeMo Gym's code imports them.
 from __future__ import annotations
 
 import typing
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from openai.types.responses import (
     EasyInputMessage,
@@ -33,8 +33,9 @@ from openai.types.responses import (
     ResponseOutputRefusal,
     ResponseOutputText,
     ResponseReasoningItem,
+    ToolParam,
 )
-from openai.types.responses.response_create_params import ToolChoice, ToolParam
+from openai.types.responses.response_create_params import ToolChoice
 from openai.types.responses.response_input_content_param import ResponseInputContentParam
 from openai.types.responses.response_input_item import FunctionCallOutput, Message
 from openai.types.responses.response_reasoning_item import Summary
@@ -125,7 +126,7 @@ NeMoGymContent: TypeAlias = Annotated[
 class NeMoGymResponseOutputMessage(ResponseOutputMessage):
     """An assistant message the model wrote (``output_text`` / ``refusal`` parts)."""
 
-    content: list[NeMoGymContent]
+    content: list[NeMoGymContent]  # type: ignore[assignment]  # NeMo Gym's subclasses of the SDK's part models
     role: Literal["assistant"] = "assistant"
     status: Literal["in_progress", "completed", "incomplete"] = "completed"
     type: Literal["message"] = "message"
@@ -136,7 +137,7 @@ class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall):
 
 
 class NeMoGymResponseReasoningItem(ResponseReasoningItem):
-    summary: list[NeMoGymSummary]
+    summary: list[NeMoGymSummary]  # type: ignore[assignment]  # NeMo Gym's subclass of the SDK's Summary
     type: Literal["reasoning"] = "reasoning"
 
 
@@ -147,16 +148,16 @@ NeMoGymResponseInputContentList: TypeAlias = list[ResponseInputContentParam]
 class NeMoGymEasyInputMessage(EasyInputMessage):
     """A message as written in a prompt: ``content`` a string or input parts; any role."""
 
-    content: str | NeMoGymResponseInputContentList  # type: ignore[assignment]
-    type: Literal["message"] = "message"  # type: ignore[assignment]
+    content: str | NeMoGymResponseInputContentList  # type: ignore[assignment]  # plain-dict parts (see above)
+    type: Literal["message"] = "message"
 
 
 class NeMoGymMessage(Message):
     """An input message with a list of parts and a status (user, system or developer)."""
 
-    content: NeMoGymResponseInputContentList  # type: ignore[assignment]
-    status: Literal["in_progress", "completed", "incomplete"] = "completed"  # type: ignore[assignment]
-    type: Literal["message"] = "message"  # type: ignore[assignment]
+    content: NeMoGymResponseInputContentList  # type: ignore[assignment]  # plain-dict parts (see above)
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+    type: Literal["message"] = "message"
 
 
 class NeMoGymFunctionCallOutput(FunctionCallOutput):
@@ -308,9 +309,22 @@ def _require_type(value: Any) -> Any:
     return value
 
 
-NeMoGymResponseInputItem: TypeAlias = _union(output=False)  # type: ignore[valid-type]
-NeMoGymResponseOutputItem: TypeAlias = Annotated[_union(output=True), BeforeValidator(_require_type)]  # type: ignore[valid-type]
-NeMoGymResponseInput: TypeAlias = list[NeMoGymResponseInputItem]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # what the unions below validate into (at run time they are built from the installed SDK)
+    _NeMoGymItem: TypeAlias = (
+        NeMoGymEasyInputMessage
+        | NeMoGymMessage
+        | NeMoGymResponseOutputMessage
+        | NeMoGymResponseFunctionToolCall
+        | NeMoGymFunctionCallOutput
+        | NeMoGymResponseReasoningItem
+        | NeMoGymOtherItem
+    )
+    NeMoGymResponseInputItem: TypeAlias = _NeMoGymItem | ResponseInputItem
+    NeMoGymResponseOutputItem: TypeAlias = _NeMoGymItem | NeMoGymResponseFunctionCallOutput | ResponseOutputItem
+else:
+    NeMoGymResponseInputItem = _union(output=False)
+    NeMoGymResponseOutputItem = Annotated[_union(output=True), BeforeValidator(_require_type)]
+NeMoGymResponseInput: TypeAlias = list[NeMoGymResponseInputItem]
 
 
 # ---- request parameters -----------------------------------------------------------------------------
@@ -332,6 +346,7 @@ class NeMoGymResponseCreateParamsNonStreaming(ResponseCreateParams):
     """``responses_create_params``: ngym's strict request fields (an unknown key is an error), with the OpenAI
     SDK's input items and tool types, as NeMo Gym declares them."""
 
+    # the SDK's types in place of ngym's own wire models: a type checker sees incompatible fields
     input: str | NeMoGymResponseInput  # type: ignore[assignment]
     tool_choice: ToolChoice = "auto"  # type: ignore[assignment]
     tools: list[ToolParam] = Field(default_factory=list)  # type: ignore[assignment]
@@ -361,8 +376,9 @@ class NeMoGymResponseOutputTokensDetails(BaseModel):
 
 
 class NeMoGymResponseUsage(ResponseUsage):
-    input_tokens_details: NeMoGymResponseInputTokensDetails
-    output_tokens_details: NeMoGymResponseOutputTokensDetails
+    # not the SDK's detail classes (see above), so a type checker sees an incompatible field
+    input_tokens_details: NeMoGymResponseInputTokensDetails  # type: ignore[assignment]
+    output_tokens_details: NeMoGymResponseOutputTokensDetails  # type: ignore[assignment]
 
 
 def _add_counts(left: int | None, right: int | None) -> int | None:
@@ -397,9 +413,9 @@ def accumulate_response_usage(
 class NeMoGymResponse(Response):
     """The finished response (the OpenAI SDK's ``Response``); ``output`` is the whole trajectory."""
 
-    output: list[NeMoGymResponseOutputItem]  # type: ignore[assignment]
+    output: list[NeMoGymResponseOutputItem]  # type: ignore[assignment]  # NeMo Gym's item models and the SDK's
     usage: NeMoGymResponseUsage | None = None
-    tools: Annotated[list[Tool], _FROM_PYTHON]  # type: ignore[assignment]
+    tools: Annotated[list[Tool], _FROM_PYTHON]
 
     def function_calls(self) -> list[NeMoGymResponseFunctionToolCall]:
         """The tool calls of the trajectory, in order (the method ngym's own ``Response`` has, which ngym's verify

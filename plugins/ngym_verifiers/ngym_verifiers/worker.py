@@ -51,7 +51,7 @@ if __package__:  # imported as ngym_verifiers.worker (ngym's tests and tools)
     )  # fmt: skip
     from .worker_legacy import LegacyEnvironment
 else:  # run as a script in the environment's venv (``python worker.py SOURCE``): its folder is sys.path[0]
-    from worker_base import (  # type: ignore[no-redef]
+    from worker_base import (  # type: ignore[no-redef,import-not-found]
         DATASETS_ENV,
         EXAMPLES,
         BadRequest,
@@ -63,7 +63,7 @@ else:  # run as a script in the environment's venv (``python worker.py SOURCE``)
         local_datasets,
         unreachable,
     )  # fmt: skip
-    from worker_legacy import LegacyEnvironment  # type: ignore[no-redef]
+    from worker_legacy import LegacyEnvironment  # type: ignore[no-redef,import-not-found]
 
 # ---- verifiers 0.4: a Taskset ----------------------------------------------------------------------------
 
@@ -331,7 +331,7 @@ def _v1_example(task: Any, tools: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _schema(fn: Any) -> dict[str, Any]:
     """A tool's JSON schema from its signature, as the MCP server verifiers uses advertises it."""
-    from pydantic import create_model
+    from pydantic import BaseModel, create_model
 
     fields: dict[str, Any] = {}
     hints = _hints(fn)
@@ -341,7 +341,8 @@ def _schema(fn: Any) -> dict[str, Any]:
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[name] = (hints.get(name, Any), default)
     # named as the MCP server verifiers runs names it, so the schema is the one its model sees, titles included
-    return create_model(f"{fn.__name__}Arguments", **fields).model_json_schema()
+    model: type[BaseModel] = create_model(f"{fn.__name__}Arguments", **fields)
+    return model.model_json_schema()
 
 
 def _hints(fn: Any) -> dict[str, Any]:
@@ -375,7 +376,7 @@ async def _call_as_verifiers_serves(tool: Any, arguments: dict[str, Any]) -> tup
 # ---- the loop ---------------------------------------------------------------------------------------------
 
 
-def load(source: str, args: dict[str, Any]) -> Any:
+def load(source: str, args: dict[str, Any]) -> LegacyEnvironment | TasksetEnvironment:
     module = _import_source(source)
     if hasattr(module, "load_environment") and callable(module.load_environment):
         return LegacyEnvironment(module, args)
@@ -391,7 +392,7 @@ def load(source: str, args: dict[str, Any]) -> Any:
         ) from exc
 
 
-async def handle(env: Any, request: dict[str, Any]) -> dict[str, Any]:
+async def handle(env: LegacyEnvironment | TasksetEnvironment, request: dict[str, Any]) -> dict[str, Any]:
     op = request.get("op")
     session = str(request.get("session", ""))
     if op == "describe":
