@@ -23,7 +23,9 @@ checks health and answers 503 at once when no worker is left.
 
 The ORS front's sessions are routed the same way: the front makes each ORS session id on the worker that answers
 ``/create_session``, drawn to hash to that worker's slot, and every later request carries it in ``X-Session-ID``.
-No table is kept for anything.
+So are the OpenEnv front's episodes held between HTTP requests: their id (drawn the same way) comes back in the
+episode cookie, a WebSocket's ``?session_id=`` or an MCP call's ``params.session_id``. No table is kept for
+anything.
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ import shutil
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
+from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE
 
 HAPROXY_INSTALL_HINT = "apt-get install haproxy (Debian/Ubuntu) or dnf install haproxy"
 #: The HAProxy executable to use instead of the one on ``PATH``.
 HAPROXY_ENV = "NGYM_HAPROXY"
+#: Where every app serves OpenEnv's protocol (``ngym.server.fronts.openenv.MOUNT_PATH``).
+OPENENV_PATH = "/openenv"
 
 
 def haproxy_binary() -> str:
@@ -102,6 +107,7 @@ def haproxy_config(
     stats = f"\n    stats socket {stats_socket} mode 600 level user" if stats_socket else ""
     routing = ""
     stride_op = f"div({stride})," if stride > 1 else ""
+    episode, openenv = OPENENV_EPISODE_COOKIE, OPENENV_PATH
     if count > 1:
         routing = "\n".join(
             [
@@ -114,6 +120,14 @@ def haproxy_config(
                 f"if {{ {typed_paths} }} {{ req.body,json_query('$.resources_session_id') -m found }}",
                 "    # an ORS session's requests carry the id the worker's ORS front made (ngym.server.fronts.ors)",
                 "    http-request set-var(txn.ngym_key) req.hdr(x-session-id) if { req.hdr(x-session-id) -m found }",
+                "    # an OpenEnv episode held between HTTP requests (ngym.server.fronts.openenv): its cookie, the",
+                "    # WebSocket that attaches to it (?session_id=), an MCP call naming it (params.session_id)",
+                f"    http-request set-var(txn.ngym_key) req.cook({episode}) "
+                f"if {{ path_beg {openenv}/ }} {{ req.cook_cnt({episode}) eq 1 }}",
+                f"    http-request set-var(txn.ngym_key) url_param(session_id) "
+                f"if {{ path {openenv}/ws }} {{ url_param(session_id) -m found }}",
+                "    http-request set-var(txn.ngym_key) req.body,json_query('$.params.session_id') "
+                f"if {{ path {openenv}/mcp }} {{ req.body,json_query('$.params.session_id') -m found }}",
                 f"    http-request set-var(txn.ngym_slot) var(txn.ngym_key),crc32,{stride_op}mod({count}) "
                 "if { var(txn.ngym_key) -m found }",
                 *(f"    use-server {b.name} if {{ var(txn.ngym_slot) -m int {i} }}" for i, b in enumerate(backends)),
