@@ -191,6 +191,9 @@ def test_ray_replicas_behind_one_affine_url_and_a_nemo_environment_with_ray_task
         rows = {r["name"]: r for r in json.loads(status.stdout)}
         assert rows["counter"]["health"] == "ok"  # its one URL still serves
         assert rows["counter"]["reason"].startswith("1/2 replicas answer")  # the lost replica is shown
+        parts = {p["name"]: p for p in rows["counter"]["parts"]}  # a row per replica: sessions and their bytes
+        assert parts[lost_replica]["health"] != "ok" and parts["r0"]["health"] == "ok", parts
+        assert parts["r0"]["session_bytes"] is not None and rows["counter"]["session_bytes"] is not None
     finally:
         down = ngym("down", "fleet.yaml")
     assert down.returncode == 0, down.stderr

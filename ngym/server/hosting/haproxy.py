@@ -65,6 +65,9 @@ class Backend:
     disabled: bool = False
 
 
+#: On ``GET /health`` only: the slot (0..N-1) of the worker that should answer (``ngym status``, per worker).
+HEALTH_SLOT_HEADER = "x-ngym-health-slot"
+
 _DUPLICATE_COOKIE_BODY = (
     '{"detail":"this request carries more than one session cookie; send exactly one (the one its seed set)"}'
 )
@@ -116,6 +119,9 @@ def haproxy_config(
                 "    http-request set-var(txn.ngym_key) req.hdr(x-session-id) if { req.hdr(x-session-id) -m found }",
                 f"    http-request set-var(txn.ngym_slot) var(txn.ngym_key),crc32,{stride_op}mod({count}) "
                 "if { var(txn.ngym_key) -m found }",
+                "    # ngym status reads each worker's /health by naming its slot (nothing else is routed so)",
+                f"    http-request set-var(txn.ngym_slot) req.hdr_val({HEALTH_SLOT_HEADER}) "
+                f"if {{ path /health }} {{ req.hdr_val({HEALTH_SLOT_HEADER}) -m found }}",
                 *(f"    use-server {b.name} if {{ var(txn.ngym_slot) -m int {i} }}" for i, b in enumerate(backends)),
             ]
         )
@@ -157,4 +163,4 @@ backend workers
 """
 
 
-__all__ = ["Backend", "HAPROXY_ENV", "HAPROXY_INSTALL_HINT", "haproxy_binary", "haproxy_config"]
+__all__ = ["Backend", "HAPROXY_ENV", "HEALTH_SLOT_HEADER", "HAPROXY_INSTALL_HINT", "haproxy_binary", "haproxy_config"]
