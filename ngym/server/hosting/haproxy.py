@@ -73,6 +73,14 @@ _DUPLICATE_COOKIE_BODY = (
 )
 
 
+def proxy_threads(backends: int, cpus: int | None = None) -> int:
+    """HAProxy's threads for ``backends`` workers: one per four workers, at most one per CPU. HAProxy takes about a
+    fifth of what its workers take per request (``bench/bench_workers.py``), so one thread keeps up with four;
+    HAProxy's own default, a thread per CPU, costs more per request when the workers want those CPUs too (a
+    thread woken for a few requests: 12-16 % more HAProxy CPU per rollout at ``--workers 2`` on 2 cores)."""
+    return max(1, min(cpus or os.cpu_count() or 1, (backends + 3) // 4))
+
+
 def haproxy_config(
     *,
     listen_fd: int,
@@ -128,6 +136,7 @@ def haproxy_config(
     return f"""# written by ngym (ngym.server.hosting.haproxy); regenerated at every start
 global
     log stderr format short local0 warning{stats}
+    nbthread {proxy_threads(count)}
 
 defaults
     mode http
@@ -163,4 +172,12 @@ backend workers
 """
 
 
-__all__ = ["Backend", "HAPROXY_ENV", "HEALTH_SLOT_HEADER", "HAPROXY_INSTALL_HINT", "haproxy_binary", "haproxy_config"]
+__all__ = [
+    "Backend",
+    "HAPROXY_ENV",
+    "HAPROXY_INSTALL_HINT",
+    "HEALTH_SLOT_HEADER",
+    "haproxy_binary",
+    "haproxy_config",
+    "proxy_threads",
+]
