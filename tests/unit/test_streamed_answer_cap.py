@@ -26,6 +26,7 @@ APP = textwrap.dedent(
     """Tool routes that stream their answers without a length."""
 
     from collections.abc import AsyncIterator
+    from typing import Any
 
     from fastapi import FastAPI
     from fastapi.responses import StreamingResponse
@@ -40,12 +41,12 @@ APP = textwrap.dedent(
             app = super().setup_webserver()
 
             @app.post("/stream")
-            async def stream(body: dict[str, int]) -> StreamingResponse:
+            async def stream(body: dict[str, Any]) -> StreamingResponse:
                 async def chunks() -> AsyncIterator[bytes]:
                     for _ in range(body["chunks"]):
                         yield b"x" * body["size"]
 
-                return StreamingResponse(chunks(), media_type="application/octet-stream")
+                return StreamingResponse(chunks(), media_type=body.get("type", "application/octet-stream"))
 
             return app
 
@@ -116,3 +117,16 @@ def test_a_stream_under_the_cap_streams_whole(server: tuple[str, Path]) -> None:
     with _seeded(url) as client, client.stream("POST", "/stream", json={"chunks": 3, "size": 5}) as r:
         assert r.status_code == 200 and "content-length" not in r.headers
         assert r.read() == b"x" * 15
+
+
+def test_an_event_stream_keeps_its_headers_first_and_is_cut_past_the_cap(server: tuple[str, Path]) -> None:
+    url, _ = server
+    events = {"chunks": 1, "size": CAP + 1, "type": "text/event-stream"}
+    with _seeded(url) as client:
+        # an event stream's headers are not held back for its first chunk (an MCP client waits for them), so
+        # even a first chunk past the cap is cut after a 200, never delivered whole
+        with pytest.raises(httpx.RemoteProtocolError), client.stream("POST", "/stream", json=events) as r:
+            assert r.status_code == 200
+            r.read()
+        whole = client.post("/stream", json={**events, "size": 100})
+        assert whole.status_code == 200 and whole.content == b"x" * 100

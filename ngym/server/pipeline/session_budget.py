@@ -13,9 +13,10 @@ hold, for every environment, with no accounting of its own:
   count lives in the session's record (``meta``), so it holds across workers with a shared store;
 - ``max_tool_answer_bytes``: a tool answer whose declared length is larger is replaced by a 413 naming the
   setting. An answer streamed without a length (``StreamingResponse``, chunked) is counted as it is sent: its
-  headers wait for its first chunk, so a first chunk past the cap is still a 413; past the cap later (the status
-  already sent), the stream is cut where it passed the cap: the connection is closed without the chunked
-  encoding's last chunk, so no client can read the truncated answer as complete, and one warning is logged.
+  headers wait for its first chunk (except an event stream's, whose client waits for them: MCP), so a first
+  chunk past the cap is still a 413; past the cap later (the status already sent), the stream is cut there: the
+  connection is closed without the chunked encoding's last chunk, so no client can read the truncated answer as
+  complete, and one warning is logged.
 
 ``/health`` reports what the sessions of this process have sent (``session_bytes``: total, largest, limit), for
 the in-memory store. An environment whose state grows in other ways adds its own bound (e.g. workplace_assistant's
@@ -160,8 +161,10 @@ class SessionBudgetMiddleware:
                     return
                 started = True
                 if length is None:  # streamed: counted chunk by chunk below
-                    held, counting = message, True
-                    return
+                    counting = True
+                    if not _is_event_stream(message):  # an event stream's client waits for its headers (MCP)
+                        held = message
+                        return
             elif message["type"] == "http.response.body" and counting:
                 streamed += len(message.get("body", b""))
                 if streamed > self.max_answer:
@@ -203,6 +206,13 @@ def _content_length(message: Message) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def _is_event_stream(message: Message) -> bool:
+    return any(
+        name.lower() == b"content-type" and value.startswith(b"text/event-stream")
+        for name, value in message.get("headers", ())
+    )
 
 
 def _is_cut(exc: BaseException) -> bool:
