@@ -63,7 +63,8 @@ def cluster() -> Iterator[Cluster]:
 def left_on(cluster: Cluster) -> dict[str, list[str]]:
     code = LEFT % (cluster.address, FLEET, FLEET)
     out = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
-    result: dict[str, list[str]] = json.loads(out.stdout.strip().splitlines()[-1])
+    # the last line that is JSON: Ray may print a warning after it ("raylet has lagging heartbeats", under load)
+    result: dict[str, list[str]] = json.loads(next(ln for ln in reversed(out.stdout.splitlines()) if ln[:1] == "{"))
     return result
 
 

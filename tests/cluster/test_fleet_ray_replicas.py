@@ -224,4 +224,5 @@ def named_actors(address: str) -> list[str]:
         "print(json.dumps(ray.util.list_named_actors(all_namespaces=True)))"
     )
     out = subprocess.run([sys.executable, "-c", code % address], env=ENV, capture_output=True, text=True)
-    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+    # the last line that is JSON: Ray may print a warning after it ("raylet has lagging heartbeats", under load)
+    return list(json.loads(next(line for line in reversed(out.stdout.splitlines()) if line.startswith("["))))
