@@ -42,7 +42,6 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 from nemo_envs import verify_payloads  # noqa: E402 (moved here from nemo_replay_inprocess by i23-small)
 
-SUBNET = "10.223.0"
 FLEET = "i20r-fleet"
 RESPONSE = {
     "id": "r", "created_at": 0, "model": "m", "object": "response", "output": [],
@@ -54,7 +53,7 @@ RESPONSE = {
 def cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.fail("the Ray cluster test needs root and iproute2 (network namespaces)")
-    with Hosts("i20r", SUBNET, ["head", "node1", "node2"]) as hosts:
+    with Hosts.for_this_run("rr", ["head", "node1", "node2"]) as hosts:  # namespaces of this run's own
         # 2 CPUs per worker node: a counter replica on each, code_gen's unit on one: one CPU left, on one node
         made = Cluster(hosts, workers=2, cpus_per_worker=2)
         try:
