@@ -49,6 +49,7 @@ def test_profile_weather_writes_csv_and_html_with_no_failures(tmp_path: Path) ->
     result = json.loads(done.stdout)
     assert result["rollouts_finished"] > 0 and result["rollouts_failed"] == 0
     assert result["total"]["failures"] == 0 and result["passed"] is True
+    assert 0 <= result["sessions_left_live"] <= 20 and result["leaked_sessions"] == 0  # verify closed each session
     # The examples hold five get_weather rollouts (1.0) and one that never calls it (0.0): every reward reproduced.
     assert 0.0 < result["mean_reward"] < 1.0 and result["reward_mismatches"] == 0
     endpoints = {e["name"]: e for e in result["endpoints"]}
