@@ -1,7 +1,8 @@
-"""``ngym status``: live sessions and the tool-call bytes they hold, per worker of an ``ngym run --workers 2`` (at
-its URL, and as a unit of a local fleet), summed on the environment's row.
+"""``ngym status``: live sessions and the tool-call bytes they hold, per worker of an ``ngym run --workers 2`` at its
+URL, summed on the environment's row (a local fleet's unit: ``test_fleet_local``; Ray replicas:
+``tests/cluster/test_fleet_ray_replicas``).
 
-Real processes: ``ngym run`` with HAProxy in front of two workers, and ``ngym up`` on the local engine. Each
+Real processes: ``ngym run`` with HAProxy in front of two workers. Each
 rollout's worker is the slot its session id hashes to and each tool call's bytes are what was sent, so every
 figure of the status is checked against what the test knows each worker holds.
 """
@@ -20,7 +21,6 @@ import httpx
 import pytest
 
 from ngym.child_server import free_port, start_environment, stop_process, wait_healthy
-from ngym.fleet.state import FleetState
 from ngym.server.sessions.routing import slot_of
 from tests.integration.test_affine_workers import HAPROXY
 
@@ -101,25 +101,3 @@ def test_status_of_a_url_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     assert status.returncode != 0 and "Traceback" not in status.stderr
     down = ngym("status", f"http://127.0.0.1:{free_port()}", "--json", "--interval", "0", cwd=tmp_path)
     assert down.returncode == 1 and json.loads(down.stdout)[0]["health"] == "down"
-
-
-def test_status_of_a_local_fleet_reads_each_worker_of_a_unit(tmp_path: Path) -> None:
-    fleet = {
-        "name": "status-parts",
-        "head_server": {"port": 0},
-        "environments": {"counter": {"env": COUNTER, "workers": 2}},
-    }
-    (tmp_path / "fleet.yaml").write_text(json.dumps(fleet))
-    up = ngym("up", "fleet.yaml", cwd=tmp_path)
-    try:
-        assert up.returncode == 0, up.stderr
-        state = FleetState.load(tmp_path / ".ngym-fleet" / "status-parts")
-        assert state is not None
-        sessions, sent = open_sessions(f"http://127.0.0.1:{state.servers['counter'].port}", 6)
-        status = ngym("status", "fleet.yaml", "--json", "--interval", "0", cwd=tmp_path)
-        assert status.returncode == 0, status.stderr
-        rows = {r["name"]: r for r in json.loads(status.stdout)}
-        check_parts(rows["counter"], sessions, sent)
-        assert rows["(head)"]["parts"] == []
-    finally:
-        ngym("down", "fleet.yaml", cwd=tmp_path)
