@@ -33,10 +33,11 @@ def ngym_profile(*args: str, timeout: float = 120) -> subprocess.CompletedProces
     )
 
 
-@pytest.fixture
-def weather_url(tmp_path: Path) -> Iterator[str]:
-    """A weather server started by the test (``ngym run``), for the URL form and the locustfile."""
-    with serve_environment("example_single_tool_call", log=tmp_path / "server.log") as url:
+@pytest.fixture(scope="module")
+def weather_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A weather server (``ngym run``) for the URL form and the locustfile: one for the module, as neither test
+    changes it (its sessions end with each rollout)."""
+    with serve_environment("example_single_tool_call", log=tmp_path_factory.mktemp("weather") / "server.log") as url:
         yield url
 
 

@@ -73,7 +73,9 @@ def test_under_ci_a_skipped_test_fails_the_run(tmp_path: Path) -> None:
     )
 
     def pytest_run(ci: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "CI": ci}
+        # No plugin autoloading: the conftest's hook is under test, not hypothesis' or schemathesis' (~1.5 s of
+        # imports per run)
+        env = {**os.environ, "CI": ci, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path)]
         return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
 

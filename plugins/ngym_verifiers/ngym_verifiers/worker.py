@@ -51,7 +51,7 @@ if __package__:  # imported as ngym_verifiers.worker (ngym's tests and tools)
     )  # fmt: skip
     from .worker_legacy import LegacyEnvironment
 else:  # run as a script in the environment's venv (``python worker.py SOURCE``): its folder is sys.path[0]
-    from worker_base import (  # type: ignore[no-redef]
+    from worker_base import (  # type: ignore[no-redef,import-not-found]
         DATASETS_ENV,
         EXAMPLES,
         BadRequest,
@@ -63,7 +63,7 @@ else:  # run as a script in the environment's venv (``python worker.py SOURCE``)
         local_datasets,
         unreachable,
     )  # fmt: skip
-    from worker_legacy import LegacyEnvironment  # type: ignore[no-redef]
+    from worker_legacy import LegacyEnvironment  # type: ignore[no-redef,import-not-found]
 
 # ---- verifiers 0.4: a Taskset ----------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from typing import Any
 if __package__:  # imported as ngym_verifiers.worker_legacy
     from .worker_base import EXAMPLES, BadRequest, Refused, Sessions, _answer, _plain, _text
 else:  # run beside worker.py in the environment's venv: that folder is sys.path[0]
-    from worker_base import EXAMPLES, BadRequest, Refused, Sessions, _answer, _plain, _text  # type: ignore[no-redef]
+    from worker_base import EXAMPLES, BadRequest, Refused, Sessions, _answer, _plain, _text  # type: ignore[no-redef,import-not-found]
 
 
 class LegacyEnvironment(Sessions):
