@@ -70,9 +70,20 @@ class Backend:
     disabled: bool = False
 
 
+#: On ``GET /health`` only: the slot (0..N-1) of the worker that should answer (``ngym status``, per worker).
+HEALTH_SLOT_HEADER = "x-ngym-health-slot"
+
 _DUPLICATE_COOKIE_BODY = (
     '{"detail":"this request carries more than one session cookie; send exactly one (the one its seed set)"}'
 )
+
+
+def proxy_threads(backends: int, cpus: int | None = None) -> int:
+    """HAProxy's threads for ``backends`` workers: one per four workers, at most one per CPU. HAProxy takes about a
+    fifth of what its workers take per request (``bench/bench_workers.py``), so one thread keeps up with four;
+    HAProxy's own default, a thread per CPU, costs more per request when the workers want those CPUs too (a
+    thread woken for a few requests: 12-16 % more HAProxy CPU per rollout at ``--workers 2`` on 2 cores)."""
+    return max(1, min(cpus or os.cpu_count() or 1, (backends + 3) // 4))
 
 
 def haproxy_config(
@@ -130,12 +141,16 @@ def haproxy_config(
                 f"if {{ path {openenv}/mcp }} {{ req.body,json_query('$.params.session_id') -m found }}",
                 f"    http-request set-var(txn.ngym_slot) var(txn.ngym_key),crc32,{stride_op}mod({count}) "
                 "if { var(txn.ngym_key) -m found }",
+                "    # ngym status reads each worker's /health by naming its slot (nothing else is routed so)",
+                f"    http-request set-var(txn.ngym_slot) req.hdr_val({HEALTH_SLOT_HEADER}) "
+                f"if {{ path /health }} {{ req.hdr_val({HEALTH_SLOT_HEADER}) -m found }}",
                 *(f"    use-server {b.name} if {{ var(txn.ngym_slot) -m int {i} }}" for i, b in enumerate(backends)),
             ]
         )
     return f"""# written by ngym (ngym.server.hosting.haproxy); regenerated at every start
 global
     log stderr format short local0 warning{stats}
+    nbthread {proxy_threads(count)}
 
 defaults
     mode http
@@ -171,4 +186,12 @@ backend workers
 """
 
 
-__all__ = ["Backend", "HAPROXY_ENV", "HAPROXY_INSTALL_HINT", "haproxy_binary", "haproxy_config"]
+__all__ = [
+    "Backend",
+    "HAPROXY_ENV",
+    "HAPROXY_INSTALL_HINT",
+    "HEALTH_SLOT_HEADER",
+    "haproxy_binary",
+    "haproxy_config",
+    "proxy_threads",
+]
