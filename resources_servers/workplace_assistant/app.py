@@ -28,7 +28,8 @@ from ngym import (
     SimpleResourcesServer,
 )
 
-from .replay import error_text, run_call, score, to_tool_call
+from .replay import error_text, run_call, to_tool_call
+from .scoring import score
 from .tools import TOOLS, ToolOutput, ToolSpec, request_model
 from .truth_check import VERIFIER_ERROR, ReportOnce, problem_reason, truth_problem, warn_about_datasets
 from .workspace import DATA_DIR_ENV, WorkBenchData, Workspace, chosen_data_dir, data_dir_problem
@@ -171,7 +172,7 @@ class WorkplaceAssistantResourcesServer(SimpleResourcesServer):
                 )
             return ToolOutput(output=self.run_tool(workspace, spec.name, body.model_dump(exclude_unset=True)))
 
-        route.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        route.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # read by inspect; undeclared on functions
             [
                 inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request),
                 inspect.Parameter("body", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=model),
