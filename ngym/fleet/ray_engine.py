@@ -76,7 +76,7 @@ class EnvironmentHost:
 
         host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call,unused-ignore]
         os.makedirs(log_dir, exist_ok=True)
-        stem = os.path.basename(argv[3])
+        stem = os.path.basename(argv[argv.index("run") + 1])  # the unit's target
         self.log = os.path.join(log_dir, f"{stem}-{os.getpid()}.log")
         python = sys.executable
         if lines:

@@ -4,6 +4,8 @@ are not given that setting."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,27 @@ def test_affine_workers_from_beside_a_checkout_import_the_installed_package(besi
     assert "imported ./ngym" not in log.read_text()
 
 
+def test_a_script_serving_itself_from_beside_a_checkout_imports_the_installed_package(beside_a_checkout: Path) -> None:
+    """``python path/app.py`` (``run_webserver()``) from the folder above a checkout re-executes itself as ngym's host:
+    that process does not import ``./ngym`` either (the script's own folder stays importable)."""
+    from ngym.child_server import free_port, stop_process, wait_healthy
+
+    port = free_port()
+    app = Path(__file__).resolve().parents[1] / "fixtures" / "seed_weather" / "app.py"
+    server = subprocess.Popen(
+        [sys.executable, str(app), f"port={port}", "domain=agent"],
+        cwd=beside_a_checkout,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", server, 60, path="/")
+    finally:
+        stop_process(server)
+
+
 def test_the_safe_path_ngym_sets_is_not_passed_on_to_the_environments_own_children(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -77,9 +100,6 @@ def python_commands_without_safe_path(source: str) -> list[str]:
 
 #: Python started without ``-P`` on purpose, and why.
 WITHOUT_SAFE_PATH = {
-    # the user's own program exec'd as the host (the same process, not a child): its ``module:Class`` may be
-    # importable from the folder the user ran it in, as it was before the exec
-    "ngym/server/pipeline/base.py",
     # an environment's own tests, run as NeMo Gym's `gym env test` runs them (from the environment's folder)
     "ngym/envtest.py",
     # a wheel built from a project's folder runs that project's own build code, which may import its neighbours;

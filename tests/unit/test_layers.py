@@ -228,7 +228,7 @@ def test_the_export_reader_refuses_what_it_cannot_read() -> None:
 # ---- plugins use ngym's public API only ----------------------------------------------------------------------------
 
 #: The import packages under plugins/ (not their tests, which may reach into what they test).
-PLUGIN_PACKAGES = ("nemo_gym", "ngym_nemo_gym", "ngym_openenv", "ngym_redis", "ngym_verifiers")
+PLUGIN_PACKAGES = ("nemo_gym", "ngym_nemo_gym", "ngym_openenv", "ngym_ors", "ngym_redis", "ngym_verifiers")
 #: What a plugin may import of ngym: the package's names, the plugin API, and the documented helper module.
 PLUGIN_MAY_IMPORT = {"ngym", "ngym.plugin_api", "ngym.metrics", "ngym.metrics.reward_profile", "ngym.testing"}
 PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
