@@ -2,9 +2,9 @@
 
 Every action is the HTTP request a NeMo Gym agent would make (``/seed_session``, ``/<tool>``, ``/verify``,
 ``/close_session``), carrying the episode's session cookie, made in process through the whole app (middleware,
-session binding, validation) as ``ngym.server.fronts.mcp`` does. The episode keeps the trajectory the way NeMo
-Gym's ``simple_agent`` builds it (``function_call`` + ``function_call_output`` items, then the final ``message``), so
-``/verify`` gets the same body and gives the same reward as over NeMo Gym's wire.
+session binding, validation) by ``ngym.server.fronts.inprocess``, as the MCP and ORS fronts do. The episode keeps
+the trajectory the way NeMo Gym's ``simple_agent`` builds it (``function_call`` + ``function_call_output`` items,
+then the final ``message``), so ``/verify`` gets the same body and gives the same reward as over NeMo Gym's wire.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ngym.server.fronts.inprocess import Answer, RolloutSession, encode, with_field
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 if TYPE_CHECKING:
@@ -61,8 +62,12 @@ class Episode:
         self.front = front
         self.episode_id = episode_id or os.urandom(12).hex()
         self.lock = asyncio.Lock()
-        self.cookie: str | None = None
+        self.session = RolloutSession(front.app, front.cookie_name)
         self.row: dict[str, Any] | None = None
+        #: the row as the seed sent it (JSON): the verify body is it plus the trajectory
+        self.seed_body: bytes | None = None
+        #: the names of the row's function tools (None: it declares none, any tool route may be called)
+        self.declared: set[str] | None = None
         self.task_index: int | None = None
         self.resets = 0
         self.output: list[dict[str, Any]] = []
@@ -81,10 +86,14 @@ class Episode:
             if index is None
             else {TASK_INDEX_KEY: index, ROLLOUT_INDEX_KEY: self.resets}
         )
-        status, answer, _ = await self._post("/seed_session", {**row, **indices})
+        seeded = {**row, **indices}
+        body = encode(seeded)
+        status, answer, _ = _read(await self.session.seed(body))
         if status >= 400:
             raise EpisodeError(f"seed_session answered HTTP {status}: {_short(answer)}", status)
-        self.row, self.task_index, self.resets = {**row, **indices}, index, self.resets + 1
+        self.row, self.task_index, self.resets = seeded, index, self.resets + 1
+        self.declared = self.front.declared_tools(seeded)
+        self.seed_body = body if seeded and "response" not in seeded else None
         self.output, self.step_count, self.done, self.reward = [], 0, False, None
         params = row.get("responses_create_params") or {}
         prompt = params.get("input")
@@ -136,7 +145,7 @@ class Episode:
                 "status": "completed",
             }
         )
-        declared = self.front.declared_tools(self.row or {})
+        declared = self.declared
         error: dict[str, Any] | None = None
         if name in RESERVED_ROUTES or (declared is not None and name not in declared) or not name.isidentifier():
             available = ", ".join(sorted(declared or self.front.tools)) or "none declared"
@@ -144,7 +153,7 @@ class Episode:
             error = {"error_type": "tool_not_found", "message": f"unknown tool {name!r}; available: {available}"}
             result: Any = None
         else:
-            status, result, text = await self._post(f"/{name}", arguments)
+            status, result, text = _read(await self.session.call(name, arguments))
             if status >= 400:  # the model sees what the tool said, whatever the status (as NeMo Gym stores it)
                 kind = "invalid_args" if status == 422 else "execution_error"
                 error = {"error_type": kind, "message": f"HTTP {status}: {text[:500]}"}
@@ -176,7 +185,12 @@ class Episode:
             "tools": params.get("tools") or [],
             "status": "completed",
         }
-        status, answer, raw = await self._post("/verify", {**self.row, "response": response})
+        body = (
+            with_field(self.seed_body, "response", response)
+            if self.seed_body is not None
+            else encode({**self.row, "response": response})
+        )
+        status, answer, raw = _read(await self.session.verify(body))
         self.done = True
         if status >= 400 or not isinstance(answer, dict):
             self.reward = None
@@ -188,7 +202,7 @@ class Episode:
         if not self.front.server.config.close_session_after_verify:
             await self._close_session()
         else:
-            self.cookie = None
+            self.session.forget()  # the server closed it after verify
         verification = {k: v for k, v in answer.items() if k not in _ECHOED}
         metadata = {"masked": masked, "failure_kind": answer.get("failure_kind")} if masked else {}
         return Outcome({"verification": verification}, self.reward, True, metadata)
@@ -218,24 +232,17 @@ class Episode:
             raise EpisodeError("the episode is over (its reward was given): reset to start another")
 
     async def _close_session(self) -> None:
-        if self.cookie is not None:
-            await self._post("/close_session", {})
-            self.cookie = None
+        await self.session.close()
 
-    async def _post(self, path: str, body: Any) -> tuple[int, Any, str]:
-        """POST through the whole app with this episode's cookie: (status, parsed JSON or None, raw text)."""
-        name = self.front.cookie_name
-        response = await self.front.http.post(path, body, f"{name}={self.cookie}" if self.cookie else None)
-        for header in response.set_cookies:
-            key, _, value = header.split(";", 1)[0].partition("=")
-            if key.strip() == name:
-                self.cookie = value.strip() or None
-        text = response.text
-        try:
-            parsed = response.json()
-        except ValueError:
-            parsed = text
-        return response.status, parsed, text
+
+def _read(answer: Answer) -> tuple[int, Any, str]:
+    """An in-process answer as (status, parsed JSON or the text when it is not JSON, raw text)."""
+    text = answer.text
+    try:
+        parsed = answer.json()
+    except ValueError:
+        parsed = text
+    return answer.status, parsed, text
 
 
 def _final_text(arguments: dict[str, Any]) -> str:
