@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from ngym.train.rollout_session import Rollout, reward_of
+from ngym.train.wire import Rollout, reward_of
 from ngym.train.tool_schemas import parameters_schema, tools_from_openapi
 
 OPENAPI = {

@@ -100,7 +100,7 @@ async def masked(payload: dict[str, Any]) -> dict[str, Any]:
 
 def score(payload: dict[str, Any]) -> dict[str, Any]:
     """compute_score on a rollout the tools kept (as verl's agent loop hands it over), its session lost."""
-    from ngym.train.rollout_session import Rollout, SyncWire
+    from ngym.train.wire import Rollout, SyncWire
     from ngym.train.verl import MaskedReward, compute_score
 
     rollout = payload["rollouts"][0]

@@ -1,0 +1,48 @@
+"""Run recorded tool calls over MCP with the ``mcp`` SDK's own client, inside a NeMo-wire session.
+
+The environment is served with ``expose_tools_over_mcp=true``; its ``/seed_session`` answer names the MCP
+endpoint and the session token header (``"mcp": {"url_path", "headers"}``), as NeMo Gym 0.7.0 does. The calls go
+over MCP (streamable HTTP), the verify over NeMo's wire (MCP has no reward): what a NeMo Gym agent with
+``expose_tools_over_mcp`` does. Runs in ngym's own interpreter (the ``mcp`` SDK is one of its dependencies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+
+class NoMCP(RuntimeError):
+    """The seed answer names no MCP endpoint (the environment does not expose its tools over MCP)."""
+
+
+async def _calls(url: str, headers: dict[str, str], calls: list[tuple[str, Any]]) -> list[str]:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx.AsyncClient(headers=headers, timeout=120)
+    outputs: list[str] = []
+    async with (
+        http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        listed = {tool.name for tool in (await session.list_tools()).tools}
+        for name, arguments in calls:
+            if name not in listed:
+                raise NoMCP(f"tool {name} is not listed over MCP (listed: {', '.join(sorted(listed)) or 'none'})")
+            result = await session.call_tool(name, arguments or {})
+            outputs.append("".join(getattr(part, "text", "") for part in result.content))
+    return outputs
+
+
+def run_calls(base_url: str, seeded: dict[str, Any], calls: list[tuple[str, Any]]) -> list[str]:
+    """Make ``calls`` over the MCP endpoint the seed answer ``seeded`` names; the tools' text outputs."""
+    meta = seeded.get("mcp") or seeded.get("resources_tools")
+    if not isinstance(meta, dict) or not meta.get("url_path"):
+        raise NoMCP("the seed answer names no MCP endpoint")
+    headers = {str(k): str(v) for k, v in (meta.get("headers") or {}).items()}
+    return asyncio.run(_calls(base_url.rstrip("/") + str(meta["url_path"]), headers, calls))

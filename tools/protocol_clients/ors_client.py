@@ -1,0 +1,59 @@
+"""Replay recorded rollouts with the Open Reward Standard's own client (``openreward``), in the ORS client venv.
+
+Run by ``tools/protocol_matrix.py`` under ``tools/ors_venv.sh``'s interpreter; imports nothing of ngym. Reads
+``{"url": ".../ors/", "env_name": NAME, "episodes": [{"task_spec": ROW, "calls": [[tool, args]...],
+"answer": TEXT}]}`` on stdin and prints one JSON line: ``{"tools": [...], "terminal_tool": NAME | null,
+"episodes": [{"reward": R | null, "finished": bool, "error": TEXT | null}]}``.
+
+Each episode is one ORS session on its task (the dataset row), the recorded tool calls in order, then the
+environment's terminal tool (ngym's ``submit_answer``) with the recorded final text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+
+async def episode(env: Any, env_name: str, plan: dict[str, Any], terminal: str | None) -> dict[str, Any]:
+    from openreward.api.environments.client import Task
+
+    task = Task(server_name=env.server, environment_name=env_name, task_spec=plan["task_spec"], namespace=None)
+    reward: Any = None
+    finished = False
+    try:
+        async with env.session(task=task) as session:
+            for name, arguments in plan["calls"]:
+                out = await session.call_tool(name, arguments)
+                reward, finished = out.reward, out.finished
+                if finished:
+                    break
+            if not finished and terminal is not None:
+                out = await session.call_tool(terminal, {"answer": plan["answer"]})
+                reward, finished = out.reward, out.finished
+    except Exception as exc:  # noqa: BLE001 - the client's own error is the cell's reason
+        return {"reward": None, "finished": False, "error": f"{type(exc).__name__}: {exc}"[:400]}
+    return {"reward": reward, "finished": finished, "error": None}
+
+
+async def main(plan: dict[str, Any]) -> dict[str, Any]:
+    os.environ["OPENREWARD_API_URL"] = os.environ["OPENREWARD_SESSION_URL"] = plan["url"]
+    from openreward import AsyncOpenReward
+
+    client = AsyncOpenReward(base_url=plan["url"])
+    try:
+        env = client.environments.get(plan["env_name"])
+        tools = [t.name for t in await env.list_tools()]
+        terminal_tool = await env.terminal_tool()
+        terminal = terminal_tool.name if terminal_tool else None
+        episodes = [await episode(env, plan["env_name"], e, terminal) for e in plan["episodes"]]
+        return {"tools": tools, "terminal_tool": terminal, "episodes": episodes}
+    finally:
+        await client.environments.aclose()
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(json.load(sys.stdin))), default=str))
