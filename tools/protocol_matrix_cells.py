@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import venv as venv_module
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,37 +184,43 @@ def compare(got: list[Any], reference: list[Any], recorded: list[Any], errors: l
 
 
 def run_cells(server: Any, target: Any, clients: dict[str, str]) -> dict[str, Cell]:
-    """Every protocol's cell for one served environment (``server``: ``protocol_matrix_subjects.Server``)."""
+    """Every protocol's cell for one served environment (``server``: ``protocol_matrix_subjects.Server``).
+
+    ORS's and OpenEnv's clients (processes of their own, seconds to import) run while NeMo's wire and MCP replay:
+    each rollout is a session of its own, so they do not meet."""
     rollouts = target.rollouts
     recorded = [r.get("reward") for r in rollouts]
     none: list[str | None] = [None] * len(rollouts)
     cells: dict[str, Cell] = {}
-    try:
-        reference = nemo_rewards(server.url, rollouts, server.gymnasium)
-        cells["nemo"] = compare(reference, reference, recorded, none)
-    except Exception as exc:  # noqa: BLE001 - the reason is the cell
-        reference = [None] * len(rollouts)
-        cells["nemo"] = Cell("fail", reason=f"{type(exc).__name__}: {exc}"[:300])
-    calls = any(_calls(r) for r in rollouts)
-    if server.gymnasium:
-        cells["mcp"] = Cell("n/a", reason=f"{GYMNASIUM}: no tool routes to expose over MCP")
-    elif not server.mcp:
-        cells["mcp"] = Cell("n/a", reason="its server does not take expose_tools_over_mcp")
-    elif not calls:
-        cells["mcp"] = Cell("n/a", reason="no tools: its recordings call none (verify is NeMo's wire)")
-    else:
-        cells["mcp"] = _guarded(lambda: compare(mcp_rewards(server.url, rollouts), reference, recorded, none))
-    for protocol in ("ors", "openenv"):
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        seen = {
+            "ors": pool.submit(ors_episodes, server.url, target.subject.name, rollouts, clients["ors"]),
+            "openenv": pool.submit(openenv_episodes, server.url, rollouts, clients["openenv"]),
+        }
+        try:
+            reference = nemo_rewards(server.url, rollouts, server.gymnasium)
+            cells["nemo"] = compare(reference, reference, recorded, none)
+        except Exception as exc:  # noqa: BLE001 - the reason is the cell
+            reference = [None] * len(rollouts)
+            cells["nemo"] = Cell("fail", reason=f"{type(exc).__name__}: {exc}"[:300])
+        calls = any(_calls(r) for r in rollouts)
+        if server.gymnasium:
+            cells["mcp"] = Cell("n/a", reason=f"{GYMNASIUM}: no tool routes to expose over MCP")
+        elif not server.mcp:
+            cells["mcp"] = Cell("n/a", reason="its server does not take expose_tools_over_mcp")
+        elif not calls:
+            cells["mcp"] = Cell("n/a", reason="no tools: its recordings call none (verify is NeMo's wire)")
+        else:
+            cells["mcp"] = _guarded(lambda: compare(mcp_rewards(server.url, rollouts), reference, recorded, none))
+        for protocol, future in seen.items():
 
-        def run(protocol: str = protocol) -> Cell:
-            if protocol == "ors":
-                seen = ors_episodes(server.url, target.subject.name, rollouts, clients["ors"])
-            else:
-                seen = openenv_episodes(server.url, rollouts, clients["openenv"])
-            return compare([e["reward"] for e in seen], reference, recorded, [e.get("error") for e in seen])
+            def judged(future: Any = future) -> Cell:
+                episodes = future.result()
+                rewards = [e["reward"] for e in episodes]
+                return compare(rewards, reference, recorded, [e.get("error") for e in episodes])
 
-        cells[protocol] = _guarded(run)
-    return cells
+            cells[protocol] = _guarded(judged)
+    return {p: cells[p] for p in PROTOCOLS}
 
 
 def _guarded(run: Any) -> Cell:

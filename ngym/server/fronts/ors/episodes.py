@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ngym.server.fronts.ors import inprocess, trajectory, wire
+from ngym.server.fronts.ors import gymnasium, inprocess, trajectory, wire
 from ngym.server.fronts.ors.tools import SUBMIT_ARGUMENT, Toolbox, ToolSpec
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
 
@@ -58,6 +58,13 @@ class Episode:
     last_used: float = field(default_factory=time.monotonic)
     results: dict[str, asyncio.Future[str]] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: a Gymnasium-style environment's episode (``/reset`` + ``/step``), None on NeMo Gym's seed/verify wire
+    gym: gymnasium.GymEpisode | None = None
+
+    @property
+    def observation(self) -> str:
+        """What the environment said at reset (Gymnasium-style environments), added to the prompt."""
+        return self.gym.observation if self.gym is not None else ""
 
 
 class Episodes:
@@ -82,14 +89,19 @@ class Episodes:
             raise FrontError(400, f"session {sid!r} already exists")
         if len(self._live) >= self.server.config.max_sessions:
             self._forget_finished()
-        answer = await inprocess.post(self.app, "/seed_session", json.dumps(row).encode())
+        gym: gymnasium.GymEpisode | None = None
+        if self.toolbox.gymnasium:
+            answer, gym = await gymnasium.reset(self.app, row)
+        else:
+            answer = await inprocess.post(self.app, "/seed_session", json.dumps(row).encode())
         if answer.status >= 400:
             # The environment's own refusal (422 for a row it does not accept, 503 when full), passed on as is.
             raise FrontError(answer.status, _detail(answer.text))
         if answer.set_cookie is None:
-            raise FrontError(500, "the environment's /seed_session answered without a session cookie")
+            route = "/reset" if gym is not None else "/seed_session"
+            raise FrontError(500, f"the environment's {route} answered without a session cookie")
         cookie = answer.set_cookie.split(b";", 1)[0]
-        episode = Episode(sid=sid, row=row, cookie=cookie, tools=self.toolbox.for_row(row))
+        episode = Episode(sid=sid, row=row, cookie=cookie, tools=self.toolbox.for_row(row), gym=gym)
         self._live[sid] = episode
         return episode
 
@@ -110,8 +122,11 @@ class Episodes:
         if episode.closed:
             return
         episode.closed = True
-        answer = await inprocess.post(self.app, "/close_session", b"{}", episode.cookie)
-        if answer.status >= 400:
+        if episode.gym is not None:
+            answer = await gymnasium.close(self.app, episode.gym, episode.cookie)
+        else:
+            answer = await inprocess.post(self.app, "/close_session", b"{}", episode.cookie)
+        if answer is not None and answer.status >= 400:
             log.warning("ORS session %s: /close_session answered %s: %s", episode.sid, answer.status, answer.text[:200])
 
     def _forget_finished(self) -> None:
@@ -150,6 +165,9 @@ class Episodes:
             return await self._run_tool(episode, name, arguments)
 
     async def _run_tool(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if episode.gym is not None:
+            item = gymnasium.call_item(name, arguments, f"call_{episode.gym.steps}")
+            return await self._gym_step(episode, [item])
         answer = await inprocess.post(self.app, f"/{name}", json.dumps(arguments).encode(), episode.cookie)
         if answer.status == 410:  # the session's state is gone: the rollout cannot be scored
             episode.finished = True
@@ -163,7 +181,17 @@ class Episodes:
             return wire.tool_error(answer.text, "input_validation")
         return wire.tool_success(answer.text, reward=None, finished=False, metadata=None)
 
+    async def _gym_step(self, episode: Episode, items: list[dict[str, Any]]) -> dict[str, Any]:
+        assert episode.gym is not None
+        answer, over = await gymnasium.step(self.app, episode.row, episode.gym, episode.cookie, items)
+        if over:
+            episode.finished = True
+            await self._close(episode)
+        return answer
+
     async def _submit(self, episode: Episode, final_text: str) -> dict[str, Any]:
+        if episode.gym is not None:
+            return await self._gym_step(episode, [gymnasium.message_item(final_text, episode.gym.steps)])
         row = episode.row
         response = trajectory.response(episode.steps, final_text, row, f"resp_ors_{episode.sid}")
         answer = await inprocess.post(

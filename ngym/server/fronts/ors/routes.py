@@ -144,11 +144,17 @@ class ORSFront:
 
     async def prompt(self, request: Request) -> Response:
         self._check_env(request)
-        return JSONResponse([wire.text_block(tasks.prompt_text(self._episode(request).row))])
+        episode = self._episode(request)
+        text = "\n\n".join(t for t in (tasks.prompt_text(episode.row), episode.observation) if t)
+        return JSONResponse([wire.text_block(text)])
 
     async def messages(self, request: Request) -> Response:
         self._check_env(request)
-        return JSONResponse(tasks.prompt_messages(self._episode(request).row))
+        episode = self._episode(request)
+        messages = tasks.prompt_messages(episode.row)
+        if episode.observation:  # a Gymnasium-style environment's reset observation: the next user message
+            messages.append({"role": "user", "blocks": [wire.text_block(episode.observation)]})
+        return JSONResponse(messages)
 
     async def call(self, request: Request) -> Response:
         self._check_env(request)

@@ -42,10 +42,11 @@ class ToolSpec:
 class Toolbox:
     """The tool routes of one app (harvested once) and the final-answer tool's name."""
 
-    def __init__(self, app: FastAPI) -> None:
-        self.routes = {
-            tool.name: ToolSpec(tool.name, tool.description, tool.input_schema) for tool in harvest_tools(app).values()
-        }
+    def __init__(self, app: FastAPI, *, gymnasium: bool = False) -> None:
+        #: a Gymnasium-style environment runs its tools inside ``/step``: its routes are not tools, its rows' are
+        self.gymnasium = gymnasium
+        harvested = {} if gymnasium else harvest_tools(app)
+        self.routes = {tool.name: ToolSpec(tool.name, tool.description, tool.input_schema) for tool in harvested.values()}
         # A tool route already called submit_answer keeps its name; the final answer takes another.
         self.submit_name = SUBMIT_TOOL if SUBMIT_TOOL not in self.routes else f"ors_{SUBMIT_TOOL}"
         self.submit = ToolSpec(
@@ -63,6 +64,8 @@ class Toolbox:
         declared = _declared(row)
         if declared is None:
             tools = dict(self.routes)
+        elif self.gymnasium:
+            tools = dict(declared)
         else:
             tools = {name: spec for name, spec in declared.items() if name in self.routes}
         tools[self.submit_name] = self.submit
