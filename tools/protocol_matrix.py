@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ors-python", help="the ORS client's interpreter (default: tools/ors_venv.sh's)")
     parser.add_argument("--openenv-python", help="OpenEnv's interpreter (default: a cached venv, made once)")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C: every server started is stopped on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     subjects = SUBJECTS
     if args.only:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]

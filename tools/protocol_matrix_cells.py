@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from ngym.examples import dataset_row, recorded_tool_calls
-from ngym.rollout.gymnasium import Recording, drive, episode
+from ngym.rollout.gymnasium import Recording, drive, episode, split_turns
 from ngym.train.wire import Rollout, SyncWire, reward_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -146,24 +146,41 @@ def _client(python: str, script: str, plan: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def ors_episodes(url: str, name: str, rollouts: list[dict[str, Any]], python: str) -> list[dict[str, Any]]:
+def actions(rollout: dict[str, Any], gymnasium: bool) -> list[list[Any]]:
+    """What a client does to replay ``rollout``: its tool calls, then its final text as the answer. A
+    Gymnasium-style recording is replayed turn by turn: each call, and each assistant message as an answer."""
+    if not gymnasium:
+        return [["call", name, arguments] for name, arguments in _calls(rollout)] + [
+            ["answer", final_text(rollout.get("response") or {})]
+        ]
+    done: list[list[Any]] = []
+    for turn in split_turns((rollout.get("response") or {}).get("output") or []):
+        for item in turn:
+            if item.get("type") == "function_call":
+                raw = item.get("arguments") or "{}"
+                done.append(["call", item["name"], json.loads(raw) if isinstance(raw, str) else raw])
+            elif item.get("type") == "message" and item.get("role", "assistant") == "assistant":
+                done.append(["answer", final_text({"output": [item]})])
+    return done
+
+
+def ors_episodes(
+    url: str, name: str, rollouts: list[dict[str, Any]], python: str, gymnasium: bool = False
+) -> list[dict[str, Any]]:
     """``openreward``'s client: a session on each row, its calls, the final-answer tool with the final text."""
     listed = httpx.get(f"{url}/ors/list_environments", timeout=30).json()
     names = [e.get("name") if isinstance(e, dict) else e for e in (listed if isinstance(listed, list) else [])]
     env_name = name if name in names or not names else str(names[0])
-    episodes = [
-        {"task_spec": dataset_row(r), "calls": _calls(r), "answer": final_text(r.get("response") or {})}
-        for r in rollouts
-    ]
+    episodes = [{"task_spec": dataset_row(r), "actions": actions(r, gymnasium)} for r in rollouts]
     seen = _client(python, "ors_client.py", {"url": f"{url}/ors/", "env_name": env_name, "episodes": episodes})
     return list(seen["episodes"])
 
 
-def openenv_episodes(url: str, rollouts: list[dict[str, Any]], python: str) -> list[dict[str, Any]]:
+def openenv_episodes(
+    url: str, rollouts: list[dict[str, Any]], python: str, gymnasium: bool = False
+) -> list[dict[str, Any]]:
     """OpenEnv's generic client: reset with each row, a step per call, a final message step."""
-    episodes = [
-        {"row": dataset_row(r), "calls": _calls(r), "answer": final_text(r.get("response") or {})} for r in rollouts
-    ]
+    episodes = [{"row": dataset_row(r), "actions": actions(r, gymnasium)} for r in rollouts]
     return list(_client(python, "openenv_client.py", {"url": f"{url}/openenv", "episodes": episodes})["episodes"])
 
 
@@ -194,8 +211,10 @@ def run_cells(server: Any, target: Any, clients: dict[str, str]) -> dict[str, Ce
     cells: dict[str, Cell] = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
         seen = {
-            "ors": pool.submit(ors_episodes, server.url, target.subject.name, rollouts, clients["ors"]),
-            "openenv": pool.submit(openenv_episodes, server.url, rollouts, clients["openenv"]),
+            "ors": pool.submit(
+                ors_episodes, server.url, target.subject.name, rollouts, clients["ors"], server.gymnasium
+            ),
+            "openenv": pool.submit(openenv_episodes, server.url, rollouts, clients["openenv"], server.gymnasium),
         }
         try:
             reference = nemo_rewards(server.url, rollouts, server.gymnasium)

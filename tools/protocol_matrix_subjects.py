@@ -53,13 +53,21 @@ NEMO = [
     Subject("nemo_counter", "NeMo Gym", "in-process state (its own dict per session)", "example_session_state_mgmt"),
     Subject("example_multi_step", "NeMo Gym", "several tool calls, verify over the trajectory", "example_multi_step"),
     Subject("example_tool_call_multireward", "NeMo Gym", "several reward components", "example_tool_call_multireward"),
-    Subject("example_multi_turn_gymnasium", "NeMo Gym", "Gymnasium-style /reset + /step", "example_multi_turn_gymnasium"),
-    Subject("wordle", "NeMo Gym", "Gymnasium-style game, multi-turn", "wordle"),
+    Subject(
+        "example_multi_turn_gymnasium", "NeMo Gym", "Gymnasium-style /reset + /step", "example_multi_turn_gymnasium"
+    ),
     Subject("mcqa", "NeMo Gym", "multiple choice, no tools", "mcqa"),
     Subject("string_match", "NeMo Gym", "string comparison, no tools", "string_match"),
     Subject("math_advanced_calculations", "NeMo Gym", "math with a calculator tool", "math_advanced_calculations"),
     Subject("xlam_fc", "NeMo Gym", "function calling, calls compared with the answer", "xlam_fc"),
     Subject("arc_agi", "NeMo Gym", "grid puzzles, no tools", "arc_agi"),
+    Subject("calendar", "NeMo Gym", "agent tools with per-session state", "calendar"),
+    Subject(
+        "single_step_tool_use_with_argument_comparison",
+        "NeMo Gym",
+        "one tool call, its arguments compared",
+        "single_step_tool_use_with_argument_comparison",
+    ),
 ]
 OTHERS = [
     Subject(
@@ -69,7 +77,9 @@ OTHERS = [
         str(OPENENV_FIXTURES / "tally_env"),
         ("reward_rule=state:total_reward",),
     ),
-    Subject("vf_notes", "verifiers", "a verifiers tool environment (its own venv)", str(VERIFIERS_FIXTURES / "vf_notes")),
+    Subject(
+        "vf_notes", "verifiers", "a verifiers tool environment (its own venv)", str(VERIFIERS_FIXTURES / "vf_notes")
+    ),
 ]
 SUBJECTS = [*BUILTINS, *NEMO, *OTHERS]
 

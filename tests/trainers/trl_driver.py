@@ -225,7 +225,9 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
             environments = list(trainer.environments or [])
             batch = {
                 "step": trainer.state.global_step,
-                "cookies": [(e._rollout.cookies if e._rollout else {}).get("ngym_session", "") for e in environments if not ors],
+                "cookies": [
+                    (e._rollout.cookies if e._rollout else {}).get("ngym_session", "") for e in environments if not ors
+                ],
                 "live_sessions": {n: health(u).get("live_sessions") for n, u in urls.items()},
             }
             mask_spec = run.get("mask")

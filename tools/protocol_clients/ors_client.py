@@ -1,12 +1,12 @@
 """Replay recorded rollouts with the Open Reward Standard's own client (``openreward``), in the ORS client venv.
 
 Run by ``tools/protocol_matrix.py`` under ``tools/ors_venv.sh``'s interpreter; imports nothing of ngym. Reads
-``{"url": ".../ors/", "env_name": NAME, "episodes": [{"task_spec": ROW, "calls": [[tool, args]...],
-"answer": TEXT}]}`` on stdin and prints one JSON line: ``{"tools": [...], "terminal_tool": NAME | null,
+``{"url": ".../ors/", "env_name": NAME, "episodes": [{"task_spec": ROW, "actions": [["call", TOOL, ARGS] |
+["answer", TEXT], ...]}]}`` on stdin and prints one JSON line: ``{"tools": [...], "terminal_tool": NAME | null,
 "episodes": [{"reward": R | null, "finished": bool, "error": TEXT | null}]}``.
 
-Each episode is one ORS session on its task (the dataset row), the recorded tool calls in order, then the
-environment's terminal tool (ngym's ``submit_answer``) with the recorded final text.
+Each episode is one ORS session on its task (the dataset row): its actions in order, a call as the tool's call
+and an answer as the environment's terminal tool (ngym's ``submit_answer``), until a tool output says finished.
 """
 
 from __future__ import annotations
@@ -26,14 +26,18 @@ async def episode(env: Any, env_name: str, plan: dict[str, Any], terminal: str |
     finished = False
     try:
         async with env.session(task=task) as session:
-            for name, arguments in plan["calls"]:
-                out = await session.call_tool(name, arguments)
-                reward, finished = out.reward, out.finished
+            for action in plan["actions"]:
+                if action[0] == "call":
+                    out = await session.call_tool(action[1], action[2] or {})
+                elif terminal is not None:
+                    out = await session.call_tool(terminal, {"answer": action[1]})
+                else:
+                    continue
+                if out.reward is not None:
+                    reward = out.reward
+                finished = out.finished
                 if finished:
                     break
-            if not finished and terminal is not None:
-                out = await session.call_tool(terminal, {"answer": plan["answer"]})
-                reward, finished = out.reward, out.finished
     except Exception as exc:  # noqa: BLE001 - the client's own error is the cell's reason
         return {"reward": None, "finished": False, "error": f"{type(exc).__name__}: {exc}"[:400]}
     return {"reward": reward, "finished": finished, "error": None}

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ngym.server.fronts import gymnasium as shared_gym
 from ngym.server.fronts.ors import gymnasium, inprocess, trajectory, wire
 from ngym.server.fronts.ors.tools import SUBMIT_ARGUMENT, Toolbox, ToolSpec
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
@@ -59,7 +60,7 @@ class Episode:
     results: dict[str, asyncio.Future[str]] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: a Gymnasium-style environment's episode (``/reset`` + ``/step``), None on NeMo Gym's seed/verify wire
-    gym: gymnasium.GymEpisode | None = None
+    gym: shared_gym.GymEpisode | None = None
 
     @property
     def observation(self) -> str:
@@ -89,7 +90,7 @@ class Episodes:
             raise FrontError(400, f"session {sid!r} already exists")
         if len(self._live) >= self.server.config.max_sessions:
             self._forget_finished()
-        gym: gymnasium.GymEpisode | None = None
+        gym: shared_gym.GymEpisode | None = None
         if self.toolbox.gymnasium:
             answer, gym = await gymnasium.reset(self.app, row)
         else:
@@ -166,7 +167,7 @@ class Episodes:
 
     async def _run_tool(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         if episode.gym is not None:
-            item = gymnasium.call_item(name, arguments, f"call_{episode.gym.steps}")
+            item = shared_gym.call_item(name, arguments, f"call_{episode.gym.steps}")
             return await self._gym_step(episode, [item])
         answer = await inprocess.post(self.app, f"/{name}", json.dumps(arguments).encode(), episode.cookie)
         if answer.status == 410:  # the session's state is gone: the rollout cannot be scored
@@ -191,7 +192,7 @@ class Episodes:
 
     async def _submit(self, episode: Episode, final_text: str) -> dict[str, Any]:
         if episode.gym is not None:
-            return await self._gym_step(episode, [gymnasium.message_item(final_text, episode.gym.steps)])
+            return await self._gym_step(episode, [shared_gym.message_item(final_text, episode.gym.steps)])
         row = episode.row
         response = trajectory.response(episode.steps, final_text, row, f"resp_ors_{episode.sid}")
         answer = await inprocess.post(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ngym.server.fronts.gymnasium import is_gymnasium_app
 from ngym.server.fronts.ors import tasks
-from ngym.server.fronts.ors.gymnasium import is_gymnasium_app
 from ngym.server.fronts.ors.episodes import Episodes
 from ngym.server.fronts.ors.routes import ORSFront
 from ngym.server.fronts.ors.tools import Toolbox

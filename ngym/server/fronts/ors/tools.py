@@ -46,7 +46,9 @@ class Toolbox:
         #: a Gymnasium-style environment runs its tools inside ``/step``: its routes are not tools, its rows' are
         self.gymnasium = gymnasium
         harvested = {} if gymnasium else harvest_tools(app)
-        self.routes = {tool.name: ToolSpec(tool.name, tool.description, tool.input_schema) for tool in harvested.values()}
+        self.routes = {
+            tool.name: ToolSpec(tool.name, tool.description, tool.input_schema) for tool in harvested.values()
+        }
         # A tool route already called submit_answer keeps its name; the final answer takes another.
         self.submit_name = SUBMIT_TOOL if SUBMIT_TOOL not in self.routes else f"ors_{SUBMIT_TOOL}"
         self.submit = ToolSpec(
