@@ -1,6 +1,7 @@
-"""A Gymnasium-style NeMo environment (``/reset`` + ``/step``, no seed/verify) over the ORS front (``/ors``).
+"""A Gymnasium-style NeMo environment (``/reset`` + ``/step``, no seed/verify) over the ORS (``/ors``) and
+OpenEnv (``/openenv``) fronts.
 
-An ORS session is an episode: ``create`` resets with the row, a tool call is a step whose turn is that call, the
+An ORS session (an OpenEnv episode) is a Gymnasium episode: ``create`` resets with the row, a tool call is a step whose turn is that call, the
 final-answer tool is a step whose turn is the answer (the environment may answer and go on), and the step that
 ends the episode reports the episode's reward (the sum of its steps', as NeMo Gym's gymnasium agent sums them),
 the earlier ones none. The same turns replayed as NeMo Gym's agent runs them score the same.
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
+from fastapi.testclient import TestClient
 from nemo_gym.base_resources_server import BaseResourcesServerConfig, BaseVerifyRequest, SimpleResourcesServer
 from nemo_gym.server_utils import SESSION_ID_KEY
 from pydantic import Field
@@ -118,3 +120,25 @@ async def test_an_ors_session_is_a_gymnasium_episode_scored_as_nemo_gyms_agent_s
 
         result = drive(episode(ROW), env, Recording(response, {}))
     assert result.reward == right["reward"]
+
+
+def test_an_openenv_episode_is_a_gymnasium_episode_with_the_same_reward() -> None:
+    game = GuessGame(config=BaseResourcesServerConfig(name="guess", domain="games"))
+    with TestClient(build_app(game)) as client, client.websocket_connect("/openenv/ws") as socket:
+
+        def send(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+            socket.send_json({"type": kind, "data": data})
+            answer: dict[str, Any] = socket.receive_json()
+            assert answer["type"] == "observation", answer
+            return answer["data"]
+
+        reset = send("reset", {"row": ROW})
+        assert reset["observation"]["observation"] == "guess a number"
+        assert [t["name"] for t in reset["observation"]["available_tools"]] == ["peek"]
+        peek = send("step", {"tool_name": "peek", "arguments": {}})
+        wrong = send("step", {"message": "guess 1"})
+        right = send("step", {"message": "guess 3"})
+    assert peek["observation"]["result"] == "3" and peek["reward"] is None and peek["done"] is False
+    assert wrong["observation"]["result"] == "higher" and wrong["reward"] is None and wrong["done"] is False
+    assert right["done"] is True and right["reward"] == 1.5  # the episode's reward, as NeMo Gym's agent sums it
+    assert len(game.closed) == 1
