@@ -5,9 +5,10 @@ reward function (``ngym.train.verl``) and SkyRL's environment (``ngym.train.skyr
 close through it, so they behave alike (one session per rollout, no shared cookie jar, masked = no reward).
 
 A trainer's tool slot sees the rollout's tool calls and their answers, and maybe the model's final text; the
-environment's ``/verify`` wants the finished OpenAI Responses object. A :class:`Rollout` keeps both: the dataset row, the session cookie, and the ``output`` items in the order NeMo Gym's
-agent would have written them (``function_call``, ``function_call_output``, ..., the final ``message``), so the
-reward a trainer gets is the reward NeMo's wire gives the same trajectory.
+environment's ``/verify`` wants the finished OpenAI Responses object. A :class:`Rollout` keeps both: the dataset
+row, the session cookie, and the ``output`` items in the order NeMo Gym's agent would have written them
+(``function_call``, ``function_call_output``, ..., the final ``message``), so the reward a trainer gets is the
+reward NeMo's wire gives the same trajectory.
 
 The wire, as NeMo Gym's agents speak it: ``POST /seed_session`` with the row → ``POST /<tool>`` with the arguments
 (the answer's body is what the model sees, whatever the status) → ``POST /verify`` with the row and the response

@@ -69,7 +69,7 @@ def observation_text(value: Any) -> str:
 def after_reset(answer: Any) -> GymEpisode:
     """The episode a successful ``/reset`` answer opens."""
     data = answer if isinstance(answer, dict) else {}
-    info = data.get("info") if isinstance(data.get("info"), dict) else {}
+    info = _info(data)
     return GymEpisode(
         observation=observation_text(data.get("observation")),
         explicit_close=info.get("supports_explicit_close") is True,
@@ -117,7 +117,7 @@ def read_step(gym: GymEpisode, status: int, answer: Any, raw: str, items: list[d
     step_reward = float(reward) if isinstance(reward, int | float) and not isinstance(reward, bool) else 0.0
     gym.total += step_reward
     done = bool(data.get("terminated") or data.get("truncated"))
-    info = data.get("info") if isinstance(data.get("info"), dict) else {}
+    info = _info(data)
     call_ids = {item.get("call_id") for item in items if item.get("type") == "function_call"}
     outputs = [
         str(out.get("output"))
@@ -133,3 +133,8 @@ def read_step(gym: GymEpisode, status: int, answer: Any, raw: str, items: list[d
     if done:
         return StepResult(text or f"The episode is over. Reward: {gym.total}", True, gym.total, metadata)
     return StepResult(text, False, None, metadata)
+
+
+def _info(data: dict[str, Any]) -> dict[str, Any]:
+    info = data.get("info")
+    return info if isinstance(info, dict) else {}

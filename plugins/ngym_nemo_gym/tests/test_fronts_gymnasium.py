@@ -1,10 +1,10 @@
 """A Gymnasium-style NeMo environment (``/reset`` + ``/step``, no seed/verify) over the ORS (``/ors``) and
 OpenEnv (``/openenv``) fronts.
 
-An ORS session (an OpenEnv episode) is a Gymnasium episode: ``create`` resets with the row, a tool call is a step whose turn is that call, the
-final-answer tool is a step whose turn is the answer (the environment may answer and go on), and the step that
-ends the episode reports the episode's reward (the sum of its steps', as NeMo Gym's gymnasium agent sums them),
-the earlier ones none. The same turns replayed as NeMo Gym's agent runs them score the same.
+An ORS session (an OpenEnv episode) is a Gymnasium episode: ``create`` resets with the row, a tool call is a step
+whose turn is that call, the final-answer tool is a step whose turn is the answer (the environment may answer and
+go on), and the step that ends the episode reports the episode's reward (the sum of its steps', as NeMo Gym's
+gymnasium agent sums them), the earlier ones none. The same turns replayed as NeMo Gym's agent runs them score the same.
 """
 
 from __future__ import annotations
