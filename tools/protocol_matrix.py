@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,10 @@ def measure(subject: Subject, work: Path, clients: dict[str, str]) -> dict[str, 
         row["cells"] = {p: Cell("fail", reason=row["error"]).as_dict() for p in PROTOCOLS}
         return row
     row["rollouts"] = len(target.rollouts)
-    row["recorded"] = [r.get("reward") for r in target.rollouts]
+    row["recorded"] = list(target.expected)
+    in_file = [r.get("reward") for r in target.rollouts]
+    if in_file != row["recorded"]:  # NeMo Gym 0.7.0 re-scores the recording otherwise: its score is the reference
+        row["recording_rewards"] = in_file
     try:
         with served(target, work) as server:
             cells = run_cells(server, target, clients)
@@ -117,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated environment names of the sample")
     parser.add_argument("--json", type=Path, default=WORK / "matrix.json", help="where the results go")
+    parser.add_argument("--jobs", type=int, default=1, help="environments measured at once (default 1)")
     parser.add_argument("--docs", action="store_true", help=f"write the table into {DOCS.relative_to(REPO)}")
     parser.add_argument("--ors-python", help="the ORS client's interpreter (default: tools/ors_venv.sh's)")
     parser.add_argument("--openenv-python", help="OpenEnv's interpreter (default: a cached venv, made once)")
@@ -135,12 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     from tools.protocol_matrix_cells import client_pythons
 
     clients = client_pythons(args.ors_python, args.openenv_python, WORK)
-    rows = []
-    for subject in subjects:
+
+    def one(subject: Subject) -> dict[str, Any]:
         print(f"protocol_matrix: {subject.name} ({subject.kind}) ...", flush=True)
-        rows.append(measure(subject, WORK, clients))
-        summary = ", ".join(f"{p} {rows[-1]['cells'][p]['status']}" for p in PROTOCOLS)
-        print(f"protocol_matrix: {subject.name}: {summary} ({rows[-1].get('seconds', 0)} s)", flush=True)
+        row = measure(subject, WORK, clients)
+        summary = ", ".join(f"{p} {row['cells'][p]['status']}" for p in PROTOCOLS)
+        print(f"protocol_matrix: {subject.name}: {summary} ({row.get('seconds', 0)} s)", flush=True)
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        rows = list(pool.map(one, subjects))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     result = {"command": COMMAND, "protocols": list(PROTOCOLS), "environments": rows}
     args.json.write_text(json.dumps(result, indent=1, default=_json_default) + "\n")

@@ -195,7 +195,7 @@ def compare(got: list[Any], reference: list[Any], recorded: list[Any], errors: l
     for index, (value, ref, rec) in enumerate(zip(got, reference, recorded, strict=True)):
         if not _same(value, ref) or (rec is not None and not _same(value, rec)):
             error = f": {errors[index]}" if errors[index] else ""
-            reason = f"rollout {index + 1}: reward {value} ≠ NeMo's wire {ref} (recorded {rec}){error}"
+            reason = f"rollout {index + 1}: reward {value} ≠ NeMo's wire {ref} (expected {rec}){error}"
             return Cell("fail", list(got), reason)
     return Cell("pass", list(got))
 
@@ -206,7 +206,7 @@ def run_cells(server: Any, target: Any, clients: dict[str, str]) -> dict[str, Ce
     ORS's and OpenEnv's clients (processes of their own, seconds to import) run while NeMo's wire and MCP replay:
     each rollout is a session of its own, so they do not meet."""
     rollouts = target.rollouts
-    recorded = [r.get("reward") for r in rollouts]
+    recorded = target.expected
     none: list[str | None] = [None] * len(rollouts)
     cells: dict[str, Cell] = {}
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -30,6 +31,8 @@ from ngym.rollout.thread_server import serve_app_in_thread
 REPO = Path(__file__).resolve().parent.parent
 OPENENV_FIXTURES = REPO / "plugins" / "ngym_openenv" / "tests" / "envs"
 VERIFIERS_FIXTURES = REPO / "plugins" / "ngym_verifiers" / "tests" / "fixtures"
+#: NeMo Gym 0.7.0's own re-verify of its environments' recordings (``make nemo-ci``'s reference)
+NEMO_EXPECTED = REPO / "tools" / "nemo_ci_expected.json"
 SERVE_TIMEOUT = 180.0
 
 
@@ -94,6 +97,13 @@ class Target:
     env: dict[str, str] = field(default_factory=dict)
     fields: list[str] = field(default_factory=list)  #: ``key=value`` config fields for ``ngym run``
     judge: bool = False  #: grade with a scripted judge (the replay model, answering from the recordings)
+    #: the rewards to match: NeMo Gym 0.7.0's own re-verify of each recording when known (a recording may have been
+    #: scored by an older NeMo Gym), else the rewards the recordings hold
+    expected: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.expected:
+            self.expected = [r.get("reward") for r in self.rollouts]
 
 
 @dataclass
@@ -128,7 +138,9 @@ def prepare(subject: Subject, work: Path) -> Target:
         python = ensure_venv([line], logs / f"{subject.name}.install.log")
         folder = nemo_wheel.extract_environment(subject.source, work / "nemo" / subject.name)
         rollouts = read_example_rollouts(folder / "data" / "example_rollouts.jsonl")
-        return Target(subject, python, rollouts, _clean_env())
+        known = json.loads(NEMO_EXPECTED.read_text()).get(subject.source) or {}
+        rewards = known.get("rewards") if len(known.get("rewards") or []) == len(rollouts) else None
+        return Target(subject, python, rollouts, _clean_env(), expected=list(rewards or []))
     venv = layered_venv(work / "venvs" / _key(subject), logs / f"{subject.name}.venv.log")
     python = venv / "bin" / "python"
     env = _clean_env(NGYM_VERIFIERS_RECORDS=str(venv / "verifiers-records"), NGYM_CACHE_DIR=str(venv / "cache"))

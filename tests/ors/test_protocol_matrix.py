@@ -32,7 +32,7 @@ def test_the_table_rows_of_two_environments_are_measured_again(ors_python: Path,
     out = tmp_path / "matrix.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "tools" / "protocol_matrix.py"), "--only", ",".join(CHECKED),
-         "--json", str(out), "--ors-python", str(ors_python)],
+         "--json", str(out), "--ors-python", str(ors_python), "--jobs", "2"],
         capture_output=True, text=True, timeout=600, env={**os.environ, "NGYM_MATRIX_DIR": str(tmp_path / "work")},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
