@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ngym.child_server import free_port, stop_process, wait_healthy
-from ngym.examples import read_example_rollouts
+from ngym.examples import read_example_rollouts, recorded_tool_calls
 from ngym.fleet.isolation import ensure_venv, ngym_site_packages
 from ngym.rollout.gymnasium import is_gymnasium_style, server_post_routes
 from ngym.rollout.replay_model import create_replay_app
@@ -138,9 +138,7 @@ def prepare(subject: Subject, work: Path) -> Target:
         python = ensure_venv([line], logs / f"{subject.name}.install.log")
         folder = nemo_wheel.extract_environment(subject.source, work / "nemo" / subject.name)
         rollouts = read_example_rollouts(folder / "data" / "example_rollouts.jsonl")
-        known = json.loads(NEMO_EXPECTED.read_text()).get(subject.source) or {}
-        rewards = known.get("rewards") if len(known.get("rewards") or []) == len(rollouts) else None
-        return Target(subject, python, rollouts, _clean_env(), expected=list(rewards or []))
+        return Target(subject, python, rollouts, _clean_env(), expected=nemo_expected(subject.source, rollouts))
     venv = layered_venv(work / "venvs" / _key(subject), logs / f"{subject.name}.venv.log")
     python = venv / "bin" / "python"
     env = _clean_env(NGYM_VERIFIERS_RECORDS=str(venv / "verifiers-records"), NGYM_CACHE_DIR=str(venv / "cache"))
@@ -161,6 +159,18 @@ def prepare(subject: Subject, work: Path) -> Target:
     if not found:
         raise RuntimeError(f"ngym install made no example rollouts for {subject.name}")
     return Target(subject, python, read_example_rollouts(found[0]), env)
+
+
+def nemo_expected(name: str, rollouts: list[dict[str, Any]]) -> list[Any]:
+    """Each recording's reward as NeMo Gym 0.7.0 scores it: its own re-verify of the recorded response
+    (``tools/nemo_ci_expected.json``) for a rollout that calls no tool, since that is all ``/verify`` reads then (a
+    few recordings were scored by an older NeMo Gym); the recorded reward for one that does (NeMo's re-verify
+    sends no calls, so an environment that scores the session's state scores it empty)."""
+    known = json.loads(NEMO_EXPECTED.read_text()).get(name) or {}
+    rewards = known.get("rewards") or []
+    if len(rewards) != len(rollouts):
+        return [r.get("reward") for r in rollouts]
+    return [r.get("reward") if recorded_tool_calls(r.get("response")) else rewards[i] for i, r in enumerate(rollouts)]
 
 
 def _key(subject: Subject) -> str:
