@@ -31,6 +31,10 @@ PROTOCOLS = ("nemo", "mcp", "ors", "openenv")
 OPENENV = "openenv==0.10.0"
 CLIENT_TIMEOUT = 600
 GYMNASIUM = "Gymnasium /reset + /step"
+CATCH_ALL_MCP = (
+    "its tools are behind one catch-all route (POST /{path}): none is exposed over MCP, as in NeMo Gym 0.7.0 "
+    "(the environment's mcp_tools() may add them)"
+)
 
 
 @dataclass
@@ -135,6 +139,25 @@ def mcp_rewards(url: str, rollouts: list[dict[str, Any]]) -> list[float | None]:
     return rewards
 
 
+def _mcp_lists(url: str, rollouts: list[dict[str, Any]]) -> bool:
+    """Whether the server lists over MCP every tool the recordings call."""
+    sys.path.insert(0, str(CLIENTS))
+    from mcp_client import NoMCP, run_calls
+
+    wire = SyncWire(url)
+    rollout = Rollout(dataset_row(rollouts[0]))
+    try:
+        seeded = wire.seed(rollout)
+        names = {name for r in rollouts for name, _ in _calls(r)}
+        run_calls(url, seeded, [], require=names)
+        return True
+    except NoMCP:
+        return False
+    finally:
+        wire.close(rollout)
+        wire.http.close()
+
+
 def _client(python: str, script: str, plan: dict[str, Any]) -> dict[str, Any]:
     done = subprocess.run(
         [python, str(CLIENTS / script)], input=json.dumps(plan), capture_output=True, text=True, timeout=CLIENT_TIMEOUT
@@ -229,6 +252,8 @@ def run_cells(server: Any, target: Any, clients: dict[str, str]) -> dict[str, Ce
             cells["mcp"] = Cell("n/a", reason="its server does not take expose_tools_over_mcp")
         elif not calls:
             cells["mcp"] = Cell("n/a", reason="no tools: its recordings call none (verify is NeMo's wire)")
+        elif server.catch_all and not _mcp_lists(server.url, rollouts):
+            cells["mcp"] = Cell("n/a", reason=CATCH_ALL_MCP)
         else:
             cells["mcp"] = _guarded(lambda: compare(mcp_rewards(server.url, rollouts), reference, recorded, none))
         for protocol, future in seen.items():

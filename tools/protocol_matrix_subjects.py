@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,6 +112,7 @@ class Server:
     url: str
     gymnasium: bool  #: speaks ``/reset`` + ``/step`` instead of seed/verify
     mcp: bool  #: started with ``expose_tools_over_mcp=true``
+    catch_all: bool  #: routes its tools through one parameterised route (``POST /{path}``)
     log: Path
 
 
@@ -215,7 +217,8 @@ def served(target: Target, work: Path) -> Iterator[Server]:
             mcp = False
         stack.callback(stop_process, process)
         routes = server_post_routes(url) or set()
-        yield Server(url, is_gymnasium_style(routes), mcp, log)
+        catch_all = any(re.fullmatch(r"/\{[^/{}]+\}", route) for route in routes)
+        yield Server(url, is_gymnasium_style(routes), mcp, catch_all, log)
 
 
 def _start(target: Target, fields: list[str], log: Path, work: Path) -> tuple[str, subprocess.Popen[bytes]]:

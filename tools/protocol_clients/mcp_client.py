@@ -18,7 +18,7 @@ class NoMCP(RuntimeError):
     """The seed answer names no MCP endpoint (the environment does not expose its tools over MCP)."""
 
 
-async def _calls(url: str, headers: dict[str, str], calls: list[tuple[str, Any]]) -> list[str]:
+async def _calls(url: str, headers: dict[str, str], calls: list[tuple[str, Any]], require: set[str]) -> list[str]:
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
@@ -31,6 +31,9 @@ async def _calls(url: str, headers: dict[str, str], calls: list[tuple[str, Any]]
     ):
         await session.initialize()
         listed = {tool.name for tool in (await session.list_tools()).tools}
+        missing = sorted(require - listed)
+        if missing:
+            raise NoMCP(f"tools {missing} are not listed over MCP (listed: {', '.join(sorted(listed)) or 'none'})")
         for name, arguments in calls:
             if name not in listed:
                 raise NoMCP(f"tool {name} is not listed over MCP (listed: {', '.join(sorted(listed)) or 'none'})")
@@ -39,10 +42,14 @@ async def _calls(url: str, headers: dict[str, str], calls: list[tuple[str, Any]]
     return outputs
 
 
-def run_calls(base_url: str, seeded: dict[str, Any], calls: list[tuple[str, Any]]) -> list[str]:
-    """Make ``calls`` over the MCP endpoint the seed answer ``seeded`` names; the tools' text outputs."""
+def run_calls(
+    base_url: str, seeded: dict[str, Any], calls: list[tuple[str, Any]], require: set[str] | None = None
+) -> list[str]:
+    """Make ``calls`` over the MCP endpoint the seed answer ``seeded`` names; the tools' text outputs. Raises
+    :class:`NoMCP` when a tool called, or one of ``require``, is not listed."""
     meta = seeded.get("mcp") or seeded.get("resources_tools")
     if not isinstance(meta, dict) or not meta.get("url_path"):
         raise NoMCP("the seed answer names no MCP endpoint")
     headers = {str(k): str(v) for k, v in (meta.get("headers") or {}).items()}
-    return asyncio.run(_calls(base_url.rstrip("/") + str(meta["url_path"]), headers, calls))
+    url = base_url.rstrip("/") + str(meta["url_path"])
+    return asyncio.run(_calls(url, headers, calls, set(require or ())))

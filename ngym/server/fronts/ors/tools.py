@@ -14,13 +14,18 @@ assistant message as the end of the rollout feeds that message to it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
-from ngym.server.fronts.mcp import harvest_tools
+from ngym.server.fronts.mcp import RESERVED_NAMES, harvest_tools
 
+#: a one-segment path with a parameter (``/{path}``), and a name a route may have
+_CATCH_ALL = re.compile(r"/\{[A-Za-z_][A-Za-z0-9_]*(:[a-z]+)?\}")
+_TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,127}")
 SUBMIT_TOOL = "submit_answer"
 SUBMIT_ARGUMENT = "answer"
 _SUBMIT_DESCRIPTION = (
@@ -46,6 +51,12 @@ class Toolbox:
         #: a Gymnasium-style environment runs its tools inside ``/step``: its routes are not tools, its rows' are
         self.gymnasium = gymnasium
         harvested = {} if gymnasium else harvest_tools(app)
+        #: a parameterised catch-all tool route (``POST /{path}``, as NeMo Gym's math_advanced_calculations routes
+        #: its tools): the tools a row declares reach it by name, though no route names them
+        self.catch_all = not gymnasium and any(
+            isinstance(r, APIRoute) and "POST" in (r.methods or set()) and _CATCH_ALL.fullmatch(r.path)
+            for r in app.router.routes
+        )
         self.routes = {
             tool.name: ToolSpec(tool.name, tool.description, tool.input_schema) for tool in harvested.values()
         }
@@ -66,12 +77,16 @@ class Toolbox:
         declared = _declared(row)
         if declared is None:
             tools = dict(self.routes)
-        elif self.gymnasium:
-            tools = dict(declared)
+        elif self.gymnasium or self.catch_all:
+            tools = {name: spec for name, spec in declared.items() if name in self.routes or self._reachable(name)}
         else:
             tools = {name: spec for name, spec in declared.items() if name in self.routes}
         tools[self.submit_name] = self.submit
         return tools
+
+    def _reachable(self, name: str) -> bool:
+        """A declared tool a Gymnasium step or the catch-all route runs (never a protocol route)."""
+        return self.gymnasium or (_TOOL.fullmatch(name) is not None and name not in RESERVED_NAMES)
 
     def listing(self, row: dict[str, Any] | None = None) -> dict[str, Any]:
         """A ``ListToolsOutput``: the tools, and the final-answer tool as the terminal tool."""
