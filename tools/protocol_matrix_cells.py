@@ -35,6 +35,10 @@ CATCH_ALL_MCP = (
     "its tools are behind one catch-all route (POST /{path}): none is exposed over MCP, as in NeMo Gym 0.7.0 "
     "(the environment's mcp_tools() may add them)"
 )
+ROW_TOOLS_MCP = (
+    "its tools are declared by its rows only, no route runs them (verify reads the calls): nothing to expose over "
+    "MCP, as in NeMo Gym 0.7.0"
+)
 
 
 @dataclass
@@ -252,8 +256,8 @@ def run_cells(server: Any, target: Any, clients: dict[str, str]) -> dict[str, Ce
             cells["mcp"] = Cell("n/a", reason="its server does not take expose_tools_over_mcp")
         elif not calls:
             cells["mcp"] = Cell("n/a", reason="no tools: its recordings call none (verify is NeMo's wire)")
-        elif server.catch_all and not _mcp_lists(server.url, rollouts):
-            cells["mcp"] = Cell("n/a", reason=CATCH_ALL_MCP)
+        elif not _mcp_lists(server.url, rollouts):
+            cells["mcp"] = Cell("n/a", reason=CATCH_ALL_MCP if server.catch_all else ROW_TOOLS_MCP)
         else:
             cells["mcp"] = _guarded(lambda: compare(mcp_rewards(server.url, rollouts), reference, recorded, none))
         for protocol, future in seen.items():

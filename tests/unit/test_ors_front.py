@@ -410,3 +410,17 @@ async def test_tools_behind_a_catch_all_route_are_the_rows_declared_ones() -> No
         assert (await ors.call(sid, "submit_answer", {"answer": "3"}))["output"]["reward"] == 1.0
         await ors.delete(sid)
         assert await _live(http) == 0
+
+
+async def test_declared_tools_without_a_route_are_called_as_nemo_gyms_agent_calls_them() -> None:
+    """A function-calling row (xlam_fc's kind): its tools exist only in the row, verify reads the calls. Over ORS
+    the model may call them; each answers what NeMo Gym's agent would get (a 404) and is in the trajectory."""
+    lookup = {"type": "function", "name": "lookup_weather", "parameters": {"type": "object"}}
+    row = {"responses_create_params": {"input": "weather in Oslo?", "tools": [lookup]}}
+    async with serve_in_process(app_for_class(_ToolNamedLikeORS, name="echo")) as http:
+        ors = ORS(http)
+        sid = await ors.session(task_spec=row)
+        out = await ors.call(sid, "lookup_weather", {"city": "Oslo"})
+        assert out["ok"] is True and "Not Found" in out["output"]["blocks"][0]["text"]
+        assert (await ors.call(sid, "submit_answer", {"answer": "cold"}))["output"]["finished"] is True
+        await ors.delete(sid)

@@ -3,7 +3,9 @@
 The tool routes are the ones MCP exposure serves (every ``POST /<name>`` that is not a protocol route, found by
 ``ngym.server.fronts.mcp.harvest_tools``). A session whose row declares its tools
 (``responses_create_params.tools``, as NeMo Gym rows do) sees those, with the row's own descriptions and
-parameter schemas: what the model would have been shown on NeMo Gym's wire.
+parameter schemas: what the model would have been shown on NeMo Gym's wire, each called as NeMo Gym's agent calls
+it, ``POST /<tool>``, even one no route names (a catch-all ``POST /{path}`` route runs it; or it answers 404, which
+a verify that reads only the calls, as xlam_fc's, ignores). A protocol route (``verify``, ...) is never a tool.
 
 Every environment also gets one **final-answer tool**, ``submit_answer(answer)``: the model calls it with its
 final answer (for a math or judge environment: the answer ``/verify`` grades; for a tool environment: its closing
@@ -19,12 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 
 from ngym.server.fronts.mcp import RESERVED_NAMES, harvest_tools
 
-#: a one-segment path with a parameter (``/{path}``), and a name a route may have
-_CATCH_ALL = re.compile(r"/\{[A-Za-z_][A-Za-z0-9_]*(:[a-z]+)?\}")
+#: a name a tool route may have
 _TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,127}")
 SUBMIT_TOOL = "submit_answer"
 SUBMIT_ARGUMENT = "answer"
@@ -51,12 +51,6 @@ class Toolbox:
         #: a Gymnasium-style environment runs its tools inside ``/step``: its routes are not tools, its rows' are
         self.gymnasium = gymnasium
         harvested = {} if gymnasium else harvest_tools(app)
-        #: a parameterised catch-all tool route (``POST /{path}``, as NeMo Gym's math_advanced_calculations routes
-        #: its tools): the tools a row declares reach it by name, though no route names them
-        self.catch_all = not gymnasium and any(
-            isinstance(r, APIRoute) and "POST" in (r.methods or set()) and _CATCH_ALL.fullmatch(r.path)
-            for r in app.router.routes
-        )
         self.routes = {
             tool.name: ToolSpec(tool.name, tool.description, tool.input_schema) for tool in harvested.values()
         }
@@ -77,15 +71,16 @@ class Toolbox:
         declared = _declared(row)
         if declared is None:
             tools = dict(self.routes)
-        elif self.gymnasium or self.catch_all:
-            tools = {name: spec for name, spec in declared.items() if name in self.routes or self._reachable(name)}
         else:
-            tools = {name: spec for name, spec in declared.items() if name in self.routes}
+            # What NeMo Gym's wire hands the model: every tool the row declares, called as its agent calls it
+            # (``POST /<tool>``, whatever that answers: a catch-all route's tool, or a 404 a verify that only
+            # reads the calls ignores); a protocol route never.
+            tools = {name: spec for name, spec in declared.items() if name in self.routes or self._reachable(name)}
         tools[self.submit_name] = self.submit
         return tools
 
     def _reachable(self, name: str) -> bool:
-        """A declared tool a Gymnasium step or the catch-all route runs (never a protocol route)."""
+        """Whether a declared tool may be called (a Gymnasium step runs any; a route must not be a protocol one)."""
         return self.gymnasium or (_TOOL.fullmatch(name) is not None and name not in RESERVED_NAMES)
 
     def listing(self, row: dict[str, Any] | None = None) -> dict[str, Any]:
