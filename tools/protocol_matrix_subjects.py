@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +141,13 @@ def prepare(subject: Subject, work: Path) -> Target:
         folder = nemo_wheel.extract_environment(subject.source, work / "nemo" / subject.name)
         rollouts = read_example_rollouts(folder / "data" / "example_rollouts.jsonl")
         return Target(subject, python, rollouts, _clean_env(), expected=nemo_expected(subject.source, rollouts))
+    if subject.kind == "OpenEnv":  # run by OpenEnv's own cached interpreter (its requirements added there)
+        from tools.protocol_matrix_cells import openenv_python
+
+        subject = replace(subject, options=(*subject.options, f"python={openenv_python()}"))
     venv = layered_venv(work / "venvs" / _key(subject), logs / f"{subject.name}.venv.log")
     python = venv / "bin" / "python"
-    env = _clean_env(NGYM_VERIFIERS_RECORDS=str(venv / "verifiers-records"), NGYM_CACHE_DIR=str(venv / "cache"))
+    env = _clean_env(NGYM_VERIFIERS_RECORDS=str(venv / "verifiers-records"))  # their venvs: ngym's shared cache
     prefix = "openenv:" if subject.kind == "OpenEnv" else "verifiers:"
     marker = venv / ".installed"
     if not marker.is_file():
