@@ -52,25 +52,27 @@ conformance: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not verifiers_versions" tests/conformance tests/unit/test_reward_profile.py tests/unit/test_repeat_metrics.py \
 	  plugins/ngym_openenv/tests/test_commands.py
 
-# RL trainers' own code training on ngym environments (tests/trainers: TRL's GRPOTrainer through ngym.train.trl, served by
-# `ngym run` and by a fleet). The trainers live in their own cached venv (tools/trainer_venv.sh: ~8 min and ~6 GB the
-# first time; NGYM_TRAINER_VENV to put it elsewhere); NeMo Gym's example environment comes from its cached wheel.
+# The trainers and client SDKs below live in one cached Python 3.12 venv (tools/trainer_venv.sh, keyed on
+# tools/trainer-requirements.txt: TRL 1.16.0, verl 0.9.1, skyrl-gym 0.4.0, openreward 0.1.167, torch; ~6 GB and ~8 min
+# the first time, then reused; NGYM_TRAINER_VENV to put it elsewhere). The tests run them there as subprocesses.
+TRAINER_VENV := bash tools/trainer_venv.sh >/dev/null
+
+# RL trainers' own code training on ngym environments (tests/trainers: TRL's GRPOTrainer through ngym.train.trl,
+# served by `ngym run` and by a fleet); NeMo Gym's example environment comes from its cached wheel.
 trainers: install
-	bash tools/trainer_venv.sh
+	$(TRAINER_VENV)
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/trainers
 
-# verl 0.9.1's tool classes and config loader, and skyrl-gym 0.4.0's make/step loop, against environments served by
-# ngym run (docs/training.md). Both live in one cached Python 3.12 venv (tools/verl_venv.sh, ~6 GB, several minutes
-# the first time; keyed on tools/verl-requirements.txt).
+# verl 0.9.1's tool classes, config loader and ToolAgentLoop, and skyrl-gym 0.4.0's make/step loop, against
+# environments served by ngym run (docs/training.md).
 trainers-verl: install
-	bash tools/verl_venv.sh
+	$(TRAINER_VENV)
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/verl tests/unit/test_train_tool_schemas.py
 
 # The Open Reward Standard front (/ors) driven by ORS's own client (openreward 0.1.167) and TRL's OpenRewardSpec
-# against every built-in, rewards compared with NeMo Gym's wire. The client lives in its own cached venv
-# (tools/ors_venv.sh, ~2 min the first time; NGYM_ORS_VENV to put it elsewhere).
+# against every built-in, rewards compared with NeMo Gym's wire.
 ors: install
-	bash tools/ors_venv.sh
+	$(TRAINER_VENV)
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/ors
 
 # The environment × protocol table of docs/training.md: a sample of environments served by `ngym run`, their recorded
@@ -138,6 +140,8 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# mypy --strict over ngym/, plugins/ngym_*/ and resources_servers/ in one run ([tool.mypy] files in pyproject.toml);
+# its cache in .mypy_cache keeps a rerun under a second.
 typecheck: install
 	$(VENV)/bin/mypy
 

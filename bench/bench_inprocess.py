@@ -33,7 +33,7 @@ from uvicorn.server import ServerState
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench.bare_weather_app, when run as a script
 
-from tests.support.memory_transport import MemoryTransport  # noqa: E402
+from ngym.testing.memory_transport import MemoryTransport  # noqa: E402
 
 ROLLOUTS = ROOT / "resources_servers/example_single_tool_call/data/example_rollouts.jsonl"
 WEATHER = "resources_servers.example_single_tool_call.app:WeatherResourcesServer"

@@ -19,9 +19,10 @@ SAFE_PATH_ENV = "PYTHONSAFEPATH"
 _SET_BY_NGYM_ENV = "NGYM_SET_SAFE_PATH"
 
 
-def python_module(module: str, *args: str) -> list[str]:
-    """``[python, -P, -m, module, *args]``: this interpreter running ``module`` without the current folder."""
-    return [sys.executable, "-P", "-m", module, *args]
+def python_module(module: str, *args: str, python: str | None = None) -> list[str]:
+    """``[python, -P, -m, module, *args]``: this interpreter (or ``python``) running ``module`` without the current
+    folder on ``sys.path``."""
+    return [python or sys.executable, "-P", "-m", module, *args]
 
 
 def children_use_safe_path() -> None:

@@ -13,27 +13,24 @@ exits or does not answer in time raises ``EnvironmentStartError`` quoting the en
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import socket
 import subprocess
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ngym import processes
 from ngym.child_python import python_module
-from ngym.errors import NgymError
+from ngym.processes import log_tail as log_tail
+from ngym.processes import stop as stop_process
 
 LOOPBACK = "127.0.0.1"
 
 
-class EnvironmentStartError(NgymError):
+class EnvironmentStartError(processes.StartError):
     """An environment started as a child process exited, or did not answer in time."""
 
 
@@ -46,33 +43,11 @@ def free_port(host: str = LOOPBACK) -> int:
 
 def fetch_health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     """``GET <url>/health`` as JSON, or None when the server does not answer (yet)."""
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout) as response:  # noqa: S310
-            data = json.loads(response.read() or b"{}")
-            return data if isinstance(data, dict) else {}
-    except (OSError, urllib.error.URLError, ValueError):
-        return None
-
-
-def _answers(url: str, timeout: float) -> bool:
-    """Whether ``GET url`` answers 2xx."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310 - our own loopback server
-            return True
-    except (OSError, urllib.error.URLError, ValueError):
-        return False
+    return processes.fetch_json(url.rstrip("/") + "/health", timeout)
 
 
 #: how often a server that is not ready yet is reported on (seconds)
 PROGRESS_EVERY_S = 15.0
-
-
-def log_tail(log: Path | None, lines: int = 8) -> str:
-    """``": a | b | c"``: the last non-blank lines of a server's log (empty when there is none)."""
-    if log is None or not log.is_file():
-        return ""
-    text = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-lines:]
-    return (": " + " | ".join(text)) if text else ""
 
 
 def wait_healthy(
@@ -88,46 +63,11 @@ def wait_healthy(
 ) -> None:
     """Poll ``GET <url><path>`` until it answers 2xx; ``EnvironmentStartError`` with the log's tail if
     ``process`` exits first or ``timeout`` seconds pass. ``progress`` is told every ``every`` seconds how long it
-    has waited, for what, and the log's path and last line."""
-    started = time.monotonic()
-    deadline = started + timeout
-    next_report = started + every
-    while time.monotonic() < deadline:
-        if _answers(url.rstrip("/") + path, timeout=1.0):
-            return
-        if process is not None and process.poll() is not None:
-            raise EnvironmentStartError(f"the environment exited with code {process.returncode}{log_tail(log)}")
-        now = time.monotonic()
-        if progress is not None and now >= next_report:
-            tail = log_tail(log, 1)
-            where = (f"; its log: {log}" if log is not None else "") + (f"; its last line{tail}" if tail else "")
-            progress(f"ngym: … {now - started:.0f} s waiting for the environment to answer {url}{path}{where}")
-            next_report = now + every
-        time.sleep(interval)
-    raise EnvironmentStartError(f"the environment did not answer {url}{path} within {timeout:.0f}s{log_tail(log)}")
-
-
-def _signal(process: subprocess.Popen[Any], sig: int) -> None:
-    """Signal the process's group when it leads one (started with ``start_new_session``), else the process."""
-    try:
-        if os.getpgid(process.pid) == process.pid:
-            os.killpg(process.pid, sig)
-        else:
-            process.send_signal(sig)
-    except ProcessLookupError:
-        pass
-
-
-def stop_process(process: subprocess.Popen[Any], grace: float = 15.0) -> None:
-    """SIGTERM the server (its whole process group when it leads one: uvicorn workers), SIGKILL after ``grace``."""
-    if process.poll() is not None:
-        return
-    _signal(process, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        _signal(process, signal.SIGKILL)
-        process.wait(timeout=grace)
+    has waited, for what, and the log's path and last line (``ngym.processes.wait_healthy``)."""
+    processes.wait_healthy(
+        url.rstrip("/") + path, process, timeout, log, interval=interval, error=EnvironmentStartError,
+        what="the environment", progress=progress, every=every,
+    )  # fmt: skip
 
 
 def start_environment(
@@ -147,13 +87,7 @@ def start_environment(
     command = python_module("ngym.cli", "run", target, "--host", LOOPBACK, "--port", str(port))
     command += ["--workers", str(workers), *overrides]
     environ = {**os.environ, **env} if env is not None else None
-    if log is None:
-        return subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=environ, start_new_session=True
-        )
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=environ, start_new_session=True)
+    return processes.spawn(command, log, env=environ, append=False)
 
 
 @contextmanager
@@ -183,3 +117,17 @@ def serve_environment(
             yield url
         finally:
             stop_process(process)
+
+
+__all__ = [
+    "LOOPBACK",
+    "PROGRESS_EVERY_S",
+    "EnvironmentStartError",
+    "fetch_health",
+    "free_port",
+    "log_tail",
+    "serve_environment",
+    "start_environment",
+    "stop_process",
+    "wait_healthy",
+]

@@ -1,6 +1,8 @@
 """A server as a child process: start it, wait until it answers, stop it and every process it started, read
-the end of its log. The fleet's engines
-(``ngym.fleet``) start their servers through these.
+the end of its log. Every process ngym starts and supervises goes through these: the fleet's engines
+(``ngym.fleet``), ``ngym rollout``/``profile``'s environment (``ngym.child_server``), the session-affine workers
+and their HAProxy (``ngym.server.hosting.affinity``); ``ngym containerize --run`` waits for its container with
+:func:`poll`.
 
 Each server starts in a session of its own (its pid is its process group), so stopping it reaches its uvicorn
 workers and sandboxes too, and it outlives a parent that exits (a fleet outlives its ``ngym up``). A process is
@@ -19,9 +21,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from ngym.errors import NgymError
+
+T = TypeVar("T")
+
+#: ``spawn(..., log=INHERIT)``: the child writes to this process's stdout and stderr.
+INHERIT: Literal["inherit"] = "inherit"
 
 
 class StartError(NgymError):
@@ -30,7 +37,7 @@ class StartError(NgymError):
 
 def spawn(
     command: Sequence[str],
-    log: Path | None,
+    log: Path | Literal["inherit"] | None,
     *,
     cwd: Path | str | None = None,
     env: Mapping[str, str] | None = None,
@@ -39,17 +46,20 @@ def spawn(
     preexec_fn: Callable[[], Any] | None = None,
     append: bool = True,
 ) -> subprocess.Popen[bytes]:
-    """Start ``command`` with its output in ``log`` (appended; discarded without one), no stdin, in a session of
-    its own unless ``new_session`` is False; ``env`` replaces the environment when given."""
-    if log is None:
+    """Start ``command`` with its output in ``log`` (appended, or written afresh unless ``append``; discarded
+    without one; this process's own with ``INHERIT``), no stdin, in a session of its own unless ``new_session`` is
+    False; ``env`` replaces the environment when given."""
+    if log is None or log == INHERIT:
+        quiet = log is None
         return subprocess.Popen(
-            list(command), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-            env=env, pass_fds=tuple(pass_fds), start_new_session=new_session, preexec_fn=preexec_fn,
+            list(command), stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.STDOUT if quiet else None,
+            stdin=subprocess.DEVNULL, cwd=cwd, env=env, pass_fds=tuple(pass_fds), start_new_session=new_session,
+            preexec_fn=preexec_fn,
         )  # fmt: skip
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab" if append else "wb") as out:
+    with log.open("ab" if append else "wb") as written:
         return subprocess.Popen(
-            list(command), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, env=env,
+            list(command), stdout=written, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, env=env,
             pass_fds=tuple(pass_fds), start_new_session=new_session, preexec_fn=preexec_fn,
         )  # fmt: skip
 
@@ -91,21 +101,40 @@ def stop_group(pid: int, started: str = "", timeout: float = 10.0) -> bool:
 
 def stop(process: subprocess.Popen[Any], grace: float = 15.0) -> None:
     """Stop a child started by :func:`spawn` (its whole group when it leads one), SIGKILL after ``grace``."""
-    if process.poll() is not None:
-        return
-    _signal(process, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        _signal(process, signal.SIGKILL)
-        process.wait(timeout=grace)
+    stop_all([process], grace)
+
+
+def terminate(processes: Sequence[subprocess.Popen[Any]]) -> None:
+    """SIGTERM each child still running (its whole group when it leads one), without waiting: for a signal
+    handler, whose caller waits."""
+    for process in processes:
+        if process.poll() is None:
+            _signal(process, signal.SIGTERM)
+
+
+def stop_all(processes: Sequence[subprocess.Popen[Any]], grace: float = 15.0) -> None:
+    """Stop several children at once: SIGTERM to each (its whole group when it leads one), then SIGKILL to those
+    still running ``grace`` seconds later (one deadline for all), and wait for each."""
+    running = [process for process in processes if process.poll() is None]
+    terminate(running)
+    deadline = time.monotonic() + grace
+    for process in running:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal(process, signal.SIGKILL)
+            process.wait(timeout=grace)
+
+
+#: Probes go straight to ngym's own servers: never through a proxy ``http_proxy`` names.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def probe(url: str, timeout: float = 2.0) -> tuple[int | None, dict[str, Any] | None]:
     """``GET url``: (its HTTP status, or None when nothing answers; its body as a JSON object, ``{}`` for another
     JSON value, None when it is not JSON or the answer is not 2xx)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - our own servers
+        with _DIRECT.open(url, timeout=timeout) as response:
             status, raw = int(response.status), response.read()
     except urllib.error.HTTPError as exc:
         return int(exc.code), None
@@ -129,6 +158,32 @@ def fetch_json(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     return body if status is not None and 200 <= status < 300 else None
 
 
+def poll(
+    check: Callable[[], T | None],
+    timeout: float,
+    *,
+    interval: float = 0.05,
+    progress: Callable[[float], None] | None = None,
+    every: float = 15.0,
+    abandon: Callable[[], bool] | None = None,
+) -> T | None:
+    """Call ``check()`` every ``interval`` seconds until it returns something other than None (returned), or
+    ``timeout`` seconds pass or ``abandon()`` turns true (None). ``check`` raises to give up at once (the process
+    it waits for exited). ``progress(seconds waited)`` is called every ``every`` seconds while it waits."""
+    started = time.monotonic()
+    deadline, next_report = started + timeout, started + every
+    while time.monotonic() < deadline and not (abandon is not None and abandon()):
+        found = check()
+        if found is not None:
+            return found
+        now = time.monotonic()
+        if progress is not None and now >= next_report:
+            progress(now - started)
+            next_report = now + every
+        time.sleep(interval)
+    return None
+
+
 def wait_healthy(
     url: str,
     process: subprocess.Popen[Any] | None,
@@ -138,17 +193,35 @@ def wait_healthy(
     interval: float = 0.05,
     error: type[NgymError] = StartError,
     what: str = "the server",
-) -> None:
-    """Poll ``GET url`` until it answers 2xx; ``error`` with the log's tail if ``process`` exits first or
-    ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    progress: Callable[[str], None] | None = None,
+    every: float = 15.0,
+    abandon: Callable[[], bool] | None = None,
+) -> bool:
+    """Poll ``GET url`` until it answers 2xx (True); ``error`` with the log's tail if ``process`` exits first or
+    ``timeout`` seconds pass. ``progress`` is told every ``every`` seconds how long it has waited, for what, and
+    the log's path and last line. False when ``abandon()`` turned true first (a supervisor asked to stop)."""
+
+    def answered() -> bool | None:
         status = status_of(url, timeout=1.0)
         if status is not None and status < 300:
-            return
+            return True
         if process is not None and process.poll() is not None:
             raise error(f"{what} exited with code {process.returncode}{log_tail(log)}")
-        time.sleep(interval)
+        return None
+
+    def report(waited: float) -> None:
+        assert progress is not None
+        tail = log_tail(log, 1)
+        where = (f"; its log: {log}" if log is not None else "") + (f"; its last line{tail}" if tail else "")
+        progress(f"ngym: … {waited:.0f} s waiting for {what} to answer {url}{where}")
+
+    found = poll(
+        answered, timeout, interval=interval, progress=report if progress else None, every=every, abandon=abandon
+    )
+    if found:
+        return True
+    if abandon is not None and abandon():
+        return False
     raise error(f"{what} did not answer {url} within {timeout:.0f}s{log_tail(log)}")
 
 

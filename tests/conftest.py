@@ -59,6 +59,28 @@ def nemo_python() -> Path:
     return Path(made.stdout.strip().splitlines()[-1]) / "bin" / "python"
 
 
+TRAINER_VENV_SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "trainer_venv.sh"
+
+
+@pytest.fixture(scope="session")
+def trainer_python() -> Path:
+    """The python of the one trainer venv (``tools/trainer_venv.sh``: TRL, verl, skyrl-gym and the openreward SDK),
+    for the tests that drive ngym with a trainer's or an SDK's own code (``make trainers``, ``trainers-verl``, ``ors``).
+
+    Outside CI a venv not yet made skips the test (it takes ~8 min and ~6 GB); under CI=true it is made, and a
+    failure to make it fails the test.
+    """
+    in_ci = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+    if not in_ci:
+        ready = subprocess.run(["bash", str(TRAINER_VENV_SCRIPT), "--check"], capture_output=True, timeout=120)
+        if ready.returncode != 0:
+            pytest.skip("no trainer venv yet (make it with tools/trainer_venv.sh, ~8 min)")
+    made = subprocess.run(["bash", str(TRAINER_VENV_SCRIPT)], capture_output=True, text=True, timeout=3600)
+    if made.returncode != 0:
+        pytest.fail(f"tools/trainer_venv.sh failed: {made.stderr.strip()[-2000:]}")
+    return Path(made.stdout.strip().splitlines()[-1]) / "bin" / "python"
+
+
 def _imports_nemo(python: Path) -> bool:
     return subprocess.run([str(python), "-c", "import nemo_gym"], capture_output=True).returncode == 0
 

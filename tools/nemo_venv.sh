@@ -23,9 +23,17 @@ if [ -z "$PYTHON" ]; then
   exit 1
 fi
 
+mkdir -p "$(dirname "$VENV")"
+# One maker at a time (.ci/run makes it in the background while the suite runs; a test may ask for it meanwhile):
+# the second waits, then finds it made.
+exec 9>"$VENV.lock"
+flock 9
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import nemo_gym, mcp" >/dev/null 2>&1; then
+  echo "$VENV"
+  exit 0
+fi
 echo "nemo_venv: making $VENV with $PYTHON and nemo-gym==$NEMO_VERSION (about 80 s)" >&2
 rm -rf "$VENV"
-mkdir -p "$(dirname "$VENV")"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
 # --ignore-requires-python: 0.7.0's metadata names a narrower range than the code needs.

@@ -30,10 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from ngym.testing.scripted_model import ScriptedModel
 
-from tests.conformance.scripted_model import ScriptedModel  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DRIVER = ROOT / "tests" / "conformance" / "verifiers_driver.py"
 WORKER_DIR = ROOT / "plugins" / "ngym_verifiers" / "ngym_verifiers"

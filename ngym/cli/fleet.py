@@ -14,7 +14,7 @@ import click
 from ngym.cli.progress import Ticker
 from ngym.errors import ConfigError
 from ngym.fleet.bringup import FleetAlreadyUp, Reporter
-from ngym.fleet.engines import Engine
+from ngym.fleet.engines import Engine, HandOff, running_engine
 from ngym.fleet.engines import engine as fleet_engine
 from ngym.fleet.lock import stop_running_up, up_lock
 from ngym.fleet.spec import FleetSpec, load_fleet
@@ -24,9 +24,7 @@ FLEET_FILE = click.argument("fleet_file", type=click.Path(path_type=Path, dir_ok
 
 
 def _state(spec: FleetSpec) -> FleetState:
-    if spec.engine == "kubernetes":
-        where = spec.state_dir() / "k8s"
-        raise ConfigError(f"fleet {spec.name!r} runs in your Kubernetes cluster: use kubectl (its manifests: {where})")
+    running_engine(spec)  # a fleet another system runs: says which
     state = FleetState.load(spec.state_dir())
     if state is None:
         raise ConfigError(f"fleet {spec.name!r} is not up (no state in {spec.state_dir()}); `ngym up` it first")
@@ -71,19 +69,12 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
     come up (exit code 1 if any failed). `ngym down` stops them all.
     """
     spec = load_fleet(fleet_file)
-    if spec.engine == "kubernetes":
-        from ngym.fleet.kubernetes import write_fleet
-
-        directory = spec.state_dir() / "k8s"
-        written = write_fleet(spec, directory)
-        click.echo(f"ngym up: fleet {spec.name!r}: wrote {len(written)} Kubernetes manifest file(s) to {directory}")
-        click.echo(
-            f"  apply them with: kubectl apply -R -f {directory}   (and create each environment's Secret, "
-            "as its deployment.yaml says)"
-        )
+    engine = fleet_engine(spec.engine)
+    if isinstance(engine, HandOff):  # another system runs it: ngym writes what it needs
+        for line in engine.hand_off(spec):
+            click.echo(line)
         return
     with up_lock(spec.state_dir(), spec.name), _signals_interrupt():
-        engine = fleet_engine(spec.engine)
         reporter = Reporter(lambda line: click.echo(f"  {line}", err=True))
         click.echo(
             f"ngym up: fleet {spec.name!r} ({spec.engine}): {len(spec.environments)} environment(s), "
@@ -158,8 +149,7 @@ def status(fleet_file: Path, interval: float, as_json: bool) -> None:
 def down(fleet_file: Path) -> None:
     """Stop every process (or container) `ngym up` started for FLEET_FILE; nothing of it is left running."""
     spec = load_fleet(fleet_file)
-    if spec.engine == "kubernetes":
-        _state(spec)  # says to use kubectl
+    running_engine(spec)  # a fleet another system runs: says which
     interrupted = stop_running_up(spec.state_dir())  # a running `up` stops what it started first
     state = FleetState.load(spec.state_dir())
     if state is None:
@@ -168,7 +158,7 @@ def down(fleet_file: Path) -> None:
         else:
             click.echo(f"ngym down: fleet {spec.name!r}: stopped the `ngym up` in progress (pid {interrupted})")
         return
-    engine = fleet_engine(state.engine)
+    engine = running_engine(spec.model_copy(update={"engine": state.engine}))
     with Ticker("ngym down"):
         stopped = engine.down(state)
     (spec.state_dir() / "state.json").unlink(missing_ok=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ngym import processes
 from ngym.containerize.errors import ContainerRunError
 from ngym.containerize.spec import CONTAINER_PORT, PluginSource, RunOptions
 from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_example_rollouts, recorded_tool_calls
@@ -199,15 +199,15 @@ def published_url(container: Container) -> str:
 
 def wait_healthy(container: Container, timeout: float = 90.0, log: Log = lambda line: None) -> str:
     """Poll Docker's health status until ``healthy``; raise with the container's log if it exits or fails."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
+    last: list[str | None] = [None]
+
+    def healthy() -> str | None:
         container.reload()
         state = container.attrs["State"]
         health = (state.get("Health") or {}).get("Status")
-        if health != last:
+        if health != last[0]:
             log(f"container {container.name}: {state['Status']}, health {health}")
-            last = health
+            last[0] = health
         if health == "healthy":
             return "healthy"
         if state["Status"] in ("exited", "dead") or health == "unhealthy":
@@ -215,10 +215,14 @@ def wait_healthy(container: Container, timeout: float = 90.0, log: Log = lambda 
                 f"container {container.name} is {health or state['Status']} (exit code {state.get('ExitCode')})\n"
                 + _logs_tail(container)
             )
-        time.sleep(0.5)
-    raise ContainerRunError(
-        f"container {container.name} not healthy after {timeout:.0f}s (health {last})\n" + _logs_tail(container)
-    )
+        return None
+
+    found = processes.poll(healthy, timeout, interval=0.5)
+    if found is None:
+        raise ContainerRunError(
+            f"container {container.name} not healthy after {timeout:.0f}s (health {last[0]})\n" + _logs_tail(container)
+        )
+    return found
 
 
 def remove_container(container: Container) -> None:

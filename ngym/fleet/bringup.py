@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+from ngym.child_python import python_module
 from ngym.child_server import free_port
 from ngym.errors import NgymError
 from ngym.fleet.global_config import build_global_config, dump
@@ -117,15 +117,13 @@ def finish(
     text = dump(config)
     write_private(state_dir / "global_config.yaml", text)  # every server's keys: the head server serves it redacted
     if head is None:
-        head_cmd = [
-            sys.executable,
-            "-m",
+        head_cmd = python_module(
             "ngym.fleet.head",
             str(state_dir / "global_config.yaml"),
             str(state_dir / "server_instances.json"),
             head_host,
             str(head_port),
-        ]
+        )
         with recorded(state, state_dir):
             state.head.process = spawn_server(head_cmd, logs / "head_server.log", cwd=spec.base_dir)
     else:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ngym.child_python import python_module
 from ngym.child_server import free_port
 from ngym.errors import NgymError
 from ngym.fleet.bringup import Reporter, answers, finish, new_state, stop_processes
@@ -178,7 +179,9 @@ def _containerize_in_venv(
     """``ngym containerize`` run by the environment's own venv, where it is installed (a ``nemo-gym:NAME``
     entry exists only there): the image installs from the wheelhouse built from that venv's packages, so
     containers need no package index. Its lines go to ``log``; the latest one is the progress line."""
-    cmd = [str(python), "-m", "ngym.cli", "containerize", target, "--tag", tag, "--base-image", base_image]
+    cmd = python_module(
+        "ngym.cli", "containerize", target, "--tag", tag, "--base-image", base_image, python=str(python)
+    )
     cmd += ["--compose", "--replicas", str(replicas), "--deploy-dir", str(directory)]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:

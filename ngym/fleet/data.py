@@ -32,7 +32,9 @@ def environment_folder(fleet: str, name: str) -> Path | None:
         return None
     python = record.python or sys.executable
     try:
-        done = subprocess.run([python, "-c", _FOLDER_OF, record.target], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [python, "-P", "-c", _FOLDER_OF, record.target], capture_output=True, text=True, timeout=120
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     folder = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from ngym.child_python import python_module
 from ngym.errors import ConfigError
 from ngym.fleet.spec import NEMO_PREFIX, requirements_key
 
@@ -82,7 +83,7 @@ def _make_venv(venv: Path, lines: list[str], log: Path, say: Callable[[str], Non
         if pip_lines:
             _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *pip_lines], out, log)
         for nemo in (ln for ln in lines if ln.startswith(NEMO_PREFIX)):
-            _run([str(python), "-m", "ngym.cli", "install", *nemo.split()], out, log)
+            _run(python_module("ngym.cli", "install", *nemo.split(), python=str(python)), out, log)
     (venv / _READY).write_text("\n".join(lines) + "\n")
     return venv_python(venv)
 

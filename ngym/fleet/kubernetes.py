@@ -100,6 +100,28 @@ def head_documents(name: str, config_yaml: str, image: str) -> list[dict[str, An
     ]
 
 
+def manifests_dir(spec: FleetSpec) -> Path:
+    """Where ``ngym up`` writes the fleet's manifests: ``<state dir>/k8s``."""
+    return spec.state_dir() / "k8s"
+
+
+def hand_off(spec: FleetSpec) -> list[str]:
+    """``ngym up`` of a Kubernetes fleet (the engine's contract, ``ngym.fleet.engines``): write its manifests; the
+    lines saying where and how to apply them."""
+    directory = manifests_dir(spec)
+    written = write_fleet(spec, directory)
+    return [
+        f"ngym up: fleet {spec.name!r}: wrote {len(written)} Kubernetes manifest file(s) to {directory}",
+        f"  apply them with: kubectl apply -R -f {directory}   (and create each environment's Secret, "
+        "as its deployment.yaml says)",
+    ]
+
+
+def runner(spec: FleetSpec) -> str:
+    """Who runs a Kubernetes fleet (what ``ngym status`` and ``ngym down`` answer)."""
+    return f"your Kubernetes cluster: use kubectl (its manifests: {manifests_dir(spec)})"
+
+
 def write_fleet(spec: FleetSpec, directory: Path) -> list[Path]:
     """Render the fleet's manifests for the installed environments and write them under ``directory``."""
     from ngym.containerize.manifests import env_needs_affinity

@@ -22,13 +22,14 @@ def environment_target(spec: FleetSpec, env: EnvironmentSpec, name: str = "") ->
 def environment_command(
     spec: FleetSpec, env: EnvironmentSpec, host: str, port: int, python: str | None = None, name: str = ""
 ) -> list[str]:
-    """``python -m ngym.cli run TARGET --host H --port P [--workers N] [k=v ...]``: one unit, one URL."""
+    """``python -P -m ngym.cli run TARGET --host H --port P [--workers N] [k=v ...]``: one unit, one URL."""
     return [python or sys.executable, *environment_args(spec, env, name), "--host", host, "--port", str(port)]
 
 
 def environment_args(spec: FleetSpec, env: EnvironmentSpec, name: str = "") -> list[str]:
-    """The interpreter's arguments of an environment's unit, without where it listens (``--host``/``--port``)."""
-    args = ["-m", "ngym.cli", "run", environment_target(spec, env, name)]
+    """The interpreter's arguments of an environment's unit, without where it listens (``--host``/``--port``); ``-P``:
+    nothing imported from the folder it starts in (``ngym.child_python``)."""
+    args = ["-P", "-m", "ngym.cli", "run", environment_target(spec, env, name)]
     if env.workers > 1:
         args += ["--workers", str(env.workers)]
     return args + [f"{key}={_override_value(value)}" for key, value in env.config.items() if not is_secret_key(key)]

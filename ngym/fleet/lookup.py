@@ -49,6 +49,7 @@ def local_state(fleet: str) -> FleetState | None:
     if fleet.startswith(("http://", "https://")):
         return None
     # imported here: reading a fleet file pulls in the spec's models, which a URL never needs
+    from ngym.fleet.engines import HandOff, engine
     from ngym.fleet.spec import load_fleet
     from ngym.fleet.state import FleetState
 
@@ -57,9 +58,10 @@ def local_state(fleet: str) -> FleetState | None:
         state_dir, what = path, f"state dir {path}"
     elif path.is_file():
         spec = load_fleet(path)
-        if spec.engine == "kubernetes":
+        runs = engine(spec.engine)
+        if isinstance(runs, HandOff):  # another system runs it: no state here
             raise FleetLookupError(
-                f"--fleet {fleet}: fleet {spec.name!r} runs in your Kubernetes cluster; "
+                f"--fleet {fleet}: fleet {spec.name!r} runs in {runs.runner(spec)}; "
                 "give its head server's URL instead (--fleet http://HOST:PORT)"
             )
         state_dir, what = spec.state_dir(), f"fleet {spec.name!r}"

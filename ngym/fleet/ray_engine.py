@@ -42,7 +42,7 @@ from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.launch import environment_args, environment_env
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec
 from ngym.fleet.state import FleetState, ReplicaRecord, ServerRecord
-from ngym.processes import spawn
+from ngym.processes import spawn, stop
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV
 
@@ -110,13 +110,8 @@ class EnvironmentHost:
         return f"exited ({self.process.returncode}): {errors[-1][:300]} (log on its node: {self.log})"
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
+        if self.process is not None:
+            stop(self.process, grace=10)  # its whole process group: the unit leads one
 
 
 def actor_name(fleet: str, env: str, replica: int | None = None) -> str:

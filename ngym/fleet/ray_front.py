@@ -25,12 +25,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from ngym.child_python import python_module
 from ngym.fleet.state import write_private
-from ngym.processes import spawn
+from ngym.processes import spawn, stop_all
 from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
 
 __all__ = ["FRONT", "FleetFront", "HEAD_NODE_RESOURCE"]
@@ -116,15 +116,13 @@ class FleetFront:
         sock.close()  # uvicorn binds its own (a listening socket was never made of it: no TIME_WAIT to wait out)
         self._spawn(
             "(head)",
-            [
-                sys.executable,
-                "-m",
+            python_module(
                 "ngym.fleet.head",
                 str(self.dir / "global_config.yaml"),
                 str(self.dir / "server_instances.json"),
                 str(host),
                 str(port),
-            ],
+            ),
         )
 
     def publish(self, instances_json: str) -> None:
@@ -144,14 +142,7 @@ class FleetFront:
 
     def stop(self) -> None:
         """Stop every front process (SIGTERM, then SIGKILL after 10 s) and remove the folder."""
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(list(self.processes.values()), grace=10)
         for sock in self.sockets.values():
             sock.close()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -10,14 +10,24 @@ implement the ``ngym_register_install_sources`` hook; ngym itself names no ecosy
 
     @hookimpl
     def ngym_register_install_sources(register: InstallSources) -> None:
-        register.add(InstallSource(prefix="mycatalogue", install=_install, available=_available))
+        register.add(
+            InstallSource.lazy(
+                "mycatalogue",
+                "my_plugin.install:install_one",  # install_one(source, *, as_name, domain, options, verbose, echo)
+                available="my_plugin.catalog:available",
+                description="my catalogue's environments",
+            )
+        )
 
-Keep the hook module light (import the heavy parts inside the functions): every ``ngym install`` loads it.
+Keep the hook module light: every ``ngym install`` loads it. ``InstallSource.lazy`` names the functions as
+``"module:name"`` (imported on their first call) and refuses the install flags a source does not read in one line;
+an ``InstallSource`` built by hand takes the functions themselves (import the heavy parts inside them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import importlib
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -75,6 +85,83 @@ class InstallSource:
     claims: Callable[[str], bool] | None = None
     description: str = ""
     options: str = ""
+
+    @classmethod
+    def lazy(
+        cls,
+        prefix: str,
+        install: str | Callable[..., Any],
+        *,
+        available: str | Callable[[], list[dict[str, Any]]] | None = None,
+        uninstall: str | UninstallFunction | None = None,
+        claims: str | Callable[[str], bool] | None = None,
+        description: str = "",
+        options: str = "",
+        reads: Collection[str] = ("domain", "options"),
+    ) -> InstallSource:
+        """An install source whose functions are named ``"module:name"`` (imported on their first call, so the
+        hook module stays light) or given as they are.
+
+        ``install`` is called as ``install(source, *, as_name, verbose, echo, **flags)``, ``flags`` being those of
+        ``domain``, ``options`` and ``replace`` that ``reads`` names. A flag the user gave that the source does not
+        read is refused in one line before anything runs (``--replace does not apply to openenv: environments``).
+        """
+        unknown = set(reads) - set(_FLAGS)
+        if unknown:
+            raise PluginError(f"install source {prefix!r}: reads {sorted(unknown)}; the flags are {list(_FLAGS)}")
+        run = _lazy(install)
+
+        def install_one(
+            source: str,
+            *,
+            as_name: str | None,
+            domain: str | None,
+            options: dict[str, str],
+            replace: bool,
+            verbose: bool,
+            echo: Echo,
+        ) -> Any:
+            given = {"domain": domain, "options": options, "replace": replace}
+            refused = [_FLAGS[flag] for flag in _FLAGS if given[flag] and flag not in reads]
+            if refused:
+                verb = "does" if len(refused) == 1 else "do"
+                tail = "; uninstall the other environment first" if given["replace"] and "replace" not in reads else ""
+                raise NgymError(f"{' and '.join(refused)} {verb} not apply to {prefix}: environments{tail}")
+            flags = {flag: given[flag] for flag in _FLAGS if flag in reads}
+            return run(source, as_name=as_name, verbose=verbose, echo=echo, **flags)
+
+        return cls(
+            prefix=prefix,
+            install=install_one,
+            available=_lazy(available) if available is not None else None,
+            uninstall=_lazy(uninstall) if uninstall is not None else None,
+            claims=_lazy(claims) if claims is not None else None,
+            description=description,
+            options=options,
+        )
+
+
+#: The install flags a source may read (``InstallSource.lazy``'s ``reads``), each as the user writes it.
+_FLAGS = {"domain": "--domain", "options": "--option", "replace": "--replace"}
+
+
+def _lazy(function: str | Callable[..., Any]) -> Any:
+    """``function`` itself, or for ``"module:name"`` a function that imports ``module`` on its first call and
+    calls its ``name``."""
+    if not isinstance(function, str):
+        return function
+    module_name, colon, name = function.partition(":")
+    if not (colon and module_name and name):
+        raise PluginError(f"{function!r}: name a function as 'module:name'")
+    found: list[Callable[..., Any]] = []
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not found:
+            found.append(getattr(importlib.import_module(module_name), name))
+        return found[0](*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = name
+    return call
 
 
 class InstallSources:

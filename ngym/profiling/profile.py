@@ -11,6 +11,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ngym.errors import ConfigError
 from ngym.profiling.report import ProfileResult
@@ -62,6 +63,12 @@ def parse_duration(text: str) -> float:
     return int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0)
 
 
+def live_sessions(health: dict[str, Any] | None) -> int | None:
+    """``/health``'s ``live_sessions`` (None when the server does not say)."""
+    value = (health or {}).get("live_sessions")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def profile(
     options: ProfileOptions, progress: Callable[[str], None] | None = None
 ) -> tuple[ProfileResult | None, SweepResult | None]:
@@ -99,7 +106,8 @@ def profile(
         def run_once(users: int, report_dir: Path | None, prefix: str) -> ProfileResult:
             spawn_rate = options.spawn_rate or float(users)
             say(f"ngym profile: {users} users (spawn rate {spawn_rate:g}/s) for {options.duration_s:g}s → {url}")
-            return runner.run_load(
+            before = live_sessions(fetch_health(url, timeout=10.0))
+            result = runner.run_load(
                 host=url,
                 rows=rows,
                 scenario=scenario,
@@ -113,6 +121,10 @@ def profile(
                 progress=progress,
                 reward_range=reward_range,
             )
+            after = live_sessions(fetch_health(url, timeout=10.0))
+            if before is not None and after is not None:
+                result.sessions_left_live = after - before
+            return result
 
         if not options.sweep:
             return run_once(options.users, options.report_dir, "profile"), None

@@ -90,6 +90,9 @@ class ProfileResult:
     #: row index (as text) → [recorded reward, the server's reward] of each row whose reward differed
     mismatched_rows: dict[str, list[float]] = field(default_factory=dict)
     reports: dict[str, str] = field(default_factory=dict)
+    #: live sessions on the server after the run less before it (``/health``; None when not known). Up to one per
+    #: user is a rollout cut off by the stop; more is sessions the finished rollouts left open: a leak.
+    sessions_left_live: int | None = None
 
     @property
     def rollouts_per_s(self) -> float:
@@ -106,8 +109,13 @@ class ProfileResult:
         return self.rollouts_failed / attempted if attempted else 1.0
 
     @property
+    def leaked_sessions(self) -> int:
+        """Sessions left live beyond the one per user a stop may cut off (0: none leaked, or not known)."""
+        return max(0, (self.sessions_left_live or 0) - self.users)
+
+    @property
     def passed(self) -> bool:
-        return self.rollouts_finished > 0 and self.failure_ratio <= self.max_fail_ratio
+        return self.rollouts_finished > 0 and self.failure_ratio <= self.max_fail_ratio and not self.leaked_sessions
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -117,6 +125,7 @@ class ProfileResult:
         data.update(
             rollouts_per_s=round(self.rollouts_per_s, 3),
             failure_ratio=round(self.failure_ratio, 6),
+            leaked_sessions=self.leaked_sessions,
             passed=self.passed,
         )
         return data
@@ -135,6 +144,8 @@ def failure_message(result: ProfileResult) -> str:
     """One line naming why the run failed the gate (for the CLI's error line)."""
     if result.rollouts_attempted == 0:
         return f"no rollout finished against {result.target} in {result.duration_s:.1f}s"
+    if result.leaked_sessions and result.failure_ratio <= result.max_fail_ratio:
+        return leak_line(result)
     head = (
         f"failure ratio {result.failure_ratio:.1%} > --max-fail-ratio {result.max_fail_ratio:.1%}: "
         f"{result.rollouts_failed} of {result.rollouts_attempted} rollouts failed"
@@ -151,6 +162,14 @@ def check(result: ProfileResult) -> None:
     """Raise ``ProfileFailed`` (exit code 1) naming the failure when the run did not pass the gate."""
     if not result.passed:
         raise ProfileFailed(failure_message(result))
+
+
+def leak_line(result: ProfileResult) -> str:
+    return (
+        f"{result.sessions_left_live} sessions left live on the server after {result.rollouts_attempted} rollouts "
+        f"by {result.users} users: finished rollouts do not end their sessions (each stays until the idle TTL, "
+        "and a server that reaches max_sessions refuses new ones)"
+    )
 
 
 def _ms(value: float) -> str:
@@ -175,6 +194,15 @@ def render_summary(result: ProfileResult) -> str:
         )
     if result.reward_mismatches:
         lines.extend(stale_recording_lines(result))
+    if result.sessions_left_live is not None:
+        lines.append(
+            f"  sessions   {result.sessions_left_live} left live after the run"
+            + (
+                f": {leak_line(result)}"
+                if result.leaked_sessions
+                else f" (≤ {result.users}: rollouts cut off by the stop)"
+            )
+        )
     width = max([len(e.label) for e in result.endpoints] + [len("Aggregated"), 8])
     lines.append("")
     header = f"{'requests':>8}  {'fails':>6}  {'req/s':>8}  {'p50':>6}  {'p95':>6}  {'p99':>6}  (ms)"

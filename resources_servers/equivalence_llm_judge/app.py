@@ -32,6 +32,7 @@ from ngym import (
     SimpleResourcesServer,
 )
 from ngym.errors import ConfigError
+from ngym.server.protocol import InputMessage
 
 HERE = Path(__file__).resolve().parent
 _RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
@@ -108,7 +109,7 @@ class EquivalenceLLMJudgeConfig(BaseResourcesServerConfig):
 
     @field_validator("response_extract_regex")
     @classmethod
-    def _compiles(cls, value: str | None) -> str | None:
+    def _extract_regex_compiles(cls, value: str | None) -> str | None:
         if value is not None:
             try:
                 re.compile(value)
@@ -245,9 +246,12 @@ class EquivalenceLLMJudgeServer(SimpleResourcesServer):
             if response.status_code >= 400:
                 raise JudgeError(f"judge at {url} answered HTTP {response.status_code}: {response.text[:200]}")
             try:
-                return response.json()
+                answer = response.json()
             except ValueError:
                 raise JudgeError(f"judge at {url} answered something that is not JSON: {response.text[:200]}") from None
+            if not isinstance(answer, dict):
+                raise JudgeError(f"judge at {url} answered JSON that is not an object: {response.text[:200]}")
+            return answer
         raise JudgeError(f"{problem} (after {attempts} attempt{'s' if attempts > 1 else ''})")
 
 
@@ -256,7 +260,7 @@ def _last_user_text(body: JudgeVerifyRequest) -> str:
     if isinstance(items, str):
         return items
     for item in reversed(items):
-        if getattr(item, "role", None) == "user":
+        if isinstance(item, InputMessage) and item.role == "user":
             content = item.content
             return (
                 content

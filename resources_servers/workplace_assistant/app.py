@@ -171,7 +171,7 @@ class WorkplaceAssistantResourcesServer(SimpleResourcesServer):
                 )
             return ToolOutput(output=self.run_tool(workspace, spec.name, body.model_dump(exclude_unset=True)))
 
-        route.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        route.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # read by inspect; undeclared on functions
             [
                 inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request),
                 inspect.Parameter("body", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=model),

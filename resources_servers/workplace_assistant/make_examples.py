@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from .app import WorkplaceAssistantConfig, WorkplaceAssistantResourcesServer
 from .importer import iter_rows
@@ -16,13 +17,13 @@ from .workspace import SAMPLE_DIR, WorkBenchData
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def build() -> tuple[list[dict], list[dict]]:
+def build() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     server = WorkplaceAssistantResourcesServer(config=WorkplaceAssistantConfig(name="workplace_assistant"))
     data = WorkBenchData.sample()
     rows, rollouts = [], []
     for i, row in enumerate(iter_rows(SAMPLE_DIR)):
         workspace = data.new_workspace()
-        output: list[dict] = []
+        output: list[dict[str, Any]] = []
         for j, call in enumerate(row["ground_truth"]):
             result = server.run_tool(workspace, call["name"], json.loads(call["arguments"]))
             cid = f"call_{i}_{j}"

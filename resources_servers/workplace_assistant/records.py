@@ -160,7 +160,9 @@ def contains_mask(table: Table, positions: list[int], column: str, pattern: Any,
     return out
 
 
-def compare_mask(table: Table, positions: list[int], column: str, op: Callable[[Any, Any], bool], other: Any) -> list:
+def compare_mask(
+    table: Table, positions: list[int], column: str, op: Callable[[Any, Any], bool], other: Any
+) -> list[int]:
     """Rows where ``op(cell, other)`` on an object column (missing cells compare False)."""
     ci = table.col(column)
     return [p for p in positions if not is_missing(table.rows[p][ci]) and op(table.rows[p][ci], other)]

@@ -134,7 +134,7 @@ ID_ARGUMENTS = frozenset({"email_id", "event_id", "task_id", "customer_id"})
 def write_done(dotted: str, result: Any) -> bool:
     """Whether a write tool's ``result`` says it did its job (rather than refusing with a message)."""
     if dotted in WRITE_DONE:
-        return result == WRITE_DONE[dotted]
+        return bool(result == WRITE_DONE[dotted])
     if dotted == "analytics.create_plot":
         return isinstance(result, str) and result.startswith("plots/")
     return isinstance(result, str) and result.isdigit()  # create_event, create_task, add_customer: the new id

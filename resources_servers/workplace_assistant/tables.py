@@ -13,7 +13,10 @@ import csv
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
+
+#: One row of a table: its cells in column order (strings as read, NaN where missing, whatever a tool wrote).
+Row: TypeAlias = tuple[Any, ...]
 
 #: Strings pandas' ``read_csv`` turns into NaN by default (``keep_default_na=True``), even with ``dtype=str``.
 PANDAS_NA_STRINGS = frozenset(
@@ -48,7 +51,7 @@ def read_csv_as_strings(path: str | Path, *, header: bool = True, names: Sequenc
         columns = list(names or [f"{i}" for i in range(len(rows_in[0]) if rows_in else 0)])
         body = rows_in
     width = len(columns)
-    rows = []
+    rows: list[Row] = []
     for r in body:
         cells = [NAN if c in PANDAS_NA_STRINGS else c for c in r[:width]]
         cells.extend([NAN] * (width - len(cells)))
@@ -61,7 +64,7 @@ class Table:
 
     __slots__ = ("columns", "rows", "labels", "_owned", "_index", "_max")
 
-    def __init__(self, columns: list[str], rows: list[tuple], labels: list[int], *, owned: bool = True) -> None:
+    def __init__(self, columns: list[str], rows: list[Row], labels: list[int], *, owned: bool = True) -> None:
         self.columns = columns
         self.rows = rows
         self.labels = labels

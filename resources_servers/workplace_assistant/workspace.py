@@ -1,23 +1,19 @@
 """WorkBench's five databases and its 27 tools, as plain Python with WorkBench's exact observable behaviour.
 
-:class:`WorkBenchData` loads the template databases once (from a WorkBench-format directory, or the package's
-own sample). :meth:`WorkBenchData.new_workspace` returns a :class:`Workspace`: an independent, copy-on-write set
-of databases on which the tools run. Tool methods are named ``<toolkit>_<function>`` and take the same arguments,
-defaults, validation and messages as WorkBench's tools; like WorkBench they raise on arguments of the wrong kind
+:class:`WorkBenchData` (``workbench_data.py``) loads the template databases once (from a WorkBench-format
+directory, or the package's own sample). :meth:`WorkBenchData.new_workspace` returns a :class:`Workspace`: an
+independent, copy-on-write set of databases on which the tools run. Tool methods are named
+``<toolkit>_<function>`` and take the same arguments, defaults, validation and messages as WorkBench's tools; like
+WorkBench they raise on arguments of the wrong kind
 (the caller turns that into an error output, or a skipped call during replay).
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
-
-from ngym.errors import ConfigError
 
 from .bounded_regex import BoundedPattern
 from .records import (
@@ -38,7 +34,14 @@ from .records import (
     team_emails,
     update_by_id,
 )
-from .tables import Table, is_missing, read_csv_as_strings
+from .tables import Row, Table, is_missing
+from .workbench_data import DATA_DIR_ENV as DATA_DIR_ENV
+from .workbench_data import DIRECTORY_FILE as DIRECTORY_FILE
+from .workbench_data import PROCESSED_FILES as PROCESSED_FILES
+from .workbench_data import SAMPLE_DIR as SAMPLE_DIR
+from .workbench_data import WorkBenchData as WorkBenchData
+from .workbench_data import chosen_data_dir as chosen_data_dir
+from .workbench_data import data_dir_problem as data_dir_problem
 
 #: WorkBench's clock: Thursday 2023-11-30 00:00:00.
 NOW = datetime(2023, 11, 30, 0, 0, 0)
@@ -63,33 +66,6 @@ STATE_TABLES = {
     "customers": "customer_relationship_manager",
 }
 
-SAMPLE_DIR = Path(__file__).resolve().parent / "sample_data"
-DATA_DIR_ENV = "NGYM_WORKBENCH_DIR"
-DIRECTORY_FILE = "raw/email_addresses.csv"
-PROCESSED_FILES = {
-    "calendar_events": "calendar_events.csv",
-    "emails": "emails.csv",
-    "project_tasks": "project_tasks.csv",
-    "customers": "customer_relationship_manager_data.csv",
-    "analytics": "analytics_data.csv",
-}
-
-
-def chosen_data_dir(data_dir: str | None = None) -> str | None:
-    """The data directory to serve: ``data_dir``, else ``$NGYM_WORKBENCH_DIR``; None means the bundled sample."""
-    return data_dir or os.environ.get(DATA_DIR_ENV) or None
-
-
-def data_dir_problem(root: str | Path) -> str | None:
-    """Why ``root`` is not a WorkBench-format data directory (None when it is)."""
-    if not Path(root).is_dir():
-        return f"not a directory: {root}"
-    needed = [f"processed/{name}" for name in PROCESSED_FILES.values()] + [DIRECTORY_FILE]
-    missing = [rel for rel in needed if not (Path(root) / rel).is_file()]
-    if missing:
-        return f"not a WorkBench data directory: {root} (missing {', '.join(missing)})"
-    return None
-
 
 def _parse_timestamp(value: Any) -> datetime:
     """``pd.Timestamp(value)`` for the inputs that occur: datetimes, ISO-like and free-form date strings."""
@@ -110,65 +86,6 @@ def _parse_timestamp(value: Any) -> datetime:
         return date_parser.parse(text)
     except (ValueError, OverflowError) as exc:
         raise ValueError(f"could not convert string to Timestamp: {value!r}") from exc
-
-
-@dataclass(frozen=True)
-class WorkBenchData:
-    """The template databases, loaded once and never mutated."""
-
-    calendar_events: Table
-    emails: Table
-    project_tasks: Table
-    customers: Table
-    analytics: Table
-    directory: tuple[str, ...]
-    source: str
-
-    @classmethod
-    def from_dir(cls, root: str | Path) -> WorkBenchData:
-        """Load WorkBench's layout: ``<root>/processed/*.csv`` and ``<root>/raw/email_addresses.csv``.
-
-        Raises :class:`ngym.errors.ConfigError` naming the missing files when ``root`` is not such a directory.
-        """
-        root = Path(root)
-        problem = data_dir_problem(root)
-        if problem:
-            raise ConfigError(problem)
-        processed = root / "processed"
-        tables = {key: read_csv_as_strings(processed / name) for key, name in PROCESSED_FILES.items()}
-        analytics = tables["analytics"]
-        ui = analytics.col("user_engaged")
-        analytics.rows = [r[:ui] + (r[ui] == "True",) + r[ui + 1 :] for r in analytics.rows]
-        directory = read_csv_as_strings(root / DIRECTORY_FILE, header=False, names=["email_address"])
-        return cls(
-            calendar_events=tables["calendar_events"],
-            emails=tables["emails"],
-            project_tasks=tables["project_tasks"],
-            customers=tables["customers"],
-            analytics=analytics,
-            directory=tuple(directory.values("email_address")),
-            source=str(root),
-        )
-
-    @classmethod
-    def sample(cls) -> WorkBenchData:
-        """The small sample databases shipped with the package (original content, WorkBench's format)."""
-        return cls.from_dir(SAMPLE_DIR)
-
-    @classmethod
-    def resolve(cls, data_dir: str | None = None) -> WorkBenchData:
-        """``data_dir``, else ``$NGYM_WORKBENCH_DIR``, else the bundled sample."""
-        chosen = chosen_data_dir(data_dir)
-        return cls.from_dir(chosen) if chosen else cls.sample()
-
-    @property
-    def is_sample(self) -> bool:
-        """Whether these are the bundled sample databases rather than WorkBench's own data."""
-        return Path(self.source) == SAMPLE_DIR
-
-    def new_workspace(self) -> Workspace:
-        """A fresh, independent set of databases (copy-on-write; costs microseconds)."""
-        return Workspace(self)
 
 
 class Workspace:
@@ -334,7 +251,7 @@ class Workspace:
         return update_by_id(RECORD_KINDS["calendar"], self.calendar, event_id, field, new_value)
 
     # ------------------------------------------------------------------ analytics
-    def _visits(self, time_min: Any, time_max: Any) -> list[tuple]:
+    def _visits(self, time_min: Any, time_max: Any) -> list[Row]:
         t = self.data.analytics
         positions = list(range(len(t)))
         if time_min:
@@ -343,9 +260,11 @@ class Workspace:
             positions = compare_mask(t, positions, "date_of_visit", at_most, time_max)
         return [t.rows[p] for p in positions]
 
-    def _per_day(self, rows: list[tuple], value: Callable[[tuple], Any], reduce: Callable[[list], Any]) -> dict:
+    def _per_day(
+        self, rows: list[Row], value: Callable[[Row], float], reduce: Callable[[list[float]], float]
+    ) -> dict[str, float]:
         di = self.data.analytics.col("date_of_visit")
-        groups: dict[str, list] = {}
+        groups: dict[str, list[float]] = {}
         for r in rows:
             if is_missing(r[di]):
                 continue  # groupby drops missing keys
@@ -382,23 +301,23 @@ class Workspace:
         self.analytics.set_row_at_label(len(self.analytics), [file_path])
         return file_path
 
-    def analytics_total_visits_count(self, time_min: Any = None, time_max: Any = None) -> dict:
+    def analytics_total_visits_count(self, time_min: Any = None, time_max: Any = None) -> dict[str, float]:
         return self._per_day(self._visits(time_min, time_max), lambda r: 1, len)
 
-    def analytics_engaged_users_count(self, time_min: Any = None, time_max: Any = None) -> dict:
+    def analytics_engaged_users_count(self, time_min: Any = None, time_max: Any = None) -> dict[str, float]:
         ui = self.data.analytics.col("user_engaged")
         return self._per_day(self._visits(time_min, time_max), lambda r: int(bool(r[ui])), sum)
 
     def analytics_traffic_source_count(
         self, time_min: Any = None, time_max: Any = None, traffic_source: Any = None
-    ) -> dict:
+    ) -> dict[str, float]:
         rows = self._visits(time_min, time_max)
         if traffic_source:
             si = self.data.analytics.col("traffic_source")
             return self._per_day(rows, lambda r: int(r[si] == traffic_source), sum)
         return self._per_day(rows, lambda r: 1, len)
 
-    def analytics_get_average_session_duration(self, time_min: Any = None, time_max: Any = None) -> dict:
+    def analytics_get_average_session_duration(self, time_min: Any = None, time_max: Any = None) -> dict[str, float]:
         rows = self._visits(time_min, time_max)
         si = self.data.analytics.col("session_duration_seconds")
         result = self._per_day(rows, lambda r: float(r[si]), lambda v: math.fsum(v) / len(v))

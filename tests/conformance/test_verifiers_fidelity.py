@@ -27,7 +27,7 @@ import pytest
 
 from ngym.plugins.registry import reset_registry
 from ngym.testing import RolloutClient, app_for, serve_in_process
-from tests.conformance.scripted_model import ScriptedModel, Turn
+from ngym.testing.scripted_model import ScriptedModel, Turn
 
 FIXTURES = Path(__file__).resolve().parents[2] / "plugins" / "ngym_verifiers" / "tests" / "fixtures"
 DRIVER = Path(__file__).with_name("verifiers_driver.py")

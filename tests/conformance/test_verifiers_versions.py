@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ngym.plugins.registry import reset_registry
-from tests.conformance.scripted_model import ScriptedModel
+from ngym.testing.scripted_model import ScriptedModel
 from tests.conformance.test_verifiers_fidelity import (
     DRIVER,
     FIXTURES,

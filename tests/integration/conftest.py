@@ -24,10 +24,14 @@ def child_venv(work: Path, *, system_site_packages: bool = True) -> tuple[Path, 
     """A throwaway virtualenv in ``work/venv`` that sees .venv's packages (ngym, pytest, ...) through a ``.pth``
     file, so what a test installs lands there, never in the shared .venv; (its python, the environment to run
     it with). ``system_site_packages=False`` hides the base interpreter's own packages, as .venv does (a
-    ``trio`` there makes httpcore import it, which breaks under Locust's gevent patching)."""
+    ``trio`` there makes httpcore import it, which breaks under Locust's gevent patching).
+
+    Made ``--without-pip``: ``python -m pip`` there is .venv's pip (seen through the ``.pth``), which installs into
+    the interpreter running it, this venv. Installing a pip of its own (ensurepip) cost ~3 s of CPU per venv, ~30 s
+    of wall time on a loaded machine."""
     venv = work / "venv"
     system = ["--system-site-packages"] if system_site_packages else []
-    subprocess.run([sys.executable, "-m", "venv", *system, str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", *system, str(venv)], check=True)
     python = venv / "bin" / "python"
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

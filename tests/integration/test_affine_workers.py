@@ -111,7 +111,13 @@ def test_a_killed_worker_loses_its_rollouts_loudly_and_is_restarted(serve) -> No
     while len([p for p in children(served.proc.pid) if "ngym.server.hosting.host" in command_of(p)]) < 2:
         assert time.monotonic() < deadline, "the killed worker was not restarted"
         time.sleep(0.2)
-    time.sleep(2.5)  # HAProxy's health check marks it up again
+    # HAProxy's health check marks it up again: wait until new rollouts land on both workers (not a fixed pause)
+    seen: set[object] = set()
+    while seen != {"w0", "w1"}:
+        probe = counter_rollout(served.url, 0)
+        if probe.get("reward") == 1.0:
+            seen.add(probe["worker"])
+        assert time.monotonic() < deadline + 30, f"HAProxy sent new rollouts only to {seen}: {probe}"
     again = [counter_rollout(served.url, i) for i in range(8)]
     assert all(r.get("reward") == 1.0 for r in again) and {r["worker"] for r in again} == {"w0", "w1"}
     code, out = served.stop(signal.SIGINT)

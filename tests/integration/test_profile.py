@@ -33,10 +33,11 @@ def ngym_profile(*args: str, timeout: float = 120) -> subprocess.CompletedProces
     )
 
 
-@pytest.fixture
-def weather_url(tmp_path: Path) -> Iterator[str]:
-    """A weather server started by the test (``ngym run``), for the URL form and the locustfile."""
-    with serve_environment("example_single_tool_call", log=tmp_path / "server.log") as url:
+@pytest.fixture(scope="module")
+def weather_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A weather server (``ngym run``) for the URL form and the locustfile: one for the module, as neither test
+    changes it (its sessions end with each rollout)."""
+    with serve_environment("example_single_tool_call", log=tmp_path_factory.mktemp("weather") / "server.log") as url:
         yield url
 
 
@@ -49,6 +50,7 @@ def test_profile_weather_writes_csv_and_html_with_no_failures(tmp_path: Path) ->
     result = json.loads(done.stdout)
     assert result["rollouts_finished"] > 0 and result["rollouts_failed"] == 0
     assert result["total"]["failures"] == 0 and result["passed"] is True
+    assert 0 <= result["sessions_left_live"] <= 20 and result["leaked_sessions"] == 0  # verify closed each session
     # The examples hold five get_weather rollouts (1.0) and one that never calls it (0.0): every reward reproduced.
     assert 0.0 < result["mean_reward"] < 1.0 and result["reward_mismatches"] == 0
     endpoints = {e["name"]: e for e in result["endpoints"]}

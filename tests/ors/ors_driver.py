@@ -1,4 +1,4 @@
-"""Drive an ngym server with the ``openreward`` SDK's own client (run in the ORS client venv, tools/ors_venv.sh).
+"""Drive an ngym server with the ``openreward`` SDK's own client (run in the trainer venv, tools/trainer_venv.sh).
 
 Reads a plan (JSON) on stdin, prints what the client saw (JSON) on stdout:
 

@@ -1,7 +1,7 @@
 """Drive an ngym server with TRL's ORS binding, ``trl.experimental.openreward.OpenRewardSpec`` (trl 1.16.0), doing
 what ``GRPOTrainer`` does with its three slots: read ``train_dataset``, build environments with
 ``environment_factory``, ``reset`` one per rollout, call the bound tool methods the model's tool calls name, and
-score with ``reward_funcs``. Runs in the ORS client venv (tools/ors_venv.sh); plan on stdin, what it saw on stdout:
+score with ``reward_funcs``. Runs in the trainer venv (tools/trainer_venv.sh); plan on stdin, what it saw on stdout:
 
     {"url": "http://127.0.0.1:PORT/ors/", "env_name": "...", "split": "example",
      "episodes": [{"index": 0, "calls": [["get_weather", {"city": "Oslo"}]], "answer": "It is cold."}]}

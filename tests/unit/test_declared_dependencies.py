@@ -26,6 +26,8 @@ OTHER_INTERPRETER = {
     (REPO / "plugins/ngym_openenv/ngym_openenv/probe.py").as_posix(),
     (REPO / "plugins/ngym_openenv/ngym_openenv/own_client.py").as_posix(),
     (REPO / "plugins/ngym_verifiers/ngym_verifiers/worker.py").as_posix(),
+    (REPO / "plugins/ngym_verifiers/ngym_verifiers/worker_base.py").as_posix(),
+    (REPO / "plugins/ngym_verifiers/ngym_verifiers/worker_legacy.py").as_posix(),
 }
 
 

@@ -78,3 +78,31 @@ def test_ngym_up_writes_the_manifests_of_installed_environments(tmp_path: Path) 
         config["math"]["resources_servers"]["math_with_code"]["domain"],
     ) == ("agent", "math")
     assert "*id" not in (tmp_path / "k8s" / "head.yaml").read_text()  # no YAML aliases: kubectl-friendly
+
+
+def test_up_status_and_down_of_a_kubernetes_fleet_ask_the_engine_registry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ngym up`` writes the manifests and says how to apply them; ``status``/``down`` say who runs the fleet, in
+    one line with exit 2; the CLI names no engine (Kubernetes is one of the registered engines)."""
+    from ngym.cli import main
+    from ngym.fleet.engines import HandOff, engine
+
+    assert isinstance(engine("kubernetes"), HandOff) and not isinstance(engine("local"), HandOff)
+    path = fleet(tmp_path)
+    with pytest.raises(SystemExit) as done:
+        main(["up", str(path)])
+    assert done.value.code in (0, None)
+    out = capsys.readouterr().out
+    directory = tmp_path / ".ngym-fleet" / "blend" / "k8s"
+    written = len([p for p in directory.rglob("*") if p.is_file()])
+    assert f"ngym up: fleet 'blend': wrote {written} Kubernetes manifest file(s) to {directory}" in out
+    assert f"kubectl apply -R -f {directory}" in out and (directory / "head.yaml").is_file()
+    for command in ("status", "down"):
+        with pytest.raises(SystemExit) as refused:
+            main([command, str(path)])
+        err = capsys.readouterr().err
+        assert refused.value.code == 2 and "Traceback" not in err
+        assert f"fleet 'blend' runs in your Kubernetes cluster: use kubectl (its manifests: {directory})" in err
+    cli_source = (Path(__file__).resolve().parents[2] / "ngym" / "cli" / "fleet.py").read_text()
+    assert "kubernetes" not in cli_source.lower()

@@ -143,15 +143,16 @@ def test_each_environment_is_one_ngym_run_unit(tmp_path: Path) -> None:
     (tmp_path / "my_env").mkdir()
     spec = load_fleet(write(tmp_path, FLEET))
     counter = environment_command(spec, spec.environments["counter"], "127.0.0.1", 9001)
-    assert counter[:5] == [sys.executable, "-m", "ngym.cli", "run", "example_session_state_mgmt"]
-    assert counter[5:] == [
+    # -P: the unit imports nothing from the folder `ngym up` ran in (a checkout's ngym/, a resources_servers/)
+    assert counter[:6] == [sys.executable, "-P", "-m", "ngym.cli", "run", "example_session_state_mgmt"]
+    assert counter[6:] == [
         "--workers", "2", "session_ttl_seconds=60", "close_session_after_verify=false",
         "--host", "127.0.0.1", "--port", "9001",
     ]  # fmt: skip
     mine = environment_command(spec, spec.environments["mine"], "0.0.0.0", 9002, python="/venv/bin/python")
-    assert mine[0] == "/venv/bin/python" and mine[4] == str(tmp_path / "my_env") and "--workers" not in mine
-    assert environment_command(spec, spec.environments["mcqa"], "h", 1, name="mcqa")[4] == "mcqa"
-    assert environment_command(spec, spec.environments["mcqa"], "h", 1, name="quiz")[4] == "quiz"
+    assert mine[0] == "/venv/bin/python" and mine[5] == str(tmp_path / "my_env") and "--workers" not in mine
+    assert environment_command(spec, spec.environments["mcqa"], "h", 1, name="mcqa")[5] == "mcqa"
+    assert environment_command(spec, spec.environments["mcqa"], "h", 1, name="quiz")[5] == "quiz"
 
 
 def test_servers_start_as_nemo_gym_starts_them_or_by_their_command(tmp_path: Path) -> None:

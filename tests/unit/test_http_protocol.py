@@ -13,7 +13,7 @@ from uvicorn.server import ServerState
 
 from ngym.server.pipeline import http_protocol
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY, RequestLimitsMiddleware
-from tests.support.memory_transport import MemoryTransport
+from ngym.testing.memory_transport import MemoryTransport
 from tests.unit.test_request_limits import read_body_app
 
 PROTOCOLS = [http_protocol.GuardedH11Protocol]

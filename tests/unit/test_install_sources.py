@@ -142,3 +142,69 @@ def test_the_core_names_no_ecosystem_plugin() -> None:
         if line.lstrip().startswith(("import ngym_", "from ngym_"))
     ]
     assert offenders == []
+
+
+# ---- InstallSource.lazy: an ecosystem's wrapper in a few lines ------------------------------------------------------
+
+
+@pytest.fixture
+def lazy_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    """A module ``lazy_catalogue_impl`` on sys.path whose functions record their calls (in ``CALLS``)."""
+    (tmp_path / "lazy_catalogue_impl.py").write_text(
+        "CALLS = []\n"
+        "def install(source, **flags):\n    CALLS.append((source, flags))\n    return 'installed'\n"
+        "def available():\n    return [{'name': 'one'}]\n"
+        "def claims(text):\n    return text.endswith('/mine')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import sys
+
+    sys.modules.pop("lazy_catalogue_impl", None)
+    yield []
+    sys.modules.pop("lazy_catalogue_impl", None)
+
+
+def test_a_lazy_source_imports_its_module_only_when_a_function_runs(lazy_catalogue: list[Any]) -> None:
+    import sys
+
+    source = InstallSource.lazy(
+        "lazy", "lazy_catalogue_impl:install", available="lazy_catalogue_impl:available",
+        claims="lazy_catalogue_impl:claims", description="a lazy catalogue",
+    )  # fmt: skip
+    assert "lazy_catalogue_impl" not in sys.modules and source.uninstall is None
+    assert source.claims is not None and source.claims("./x/mine") and not source.claims("./x/other")
+    assert source.available is not None and source.available() == [{"name": "one"}]
+    echo = print
+    done = source.install(
+        "lazy:one", as_name="x", domain="games", options={"k": "v"}, replace=False, verbose=True, echo=echo
+    )
+    assert done == "installed"
+    calls = sys.modules["lazy_catalogue_impl"].CALLS
+    assert calls == [
+        ("lazy:one", {"as_name": "x", "verbose": True, "echo": echo, "domain": "games", "options": {"k": "v"}})
+    ]
+
+
+def test_a_lazy_source_refuses_the_flags_it_does_not_read_in_one_line(lazy_catalogue: list[Any]) -> None:
+    import sys
+
+    reads_domain = InstallSource.lazy("lazy", "lazy_catalogue_impl:install")
+    with pytest.raises(NgymError) as refused:
+        reads_domain.install("lazy:one", as_name=None, domain=None, options={}, replace=True, verbose=False, echo=print)
+    assert str(refused.value) == "--replace does not apply to lazy: environments; uninstall the other environment first"
+    reads_replace = InstallSource.lazy("lazy", "lazy_catalogue_impl:install", reads=("replace",))
+    with pytest.raises(NgymError) as refused:
+        reads_replace.install(
+            "lazy:one", as_name=None, domain="games", options={"k": "v"}, replace=False, verbose=False, echo=print
+        )
+    assert str(refused.value) == "--domain and --option do not apply to lazy: environments"
+    assert "lazy_catalogue_impl" not in sys.modules  # refused before anything was imported
+    reads_replace.install("lazy:one", as_name=None, domain=None, options={}, replace=True, verbose=False, echo=print)
+    assert sys.modules["lazy_catalogue_impl"].CALLS[0][1]["replace"] is True
+
+
+def test_a_lazy_source_with_a_misnamed_function_or_flag_is_a_plugin_error() -> None:
+    with pytest.raises(PluginError, match="name a function as 'module:name'"):
+        InstallSource.lazy("lazy", "lazy_catalogue_impl.install")
+    with pytest.raises(PluginError, match="reads \\['domains'\\]"):
+        InstallSource.lazy("lazy", "m:f", reads=("domains",))

@@ -6,9 +6,8 @@
   ``plugins.manager``): never the CLI or the tooling (validate, containerize, profiling, rollout, targets,
   testing, the registry);
 - inside the runtime, process hosting (``ngym.server.hosting``) and the protocol fronts (``ngym.server.fronts``)
-  are built on the request pipeline (``ngym.server.pipeline``); the pipeline imports neither, apart from the
-  edges listed in ``PIPELINE_REACHES_OUT`` (each with its reason), and hosting and fronts import nothing of
-  each other;
+  are built on the request pipeline (``ngym.server.pipeline``); the pipeline imports neither (they plug into it
+  through ``pipeline.extensions``), and hosting and fronts import nothing of each other;
 - the plugin hooks and manager import nothing of the runtime they are called from;
 - nothing outside ``ngym.cli`` imports the CLI.
 """
@@ -34,6 +33,7 @@ RUNTIME_MAY_IMPORT = {
     "ngym.metrics.repeats",
     "ngym.rewards",  # the reward rule /health reports (stdlib only)
     "ngym.child_python",  # how a supervisor starts its workers without the current folder on sys.path (stdlib only)
+    "ngym.processes",  # how the supervisor starts, waits for and stops its workers and HAProxy (stdlib + errors)
 }
 
 
@@ -105,18 +105,6 @@ def test_the_server_runtime_imports_nothing_from_the_cli_or_the_tooling(module: 
 
 PIPELINE, HOSTING, FRONTS = "ngym.server.pipeline", "ngym.server.hosting", "ngym.server.fronts"
 
-#: The pipeline's only imports of hosting and fronts, and why. The environment loop is where the standard routes
-#: call the author's methods, and the app assembly installs what the server's config asks for (the loop, the MCP
-#: front).
-PIPELINE_REACHES_OUT = {
-    ("ngym.server.pipeline.app", "ngym.server.hosting.env_loop"): "build_app: the app on the environment loop",
-    ("ngym.server.pipeline.app", "ngym.server.fronts.mcp"): "build_app: expose_tools_over_mcp",
-    ("ngym.server.pipeline.app", "ngym.server.fronts.openenv"): "build_app: OpenEnv's protocol under /openenv",
-    ("ngym.server.pipeline.app", "ngym.server.fronts.ors.mount"): "build_app: the ORS front's mount on every app",
-    ("ngym.server.pipeline.routes", "ngym.server.hosting.env_loop"): "the author's hooks on the environment loop",
-    ("ngym.server.pipeline.resources", "ngym.server.hosting.env_loop"): "start-up hooks on the environment loop",
-}
-
 
 def within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
@@ -144,7 +132,7 @@ def test_the_server_packages_are_the_three_jobs() -> None:
 
 
 def test_the_pipeline_imports_neither_hosting_nor_fronts() -> None:
-    assert edges_out_of(PIPELINE, (HOSTING, FRONTS)) == set(PIPELINE_REACHES_OUT)
+    assert edges_out_of(PIPELINE, (HOSTING, FRONTS)) == set()
 
 
 def test_the_pipeline_layer_check_can_fail() -> None:
@@ -152,7 +140,7 @@ def test_the_pipeline_layer_check_can_fail() -> None:
     g = graph()
     g.add_import(importer="ngym.server.pipeline.middleware", imported="ngym.server.hosting.haproxy")
     try:
-        assert edges_out_of(PIPELINE, (HOSTING, FRONTS), g) - set(PIPELINE_REACHES_OUT) == {
+        assert edges_out_of(PIPELINE, (HOSTING, FRONTS), g) == {
             ("ngym.server.pipeline.middleware", "ngym.server.hosting.haproxy")
         }
     finally:
@@ -362,3 +350,86 @@ def test_the_compat_direction_check_can_fail() -> None:
     finally:
         g.remove_import(importer="ngym_nemo_gym.servers", imported="nemo_gym.global_config")
     assert compat_back_imports(g) == set()
+
+
+# ---- one process lifecycle -----------------------------------------------------------------------------------------
+
+NGYM_DIR = Path(__file__).resolve().parents[2] / "ngym"
+#: Modules that handle a process themselves, and why: they start a child to read its output (pip's, a containerize
+#: run's progress), not to supervise it, or ask another ``ngym up`` (not a child) to stop.
+OWN_PROCESS_HANDLING = {
+    "ngym/installer.py": "pip's output, read as it runs",
+    "ngym/fleet/compose.py": "a containerize run's progress lines, read as they come",
+    "ngym/fleet/lock.py": "SIGTERM to the `ngym up` holding the fleet's lock",
+}
+
+
+def process_handling(source: str) -> list[str]:
+    """The calls in ``source`` that start, signal or kill a process themselves (``subprocess.Popen``, ``os.kill``,
+    ``os.killpg``, ``.send_signal``, ``.terminate``, ``.kill``): what ``ngym.processes`` is for."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = ast.unparse(node.func)
+            if ast.unparse(node.func.value) in {"processes", "ray"}:  # ngym.processes itself; a Ray actor
+                continue
+            if name in {"subprocess.Popen", "os.kill", "os.killpg"} or node.func.attr in {
+                "send_signal", "terminate", "kill"
+            }:  # fmt: skip
+                found.append(name)
+    return found
+
+
+def test_processes_are_started_and_stopped_by_ngym_processes_only() -> None:
+    """child_server, the affine workers, serve_many and the fleet's engines spawn, stop and wait through
+    ``ngym.processes``: no second copy of that code."""
+    found = {
+        str(path.relative_to(NGYM_DIR.parent)): calls
+        for path in sorted(NGYM_DIR.rglob("*.py"))
+        if path.name != "processes.py" and (calls := process_handling(path.read_text()))
+    }
+    assert set(found) == set(OWN_PROCESS_HANDLING), found
+
+
+def test_the_process_check_can_fail() -> None:
+    source = "child = subprocess.Popen(['x'])\nchild.send_signal(15)\nos.killpg(1, 9)\nprocesses.stop(child)\n"
+    assert process_handling(source) == ["subprocess.Popen", "child.send_signal", "os.killpg"]
+
+
+# ---- the test suite is imported by tests only ----------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def imports_of_tests(source: str) -> list[str]:
+    """The modules of the ``tests`` package that ``source`` imports (``import tests.x``, ``from tests.x import y``)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "tests":
+            found.append(str(node.module))
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "tests"]
+    return found
+
+
+def test_nothing_outside_the_test_suite_imports_it() -> None:
+    """bench/, tools/, the package, the plugins and the environments import what they share with the tests from
+    ``ngym.testing``; a plugin's or environment's own ``tests/`` may import its siblings."""
+    sources = [
+        path
+        for folder in ("ngym", "bench", "tools", "plugins", "resources_servers")
+        for path in (REPO / folder).rglob("*.py")
+        if "tests" not in path.relative_to(REPO).parts
+    ]
+    assert len(sources) > 100
+    found = {str(p.relative_to(REPO)): names for p in sources if (names := imports_of_tests(p.read_text()))}
+    assert found == {}
+
+
+def test_the_tests_import_check_can_fail() -> None:
+    source = "import tests.netns\nfrom tests.support.cli_runs import run_ngym\nfrom .tests import x\nimport testsuite\n"
+    assert imports_of_tests(source) == ["tests.netns", "tests.support.cli_runs"]

@@ -1,6 +1,7 @@
-"""Runs in the verl venv: verl 0.9.1's own multi-turn ``ToolAgentLoop`` (its state machine, hermes tool parser,
-Continuous Token builder, create/execute/release around each call) with the tools its config loader made from
-``ngym train verl-tools``; then ngym's ``compute_score`` on what the loop hands verl's reward function.
+"""Runs in the trainer venv (tools/trainer_venv.sh): verl 0.9.1's own multi-turn ``ToolAgentLoop`` (its state
+machine, hermes tool parser, Continuous Token builder, create/execute/release around each call) with the tools its
+config loader made from ``ngym train verl-tools``; then ngym's ``compute_score`` on what the loop hands verl's reward
+function.
 
 Only the model is scripted (the loop's ``server_manager``): it answers each ``generate`` with the next recorded turn
 of a rollout, as token ids of a tokenizer trained here (byte-level BPE, nothing downloaded) whose chat template

@@ -1,4 +1,4 @@
-"""The verl venv (tools/verl_venv.sh) and ngym servers as real processes, for the verl and SkyRL tests."""
+"""The trainer venv (tools/trainer_venv.sh) and ngym servers as real processes, for the verl and SkyRL tests."""
 
 from __future__ import annotations
 
@@ -13,28 +13,18 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tools" / "verl_venv.sh"
 RESULT = "NGYM-RESULT "
 
 
 @pytest.fixture(scope="session")
-def verl_python() -> Path:
-    """The verl venv's python. Outside CI a venv not yet made skips (~6 GB, several minutes); under CI=true it is
-    made, and a failure to make it fails the test."""
-    in_ci = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-    if not in_ci:
-        ready = subprocess.run(["bash", str(SCRIPT), "--check"], capture_output=True, text=True, timeout=120)
-        if ready.returncode != 0:
-            pytest.skip("no verl venv yet (make it with tools/verl_venv.sh, several minutes)")
-    made = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=3600)
-    if made.returncode != 0:
-        pytest.fail(f"tools/verl_venv.sh failed: {made.stderr.strip()[-2000:]}")
-    return Path(made.stdout.strip().splitlines()[-1]) / "bin" / "python"
+def verl_python(trainer_python: Path) -> Path:
+    """The trainer venv's python (verl 0.9.1 and skyrl-gym 0.4.0 are there; tests/conftest.py makes it)."""
+    return trainer_python
 
 
 @pytest.fixture(scope="session")
 def in_verl(verl_python: Path) -> Callable[..., Any]:
-    """``run(script, payload, timeout=600)``: run a script in the verl venv (the checkout on PYTHONPATH) with
+    """``run(script, payload, timeout=600)``: run a script in the trainer venv (the checkout on PYTHONPATH) with
     ``payload`` as JSON on stdin; its ``NGYM-RESULT <json>`` line, parsed."""
 
     def run(script: Path, payload: dict[str, Any], timeout: float = 600) -> Any:

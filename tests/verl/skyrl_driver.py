@@ -1,4 +1,4 @@
-"""Runs in the verl venv (skyrl-gym 0.4.0 there) with the checkout on PYTHONPATH: skyrl-gym's own ``make`` and a
+"""Runs in the trainer venv (skyrl-gym 0.4.0 there) with the checkout on PYTHONPATH: skyrl-gym's own ``make`` and a
 step loop as SkyRL's generator runs it (init, then step on each model turn until done, then close) drive an ngym
 server through recorded rollouts. JSON payload on stdin; prints ``NGYM-RESULT <json>``.
 

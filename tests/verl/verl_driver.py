@@ -1,4 +1,4 @@
-"""Runs in the verl venv (tools/verl_venv.sh) with the checkout on PYTHONPATH: verl's own config loader and tool
+"""Runs in the trainer venv (tools/trainer_venv.sh) with the checkout on PYTHONPATH: verl's own config loader and tool
 classes drive an ngym server through recorded rollouts. Reads a JSON payload on stdin, prints a JSON answer.
 
 Modes:

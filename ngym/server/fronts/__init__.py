@@ -11,7 +11,7 @@ exactly as one served through the standard routes (``ngym.server.pipeline.routes
   every app and imported on its first request.
 - ``openenv/``: OpenEnv's protocol, mounted under ``/openenv`` on every app and built on its first request.
 
-Fronts are built on the request pipeline (``ngym.server.pipeline``). The pipeline imports no front, apart from
-the app assembly (``pipeline.app.build_app``) installing the fronts: ORS and OpenEnv on every app (their light
-mount modules only), MCP when the config asks for it (``expose_tools_over_mcp``).
+Fronts are built on the request pipeline (``ngym.server.pipeline``), which imports none of them: ``ngym.server``
+registers each as an app extension (``pipeline.extensions``) that ``build_app`` applies: ORS and OpenEnv on every
+app (their light mount modules only), MCP when the config asks for it (``expose_tools_over_mcp``).
 """

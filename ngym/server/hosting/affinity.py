@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ngym import processes
+from ngym.child_python import python_module
 from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
@@ -47,18 +49,8 @@ STOP_GRACE_S = 10.0
 READY_TIMEOUT_S = 300.0  # an environment may load models or data at start-up
 
 
-class WorkerFailed(Exception):
+class WorkerFailed(processes.StartError):
     """A worker could not start: ``ngym run`` reports it in one line."""
-
-
-def _answers_livez(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as conn:
-            conn.settimeout(1.0)
-            conn.sendall(b"GET /livez HTTP/1.1\r\nHost: ngym\r\nConnection: close\r\n\r\n")
-            return conn.recv(16).startswith(b"HTTP/1.1 200")
-    except OSError:
-        return False
 
 
 def _die_with_parent() -> None:
@@ -141,13 +133,12 @@ class AffineWorkers:
             # the session ids it makes route back to it
             ROUTE_SLOT_ENV: str(self.outer_slot.inner(worker.index, len(self.workers))),
         }
-        cmd = [sys.executable, "-m", "ngym.server.hosting.host", "1", "1" if self.access_log else "0"]
-        worker.process = subprocess.Popen(
-            cmd,
-            env=env,
-            pass_fds=(worker.sock.fileno(),),
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
-        )
+        cmd = python_module("ngym.server.hosting.host", "1", "1" if self.access_log else "0")
+        # its output is the supervisor's (the user's terminal or the fleet's log); it stays in this process group
+        worker.process = processes.spawn(
+            cmd, processes.INHERIT, env=env, pass_fds=(worker.sock.fileno(),), new_session=False,
+            preexec_fn=_die_with_parent,
+        )  # fmt: skip
 
     def _start_haproxy(self) -> None:
         check = subprocess.run(
@@ -158,11 +149,10 @@ class AffineWorkers:
         )
         if check.returncode != 0:
             raise RuntimeError(f"HAProxy refused ngym's configuration: {check.stderr.strip() or check.stdout.strip()}")
-        self.haproxy = subprocess.Popen(
-            [self.haproxy_bin, "-db", "-f", str(self.config_path)],
-            pass_fds=(self.public.fileno(),),
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
-        )
+        self.haproxy = processes.spawn(
+            [self.haproxy_bin, "-db", "-f", str(self.config_path)], processes.INHERIT,
+            pass_fds=(self.public.fileno(),), new_session=False, preexec_fn=_die_with_parent,
+        )  # fmt: skip
 
     def start(self) -> None:
         """Start the workers, wait until each answers ``/livez``, then start HAProxy in front of them."""
@@ -173,19 +163,17 @@ class AffineWorkers:
         print(f"ngym: {len(self.workers)} workers ready behind HAProxy", flush=True)
 
     def _wait_ready(self) -> None:
+        """Until every worker answers ``/livez`` (they start together: waiting for each in turn takes as long as
+        the slowest), or a stop is asked for; ``WorkerFailed`` when one exits or the time is up."""
         deadline = time.monotonic() + READY_TIMEOUT_S
-        pending = list(self.workers)
-        while pending and not self._stopping:
-            for worker in list(pending):
-                assert worker.process is not None
-                if worker.process.poll() is not None:
-                    raise WorkerFailed(f"worker {worker.index} exited with code {worker.process.returncode} at start")
-                if _answers_livez(worker.port):
-                    pending.remove(worker)
-            if pending and time.monotonic() > deadline:
-                raise WorkerFailed(f"{len(pending)} worker(s) did not answer /livez within {READY_TIMEOUT_S:.0f} s")
-            if pending:
-                time.sleep(0.1)
+        for worker in self.workers:
+            assert worker.process is not None
+            ready = processes.wait_healthy(
+                f"http://127.0.0.1:{worker.port}/livez", worker.process, max(0.0, deadline - time.monotonic()),
+                interval=0.1, error=WorkerFailed, what=f"worker {worker.index}", abandon=lambda: self._stopping,
+            )  # fmt: skip
+            if not ready:
+                return
 
     def request_stop(self, *_: Any) -> None:
         """The SIGINT/SIGTERM handler: the supervision loop stops everything once it sees this."""
@@ -194,17 +182,8 @@ class AffineWorkers:
     def stop(self) -> None:
         """Stop HAProxy and every worker (SIGTERM; SIGKILL after ``STOP_GRACE_S``)."""
         self._stopping = True
-        processes = [p for p in (self.haproxy, *(w.process for w in self.workers)) if p is not None]
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for process in processes:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        children = [p for p in (self.haproxy, *(w.process for w in self.workers)) if p is not None]
+        processes.stop_all(children, STOP_GRACE_S)
 
     def _check_workers(self) -> None:
         for worker in self.workers:

@@ -26,8 +26,9 @@ It is on for a server class that says so (``own_event_loop = True``) and, when t
 the pattern measured to block the serving loop. ``NGYM_ENV_LOOP=1``/``=0`` turns it on or off per process,
 whatever the class says. It is not on for every environment: handing each call to another thread costs a light
 environment more than it saves (NeMo Gym's mcqa forced onto it: half the rollouts/s; docs/performance.md).
-Only a served app moves (``build_app`` calls ``serve_on_environment_loop``); an app built by ``setup_webserver``
-alone, as an environment's own tests build it, keeps everything on the loop it runs on.
+Only a served app moves (``serve_on_environment_loop`` is one of the app extensions ``build_app`` applies,
+registered by ``ngym.server``); an app built by ``setup_webserver`` alone, as an environment's own tests build it,
+keeps everything on the loop it runs on.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from starlette.requests import Request
+
+from ngym.server.pipeline.extensions import set_placement
+from ngym.server.pipeline.routes import AUTHOR_CALLS_STATE
 
 ENV_LOOP_ENV = "NGYM_ENV_LOOP"
 
@@ -189,8 +193,7 @@ def on_environment_loop(function: Callable[..., Awaitable[T]]) -> Callable[..., 
     return run_there
 
 
-#: ``app.state`` attributes: the standard routes' ``AuthorCalls``; True once the app serves on the environment loop.
-AUTHOR_CALLS_STATE = "ngym_author_calls"
+#: ``app.state`` attribute: True once the app serves on the environment loop.
 ON_ENVIRONMENT_LOOP_STATE = "ngym_on_environment_loop"
 
 
@@ -203,18 +206,11 @@ def serve_on_environment_loop(app: Any, server: Any) -> bool:
         return False
     author = getattr(app.state, AUTHOR_CALLS_STATE, None)
     if author is not None:
-        author.move_to_environment_loop()
+        author.place(on_environment_loop)
     place_environment_routes(app, server)
+    set_placement(app, on_environment_loop)  # its start-up and shutdown hooks (``placed_for``)
     setattr(app.state, ON_ENVIRONMENT_LOOP_STATE, True)
     return True
-
-
-def placed_for(app: Any, function: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """``function`` on the environment loop when ``app`` serves there (``serve_on_environment_loop``), else as
-    it is."""
-    if getattr(app.state, ON_ENVIRONMENT_LOOP_STATE, False):
-        return on_environment_loop(function)
-    return function
 
 
 def place_environment_routes(app: Any, server: Any) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
+from ngym import processes
 from ngym.child_python import children_use_safe_path, forget_safe_path, python_module
 from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
@@ -194,12 +195,12 @@ def serve_many(specs: list[ServeSpec], workers: int = 1, access_log: bool = Fals
         # The spec (which may hold session_secret) goes through the environment, never the command line: any
         # process on the host can read every command line in /proc.
         cmd = python_module("ngym.server.hosting.host", str(workers), "1" if access_log else "0")
-        children.append(subprocess.Popen(cmd, env={**os.environ, SPEC_ENV: spec.to_json()}))
+        children.append(
+            processes.spawn(cmd, processes.INHERIT, env={**os.environ, SPEC_ENV: spec.to_json()}, new_session=False)
+        )
 
     def stop(_signum: int, _frame: Any) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+        processes.terminate(children)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -7,6 +7,8 @@ a route class of ``routing`` → ``intake`` (the body read and validated) → ``
 verify, close, health) → the environment's method → back through ``routing``'s one response path.
 
 - ``app``: a serve spec (class target + config) to a validated server and its FastAPI app.
+- ``extensions``: where hosting and the protocol fronts plug into a built app (registered app extensions, the
+  placement of the author's coroutines); the pipeline imports neither.
 - ``base``, ``resources``: ``BaseServer``/``SimpleServer`` and ``SimpleResourcesServer``, the classes an author
   subclasses.
 - ``middleware``: the one pure-ASGI middleware (prefix, session binding, cookie, error guard, 503s).
@@ -18,5 +20,6 @@ verify, close, health) → the environment's method → back through ``routing``
 - ``traffic``, ``provenance``: what ``/health`` reports (request counters, the providing distribution).
 
 Sessions (``ngym.server.sessions``) and the wire models (``ngym.server.protocol``) sit beside it. Process
-hosting (``ngym.server.hosting``) and the protocol fronts (``ngym.server.fronts``) are built on it.
+hosting (``ngym.server.hosting``) and the protocol fronts (``ngym.server.fronts``) are built on it and plug into
+it through ``extensions``.
 """

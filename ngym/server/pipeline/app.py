@@ -20,8 +20,7 @@ from fastapi import FastAPI
 
 from ngym.errors import ConfigError, PluginError
 from ngym.plugins import manager as plugin_manager
-from ngym.server.fronts.ors.mount import mount_ors
-from ngym.server.hosting.env_loop import serve_on_environment_loop
+from ngym.server.pipeline.extensions import apply_app_extensions
 from ngym.server.pipeline.middleware import raise_server_exceptions
 from ngym.server.pipeline.resources import SimpleResourcesServer
 from ngym.server.pipeline.rules import validate_server_class
@@ -120,7 +119,8 @@ def build_server(spec: ServeSpec, cls: type[SimpleResourcesServer] | None = None
 
 
 def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> FastAPI:
-    """The server's app with every plugin's ``ngym_extend_app`` applied and its routes in serving order.
+    """The server's app with every plugin's ``ngym_extend_app`` applied, its routes in serving order, and the
+    registered app extensions (``ngym.server.pipeline.extensions``) applied.
 
     ``app_plugins=False`` skips the plugins (for callers that know none implements the hook).
     """
@@ -131,19 +131,9 @@ def build_app(server: SimpleResourcesServer, *, app_plugins: bool = True) -> Fas
     if app_plugins:
         plugin_manager.get_plugin_manager().hook.ngym_extend_app(app=app, server=server)
     put_tool_routes_first(app)
-    # The protocol fronts, each under a path of its own and imported on its first request (ngym.server.fronts).
-    mount_ors(server, app)
-    serve_on_environment_loop(app, server)  # the author's coroutines on a loop of their own, when it wants one
-    if server.config.expose_tools_over_mcp:  # after the plugins: their tool routes are exposed too
-        # Imported here: it brings httpx and the mcp SDK, which servers without the flag never load.
-        from ngym.server.fronts import mcp as mcp_exposure
-
-        mcp_exposure.install(server, app)
-    # OpenEnv's protocol under /openenv: mounted now, imported and built on its first request, so a server whose
-    # clients speak NeMo Gym's wire never loads it (its routes come after the tool and standard routes).
-    from ngym.server.fronts import openenv as openenv_front  # a light package: the front itself loads later
-
-    openenv_front.mount(server, app)
+    # What hosting and the protocol fronts add, as registered with the pipeline (ngym.server registers the
+    # built-in ones: the ORS front, the environment loop, MCP exposure when asked for, OpenEnv's front).
+    apply_app_extensions(server, app)
     return app
 
 

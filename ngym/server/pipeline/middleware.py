@@ -25,6 +25,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ngym.errors import SessionStoreError
+from ngym.server.pipeline.lazy_episodes import EpisodeWatch
 from ngym.server.sessions.cookies import DuplicateSessionCookie
 from ngym.server.sessions.manager import (
     SCOPE_KEY,
@@ -155,10 +156,17 @@ class NgymMiddleware:
         scope[SCOPE_KEY] = session
         token = current_request_session.set(session)
         started = False
+        refused = False  # the answer was replaced by a 503: the app's own body is dropped
+        watch: EpisodeWatch | None = None
 
         async def send_with_session(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
+            nonlocal started, refused, watch
+            if refused:
+                return
+            if message["type"] == "http.response.body":
+                if watch is not None:
+                    watch.feed(message)
+            elif message["type"] == "http.response.start":
                 # Ported code may switch sessions by assigning request.session["session_id"], or end one by
                 # popping it (NeMo Gym's swebench_pro does on close): then the rollout's state is freed after
                 # the response, as after /verify.
@@ -169,10 +177,28 @@ class NgymMiddleware:
                         session.sets_cookie = True
                     else:
                         session.close_after_response()
-                elif session.is_new and compat.read and session.record is None and int(message["status"]) < 400:
+                elif (
+                    session.is_new
+                    and compat.read
+                    and session.record is None
+                    and int(message["status"]) < 400
+                    and not await sessions.admit_lazy(session)
+                ):
                     # no session came with the request, yet ported code kept state under its id (NeMo Gym's lazy
-                    # seed, e.g. a Gymnasium /reset): a live session now, bounded, expiring, closed like any other
-                    await sessions.admit_lazy(session)
+                    # seed, e.g. a Gymnasium /reset): admit_lazy made it a live session, bounded, expiring, closed
+                    # like any other, unless the store is full: then the answer is a 503, for a 200 without a
+                    # session would let the next request start from nothing and be scored on state never had.
+                    refused = started = True
+                    sessions.traffic.count(scope["path"], 503)
+                    log.warning(
+                        "%s %s: %d sessions are live", scope["method"], scope["path"], sessions.store.max_sessions
+                    )
+                    detail = (
+                        f"server is at its session limit ({sessions.store.max_sessions} sessions are live); "
+                        "retry later or close finished sessions"
+                    )
+                    await _send_unavailable(send, detail, [])
+                    return
                 # Saved before the response starts, so the caller's next request (maybe to another
                 # worker or replica) sees this one's changes. A store failure here is still a clean 503.
                 if not store_shares_objects:
@@ -180,6 +206,7 @@ class NgymMiddleware:
                 started = True
                 sessions.traffic.count(scope["path"], int(message["status"]))
                 status = int(message["status"])
+                watch = EpisodeWatch.start(scope["path"], session, status)
                 # A seed hands out its session's cookie; a successful answer of a live session this process holds
                 # repeats the very cookie the request carried (NeMo Gym's clients copy it from every answer). Nothing
                 # else sets one: a 404, a 410, an error, or a request that holds no session here.

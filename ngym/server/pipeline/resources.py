@@ -25,8 +25,8 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from ngym.domain import Domain, resolve_domain
 from ngym.metrics.aggregate import aggregate_metrics as compute_aggregate_metrics
 from ngym.metrics.aggregate import default_key_metrics
-from ngym.server.hosting.env_loop import placed_for
 from ngym.server.pipeline.base import BaseServer, BaseServerConfig, SimpleServer, secret_value
+from ngym.server.pipeline.extensions import placed_for
 from ngym.server.pipeline.intake import seed_body_model, validate_body, validation_error_handler
 from ngym.server.pipeline.middleware import NgymMiddleware
 from ngym.server.pipeline.request_limits import RequestLimitsMiddleware
@@ -58,6 +58,8 @@ from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, SessionManag
 from ngym.server.sessions.store import SessionStore
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from ngym.server.fronts.mcp import MCPExposure, MCPTool
 
 log = logging.getLogger("ngym.server")
@@ -190,10 +192,24 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
 
     # ---- for environment authors -------------------------------------------------------------------
 
-    @keeps_no_state
-    async def seed_session(self, request: Request, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
-        """Start a rollout's state from its dataset row. The default keeps no state."""
-        return BaseSeedSessionResponse()
+    if TYPE_CHECKING:
+        # An environment's seed_session and verify take its own body models (subclasses of the base ones) and
+        # verify may take the Request first: the routes read the override's annotations to validate the body and
+        # call it with what it takes. So to a type checker an override is an async callable of its own shape
+        # whose answer is checked, not a method that must accept every base body.
+        seed_session: ClassVar[Callable[..., Awaitable[BaseSeedSessionResponse]]]
+        verify: ClassVar[Callable[..., Awaitable[BaseVerifyResponse]]]
+    else:
+
+        @keeps_no_state
+        async def seed_session(self, request: Request, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
+            """Start a rollout's state from its dataset row. The default keeps no state."""
+            return BaseSeedSessionResponse()
+
+        async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+            """Score the finished rollout; return the body echoed back with ``reward`` in [0, 1]. Override it as
+            ``verify(self, body: MyVerifyRequest)`` or ``verify(self, request: Request, body: MyVerifyRequest)``."""
+            raise NotImplementedError(f"{type(self).__name__} must implement verify()")
 
     async def seed_resources_session(
         self, request: Request, body: ResourcesSeedSessionRequest
@@ -206,7 +222,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         ``seed_session``. An answer's fields (``resources_tools``, ``sandbox_access``) go to the caller.
         """
         row = validate_body(seed_body_model(type(self)), body.task_data)
-        await self.seed_session(request, row)  # type: ignore[arg-type]  # the author's row model
+        await self.seed_session(request, row)
         return None
 
     async def close_resources_session(
@@ -219,10 +235,6 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         so the caller may retry. The default releases nothing.
         """
         return None
-
-    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
-        """Score the finished rollout; return the body echoed back with ``reward`` in [0, 1]."""
-        raise NotImplementedError(f"{type(self).__name__} must implement verify()")
 
     async def on_session_closed(self, session_id: str, state: Any) -> None:
         """Free what a session's state holds. Called once per session: on ``/close_session``, after

@@ -23,7 +23,6 @@ from pydantic import BaseModel
 
 from ngym.errors import JudgeError
 from ngym.rewards import HEALTH_KEY as REWARD_RANGE_KEY
-from ngym.server.hosting.env_loop import AUTHOR_CALLS_STATE, on_environment_loop
 from ngym.server.pipeline.intake import parse_body, seed_body_model, validate_body, validate_json
 from ngym.server.pipeline.provenance import distribution_of
 from ngym.server.pipeline.routing import RequestOnlyRoute, declared_model, declared_model_response
@@ -61,6 +60,8 @@ _TYPED_SEED_KEYS = frozenset(ResourcesSeedSessionRequest.model_fields)
 MCP_SEED_KEY = "mcp"  # where a row seed's answer advertises the MCP endpoint (NeMo Gym's key)
 #: NeMo Gym caps the reason at 2000 characters: it ends up in logs and trace attributes.
 _FAILURE_REASON_MAX = 2000
+#: ``app.state`` attribute holding the standard routes' ``AuthorCalls`` (where an app extension finds them).
+AUTHOR_CALLS_STATE = "ngym_author_calls"
 
 
 def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
@@ -69,7 +70,7 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
     # Read once here, not per request: the manager is a pydantic private attribute, a ~3 us lookup per read.
     sessions = server.sessions
     author = AuthorCalls(server)
-    # Where ``build_app`` finds them to move them to the environment loop, for a served app that wants it.
+    # Where an app extension finds them to place them elsewhere (the environment loop, for a served app that wants it).
     setattr(app.state, AUTHOR_CALLS_STATE, author)
 
     async def seed_session(request: Request) -> Any:
@@ -107,10 +108,9 @@ def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
 
 class AuthorCalls:
     """The author's hooks the standard routes call (read at each call): the server's own methods, until
-    ``move_to_environment_loop`` puts each on the environment loop (``ngym.server.hosting.env_loop``: done by
-    ``build_app`` for a served app that wants it; an app built with ``setup_webserver`` alone, as an
-    environment's own tests build it, keeps them where they were). With ``author=None`` a route calls the
-    server's methods directly."""
+    ``place`` wraps each (the environment loop does, through an app extension of ``build_app``, for a served app
+    that wants it; an app built with ``setup_webserver`` alone, as an environment's own tests build it, keeps them
+    where they were). With ``author=None`` a route calls the server's methods directly."""
 
     def __init__(self, server: SimpleResourcesServer) -> None:
         self.verify: Callable[..., Any] = server.verify
@@ -118,9 +118,10 @@ class AuthorCalls:
         self.seed_resources_session: Callable[..., Any] = server.seed_resources_session
         self.close_resources_session: Callable[..., Any] = server.close_resources_session
 
-    def move_to_environment_loop(self) -> None:
+    def place(self, placement: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        """Call each hook through ``placement(hook)`` from now on."""
         for name in ("verify", "seed_session", "seed_resources_session", "close_resources_session"):
-            setattr(self, name, on_environment_loop(getattr(self, name)))
+            setattr(self, name, placement(getattr(self, name)))
 
 
 def add_health_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
@@ -167,7 +168,7 @@ async def seed_session_route(
         row = parse_body(raw)
         body = validate_body(model, row)
     seed = author.seed_session if author is not None else server.seed_session
-    result = await sessions.seed_row(session, lambda: seed(request, body))  # type: ignore[arg-type]  # the author's row model
+    result = await sessions.seed_row(session, lambda: seed(request, body))
     if mcp is not None:
         answer = result.model_dump(mode="json") if isinstance(result, BaseModel) else dict(result or {})
         answer.setdefault(MCP_SEED_KEY, mcp.seed_metadata(session.id, row if isinstance(row, dict) else {}))

@@ -93,6 +93,11 @@ class RequestSession:
 current_request_session: ContextVar[RequestSession | None] = ContextVar("ngym_request_session", default=None)
 
 
+#: ``SessionRecord.meta`` key of a session NeMo Gym's lazy seed started (``SessionManager.admit_lazy``): its
+#: Gymnasium episode's last step ends it (``ngym.server.pipeline.lazy_episodes``).
+LAZY_META = "lazy"
+
+
 def new_session_id() -> str:
     """A random 128-bit id (hex), like a uuid4 but a few microseconds cheaper: it runs per request."""
     return os.urandom(16).hex()
@@ -194,7 +199,7 @@ class SessionManager:
             await self.sweep()
             if await self.store.count() >= self.store.max_sessions:
                 return False
-        record = SessionRecord()
+        record = SessionRecord(meta={LAZY_META: True})
         try:
             await self.store.create(session.id, record)
         except SessionLimitReached:

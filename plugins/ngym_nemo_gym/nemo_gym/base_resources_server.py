@@ -72,18 +72,20 @@ BaseResourcesServerConfig = ngym.BaseResourcesServerConfig
 
 
 class ResourcesSeedSessionResponse(ngym.ResourcesSeedSessionResponse):
-    resources_tools: dict[str, Any] | None = None
+    #: NeMo Gym 0.7.0 types it a plain dict: kept as the environment built it, not validated as ngym's MCP metadata
+    resources_tools: dict[str, Any] | None = None  # type: ignore[assignment]
     #: NeMo's typed model (environments build it: swebench_pro's seed), serialised to the same JSON object
     sandbox_access: SandboxAccess | None = None  # type: ignore[assignment]
 
 
 class BaseRunRequest(ngym.BaseRunRequest):
-    responses_create_params: NeMoGymResponseCreateParamsNonStreaming  # type: ignore[assignment]
+    responses_create_params: NeMoGymResponseCreateParamsNonStreaming
     capture_rollout_id: str | None = Field(default=None, alias="_ng_rollout_id", exclude=True)
 
 
 class BaseVerifyRequest(BaseRunRequest, ngym.BaseVerifyRequest):
-    responses_create_params: NeMoGymResponseCreateParamsNonStreaming  # type: ignore[assignment]
+    responses_create_params: NeMoGymResponseCreateParamsNonStreaming
+    #: NeMo Gym's response is the OpenAI SDK's model (environments read its fields), not ngym's own Response
     response: NeMoGymResponse  # type: ignore[assignment]
 
 
@@ -191,16 +193,18 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
         return await super().seed_resources_session(request, body)
 
     @keeps_no_state
-    async def seed_session(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def seed_session(self, *args: Any, **kwargs: Any) -> Any:
         """Keep no state: a typed seed gets its id back, a dataset row an empty answer."""
         body = kwargs.get("body", args[-1] if args else None)
         if isinstance(body, ResourcesSeedSessionRequest):
             return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)
         return BaseSeedSessionResponse()
 
-    async def close_resources_session(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def close_resources_session(self, *args: Any, **kwargs: Any) -> Any:
         """NeMo Gym's hook for a typed close, ``(body)`` or ``(request, body)``; the default releases nothing."""
         body = kwargs.get("body", args[-1] if args else None)
+        if not isinstance(body, ResourcesCloseSessionRequest):  # the routes give the default only a typed close
+            raise TypeError(f"close_resources_session takes NeMo Gym's typed close body, not {type(body).__name__}")
         return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
 
     async def forget_unseeded_session(self, session_id: str) -> None:
@@ -219,7 +223,10 @@ class SimpleResourcesServer(BaseResourcesServer, AggregateMetricsMixin, SimpleSe
         await close_client_session()  # the HTTP session ServerClient calls went through, if any
 
     async def get_reverify_mode(self) -> ReverifyMode:
-        return type(self).config_class().REVERIFY_MODE  # type: ignore[attr-defined,no-any-return]
+        config_class = type(self).config_class()
+        if issubclass(config_class, ngym.BaseResourcesServerConfig):  # NeMo Gym 0.7.0 declares it on the config
+            return config_class.REVERIFY_MODE
+        return ReverifyMode.UNKNOWN
 
     def normalize_tool_name(self, name: str) -> str:
         """``mcp__<this server>__tool`` → ``tool`` (names MCP clients record); other names unchanged."""
@@ -241,7 +248,9 @@ def _drop_key_from_own_dicts(server: Any, key: str) -> None:
 
 # Set after the class is made, so pydantic does not take it for a field. NeMo Gym's Gymnasium base and games keep
 # ``session_state: Dict[str, Any]`` as a field of their own.
-SimpleResourcesServer.session_state = _YieldsToField("session_state", ngym.SimpleResourcesServer.session_state)  # type: ignore[assignment]
+SimpleResourcesServer.session_state = _YieldsToField(  # type: ignore[assignment]  # a descriptor for the method
+    "session_state", ngym.SimpleResourcesServer.session_state
+)
 
 
 @functools.cache

@@ -113,11 +113,10 @@ class GlobalConfigDictParser:
         initial = config.initial_global_config_dict or OmegaConf.create({})
         merged = OmegaConf.create({})
         for path in self._expand(list(initial.get(CONFIG_PATHS_KEY_NAME) or []), seen=set()):
-            loaded = OmegaConf.load(path)
+            loaded = _load_mapping(path)
             loaded.pop(CONFIG_PATHS_KEY_NAME, None)
-            merged = OmegaConf.merge(merged, loaded)
-        merged = OmegaConf.merge(merged, initial)
-        assert isinstance(merged, DictConfig)
+            merged = _merged(merged, loaded)
+        merged = _merged(merged, initial)
         frozen = merged.copy()
         self._swap(merged, merged, frozen)
         return merged
@@ -130,7 +129,7 @@ class GlobalConfigDictParser:
             if path in seen:
                 continue
             seen.add(path)
-            nested = OmegaConf.load(path).get(CONFIG_PATHS_KEY_NAME) or []
+            nested = _load_mapping(path).get(CONFIG_PATHS_KEY_NAME) or []
             ordered += self._expand(list(nested), seen)
             ordered.append(path)
         return ordered
@@ -155,6 +154,21 @@ class GlobalConfigDictParser:
                         if isinstance(parent, DictConfig) and last in parent and last != key:
                             parent.pop(last)
                     node[key] = OmegaConf.merge(source, value) if source is not None else value
+
+
+def _load_mapping(path: Path) -> DictConfig:
+    """A config file's mapping (a file holding a list or a scalar is refused, naming the file)."""
+    loaded = OmegaConf.load(path)
+    if not isinstance(loaded, DictConfig):
+        raise ValueError(f"{path}: a NeMo Gym config file holds a mapping, not a {type(loaded).__name__}")
+    return loaded
+
+
+def _merged(base: DictConfig, other: DictConfig) -> DictConfig:
+    """``other`` merged over ``base`` (two mappings merge into a mapping)."""
+    merged = OmegaConf.merge(base, other)
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 def label_runs(agent_by_key: Mapping[str, str | None]) -> dict[str, str]:

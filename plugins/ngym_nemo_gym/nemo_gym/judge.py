@@ -24,13 +24,14 @@ from ngym.plugin_api import judge_failure_body
 __all__ = ["JudgeError", "call_judge", "judge_failsafe", "reraise_judge_errors"]
 
 ResponseT = TypeVar("ResponseT", bound=BaseModel)
+T = TypeVar("T")
 
 
 class JudgeError(_NgymJudgeError):
     """A judge call failed (ngym's ``JudgeError``): verify answers reward 0.0 with the failure fields."""
 
 
-async def reraise_judge_errors(coro: Awaitable[Any]) -> Any:
+async def reraise_judge_errors(coro: Awaitable[T]) -> T:
     """Await a judge call; any exception becomes ``JudgeError`` naming the original."""
     try:
         return await coro

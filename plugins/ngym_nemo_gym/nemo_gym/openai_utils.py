@@ -12,16 +12,16 @@ message may appear inside a response's ``output``, as local agents put the promp
 A body read straight from JSON (ngym's direct road: ``model_validate_json``) reaches the SDK's tool unions as
 Python objects (:data:`_FROM_PYTHON`): read from JSON, pydantic-core builds each tool's ``Dict[str, object]`` (its
 JSON schema) again for every member of the union it tries, 5-15 times the work of reading the body once.
+
+The Chat Completions types and the minimal client are defined in ``nemo_gym._openai_chat`` and named here, where
+NeMo Gym's code imports them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import typing
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
-from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageToolCall
-from openai.types.chat.chat_completion import Choice
 from openai.types.responses import (
     EasyInputMessage,
     Response,
@@ -33,8 +33,9 @@ from openai.types.responses import (
     ResponseOutputRefusal,
     ResponseOutputText,
     ResponseReasoningItem,
+    ToolParam,
 )
-from openai.types.responses.response_create_params import ToolChoice, ToolParam
+from openai.types.responses.response_create_params import ToolChoice
 from openai.types.responses.response_input_content_param import ResponseInputContentParam
 from openai.types.responses.response_input_item import FunctionCallOutput, Message
 from openai.types.responses.response_reasoning_item import Summary
@@ -42,7 +43,17 @@ from openai.types.responses.response_usage import ResponseUsage
 from openai.types.responses.tool import Tool
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from nemo_gym.server_utils import MAX_NUM_TRIES, get_response_json, raise_for_status, request
+from nemo_gym._openai_chat import (
+    RATE_LIMIT_ERROR_CODES,
+    RETRY_ERROR_CODES,
+    NeMoGymAsyncOpenAI,
+    NeMoGymChatCompletion,
+    NeMoGymChatCompletionCreateParamsNonStreaming,
+    NeMoGymChatCompletionMessage,
+    NeMoGymChatCompletionMessageToolCall,
+    NeMoGymChoice,
+)
+from nemo_gym.server_utils import MAX_NUM_TRIES, get_response_json, raise_for_status
 from ngym.plugin_api import ResponseCreateParams
 
 __all__ = [
@@ -75,9 +86,6 @@ __all__ = [
     "raise_for_status",
 ]
 
-# HTTP statuses a caller retries (rate limits, overloaded gateways, transient routing and server errors).
-RATE_LIMIT_ERROR_CODES = [429, 502, 503, 504, 520]
-RETRY_ERROR_CODES = [*RATE_LIMIT_ERROR_CODES, 404, 408, 500]
 
 _STATUSES = frozenset({"in_progress", "completed", "incomplete"})
 _OUTPUT_PARTS = frozenset({"output_text", "refusal"})
@@ -118,7 +126,7 @@ NeMoGymContent: TypeAlias = Annotated[
 class NeMoGymResponseOutputMessage(ResponseOutputMessage):
     """An assistant message the model wrote (``output_text`` / ``refusal`` parts)."""
 
-    content: list[NeMoGymContent]
+    content: list[NeMoGymContent]  # type: ignore[assignment]  # NeMo Gym's subclasses of the SDK's part models
     role: Literal["assistant"] = "assistant"
     status: Literal["in_progress", "completed", "incomplete"] = "completed"
     type: Literal["message"] = "message"
@@ -129,7 +137,7 @@ class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall):
 
 
 class NeMoGymResponseReasoningItem(ResponseReasoningItem):
-    summary: list[NeMoGymSummary]
+    summary: list[NeMoGymSummary]  # type: ignore[assignment]  # NeMo Gym's subclass of the SDK's Summary
     type: Literal["reasoning"] = "reasoning"
 
 
@@ -140,16 +148,16 @@ NeMoGymResponseInputContentList: TypeAlias = list[ResponseInputContentParam]
 class NeMoGymEasyInputMessage(EasyInputMessage):
     """A message as written in a prompt: ``content`` a string or input parts; any role."""
 
-    content: str | NeMoGymResponseInputContentList  # type: ignore[assignment]
-    type: Literal["message"] = "message"  # type: ignore[assignment]
+    content: str | NeMoGymResponseInputContentList  # type: ignore[assignment]  # plain-dict parts (see above)
+    type: Literal["message"] = "message"
 
 
 class NeMoGymMessage(Message):
     """An input message with a list of parts and a status (user, system or developer)."""
 
-    content: NeMoGymResponseInputContentList  # type: ignore[assignment]
-    status: Literal["in_progress", "completed", "incomplete"] = "completed"  # type: ignore[assignment]
-    type: Literal["message"] = "message"  # type: ignore[assignment]
+    content: NeMoGymResponseInputContentList  # type: ignore[assignment]  # plain-dict parts (see above)
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+    type: Literal["message"] = "message"
 
 
 class NeMoGymFunctionCallOutput(FunctionCallOutput):
@@ -301,9 +309,22 @@ def _require_type(value: Any) -> Any:
     return value
 
 
-NeMoGymResponseInputItem: TypeAlias = _union(output=False)  # type: ignore[valid-type]
-NeMoGymResponseOutputItem: TypeAlias = Annotated[_union(output=True), BeforeValidator(_require_type)]  # type: ignore[valid-type]
-NeMoGymResponseInput: TypeAlias = list[NeMoGymResponseInputItem]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # what the unions below validate into (at run time they are built from the installed SDK)
+    _NeMoGymItem: TypeAlias = (
+        NeMoGymEasyInputMessage
+        | NeMoGymMessage
+        | NeMoGymResponseOutputMessage
+        | NeMoGymResponseFunctionToolCall
+        | NeMoGymFunctionCallOutput
+        | NeMoGymResponseReasoningItem
+        | NeMoGymOtherItem
+    )
+    NeMoGymResponseInputItem: TypeAlias = _NeMoGymItem | ResponseInputItem
+    NeMoGymResponseOutputItem: TypeAlias = _NeMoGymItem | NeMoGymResponseFunctionCallOutput | ResponseOutputItem
+else:
+    NeMoGymResponseInputItem = _union(output=False)
+    NeMoGymResponseOutputItem = Annotated[_union(output=True), BeforeValidator(_require_type)]
+NeMoGymResponseInput: TypeAlias = list[NeMoGymResponseInputItem]
 
 
 # ---- request parameters -----------------------------------------------------------------------------
@@ -325,6 +346,7 @@ class NeMoGymResponseCreateParamsNonStreaming(ResponseCreateParams):
     """``responses_create_params``: ngym's strict request fields (an unknown key is an error), with the OpenAI
     SDK's input items and tool types, as NeMo Gym declares them."""
 
+    # the SDK's types in place of ngym's own wire models: a type checker sees incompatible fields
     input: str | NeMoGymResponseInput  # type: ignore[assignment]
     tool_choice: ToolChoice = "auto"  # type: ignore[assignment]
     tools: list[ToolParam] = Field(default_factory=list)  # type: ignore[assignment]
@@ -354,8 +376,9 @@ class NeMoGymResponseOutputTokensDetails(BaseModel):
 
 
 class NeMoGymResponseUsage(ResponseUsage):
-    input_tokens_details: NeMoGymResponseInputTokensDetails
-    output_tokens_details: NeMoGymResponseOutputTokensDetails
+    # not the SDK's detail classes (see above), so a type checker sees an incompatible field
+    input_tokens_details: NeMoGymResponseInputTokensDetails  # type: ignore[assignment]
+    output_tokens_details: NeMoGymResponseOutputTokensDetails  # type: ignore[assignment]
 
 
 def _add_counts(left: int | None, right: int | None) -> int | None:
@@ -390,115 +413,11 @@ def accumulate_response_usage(
 class NeMoGymResponse(Response):
     """The finished response (the OpenAI SDK's ``Response``); ``output`` is the whole trajectory."""
 
-    output: list[NeMoGymResponseOutputItem]  # type: ignore[assignment]
+    output: list[NeMoGymResponseOutputItem]  # type: ignore[assignment]  # NeMo Gym's item models and the SDK's
     usage: NeMoGymResponseUsage | None = None
-    tools: Annotated[list[Tool], _FROM_PYTHON]  # type: ignore[assignment]
+    tools: Annotated[list[Tool], _FROM_PYTHON]
 
     def function_calls(self) -> list[NeMoGymResponseFunctionToolCall]:
         """The tool calls of the trajectory, in order (the method ngym's own ``Response`` has, which ngym's verify
         route uses, e.g. to strip MCP namespaces from tool names)."""
         return [item for item in self.output if isinstance(item, NeMoGymResponseFunctionToolCall)]
-
-
-# ---- chat completions -------------------------------------------------------------------------------
-
-
-class NeMoGymChatCompletionMessageToolCall(ChatCompletionMessageToolCall):
-    pass
-
-
-class NeMoGymChatCompletionMessage(ChatCompletionMessage):
-    pass
-
-
-class NeMoGymChoice(Choice):
-    message: NeMoGymChatCompletionMessage
-
-
-class NeMoGymChatCompletion(ChatCompletion):
-    choices: list[NeMoGymChoice]  # type: ignore[assignment]
-
-
-class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
-    """A ``/v1/chat/completions`` request body (non-streaming); unknown keys are refused, as in NeMo Gym."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    messages: list[dict[str, Any]]
-    model: str | None = None
-    audio: dict[str, Any] | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, int] | None = None
-    logprobs: bool | None = None
-    max_completion_tokens: int | None = None
-    max_tokens: int | None = None
-    metadata: dict[str, str] | None = None
-    modalities: list[Literal["text", "audio"]] | None = None
-    n: int | None = None
-    parallel_tool_calls: bool = True
-    prediction: dict[str, Any] | None = None
-    presence_penalty: float | None = None
-    prompt_cache_key: str | None = None
-    reasoning_effort: str | None = None
-    response_format: dict[str, Any] | None = None
-    seed: int | None = None
-    safety_identifier: str | None = None
-    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
-    stop: str | list[str] | None = None
-    store: bool | None = None
-    stream_options: dict[str, Any] | None = None
-    temperature: float | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    tools: list[dict[str, Any]] | None = None
-    top_logprobs: int | None = None
-    top_p: float | None = None
-    user: str | None = None
-    verbosity: Literal["low", "medium", "high"] | None = None
-    web_search_options: dict[str, Any] | None = None
-    stream: Literal[False] | None = None
-    # Provider extensions OpenAI-SDK clients send at the top level (vLLM template variables, reasoning options).
-    chat_template_kwargs: dict[str, Any] | None = None
-    thinking: dict[str, Any] | None = None
-    output_config: dict[str, Any] | None = None
-
-
-# ---- a minimal OpenAI-compatible client -------------------------------------------------------------
-
-
-class NeMoGymAsyncOpenAI(BaseModel):
-    """POSTs to an OpenAI-compatible endpoint (``base_url`` ending in ``/v1``) through the shared HTTP session.
-
-    Retryable statuses (:data:`RETRY_ERROR_CODES`) are retried up to ``max_http_attempts`` times; the last answer
-    is checked with ``raise_for_status``. Each ``create_*`` returns the decoded JSON body.
-    """
-
-    base_url: str
-    api_key: str = ""
-    default_headers: dict[str, str] = Field(default_factory=dict)
-    max_http_attempts: int = 3
-
-    async def _post(self, path: str, method: str = "POST", **body: Any) -> Any:
-        headers = {**self.default_headers, "Authorization": f"Bearer {self.api_key}"}
-        url = f"{self.base_url.rstrip('/')}/{path}"
-        for attempt in range(1, self.max_http_attempts + 1):
-            response = await request(method, url, headers=headers, json=body or None)
-            if response.status not in RETRY_ERROR_CODES or attempt == self.max_http_attempts:
-                break
-            await asyncio.sleep(0.5 * attempt)
-        await raise_for_status(response)
-        return await get_response_json(response)
-
-    async def create_models(self) -> Any:
-        return await self._post("models", method="GET")
-
-    async def create_chat_completion(self, **kwargs: Any) -> Any:
-        return await self._post("chat/completions", **kwargs)
-
-    async def create_completion(self, **kwargs: Any) -> Any:
-        return await self._post("completions", **kwargs)
-
-    async def create_response(self, **kwargs: Any) -> Any:
-        return await self._post("responses", **kwargs)
-
-    async def create_tokenize(self, **kwargs: Any) -> Any:
-        return await self._post("tokenize", **kwargs)

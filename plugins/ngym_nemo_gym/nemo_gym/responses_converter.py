@@ -46,6 +46,9 @@ class _Assistant:
     """The assistant turn being assembled from consecutive output items."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self.text: list[str] = []
         self.tool_calls: list[dict[str, Any]] = []
         self.open = False
@@ -57,7 +60,7 @@ class _Assistant:
         if self.tool_calls:  # never an empty list: OpenAI rejects `tool_calls: []`
             message["tool_calls"] = self.tool_calls
         messages.append(message)
-        self.__init__()  # type: ignore[misc]
+        self._reset()
 
 
 class ResponsesConverter(BaseModel):
@@ -153,8 +156,8 @@ class ResponsesConverter(BaseModel):
             chat["response_format"] = {"type": "json_object"}
         elif text_format.get("type") not in (None, "text"):
             raise NotImplementedError(f"Unsupported Responses text format type {text_format.get('type')!r}")
-        if (text or {}).get("verbosity") is not None:
-            chat["verbosity"] = text["verbosity"]  # type: ignore[index]
+        if text is not None and text.get("verbosity") is not None:
+            chat["verbosity"] = text["verbosity"]
         return chat
 
 

@@ -403,7 +403,8 @@ class SimpleServer(BaseServer, ngym.SimpleServer):
             return
         # RAY_ADDRESS first: a fleet sets it for each environment it places on its cluster, while the global
         # config's ray_head_node_address is the one NeMo Gym's own servers join (possibly another Ray)
-        address = os.environ.get("RAY_ADDRESS") or (maybe_get_global_config_dict() or {}).get("ray_head_node_address")
+        config = maybe_get_global_config_dict()
+        address = os.environ.get("RAY_ADDRESS") or (config.get("ray_head_node_address") if config else None)
         ray.init(**({"address": address} if address else local_ray_options()), ignore_reinit_error=True)
 
     def get_session_middleware_key(self) -> str:

@@ -118,8 +118,8 @@ async def _score(fixture: VerifierFixture, case: VerifierFixtureCase, *, reseed:
     except Exception as exc:
         raise VerifierFixtureError(f"Case '{case.name}' could not create a fresh server: {exc}") from exc
     request = fixture.request_model.model_validate(case.request)
-    if reseed:
-        await _maybe_await(fixture.reseed(server, request))  # type: ignore[misc]
+    if reseed and fixture.reseed is not None:  # (a missing adapter was refused above)
+        await _maybe_await(fixture.reseed(server, request))
     if fixture.invoke is not None:
         result = fixture.invoke(server, request)
     else:
@@ -204,6 +204,7 @@ async def exercise_verifier_fixture(
             except VerifierFixtureError:
                 raise
             except Exception as exc:
+                assert case.expected_error is not None  # a malformed case requires one (validated on load)
                 if case.expected_error not in str(exc):
                     raise VerifierFixtureError(
                         f"Malformed case '{case.name}' error did not contain {case.expected_error!r}: {exc}"

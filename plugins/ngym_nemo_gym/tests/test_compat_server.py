@@ -308,11 +308,11 @@ async def test_tool_calls_without_a_session_cannot_grow_a_nemo_environments_stat
     server = NemoCounter(config=BaseResourcesServerConfig(name="c", max_sessions=50, session_ttl_seconds=3600))
     async with serve_in_process(server.setup_webserver()) as client:
         # each cookie-less call starts a session NeMo Gym's way (lazily): a live session, bounded by max_sessions;
-        # once the store is full a call still answers, and what it kept under its one-off id is freed at once
-        for _ in range(400):
-            answer = await client.post("/increment_counter", json={})
-            assert answer.status_code == 200
-        assert len(server.session_id_to_counter) <= 50
+        # once the store is full a call answers 503 (a 200 would hand out no session, so the rollout's next call
+        # would start from nothing), and what it kept under its one-off id is freed at once
+        statuses = [(await client.post("/increment_counter", json={})).status_code for _ in range(400)]
+        assert statuses == [200] * 50 + [503] * 350
+        assert len(server.session_id_to_counter) == 50
         assert (await client.get("/health")).json()["live_sessions"] <= 50
     assert server.session_id_to_counter == {}  # every live session closed at shutdown, every entry freed
 

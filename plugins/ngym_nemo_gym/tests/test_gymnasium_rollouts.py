@@ -5,7 +5,12 @@ recorded trajectory turn by turn, carry the session cookie, sum the steps' rewar
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -67,7 +72,8 @@ class GuessGame(SimpleResourcesServer):
     scores 0.25 (a wrong guess, a peek) or 1.0 (right); it records what reached it, per session."""
 
     session_state: dict[str, Any] = Field(default_factory=dict)
-    closed: list[str] = Field(default_factory=list)
+    #: (session id, its state) at each /close: after it ngym ends the session, which frees the state too
+    closed: list[tuple[str, dict[str, Any]]] = Field(default_factory=list)
 
     def setup_webserver(self) -> FastAPI:
         app = FastAPI()
@@ -99,7 +105,8 @@ class GuessGame(SimpleResourcesServer):
         return {"observation": "higher", "reward": 0.25}
 
     async def close(self, request: Request) -> dict[str, Any]:
-        self.closed.append(request.session[SESSION_ID_KEY])
+        session_id = request.session[SESSION_ID_KEY]
+        self.closed.append((session_id, self.session_state[session_id]))
         return {}
 
     async def verify(self, body: BaseVerifyRequest) -> None:  # type: ignore[override]
@@ -166,10 +173,10 @@ def test_profile_scenario_replays_each_turn_with_the_cookie_and_sums_the_rewards
 
     assert result == {"reward": 1.5, "terminated": True, "truncated": False}  # 0.25 + 0.25 + 1.0
     assert session.paths == ["/reset", "/step", "/step", "/step", "/close"]
-    [(session_id, state)] = game.session_state.items()
+    [(session_id, state)] = game.closed  # the reset's session, carried to every step and to /close
     assert state["turns"] == [["reasoning", "message"], ["function_call"], ["message"]]
     assert len(set(state["ids"])) == 3 and all(isinstance(i, str) and len(i) == 32 for i in state["ids"])
-    assert game.closed == [session_id]  # the reset's session, carried to every step and to /close
+    assert game.session_state == {}  # /close ended the session: ngym freed what the environment kept under its id
 
 
 def test_a_seed_verify_server_keeps_the_recorded_rollout_scenario() -> None:
@@ -227,3 +234,45 @@ def test_rollout_replay_accepts_a_recording_whose_input_adds_resets_observation(
     other = {"responses_create_params": {"input": [{"role": "user", "content": "another game"}]}}
     with pytest.raises(ConfigError, match="no recording for any row"):
         check_replayable([other], [recording], [])
+
+
+class QuietGame(GuessGame):
+    """The same game, advertising no ``/close``: an episode ends on the server only when a step says so."""
+
+    async def reset(self, request: Request) -> dict[str, Any]:
+        answer = await super().reset(request)
+        return {**answer, "info": {}}
+
+
+def _profile(url: str, rows: list[dict[str, Any]], folder: Path) -> subprocess.CompletedProcess[str]:
+    data = folder / "example_rollouts.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    command = [sys.executable, "-m", "ngym.cli", "profile", url, "--data", str(data), "--json"]
+    options = ["--users", "2", "--duration", "3s"]  # how many rollouts fit in it does not matter: ≥ 1
+    env = {**os.environ, "NGYM_DEBUG": ""}
+    return subprocess.run([*command, *options], capture_output=True, text=True, timeout=180, env=env)
+
+
+def test_profile_finds_no_session_left_when_each_episode_ends_on_its_last_step(tmp_path: Path) -> None:
+    game = QuietGame(config=BaseResourcesServerConfig(name="quiet", domain="games"))
+    with serve_app_in_thread(build_app(game)) as url:
+        right = {**RECORDED, "output": [assistant("guess 3")]}  # one step, the episode ends: 1.0
+        done = _profile(url, [{**ROW, "response": right, "reward": 1.0}], tmp_path)
+        live = httpx.get(f"{url}/health").json()["live_sessions"]
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["rollouts_finished"] > 0 and result["reward_mismatches"] == 0
+    assert result["sessions_left_live"] == 0 == live and game.session_state == {}
+
+
+def test_profile_fails_when_finished_rollouts_leave_their_sessions_live(tmp_path: Path) -> None:
+    game = QuietGame(config=BaseResourcesServerConfig(name="quiet", domain="games"))
+    short = {**RECORDED, "output": RECORDED_OUTPUT[:2]}  # the client stops before the episode ends: truncated
+    with serve_app_in_thread(build_app(game)) as url:
+        done = _profile(url, [{**ROW, "response": short, "reward": 0.25}], tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["rollouts_failed"] == 0 and result["leaked_sessions"] > 0
+    assert result["sessions_left_live"] >= result["rollouts_finished"]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ngym: error: ") and "sessions left live on the server" in last

@@ -39,7 +39,7 @@ def container_payload(manifest: Manifest, layout: ImageLayout, workdir: Path) ->
 
 def _image_app_dir(host: Path, name: str, layout: ImageLayout) -> str:
     """Where a folder install's ``app_dir`` goes: the host's place under ngym's prefix, under the image's."""
-    home = Path(sys.prefix) / "share" / "ngym" / "openenv"  # ngym_openenv.install._home(): where install copied it
+    home = Path(sys.prefix) / "share" / "ngym" / "openenv"  # ngym_openenv.environment_venv.environments_home()
     try:
         return f"{layout.prefix}/share/ngym/openenv/{host.resolve().relative_to(home.resolve()).as_posix()}"
     except ValueError:  # put elsewhere (an older install): a place of its own

@@ -31,7 +31,7 @@ from typing import Any
 
 def _own_client(package: str | None, mcp: bool, generic: str | None) -> tuple[Any, str | None]:
     """The environment's own EnvClient subclass, else (or when ``generic`` says why not) OpenEnv's generic one."""
-    from openenv.core.env_client import EnvClient  # type: ignore[import-not-found]
+    from openenv.core.env_client import EnvClient
 
     why = generic or "the environment names no package"
     if package and not generic:
@@ -53,10 +53,10 @@ def _own_client(package: str | None, mcp: bool, generic: str | None) -> tuple[An
                 return found[0], None
             why = f"{module_name} defines no EnvClient subclass"
     if mcp:
-        from openenv.core.mcp_client import MCPToolClient  # type: ignore[import-not-found]
+        from openenv.core.mcp_client import MCPToolClient
 
         return MCPToolClient, why
-    from openenv.core.generic_client import GenericEnvClient  # type: ignore[import-not-found]
+    from openenv.core.generic_client import GenericEnvClient
 
     return GenericEnvClient, why
 
@@ -73,7 +73,7 @@ def _action_type(client_cls: Any) -> Any:
 
 def _action(client_cls: Any, step: dict[str, Any], mcp: bool) -> Any:
     if mcp:
-        from openenv.core.env_server.mcp_types import CallToolAction  # type: ignore[import-not-found]
+        from openenv.core.env_server.mcp_types import CallToolAction
 
         return CallToolAction(tool_name=step["tool_name"], arguments=step.get("arguments") or {})
     action_cls = _action_type(client_cls)

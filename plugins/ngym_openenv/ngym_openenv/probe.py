@@ -46,7 +46,7 @@ def _candidate_modules(name: str) -> list[str]:
 
 def _env_server_of(module_name: str) -> tuple[str, Any] | None:
     """``(attribute, HTTPEnvServer)`` when importing the module builds an OpenEnv app at module level."""
-    from openenv.core.env_server.http_server import HTTPEnvServer  # type: ignore[import-not-found]
+    from openenv.core.env_server.http_server import HTTPEnvServer
 
     before = {id(o) for o in gc.get_objects() if isinstance(o, HTTPEnvServer)}
     module = importlib.import_module(module_name)

@@ -266,7 +266,7 @@ class OpenEnvServer(SimpleResourcesServer):
         session.record(answer)
         return answer
 
-    async def seed_session(self, request: Request, body: OpenEnvSeedRequest) -> OpenEnvSeedResponse:  # type: ignore[override]
+    async def seed_session(self, request: Request, body: OpenEnvSeedRequest) -> OpenEnvSeedResponse:
         pool = self._pool
         if pool is None:
             raise HTTPException(503, "the OpenEnv server is not running", headers={"Retry-After": "5"})
@@ -336,7 +336,7 @@ class OpenEnvServer(SimpleResourcesServer):
             headers={"Retry-After": "1"},
         )
 
-    async def verify(self, request: Request, body: BaseVerifyRequest) -> OpenEnvVerifyResponse:  # type: ignore[override]
+    async def verify(self, request: Request, body: BaseVerifyRequest) -> OpenEnvVerifyResponse:
         session: EpisodeSession | None = self.session_state(request, required=False)
         rule = self.reward_rule
         if session is None:

@@ -51,7 +51,7 @@ def test_install_names_a_missing_variable_before_building_anything(
     def no_venv(*args: object, **kwargs: object) -> str:
         raise AssertionError("a virtualenv was built before the missing variable was named")
 
-    monkeypatch.setattr(install_module, "_environment_venv", no_venv)
+    monkeypatch.setattr(install_module, "environment_venv", no_venv)
     with pytest.raises(OpenEnvInstallError) as raised:
         install_module.prepare(str(dipg_like))
     assert str(raised.value).startswith(

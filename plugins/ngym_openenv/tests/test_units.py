@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ngym_openenv import catalog
+from ngym_openenv import catalog, environment_venv, install_server
 from ngym_openenv import install as install_module
+from ngym_openenv.environment_venv import folder_requirements
 from ngym_openenv.examples import (
     EXAMPLE_SEED,
     example_action,
@@ -17,7 +18,6 @@ from ngym_openenv.examples import (
 from ngym_openenv.install import (
     OpenEnvInstallError,
     _domain,
-    _folder_requirements,
     check_name_free,
     prepare,
 )
@@ -278,23 +278,23 @@ def test_a_folder_whose_project_refuses_this_python_installs_its_server_requirem
     (tmp_path / "server" / "requirements.txt").write_text("fastapi\ngymnasium>=0.29.0\n")
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "g"\nrequires-python = ">=3.99"\n')
     said: list[str] = []
-    assert _folder_requirements(tmp_path, None, said.append) == [
+    assert folder_requirements(tmp_path, None, said.append) == [
         "-r",
         str(tmp_path / "server" / "requirements.txt"),
         "openenv",  # OpenEnv's images have it in the base; a virtualenv of its own needs it named
     ]
     assert "requires Python >=3.99" in said[0]
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "g"\nrequires-python = ">=3.10"\n')
-    assert _folder_requirements(tmp_path, None, said.append) == [str(tmp_path)]
+    assert folder_requirements(tmp_path, None, said.append) == [str(tmp_path)]
     (tmp_path / "pyproject.toml").unlink()
     (tmp_path / "server" / "requirements.txt").write_text("openenv-core>=0.2\n")
-    assert _folder_requirements(tmp_path, None, said.append) == ["-r", str(tmp_path / "server" / "requirements.txt")]
+    assert folder_requirements(tmp_path, None, said.append) == ["-r", str(tmp_path / "server" / "requirements.txt")]
 
 
 def test_a_failed_pip_install_is_said_in_one_line() -> None:
     """OpenEnv's dm_control_env and unity_env name OpenEnv by git URL (no route to GitHub here): install printed 15
     lines of pip's output; the reason is now one line (pip's output goes to a file the line names)."""
-    from ngym_openenv.install import pip_reason
+    from ngym_openenv.environment_venv import pip_reason
 
     git = (
         "  Cloning https://github.com/huggingface/OpenEnv.git to /tmp/pip-install-x/openenv\n"
@@ -322,7 +322,7 @@ def test_an_app_that_fails_to_import_is_said_in_one_line(openenv_python: str, tm
     text = f"\\n{banner}\\n  Resource words not found.\\n  Please download it.\\n{banner}"
     (folder / "server" / "app.py").write_text(f'raise LookupError("{text}")\n')
     with pytest.raises(OpenEnvInstallError) as raised:  # the probe install runs (prepare would pip-install first)
-        install_module._probe(openenv_python, {"app": "server.app:app", "app_dir": str(folder)})
+        environment_venv.probe(openenv_python, {"app": "server.app:app", "app_dir": str(folder)})
     message = str(raised.value)
     assert "\n" not in message, message
     assert message.startswith(
@@ -340,11 +340,11 @@ def test_a_server_that_never_answers_is_one_line_saying_so(monkeypatch: pytest.M
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(4)  # accepts connections (the kernel does) and never answers
-    monkeypatch.setattr(install_module, "ASK_TIMEOUT", 0.5)
+    monkeypatch.setattr(install_server, "ASK_TIMEOUT", 0.5)
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     try:
         with pytest.raises(OpenEnvInstallError) as raised:
-            install_module._ask_server(url)
+            install_server.ask_server(url)
     finally:
         listener.close()
     assert str(raised.value) == (
@@ -367,7 +367,7 @@ def test_an_app_without_openenvs_ws_route_is_one_line_saying_so() -> None:
         return {}
 
     with serve_app_in_thread(app) as url, pytest.raises(OpenEnvInstallError) as raised:
-        install_module._ask_server(url)
+        install_server.ask_server(url)
     message = str(raised.value)
     assert "has no OpenEnv /ws route (HTTP 403)" in message and "\n" not in message, message
 
@@ -384,7 +384,7 @@ def test_a_folder_whose_project_leaves_openenv_out_gets_it(tmp_path: Path) -> No
     ):
         (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "e"\ndependencies = {dependencies}\n')
         wanted = [str(tmp_path), "openenv"] if added else [str(tmp_path)]
-        assert install_module._folder_requirements(tmp_path, None, said.append) == wanted, dependencies
+        assert environment_venv.folder_requirements(tmp_path, None, said.append) == wanted, dependencies
 
 
 def test_an_app_named_from_the_repository_root_is_found() -> None:

@@ -39,6 +39,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import EncodableT
 
 from ngym import ConfigError
 from ngym.plugin_api import SESSION_SECRET_ENV, SessionLimitReached, SessionRecord, SessionStore, SessionStoreError
@@ -303,13 +304,15 @@ class RedisSessionStore(SessionStore):
 
     async def create(self, session_id: str, record: SessionRecord) -> None:
         payload = self._encode(record)
-        keys, args = [self._key(session_id), self._seen], [session_id, payload, self.max_sessions, self.key_ttl_ms]
+        keys = [self._key(session_id), self._seen]
+        args: list[EncodableT] = [session_id, payload, self.max_sessions, self.key_ttl_ms]
         if not await self._call("create a session", lambda: self._create(keys=keys, args=args)):
             raise SessionLimitReached(f"{self.max_sessions} sessions are live")
         record.stored = payload
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        keys, args = [self._key(session_id), self._seen], [session_id, self.key_ttl_ms]
+        keys = [self._key(session_id), self._seen]
+        args: list[EncodableT] = [session_id, self.key_ttl_ms]
         payload = await self._call("load a session", lambda: self._load(keys=keys, args=args))
         return None if payload is None else self._decode(payload)
 
@@ -317,7 +320,8 @@ class RedisSessionStore(SessionStore):
         payload = self._encode(record)
         if payload == record.stored:  # unchanged: load already refreshed its TTL
             return
-        keys, args = [self._key(session_id), self._seen], [session_id, payload, self.key_ttl_ms]
+        keys = [self._key(session_id), self._seen]
+        args: list[EncodableT] = [session_id, payload, self.key_ttl_ms]
         if await self._call("save a session", lambda: self._save(keys=keys, args=args)):
             record.stored = payload
 
@@ -329,7 +333,7 @@ class RedisSessionStore(SessionStore):
     async def mark_closed(self, session_id: str, meta: dict[str, Any]) -> None:
         value = json.dumps(meta, separators=(",", ":"))
         keys = [self._tombstone(session_id), self._closed_index]
-        args = [session_id, value, self.ttl_ms, self.max_closed, self._tombstone("")]
+        args: list[EncodableT] = [session_id, value, self.ttl_ms, self.max_closed, self._tombstone("")]
         await self._call("mark a session closed", lambda: self._close(keys=keys, args=args))
 
     async def closed_meta(self, session_id: str) -> dict[str, Any] | None:

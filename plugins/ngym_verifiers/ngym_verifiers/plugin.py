@@ -27,30 +27,6 @@ def ngym_register_resources_servers(register: Register) -> None:
         )
 
 
-def _install(
-    source: str,
-    *,
-    as_name: str | None,
-    domain: str | None,
-    options: dict[str, str],
-    replace: bool,
-    verbose: bool,
-    echo: Any,
-) -> Any:
-    from ngym import NgymError
-    from ngym_verifiers.install import install_source
-
-    if replace:
-        raise NgymError("--replace applies to NeMo Gym environments; uninstall the other environment first")
-    return install_source(source, as_name=as_name, domain=domain, options=options, verbose=verbose, echo=echo)
-
-
-def _available() -> list[dict[str, Any]]:
-    from ngym_verifiers.catalog import available
-
-    return available()
-
-
 def _uninstall(names: list[str], *, yes: bool, echo: Any) -> list[str]:
     """The installed verifiers environments among ``names`` (their records and venvs), removed."""
     from ngym_verifiers.install import uninstall
@@ -61,10 +37,10 @@ def _uninstall(names: list[str], *, yes: bool, echo: Any) -> list[str]:
 @hookimpl
 def ngym_register_install_sources(register: InstallSources) -> None:
     register.add(
-        InstallSource(
-            prefix="verifiers",
-            install=_install,
-            available=_available,
+        InstallSource.lazy(
+            "verifiers",
+            "ngym_verifiers.install:install_source",
+            available="ngym_verifiers.catalog:available",
             uninstall=_uninstall,
             description="verifiers environments: a 0.4 taskset or a load_environment module, folder or distribution",
             options="an argument of load_environment (its value read as JSON when it parses); dataset:NAME=FILE.jsonl",

@@ -139,12 +139,12 @@ class VerifiersServer(SimpleResourcesServer):
             raise HTTPException(502, f"the environment failed: {exc}") from exc
 
     # ngym reads the row model from the annotation (as every built-in does), hence the narrower parameter types
-    async def seed_session(self, request: Request, body: VerifiersSeed) -> VerifiersSeedResponse:  # type: ignore[override]
+    async def seed_session(self, request: Request, body: VerifiersSeed) -> VerifiersSeedResponse:
         answer = await self._ask("seed", session=self.session_id(request), row=body.verifiers)
         self.set_session_state(request, {"seeded": True})  # the state itself lives in the worker
         return VerifiersSeedResponse(prompt=answer.get("prompt") or [])
 
-    async def verify(self, request: Request, body: VerifiersVerifyRequest) -> VerifiersVerifyResponse:  # type: ignore[override]
+    async def verify(self, request: Request, body: VerifiersVerifyRequest) -> VerifiersVerifyResponse:
         echoed = body.model_dump()
         if self.session_state(request, required=False) is None:
             return VerifiersVerifyResponse(

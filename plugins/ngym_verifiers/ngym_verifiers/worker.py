@@ -21,136 +21,51 @@ Two APIs are served, each with the environment's own code doing the work:
 - verifiers <= 0.3 (``load_environment(**kwargs) -> vf.Environment``): seed runs ``init_state`` and
   ``setup_state`` on the row; a tool call is the environment's own ``env_response`` on an assistant message
   carrying that one call (so a ``StatefulToolEnv``'s ``update_tool_args`` injects state as it would);
-  verify sets the completion and runs ``rubric.score_rollout``.
+  verify sets the completion and runs ``rubric.score_rollout`` (``worker_legacy``).
+
+What both share (errors, sessions, local datasets) is ``worker_base``; the three files run side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import json
 import os
-import re
 import sys
 import traceback
 from typing import Any
 
-#: how many of the environment's own tasks ``describe`` returns as examples (ngym records a rollout of each).
-EXAMPLES = 5
-
-
-class Refused(Exception):
-    """The environment (or this request) does not map onto a resources server; the message says why."""
-
-
-class BadRequest(Exception):
-    """The request names something the environment does not have (a task, a tool)."""
-
-
-#: exception types (by name, anywhere in the chain) that mean "the network was needed and is not there"
-_UNREACHABLE = {
-    "ConnectionError", "ConnectTimeout", "ConnectTimeoutError", "NameResolutionError", "MaxRetryError",
-    "NewConnectionError", "gaierror", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "DatasetNotFoundError",
-    "HfHubHTTPError", "RepositoryNotFoundError", "APIConnectionError",
-}  # fmt: skip
-
-
-def unreachable(exc: BaseException) -> str | None:
-    """Why ``exc`` is the environment needing the network (a dataset on the Hugging Face Hub, a model API) that
-    this machine cannot reach and has not cached; None when it is something else."""
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    names = {type(e).__name__ for e in seen}
-    text = " ".join(str(e) for e in seen)
-    if not names & _UNREACHABLE and "huggingface.co" not in text:
-        return None
-    first = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-    hub = re.search(r"reach '([^']+)' on the Hub", text)
-    if hub:
-        what = f"the dataset {hub.group(1)} from the Hugging Face Hub"
-    elif "huggingface" in text.lower() or " on the Hub" in text or names & _HUB:
-        what = "data from the Hugging Face Hub"
-    else:
-        what = "a network service"
-    hint = f"; give its rows from a file: -o dataset:{hub.group(1)}=ROWS.jsonl" if hub else ""
-    return f"it needs {what}, which this machine cannot reach and has not cached ({first}){hint}"
-
-
-_HUB = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "DatasetNotFoundError", "HfHubHTTPError"}
-
-
-#: JSON {dataset name: local JSON-lines file}: ``datasets.load_dataset(name, ...)`` reads the file instead of the
-#: Hugging Face Hub (``ngym install ... -o dataset:NAME=FILE.jsonl``), the environment's own code processing the rows
-DATASETS_ENV = "NGYM_VERIFIERS_DATASETS"
-
-
-def local_datasets(files: dict[str, str]) -> None:
-    """Make ``datasets.load_dataset`` read each named dataset from its local file (before the environment's
-    module is imported, so a ``from datasets import load_dataset`` there gets this one too)."""
-    if not files:
-        return
-    import datasets
-
-    hub_load = datasets.load_dataset
-
-    def load_dataset(path: Any, *args: Any, **kwargs: Any) -> Any:
-        if path not in files:
-            return hub_load(path, *args, **kwargs)
-        split = kwargs.get("split")
-        # a config name (args[0] or name=) selects nothing in a single file; a split keeps its slice ("test[:5]")
-        rows = hub_load("json", data_files=files[path], split=re.sub(r"^[A-Za-z0-9_-]+", "train", split or "train"))
-        return rows if split else datasets.DatasetDict({"train": rows})
-
-    datasets.load_dataset = load_dataset
-
-
-def _import_source(source: str) -> Any:
-    """The environment's module: ``source`` is an importable module name (dashes read as underscores)."""
-    return importlib.import_module(source.replace("-", "_"))
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-friendly copy of a tool result or message content."""
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json", exclude_none=True)
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
-
-
-def _text(content: Any) -> str:
-    """A tool message's content as the model sees it (text parts joined)."""
-    content = _plain(content)
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return json.dumps(content)
-
+if __package__:  # imported as ngym_verifiers.worker (ngym's tests and tools)
+    from .worker_base import (
+        DATASETS_ENV,
+        EXAMPLES,
+        BadRequest,
+        Refused,
+        Sessions,
+        _answer,
+        _import_source,
+        _plain,
+        local_datasets,
+        unreachable,
+    )  # fmt: skip
+    from .worker_legacy import LegacyEnvironment
+else:  # run as a script in the environment's venv (``python worker.py SOURCE``): its folder is sys.path[0]
+    from worker_base import (  # type: ignore[no-redef,import-not-found]
+        DATASETS_ENV,
+        EXAMPLES,
+        BadRequest,
+        Refused,
+        Sessions,
+        _answer,
+        _import_source,
+        _plain,
+        local_datasets,
+        unreachable,
+    )  # fmt: skip
+    from worker_legacy import LegacyEnvironment  # type: ignore[no-redef,import-not-found]
 
 # ---- verifiers 0.4: a Taskset ----------------------------------------------------------------------------
-
-
-class Sessions:
-    """The rollouts a worker holds, by ngym's session id: what both environment kinds share."""
-
-    def __init__(self) -> None:
-        self.sessions: dict[str, dict[str, Any]] = {}
-
-    async def close(self, session: str) -> dict[str, Any]:
-        self.sessions.pop(session, None)
-        return {}
-
-    def _session(self, session: str) -> dict[str, Any]:
-        if session not in self.sessions:
-            raise BadRequest(f"session {session!r} was not seeded (or is closed)")
-        return self.sessions[session]
 
 
 class TasksetEnvironment(Sessions):
@@ -414,16 +329,9 @@ def _v1_example(task: Any, tools: list[dict[str, Any]]) -> dict[str, Any]:
     return {"seed": {"idx": task.data.idx}, "prompt": _v1_prompt_dicts(task), "tools": tools, "answer": _answer(answer)}
 
 
-def _answer(value: Any) -> str | None:
-    """A task's reference answer as the text a model would write (None when the task has none)."""
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(_plain(value)) if isinstance(value, (dict, list)) else str(value)
-
-
 def _schema(fn: Any) -> dict[str, Any]:
     """A tool's JSON schema from its signature, as the MCP server verifiers uses advertises it."""
-    from pydantic import create_model
+    from pydantic import BaseModel, create_model
 
     fields: dict[str, Any] = {}
     hints = _hints(fn)
@@ -433,7 +341,8 @@ def _schema(fn: Any) -> dict[str, Any]:
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[name] = (hints.get(name, Any), default)
     # named as the MCP server verifiers runs names it, so the schema is the one its model sees, titles included
-    return create_model(f"{fn.__name__}Arguments", **fields).model_json_schema()
+    model: type[BaseModel] = create_model(f"{fn.__name__}Arguments", **fields)
+    return model.model_json_schema()
 
 
 def _hints(fn: Any) -> dict[str, Any]:
@@ -464,193 +373,10 @@ async def _call_as_verifiers_serves(tool: Any, arguments: dict[str, Any]) -> tup
     return _plain(mcp_content_to_chat_content(result.content)), bool(getattr(result, "is_error", False))
 
 
-# ---- verifiers <= 0.3: load_environment -> Environment ------------------------------------------------------
-
-
-class LegacyEnvironment(Sessions):
-    api = "legacy"
-
-    def __init__(self, module: Any, args: dict[str, Any]) -> None:
-        import verifiers as vf
-
-        self.vf = vf
-        os.environ.setdefault("OPENAI_API_KEY", "ngym-no-model")  # init_state builds a client it never calls here
-        self.env = module.load_environment(**args)
-        env = self.env
-        environment_class = getattr(vf, "Environment", None)  # <= 0.3's base class (0.4 has none)
-        if environment_class is not None and not isinstance(env, environment_class):
-            raise Refused(
-                f"load_environment() returned a {type(env).__module__}.{type(env).__name__}, not a verifiers"
-                " Environment: ngym serves verifiers' own Environment API (its dataset, tools and rubric)"
-            )
-        if getattr(env, "requires_group_rollouts", False) or _has_group_rewards(env.rubric):
-            raise Refused(
-                f"{type(env).__name__}'s rubric has group-level reward functions (they score several rollouts"
-                " together), which one rollout's /verify cannot compute"
-            )
-        if isinstance(env, vf.ToolEnv) or type(env).__name__ in ("SingleTurnEnv",):
-            self.kind = type(env).__name__
-        elif isinstance(env, vf.MultiTurnEnv) and not isinstance(env, vf.SingleTurnEnv):
-            raise Refused(
-                f"{type(env).__name__} is a MultiTurnEnv whose env_response speaks between model turns: a"
-                " resources server only answers tool calls, so this game is not served"
-            )
-        else:
-            self.kind = type(env).__name__
-        super().__init__()
-        self._rows: list[dict[str, Any]] | None = None
-
-    def _dataset(self) -> list[dict[str, Any]]:
-        if self._rows is None:
-            dataset = None
-            for getter in ("get_eval_dataset", "get_dataset"):
-                try:
-                    dataset = getattr(self.env, getter)()
-                except Exception:  # no such split: try the other
-                    continue
-                if dataset is not None:
-                    break
-            self._rows = [dict(row) for row in dataset] if dataset is not None else []
-        return self._rows
-
-    def _tool_defs(self) -> list[dict[str, Any]]:
-        defs = []
-        for tool in getattr(self.env, "tool_defs", None) or []:
-            tool = _plain(tool)
-            defs.append(
-                {
-                    "name": tool["name"],
-                    "description": tool.get("description", ""),
-                    "parameters": tool.get("parameters", {}),
-                }
-            )
-        return defs
-
-    def describe(self) -> dict[str, Any]:
-        rubric = self.env.rubric
-        rewards = [{"name": name, "weight": weight} for name, weight in _rubric_weights(rubric)]
-        rows = self._dataset()
-        tools = self._tool_defs()
-        examples = [
-            {
-                "seed": {"idx": i},
-                "prompt": _plain(_legacy_prompt(self.env, row)),
-                "tools": tools,
-                "answer": _answer(row.get("answer")),
-            }
-            for i, row in enumerate(rows[:EXAMPLES])
-        ]
-        return {
-            "api": self.api,
-            "kind": self.kind,
-            "tools": tools,
-            "rewards": rewards,
-            "num_tasks": len(rows),
-            "examples": examples,
-        }
-
-    async def seed(self, session: str, row: dict[str, Any]) -> dict[str, Any]:
-        if "idx" in row:
-            rows = self._dataset()
-            idx = row["idx"]
-            if not isinstance(idx, int) or not 0 <= idx < len(rows):
-                raise BadRequest(f"idx {idx!r} is not a row of this environment's dataset (0..{len(rows) - 1})")
-            source = dict(rows[idx])
-        else:
-            source = {k: row[k] for k in ("prompt", "answer", "info", "task", "example_id", "question") if k in row}
-            if "prompt" not in source and "question" not in source:
-                raise BadRequest("seed with a dataset row's idx ({'idx': N}) or a row (prompt, answer, info)")
-        source.setdefault("example_id", row.get("idx", 0))
-        if "prompt" not in source:
-            source["prompt"] = _legacy_prompt(self.env, source)
-        state = await self.env.init_state(source, self.vf.ClientConfig(), "ngym")
-        setup = await self.env.setup_state(state)
-        if setup is not None:
-            state = setup
-        self.sessions[session] = {"state": state, "history": []}
-        return {"prompt": _plain(state["prompt"])}
-
-    async def tool(self, session: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        live = self._session(session)
-        tool_map = getattr(self.env, "tool_map", {}) or {}
-        if name not in tool_map:
-            raise BadRequest(f"no tool {name!r} (tools: {', '.join(sorted(tool_map)) or 'none'})")
-        state = live["state"]
-        call_id = f"ngym_{len(live['history'])}"
-        assistant = self.vf.AssistantMessage(
-            content=None, tool_calls=[self.vf.ToolCall(id=call_id, name=name, arguments=json.dumps(arguments))]
-        )
-        messages = [*state["prompt"], *live["history"], assistant]
-        # The environment's own env_response: parsing, a StatefulToolEnv's update_tool_args, its error formatter.
-        replies = await self.env.env_response(messages, state)
-        live["history"].extend([assistant, *replies])
-        reply = next((r for r in replies if getattr(r, "tool_call_id", None) == call_id), replies[0])
-        return {"output": _text(reply.content)}
-
-    async def verify(self, session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        # verifiers.utils is the <= 0.2 spelling; 0.3 moved it to verifiers.legacy.utils and aliases the old name
-        from verifiers.utils.message_utils import normalize_messages
-
-        live = self._session(session)
-        state = live["state"]
-        completion = normalize_messages(messages, field_name="completion")
-        state["completion"] = completion
-        state["is_completed"] = True
-        # One trajectory step per model turn, as the rollout loop records them (num_turns and friends count it).
-        prompt = list(state["prompt"])
-        steps = []
-        for i, message in enumerate(completion):
-            if message.role == "assistant":
-                steps.append(
-                    {
-                        "prompt": prompt + completion[:i],
-                        "completion": [message],
-                        "response": None,
-                        "tokens": None,
-                        "reward": None,
-                        "advantage": None,
-                        "is_truncated": False,
-                        "trajectory_id": state.get("trajectory_id"),
-                        "extras": {},
-                    }
-                )
-        state["trajectory"] = steps
-        await self.env.rubric.score_rollout(state)
-        metrics = dict(state.get("metrics") or {})
-        weights = dict(_rubric_weights(self.env.rubric))
-        rewards = {name: {"score": metrics[name], "weight": weights.get(name, 0.0)} for name in metrics}
-        return {"reward": state["reward"], "rewards": rewards, "metrics": metrics}
-
-
-def _legacy_prompt(env: Any, row: dict[str, Any]) -> Any:
-    if row.get("prompt") is not None:
-        return row["prompt"]
-    messages = []
-    if getattr(env, "system_prompt", None):
-        messages.append({"role": "system", "content": env.system_prompt})
-    messages.append({"role": "user", "content": row.get("question", "")})
-    return messages
-
-
-def _rubric_weights(rubric: Any) -> list[tuple[str, float]]:
-    """(function name, weight) of every function a rubric (or a RubricGroup's rubrics) scores with."""
-    rubrics = getattr(rubric, "rubrics", None)
-    if rubrics:
-        return [pair for sub in rubrics for pair in _rubric_weights(sub)]
-    return [(fn.__name__, float(w)) for fn, w in zip(rubric.funcs, rubric.weights, strict=False)]
-
-
-def _has_group_rewards(rubric: Any) -> bool:
-    rubrics = getattr(rubric, "rubrics", None)
-    if rubrics:
-        return any(_has_group_rewards(sub) for sub in rubrics)
-    return bool(getattr(rubric, "has_group_rewards", False))
-
-
 # ---- the loop ---------------------------------------------------------------------------------------------
 
 
-def load(source: str, args: dict[str, Any]) -> Any:
+def load(source: str, args: dict[str, Any]) -> LegacyEnvironment | TasksetEnvironment:
     module = _import_source(source)
     if hasattr(module, "load_environment") and callable(module.load_environment):
         return LegacyEnvironment(module, args)
@@ -666,7 +392,7 @@ def load(source: str, args: dict[str, Any]) -> Any:
         ) from exc
 
 
-async def handle(env: Any, request: dict[str, Any]) -> dict[str, Any]:
+async def handle(env: LegacyEnvironment | TasksetEnvironment, request: dict[str, Any]) -> dict[str, Any]:
     op = request.get("op")
     session = str(request.get("session", ""))
     if op == "describe":

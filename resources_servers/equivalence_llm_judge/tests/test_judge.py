@@ -203,6 +203,8 @@ async def test_example_rollouts_with_the_offline_scripted_judge() -> None:
         ({"judge_prompt_template": "{question} {"}, "not a valid format string"),
         ({"judge_prompt_template_fpath": "/no/such/template.txt"}, "cannot read /no/such/template.txt"),
         ({"response_extract_regex": "(unclosed"}, "not a valid regular expression"),
+        # the base config's own check still runs beside the judge's (a validator of the same name replaced it)
+        ({"session_id_pattern": "(unclosed"}, "not a valid regular expression"),
     ],
 )
 def test_a_bad_template_or_regex_is_a_config_error_not_a_500_per_verify(fields: dict[str, Any], message: str) -> None:

@@ -64,7 +64,7 @@ class CappedText(io.TextIOBase):
         return True
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # typeshed: a writable attribute; read-only here, as on sys.stdout
         return "utf-8"
 
     def getvalue(self) -> str:
@@ -144,8 +144,10 @@ class Session:
         try:
             tree = ast.parse(code, filename, "exec")
             last: ast.Expression | None = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
+            tail = tree.body[-1] if tree.body else None
+            if isinstance(tail, ast.Expr):  # a trailing expression's value is shown, as a notebook shows it
+                tree.body.pop()
+                last = ast.Expression(tail.value)
             exec(compile(tree, filename, "exec"), self.globals)
             if last is not None:
                 value = eval(compile(last, filename, "eval"), self.globals)

@@ -88,11 +88,7 @@ def read_input_rows(config: RolloutCollectionConfig) -> list[dict[str, Any]]:
 
 def expand_rows(raw_rows: list[RawRow], config: RolloutCollectionConfig) -> list[dict[str, Any]]:
     """Route, index and repeat ``raw_rows`` as ``config`` says (see the module docstring)."""
-    overrides = (
-        OmegaConf.to_container(OmegaConf.create(config.responses_create_params), resolve=True)
-        if config.responses_create_params
-        else {}
-    )
+    overrides = _resolved(config.responses_create_params)
     repeats = _Repeats(config.num_repeats)
     task_of_line: dict[str, int] = {}
     next_rollout: Counter[int] = Counter()
@@ -198,6 +194,15 @@ class _Repeats:
         unknown = set(self.per_key) - self.seen
         if unknown:
             warnings.warn(f"num_repeats names agents no input row routes to (a typo?): {sorted(unknown)}", stacklevel=3)
+
+
+def _resolved(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with OmegaConf's interpolations (``${...}``) resolved."""
+    if not params:
+        return {}
+    resolved = OmegaConf.to_container(OmegaConf.create(params), resolve=True)
+    assert isinstance(resolved, dict)  # a mapping stays one
+    return {str(key): value for key, value in resolved.items()}
 
 
 def _refuse_for_materialized(overrides: Mapping[str, Any], config: RolloutCollectionConfig) -> None:

@@ -45,7 +45,7 @@ from ngym import ConfigError
 class AggregationSteps(Protocol):
     def setup_server_client(self, head_server_config: Any = None) -> ServerClient: ...
     async def _call_aggregate_metrics(
-        self, results: list[dict], rows: list[dict], output_fpath: Path
+        self, results: list[dict[str, Any]], rows: list[dict[str, Any]], output_fpath: Path
     ) -> Path | None: ...
 
 

@@ -13,6 +13,7 @@ from nemo_gym.sandbox.providers.base import (
     SandboxEndpoint,
     SandboxExecResult,
     SandboxHandle,
+    SandboxProvider,
     SandboxSpec,
     SandboxStatus,
     SupportsSandboxEndpoint,
@@ -26,9 +27,13 @@ class AsyncSandbox:
     With ``owns_provider=False`` the caller closes a shared provider itself."""
 
     def __init__(
-        self, provider: Mapping[str, Any] | Any, spec: SandboxSpec | None = None, *, owns_provider: bool = True
+        self,
+        provider: Mapping[str, Any] | SandboxProvider,
+        spec: SandboxSpec | None = None,
+        *,
+        owns_provider: bool = True,
     ):
-        self._provider = create_provider(provider) if isinstance(provider, Mapping) else provider
+        self._provider: SandboxProvider = create_provider(provider) if isinstance(provider, Mapping) else provider
         self._owns_provider = owns_provider
         self._spec = spec
         self._handle: SandboxHandle | None = None
@@ -93,7 +98,7 @@ class AsyncSandbox:
         preserve_background_services: bool = False,
     ) -> SandboxExecResult:
         workdir = cwd if cwd is not None else (self._spec.workdir if self._spec is not None else None)
-        return await self._provider.exec(  # type: ignore[no-any-return]
+        return await self._provider.exec(
             self._live_handle(), command, cwd=workdir, env=env, timeout_s=timeout_s, user=user
         )
 
@@ -108,7 +113,7 @@ class AsyncSandbox:
             return SandboxStatus.UNKNOWN
         if self._stopped:
             return SandboxStatus.STOPPED
-        return await self._provider.status(self._handle)  # type: ignore[no-any-return]
+        return await self._provider.status(self._handle)
 
     async def endpoint(self, port: int) -> SandboxEndpoint:
         declared = self._spec.ports if self._spec is not None else ()
@@ -153,7 +158,9 @@ class AsyncSandbox:
         return descriptor
 
     @classmethod
-    async def connect(cls, descriptor: Mapping[str, Any], *, provider: Any, owns_provider: bool = True) -> AsyncSandbox:
+    async def connect(
+        cls, descriptor: Mapping[str, Any], *, provider: SandboxProvider, owns_provider: bool = True
+    ) -> AsyncSandbox:
         """The running sandbox ``descriptor`` (from :meth:`serialize`) names, reached through ``provider``.
         ``stop()`` stops it; ``disconnect()`` lets go of it and leaves it running."""
         if not isinstance(provider, ConnectableProvider):

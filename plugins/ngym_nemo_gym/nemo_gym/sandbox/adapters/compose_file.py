@@ -83,7 +83,7 @@ def render_compose_file(
     for field in ("networks", "volumes"):
         if document.get(field):
             out[field] = dict(document[field])
-    return _literal(out)
+    return {key: _literal(value) for key, value in out.items()}
 
 
 def declared_ports(service: Mapping[str, Any]) -> tuple[int, ...]:

@@ -25,13 +25,13 @@ import uuid
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import yaml
 
 from nemo_gym.sandbox.adapters.compose_file import declared_ports, render_compose_file
 from nemo_gym.sandbox.api import AsyncSandbox
-from nemo_gym.sandbox.providers import SandboxCreateError, SandboxSpec, create_provider
+from nemo_gym.sandbox.providers import SandboxCreateError, SandboxProvider, SandboxSpec, create_provider
 
 #: Seconds ``down`` gives a service to stop before killing it (``sleep infinity`` as PID 1 ignores SIGTERM).
 STOP_GRACE_S = 2
@@ -54,6 +54,13 @@ def compose_command() -> tuple[tuple[str, ...], bool]:
     return (legacy,), version.strip().startswith("1.")
 
 
+@runtime_checkable
+class _DrivesDockerEngine(Protocol):
+    """The docker provider's side Compose uses: the Docker SDK client it drives the engine with."""
+
+    def engine(self) -> Any: ...
+
+
 class AsyncSandboxCompose:
     """``AsyncSandboxCompose({"docker": {}}, "compose.yaml", service_specs={...})``: ``await start()``, then
     ``services[name]`` is each service's ``AsyncSandbox``; ``await stop()`` (or ``async with``) removes them all.
@@ -65,7 +72,7 @@ class AsyncSandboxCompose:
 
     def __init__(
         self,
-        provider: Mapping[str, Any] | Any,
+        provider: Mapping[str, Any] | SandboxProvider,
         compose_file: str | Path | None,
         *,
         service_specs: Mapping[str, SandboxSpec] | None = None,
@@ -166,6 +173,8 @@ class AsyncSandboxCompose:
 
     async def _containers(self) -> dict[str, str]:
         """Service name → container id, for this project (Compose labels its containers)."""
+        if not isinstance(self.provider, _DrivesDockerEngine):  # start() let only the docker provider through
+            raise NotImplementedError(f"Sandbox provider {self.provider.name!r} has no Docker engine for Compose")
         found = await asyncio.to_thread(
             self.provider.engine().containers.list,
             all=True,
@@ -211,7 +220,9 @@ class AsyncSandboxCompose:
         return {"services": {name: await sandbox.serialize(scope=scope) for name, sandbox in self.services.items()}}
 
     @classmethod
-    async def connect(cls, descriptor: Mapping[str, Any], *, provider: Mapping[str, Any] | Any) -> AsyncSandboxCompose:
+    async def connect(
+        cls, descriptor: Mapping[str, Any], *, provider: Mapping[str, Any] | SandboxProvider
+    ) -> AsyncSandboxCompose:
         """Reach the services of a collection another process started, without starting anything."""
         if not isinstance(descriptor, Mapping) or set(descriptor) != {"services"}:
             raise ValueError("Invalid Compose connection descriptor")

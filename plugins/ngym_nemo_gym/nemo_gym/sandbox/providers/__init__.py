@@ -46,26 +46,26 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "nemo_gym.sandbox_providers"
-_registered: dict[str, type] = {}
+_registered: dict[str, type[SandboxProvider]] = {}
 
 
-def _local() -> type:
+def _local() -> type[SandboxProvider]:
     from nemo_gym.sandbox.providers.local import LocalProvider
 
     return LocalProvider
 
 
-def _docker() -> type:
+def _docker() -> type[SandboxProvider]:
     from nemo_gym.sandbox.providers.docker import DockerProvider
 
     return DockerProvider
 
 
-_BUILT_IN: dict[str, Callable[[], type]] = {"local": _local, "docker": _docker}
+_BUILT_IN: dict[str, Callable[[], type[SandboxProvider]]] = {"local": _local, "docker": _docker}
 
 
-def _published() -> dict[str, Callable[[], type]]:
-    found: dict[str, Callable[[], type]] = {}
+def _published() -> dict[str, Callable[[], type[SandboxProvider]]]:
+    found: dict[str, Callable[[], type[SandboxProvider]]] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         if entry.name in found:
             raise ValueError(f"Two distributions publish sandbox provider {entry.name!r}: rename one of them")
@@ -73,7 +73,7 @@ def _published() -> dict[str, Callable[[], type]]:
     return found
 
 
-def register_provider(name: str, provider_class: type, *, override: bool = False) -> None:
+def register_provider(name: str, provider_class: type[SandboxProvider], *, override: bool = False) -> None:
     if not name:
         raise ValueError("Provider name must be non-empty")
     if not override and (name in _registered or name in _BUILT_IN):
@@ -81,7 +81,7 @@ def register_provider(name: str, provider_class: type, *, override: bool = False
     _registered[name] = provider_class
 
 
-def get_provider_class(name: str) -> type:
+def get_provider_class(name: str) -> type[SandboxProvider]:
     """The provider class of ``name``: registered first, then built in, then published."""
     if name in _registered:
         return _registered[name]
@@ -95,7 +95,7 @@ def list_providers() -> list[str]:
     return sorted({*_registered, *_BUILT_IN, *_published()})
 
 
-def create_provider(config: Mapping[str, Any]) -> Any:
+def create_provider(config: Mapping[str, Any]) -> SandboxProvider:
     """A provider from ``{name: keyword arguments}``."""
     if len(config) != 1:
         raise ValueError("Sandbox provider config must contain exactly one provider name")

@@ -113,7 +113,10 @@ class DockerProvider:
             return SandboxExecResult(None, message, SANDBOX_RUNTIME_RETURN_CODE, "timeout")
         except self._docker.errors.DockerException as exc:
             return SandboxExecResult(None, str(exc), SANDBOX_RUNTIME_RETURN_CODE, "sandbox")
-        decode = lambda data: data.decode(errors="replace") if data else ""  # noqa: E731
+
+        def decode(data: bytes | None) -> str:
+            return data.decode(errors="replace") if data else ""
+
         return SandboxExecResult(decode(stdout), decode(stderr), int(code if code is not None else 0))
 
     async def upload_file(self, handle: SandboxHandle, source_path: Path, target_path: str) -> None:

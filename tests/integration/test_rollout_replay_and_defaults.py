@@ -1,4 +1,4 @@
-"""``ngym rollout`` as a new user meets it (issue 16): the replay model against a URL, progress in a log."""
+"""``ngym rollout`` as a new user meets it: the replay model against a URL, progress in a log, default data."""
 
 from __future__ import annotations
 

@@ -1,10 +1,15 @@
-"""A scripted OpenAI-compatible model (``POST /v1/chat/completions``) for driving verifiers itself.
+"""A scripted OpenAI-compatible model (``POST /v1/chat/completions``, streamed or not) on a loopback port: the
+model's side of a rollout fixed in advance, for tests whose subject is everything but the model.
 
 Each script is keyed by a word of the task's prompt and holds the assistant turns in order: a turn is a
 list of tool calls ``(name, arguments)`` or a final text. The turn answered is the number of assistant
-messages the request already carries, so the same script plays the same rollout whoever drives it
-(verifiers' own rollout loop here, ngym's tool routes in the test). Every tool message the model is sent is
-recorded, keyed by the script: those are verifiers' own tool outputs.
+messages the request already carries, so the same script plays the same rollout whoever drives it (another
+framework's own rollout loop, or ngym's tool routes). Every tool message the model is sent is recorded, keyed by
+the script (``tool_outputs``)::
+
+    with ScriptedModel({"weather": [[("get_weather", {"city": "Paris"})], "It is sunny."]}) as model:
+        run_an_agent(base_url=model.base_url)     # http://127.0.0.1:<port>/v1
+        model.tool_outputs["weather"]             # the tool outputs the agent sent back
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ def _text(content: Any) -> str:
 
 
 class ScriptedModel:
+    """The scripted model's server (see the module's docstring); started and stopped as a context manager."""
+
     def __init__(self, scripts: dict[str, list[Turn]]) -> None:
         self.scripts = scripts
         self.tool_outputs: dict[str, list[str]] = {key: [] for key in scripts}

@@ -1,8 +1,16 @@
 """An in-memory stand-in for the asyncio transport uvicorn's HTTP protocols write to.
 
 Drives a protocol class (``protocol.connection_made(transport)``, then ``protocol.data_received(raw)``) without a
-socket or a kernel: the unit tests of ``ngym.server.pipeline.http_protocol`` and ``bench/bench_inprocess.py`` use it.
+socket or a kernel: to test or time what a server does with raw HTTP bytes (``ngym.server.pipeline.http_protocol``'s
+tests, ``bench/bench_inprocess.py``)::
+
+    transport = MemoryTransport()
+    protocol.connection_made(transport)
+    protocol.data_received(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    bytes(transport.written)                  # the response uvicorn wrote
 """
+
+from __future__ import annotations
 
 from typing import Any
 

@@ -7,6 +7,10 @@ A plugin's tests can be two lines::
 
 ``RolloutClient`` talks to the real ASGI app (lifespan included) through httpx, and copies the session
 cookie from each response onto the next request by hand, exactly as NeMo Gym's agents do.
+
+Two helpers sit beside it, each imported from its own module: ``ngym.testing.scripted_model.ScriptedModel`` (a
+scripted OpenAI-compatible chat model on a loopback port, for driving another framework's rollout loop) and
+``ngym.testing.memory_transport.MemoryTransport`` (an in-memory transport for uvicorn's HTTP protocols).
 """
 
 from __future__ import annotations
