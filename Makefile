@@ -79,7 +79,7 @@ ors: install
 # rollouts replayed over NeMo's wire, MCP, ORS and OpenEnv (~15 min; installs once). ARGS="--only mcqa,calendar"; the
 # table is rewritten with ARGS=--docs. `make ors` re-measures two of its rows.
 protocol-matrix: install
-	bash tools/ors_venv.sh >/dev/null
+	$(TRAINER_VENV)
 	$(PY) tools/protocol_matrix.py $(ARGS)
 
 # verifiers 0.1.14, 0.2.0, 0.2.1 and 0.3.0 (0.3.1 and 0.4.0 are in conformance): the same load_environment module served by

@@ -18,7 +18,7 @@ Results go to a JSON (for CI) and, with ``--docs``, to the table in docs/trainin
     python tools/protocol_matrix.py --only example_single_tool_call,example_session_state_mgmt --json out.json
     python tools/protocol_matrix.py --docs                   # rewrite the table in docs/training.md
 
-The ORS client comes from ``tools/ors_venv.sh``, OpenEnv from a cached venv (``openenv==0.10.0``), NeMo Gym
+The ORS client comes from the trainer venv (``tools/trainer_venv.sh``), OpenEnv from a cached venv (``openenv==0.10.0``), NeMo Gym
 environments from ngym's fleet venvs (``~/.cache/ngym/fleet-venvs``); work files in ``~/.cache/ngym/protocol-matrix``.
 """
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=WORK / "matrix.json", help="where the results go")
     parser.add_argument("--jobs", type=int, default=1, help="environments measured at once (default 1)")
     parser.add_argument("--docs", action="store_true", help=f"write the table into {DOCS.relative_to(REPO)}")
-    parser.add_argument("--ors-python", help="the ORS client's interpreter (default: tools/ors_venv.sh's)")
+    parser.add_argument("--ors-python", help="the ORS client's interpreter (default: tools/trainer_venv.sh's)")
     parser.add_argument("--openenv-python", help="OpenEnv's interpreter (default: a cached venv, made once)")
     args = parser.parse_args(argv)
     # SIGTERM unwinds like Ctrl-C: every server started is stopped on the way out

@@ -53,10 +53,10 @@ class Cell:
 
 def client_pythons(ors: str | None, openenv: str | None, work: Path) -> dict[str, str]:
     """The interpreters of ORS's and OpenEnv's clients: given, else made once and cached."""
-    if ors is None:
-        made = subprocess.run(["bash", str(REPO / "tools" / "ors_venv.sh")], capture_output=True, text=True)
+    if ors is None:  # openreward's SDK lives in the one trainer venv
+        made = subprocess.run(["bash", str(REPO / "tools" / "trainer_venv.sh")], capture_output=True, text=True)
         if made.returncode != 0:
-            raise SystemExit(f"protocol_matrix: tools/ors_venv.sh failed: {made.stderr.strip()[-500:]}")
+            raise SystemExit(f"protocol_matrix: tools/trainer_venv.sh failed: {made.stderr.strip()[-500:]}")
         ors = str(Path(made.stdout.strip().splitlines()[-1]) / "bin" / "python")
     return {"ors": ors, "openenv": openenv or openenv_python()}
 

@@ -1,6 +1,6 @@
-"""Replay recorded rollouts with the Open Reward Standard's own client (``openreward``), in the ORS client venv.
+"""Replay recorded rollouts with the Open Reward Standard's own client (``openreward``), in the trainer venv (``tools/trainer_venv.sh``).
 
-Run by ``tools/protocol_matrix.py`` under ``tools/ors_venv.sh``'s interpreter; imports nothing of ngym. Reads
+Run by ``tools/protocol_matrix.py`` under ``tools/trainer_venv.sh``'s interpreter; imports nothing of ngym. Reads
 ``{"url": ".../ors/", "env_name": NAME, "episodes": [{"task_spec": ROW, "actions": [["call", TOOL, ARGS] |
 ["answer", TEXT], ...]}]}`` on stdin and prints one JSON line: ``{"tools": [...], "terminal_tool": NAME | null,
 "episodes": [{"reward": R | null, "finished": bool, "error": TEXT | null}]}``.
