@@ -29,13 +29,14 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from ngym.rollout.gymnasium import is_gymnasium_style
+RESET, STEP, CLOSE = "/reset", "/step", "/close"
 
 
 def is_gymnasium_app(app: FastAPI) -> bool:
-    """Whether ``app`` speaks ``/reset`` + ``/step`` instead of seed/verify."""
-    posts = [r.path for r in app.router.routes if isinstance(r, APIRoute) and "POST" in (r.methods or set())]
-    return is_gymnasium_style(posts)
+    """Whether ``app`` speaks ``/reset`` + ``/step`` instead of seed/verify (as ``ngym.rollout.gymnasium`` tells a
+    server at a URL apart, from its routes)."""
+    posts = {r.path for r in app.router.routes if isinstance(r, APIRoute) and "POST" in (r.methods or set())}
+    return RESET in posts and STEP in posts and "/seed_session" not in posts
 
 
 @dataclass

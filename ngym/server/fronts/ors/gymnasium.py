@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ngym.rollout.gymnasium import CLOSE, RESET, STEP
-from ngym.server.fronts.gymnasium import GymEpisode, after_reset, read_step, step_body
+from ngym.server.fronts.gymnasium import CLOSE, RESET, STEP, GymEpisode, after_reset, read_step, step_body
 from ngym.server.fronts.ors import inprocess, wire
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
 
