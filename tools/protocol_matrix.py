@@ -18,8 +18,9 @@ Results go to a JSON (for CI) and, with ``--docs``, to the table in docs/trainin
     python tools/protocol_matrix.py --only example_single_tool_call,example_session_state_mgmt --json out.json
     python tools/protocol_matrix.py --docs                   # rewrite the table in docs/training.md
 
-The ORS client comes from the trainer venv (``tools/trainer_venv.sh``), OpenEnv from a cached venv (``openenv==0.10.0``), NeMo Gym
-environments from ngym's fleet venvs (``~/.cache/ngym/fleet-venvs``); work files in ``~/.cache/ngym/protocol-matrix``.
+The ORS client comes from the trainer venv (``tools/trainer_venv.sh``), OpenEnv from a cached venv
+(``openenv==0.10.0``), NeMo Gym environments from ngym's fleet venvs (``~/.cache/ngym/fleet-venvs``); work files in
+``~/.cache/ngym/protocol-matrix``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Replay recorded rollouts with the Open Reward Standard's own client (``openreward``), in the trainer venv (``tools/trainer_venv.sh``).
+"""Replay recorded rollouts with the Open Reward Standard's own client (``openreward``).
 
 Run by ``tools/protocol_matrix.py`` under ``tools/trainer_venv.sh``'s interpreter; imports nothing of ngym. Reads
 ``{"url": ".../ors/", "env_name": NAME, "episodes": [{"task_spec": ROW, "actions": [["call", TOOL, ARGS] |
