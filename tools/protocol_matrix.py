@@ -60,10 +60,9 @@ def measure(subject: Subject, work: Path, clients: dict[str, str]) -> dict[str, 
         row["cells"] = {p: Cell("fail", reason=row["error"]).as_dict() for p in PROTOCOLS}
         return row
     row["rollouts"] = len(target.rollouts)
-    row["recorded"] = list(target.expected)
-    in_file = [r.get("reward") for r in target.rollouts]
-    if in_file != row["recorded"]:  # NeMo Gym 0.7.0 re-scores the recording otherwise: its score is the reference
-        row["recording_rewards"] = in_file
+    row["recorded"] = [r.get("reward") for r in target.rollouts]
+    if target.reverify:  # NeMo Gym 0.7.0's own score of the same recordings (older ones may differ)
+        row["nemo_reverify"] = list(target.reverify)
     try:
         with served(target, work) as server:
             cells = run_cells(server, target, clients)
@@ -121,7 +120,12 @@ def failing(rows: list[dict[str, Any]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated environment names of the sample")
-    parser.add_argument("--json", type=Path, default=WORK / "matrix.json", help="where the results go")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=WORK / "matrix.json",
+        help="where the results go (with --only, the file's other rows are kept)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="environments measured at once (default 1)")
     parser.add_argument("--docs", action="store_true", help=f"write the table into {DOCS.relative_to(REPO)}")
     parser.add_argument("--ors-python", help="the ORS client's interpreter (default: tools/trainer_venv.sh's)")
@@ -151,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         rows = list(pool.map(one, subjects))
+    if args.only and args.json.is_file():  # the other environments' rows stay as last measured
+        measured = {row["name"]: row for row in rows}
+        kept = {row["name"]: row for row in json.loads(args.json.read_text()).get("environments", [])}
+        rows = [measured.get(s.name) or kept[s.name] for s in SUBJECTS if s.name in measured or s.name in kept]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     result = {"command": COMMAND, "protocols": list(PROTOCOLS), "environments": rows}
     args.json.write_text(json.dumps(result, indent=1, default=_json_default) + "\n")

@@ -217,12 +217,14 @@ def _same(a: Any, b: Any) -> bool:
     return a is None and b is None
 
 
-def compare(got: list[Any], reference: list[Any], recorded: list[Any], errors: list[str | None]) -> Cell:
-    """pass when every reward equals NeMo's wire's and the recording's (where it recorded one)."""
-    for index, (value, ref, rec) in enumerate(zip(got, reference, recorded, strict=True)):
-        if not _same(value, ref) or (rec is not None and not _same(value, rec)):
+def compare(got: list[Any], reference: list[Any], expected: list[set[Any]], errors: list[str | None]) -> Cell:
+    """pass when every reward equals NeMo's wire's and agrees with the recording (``expected``: the recorded reward
+    and NeMo Gym 0.7.0's re-verify of it; empty when nothing was recorded)."""
+    for index, (value, ref, allowed) in enumerate(zip(got, reference, expected, strict=True)):
+        if not _same(value, ref) or (allowed and not any(_same(value, a) for a in allowed)):
             error = f": {errors[index]}" if errors[index] else ""
-            reason = f"rollout {index + 1}: reward {value} ≠ NeMo's wire {ref} (expected {rec}){error}"
+            wanted = " or ".join(str(a) for a in sorted(allowed)) or "none"
+            reason = f"rollout {index + 1}: reward {value} ≠ NeMo's wire {ref} (recorded {wanted}){error}"
             return Cell("fail", list(got), reason)
     return Cell("pass", list(got))
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ngym.child_server import free_port, stop_process, wait_healthy
-from ngym.examples import read_example_rollouts, recorded_tool_calls
+from ngym.examples import read_example_rollouts
 from ngym.fleet.isolation import ensure_venv, ngym_site_packages
 from ngym.rollout.gymnasium import is_gymnasium_style, server_post_routes
 from ngym.rollout.replay_model import create_replay_app
@@ -98,13 +98,15 @@ class Target:
     env: dict[str, str] = field(default_factory=dict)
     fields: list[str] = field(default_factory=list)  #: ``key=value`` config fields for ``ngym run``
     judge: bool = False  #: grade with a scripted judge (the replay model, answering from the recordings)
-    #: the rewards to match: NeMo Gym 0.7.0's own re-verify of each recording when known (a recording may have been
-    #: scored by an older NeMo Gym), else the rewards the recordings hold
-    expected: list[Any] = field(default_factory=list)
+    #: NeMo Gym 0.7.0's own re-verify of each recording, when known: a reward may equal it or the recorded one
+    reverify: list[Any] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        if not self.expected:
-            self.expected = [r.get("reward") for r in self.rollouts]
+    @property
+    def expected(self) -> list[set[Any]]:
+        """Per rollout, the rewards that agree with the recording: its own, and NeMo Gym 0.7.0's re-verify of it."""
+        recorded = [r.get("reward") for r in self.rollouts]
+        again = self.reverify or [None] * len(recorded)
+        return [{a, b} - {None} if a is not None else set() for a, b in zip(recorded, again, strict=True)]
 
 
 @dataclass
@@ -140,7 +142,7 @@ def prepare(subject: Subject, work: Path) -> Target:
         python = ensure_venv([line], logs / f"{subject.name}.install.log")
         folder = nemo_wheel.extract_environment(subject.source, work / "nemo" / subject.name)
         rollouts = read_example_rollouts(folder / "data" / "example_rollouts.jsonl")
-        return Target(subject, python, rollouts, _clean_env(), expected=nemo_expected(subject.source, rollouts))
+        return Target(subject, python, rollouts, _clean_env(), reverify=nemo_reverify(subject.source, rollouts))
     if subject.kind == "OpenEnv":  # run by OpenEnv's own cached interpreter (its requirements added there)
         from tools.protocol_matrix_cells import openenv_python
 
@@ -167,16 +169,11 @@ def prepare(subject: Subject, work: Path) -> Target:
     return Target(subject, python, read_example_rollouts(found[0]), env)
 
 
-def nemo_expected(name: str, rollouts: list[dict[str, Any]]) -> list[Any]:
-    """Each recording's reward as NeMo Gym 0.7.0 scores it: its own re-verify of the recorded response
-    (``tools/nemo_ci_expected.json``) for a rollout that calls no tool, since that is all ``/verify`` reads then (a
-    few recordings were scored by an older NeMo Gym); the recorded reward for one that does (NeMo's re-verify
-    sends no calls, so an environment that scores the session's state scores it empty)."""
-    known = json.loads(NEMO_EXPECTED.read_text()).get(name) or {}
-    rewards = known.get("rewards") or []
-    if len(rewards) != len(rollouts):
-        return [r.get("reward") for r in rollouts]
-    return [r.get("reward") if recorded_tool_calls(r.get("response")) else rewards[i] for i, r in enumerate(rollouts)]
+def nemo_reverify(name: str, rollouts: list[dict[str, Any]]) -> list[Any]:
+    """NeMo Gym 0.7.0's own re-verify of each recorded response (``tools/nemo_ci_expected.json``, what ``make
+    nemo-ci`` checks): a few recordings were scored by an older NeMo Gym, and say otherwise. Empty when unknown."""
+    rewards = (json.loads(NEMO_EXPECTED.read_text()).get(name) or {}).get("rewards") or []
+    return list(rewards) if len(rewards) == len(rollouts) else []
 
 
 def _key(subject: Subject) -> str:

@@ -24,6 +24,7 @@ async def _calls(url: str, headers: dict[str, str], calls: list[tuple[str, Any]]
 
     http = httpx.AsyncClient(headers=headers, timeout=120)
     outputs: list[str] = []
+    listed: set[str] = set()
     async with (
         http,
         streamable_http_client(url, http_client=http) as (read, write, _),
@@ -31,14 +32,14 @@ async def _calls(url: str, headers: dict[str, str], calls: list[tuple[str, Any]]
     ):
         await session.initialize()
         listed = {tool.name for tool in (await session.list_tools()).tools}
-        missing = sorted(require - listed)
-        if missing:
-            raise NoMCP(f"tools {missing} are not listed over MCP (listed: {', '.join(sorted(listed)) or 'none'})")
-        for name, arguments in calls:
-            if name not in listed:
-                raise NoMCP(f"tool {name} is not listed over MCP (listed: {', '.join(sorted(listed)) or 'none'})")
-            result = await session.call_tool(name, arguments or {})
-            outputs.append("".join(getattr(part, "text", "") for part in result.content))
+        # raised outside the client's task group (inside, it would come out wrapped in an ExceptionGroup)
+        if not (require | {name for name, _ in calls}) - listed:
+            for name, arguments in calls:
+                result = await session.call_tool(name, arguments or {})
+                outputs.append("".join(getattr(part, "text", "") for part in result.content))
+    missing = sorted((require | {name for name, _ in calls}) - listed)
+    if missing:
+        raise NoMCP(f"tools {missing} are not listed over MCP (listed: {', '.join(sorted(listed)) or 'none'})")
     return outputs
 
 
