@@ -42,7 +42,7 @@ demo: install
 # -rs: every skipped test is listed with its reason (CI=true runs them all; see README "Tests").
 test: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster --ignore=tests/ors \
-	  --ignore=plugins/ngym_openenv/tests/test_commands.py \
+	  --ignore=plugins/ngym_openenv/tests/test_commands.py --ignore=plugins/ngym_ors/tests/test_ors_install.py \
 	  --ignore=tests/docker/test_fleet_compose_nemo.py --ignore=tests/verl --ignore=tests/trainers
 
 # NeMo Gym 0.7.0's own client, checkers and fixtures against every built-in environment (served as processes).
@@ -70,10 +70,12 @@ trainers-verl: install
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/verl tests/unit/test_train_tool_schemas.py
 
 # The Open Reward Standard front (/ors) driven by ORS's own client (openreward 0.1.167) and TRL's OpenRewardSpec
-# against every built-in, rewards compared with NeMo Gym's wire.
+# against every built-in, rewards compared with NeMo Gym's wire. Also `ngym install ors:<folder | distribution>`
+# (plugins/ngym_ors/tests): an ORS environment in its own venv (~/.cache/ngym/ors/venvs, a minute the first time),
+# served by ngym and compared with openreward's own client and server run in that venv.
 ors: install
 	$(TRAINER_VENV)
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/ors
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/ors plugins/ngym_ors/tests
 
 # The environment × protocol table of docs/training.md: a sample of environments served by `ngym run`, their recorded
 # rollouts replayed over NeMo's wire, MCP, ORS and OpenEnv (~15 min; installs once). ARGS="--only mcqa,calendar"; the

@@ -207,10 +207,10 @@ def main() -> None:
                 f"  {'server':10} {'rollouts/s':>11} {'vs direct':>10} {'CPU ms/rollout':>15} {'vs direct':>10} "
                 f"{'proxy CPU':>10} errors"
             )
-            rates = {}
+            rates, cpus = {}, {}
             for mode in modes:
                 rate = rates[mode] = statistics.median(r["rollouts_per_s"] for r in runs[mode])
-                cpu = statistics.median(r["cpu_ms_per_rollout"] for r in runs[mode])
+                cpu = cpus[mode] = statistics.median(r["cpu_ms_per_rollout"] for r in runs[mode])
                 share = statistics.median(r["proxy_share"] for r in runs[mode])
                 errors = sum(r["errors"] for r in runs[mode])
                 print(
@@ -221,6 +221,13 @@ def main() -> None:
                 f"  2 workers vs 1 (hash 2 / hash 1): {rates['hash 2'] / rates['hash 1']:.2f}x rollouts/s; "
                 f"stateless vs learned table: {rates['hash 1'] / rates['table 1']:.2f}x at 1 worker, "
                 f"{rates['hash 2'] / rates['table 2']:.2f}x at 2"
+            )
+            # the load generator's cost set apart: 2 workers on 2 cores of their own vs 1 process on 1, from the
+            # server CPU each rollout cost
+            print(
+                f"  with the load generator's cost set apart: 2 workers on 2 cores serve "
+                f"{2 * cpus['direct 1'] / cpus['hash 2']:.2f}x what one process serves on 1 core "
+                f"({cpus['direct 1']:.2f} vs {cpus['hash 2']:.2f} CPU ms per rollout)"
             )
 
 

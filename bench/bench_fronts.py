@@ -4,7 +4,8 @@ Each environment (weather = example_single_tool_call, and workplace_assistant) i
 process); every protocol's driver replays the environment's recorded example rollouts against that same server
 (NeMo Gym's wire: seed → the recorded tool calls → verify with the recorded response; ORS: the ``openreward``
 SDK's request sequence for one rollout, made with plain httpx: ``/create_session`` → ``/create`` → ``/prompt`` →
-the recorded tool calls over ``/call`` → ``submit_answer`` with the recorded final message → ``/delete``).
+the recorded tool calls over ``/call`` → ``submit_answer`` with the recorded final message → ``/delete``; floor:
+NeMo Gym's rollout plus three requests to the emptiest route, ORS's three extra requests at no cost of their own).
 Rounds alternate between protocols; per round: rollouts/s (``--concurrency`` rollouts in flight, the client in
 this process) and the server's CPU per rollout (its process's CPU time over the round, from ``/proc``). Every
 reward is checked against the recording (a mismatch stops the run). Printed: medians, and each front's ratio to
@@ -12,7 +13,7 @@ NeMo Gym's wire (CPU per rollout: above 1.0 is what the front costs).
 
 A protocol is one ``Driver`` (its ``name`` and ``rollout``): add it to ``DRIVERS`` and pass ``--protocols``.
 
-    .venv/bin/python bench/bench_fronts.py [--seconds 4] [--rounds 3] [--concurrency 8] [--protocols nemo,ors]
+    .venv/bin/python bench/bench_fronts.py [--seconds 4] [--rounds 3] [--concurrency 8] [--protocols nemo,ors,floor]
 """
 
 from __future__ import annotations
@@ -104,7 +105,19 @@ class ORSWire:
         return reward
 
 
-DRIVERS: dict[str, Callable[[], Driver]] = {"nemo": NemoWire, "ors": ORSWire}
+class Floor(NemoWire):
+    """NeMo Gym's rollout plus the three requests ORS adds to it (``/create_session``, ``/prompt``, ``/delete``),
+    each made to the server's emptiest route (``GET /livez``): what ORS costs at the least, whatever its front does."""
+
+    name = "floor"
+
+    async def rollout(self, http: httpx.AsyncClient, index: int, recorded: dict[str, Any]) -> float | None:
+        for _ in range(3):
+            await http.get("/livez")
+        return await super().rollout(http, index, recorded)
+
+
+DRIVERS: dict[str, Callable[[], Driver]] = {"nemo": NemoWire, "ors": ORSWire, "floor": Floor}
 
 
 def process_cpu(pid: int) -> float:
@@ -171,7 +184,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--protocols", default="nemo,ors", help=f"comma-separated, from {sorted(DRIVERS)}; nemo first")
+    protocols = f"comma-separated, from {sorted(DRIVERS)}; nemo first"
+    parser.add_argument("--protocols", default="nemo,ors,floor", help=protocols)
     parser.add_argument("--environments", default=",".join(ENVIRONMENTS))
     args = parser.parse_args()
     drivers = [DRIVERS[name]() for name in args.protocols.split(",")]

@@ -13,6 +13,8 @@ see the same machine:
 
 Printed per environment: rollouts/s and the server's CPU seconds per rollout of each side (best round), and
 the ratio OpenEnv/NeMo (CPU: > 1 is the front's cost). Every rollout's reward is checked against the recorded one.
+Also: the JSON work the protocol moves from the agent into the server, timed alone (``moved_json_ms``), and the
+CPU ratio NeMo's rollout plus that work alone would have (the floor).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 import httpx
 import psutil
+import pydantic_core
 import websockets
 
 from ngym.child_server import LOOPBACK, free_port, start_environment, stop_process, wait_healthy
@@ -123,6 +126,29 @@ async def run_side(side: str, url: str, items: list[dict[str, Any]], total: int,
     return rewards
 
 
+def moved_json_ms(items: list[dict[str, Any]], repeat: int = 200) -> float:
+    """CPU ms per rollout of the JSON work OpenEnv's protocol moves into the server, timed alone in this process:
+    the row parsed from the reset message (the seed route parses it again), encoded for the seed, the row's tool
+    declarations encoded into the reset's observation, the trajectory encoded into the verify body and verify's
+    answer (which echoes row and trajectory) parsed. Over NeMo Gym's wire the agent does these on its side."""
+    work = []
+    for item in items:
+        row, response = item["row"], item["response"]
+        message = pydantic_core.to_json({"type": "reset", "data": {"row": row}})
+        answer = pydantic_core.to_json({**row, "response": response, "reward": item["reward"]})
+        tools = (row.get("responses_create_params") or {}).get("tools") or []
+        work.append((message, row, tools, response, answer))
+    started = time.process_time()
+    for _ in range(repeat):
+        for message, row, tools, response, answer in work:
+            pydantic_core.from_json(message)
+            pydantic_core.to_json(row)
+            pydantic_core.to_json(tools)
+            pydantic_core.to_json(response)
+            pydantic_core.from_json(answer)
+    return 1000 * (time.process_time() - started) / (repeat * len(work))
+
+
 def bench(label: str, name: str, total: int, concurrency: int, rounds: int) -> dict[str, Any]:
     items = plan(name)
     expected = [items[i % len(items)]["reward"] for i in range(total)]
@@ -148,6 +174,7 @@ def bench(label: str, name: str, total: int, concurrency: int, rounds: int) -> d
     finally:
         stop_process(process)
     (nemo_rate, nemo_cpu), (oe_rate, oe_cpu) = best["nemo"], best["openenv"]
+    moved = moved_json_ms(items)
     return {
         "environment": label,
         "nemo_rollouts_per_s": round(nemo_rate, 1),
@@ -156,6 +183,8 @@ def bench(label: str, name: str, total: int, concurrency: int, rounds: int) -> d
         "openenv_cpu_ms_per_rollout": round(oe_cpu * 1000, 2),
         "throughput_ratio": round(oe_rate / nemo_rate, 3),
         "cpu_ratio": round(oe_cpu / nemo_cpu, 3),
+        "moved_json_ms_per_rollout": round(moved, 2),
+        "floor_cpu_ratio": round((nemo_cpu * 1000 + moved) / (nemo_cpu * 1000), 3),
         "live_sessions_after": live,
     }
 
@@ -173,14 +202,14 @@ def main() -> None:
         return
     print(
         "| environment | NeMo wire rollouts/s | OpenEnv rollouts/s | ratio "
-        "| NeMo CPU ms/rollout | OpenEnv CPU ms/rollout | CPU ratio |"
+        "| NeMo CPU ms/rollout | OpenEnv CPU ms/rollout | CPU ratio | JSON moved ms/rollout | floor CPU ratio |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r['environment']} | {r['nemo_rollouts_per_s']} | {r['openenv_rollouts_per_s']} "
             f"| {r['throughput_ratio']}x | {r['nemo_cpu_ms_per_rollout']} | {r['openenv_cpu_ms_per_rollout']} "
-            f"| {r['cpu_ratio']}x |"
+            f"| {r['cpu_ratio']}x | {r['moved_json_ms_per_rollout']} | {r['floor_cpu_ratio']}x |"
         )
     sys.stdout.flush()
 

@@ -153,8 +153,9 @@ KEYS = ("rollouts_per_s", "server_cores", "proxy_cores", "rollouts_per_cpu_s", "
         "others_cores", "load_average")  # fmt: skip
 
 
-def report(path: str, results: dict[int, list[dict[str, float]]]) -> list[str]:
-    """The markdown rows of one path and the sentences saying how it scaled and what limited it."""
+def report(path: str, results: dict[int, list[dict[str, float]]], machine_wall: float = 2.0) -> list[str]:
+    """The markdown rows of one path and the sentences saying how it scaled and what limited it (``machine_wall``:
+    the machine's own 2-process scaling, ``machine_scaling()["wall_ratio"]``)."""
     med = {n: {k: statistics.median(r[k] for r in rounds) for k in KEYS} for n, rounds in results.items()}
     lines = []
     for n, m in med.items():
@@ -184,6 +185,19 @@ def report(path: str, results: dict[int, list[dict[str, float]]]) -> list[str]:
         f"{room_two:.2f} cores beside wrk and redis-server); on an idle machine, where 1 worker gets a full core: "
         f"{idle_ceiling:.2f}x. Other tenants took {two['others_cores']:.2f} cores during the 2-worker rounds "
         f"(load average {two['load_average']:.1f})."
+    )
+    # The load generator's cost set apart: what 2 workers serve on 2 cores of their own over what 1 serves on 1,
+    # from the server CPU each rollout cost (2 x per-CPU efficiency), and the same bounded by what 2 processes
+    # got from this machine at once (a fixed CPU loop: machine_wall, 2.0 on two free cores)
+    pair_separated = sorted(2 * b["rollouts_per_cpu_s"] / a["rollouts_per_cpu_s"] for a, b in pairs)
+    cpu_one, cpu_two = 1e6 / one["rollouts_per_cpu_s"], 1e6 / two["rollouts_per_cpu_s"]
+    proxy_two = cpu_two * two["proxy_cores"] / two["server_cores"] if two["server_cores"] > 0 else 0.0
+    lines.append(
+        f"{path}: with the load generator's cost set apart: server CPU per rollout {cpu_one:.0f} us at 1 worker, "
+        f"{cpu_two:.0f} us at 2 (HAProxy {proxy_two:.0f} us of it); on 2 cores of their own 2 workers serve "
+        f"**{2 * efficiency:.2f}x** one worker on 1 core (pairs {pair_separated[0]:.2f}-{pair_separated[-1]:.2f}); "
+        f"{efficiency * machine_wall:.2f}x with the 2-process scaling this machine gave at the time "
+        f"({machine_wall:.2f}x)."
     )
     if statistics.median(ratios) < 1.7:
         reasons = []
@@ -254,7 +268,7 @@ def main() -> None:
         f"of one alone (each loop took {machine['cpu_ratio']:.2f}x the CPU time): the most any 2 processes got here"
     ]
     for path in paths:
-        lines = report(path, results[path])
+        lines = report(path, results[path], machine["wall_ratio"])
         print("\n".join(line for line in lines if line.startswith("|")))
         summaries.extend(line for line in lines if not line.startswith("|"))
     print("\n".join(summaries))

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ngym.child_python import python_module
 from ngym.examples import read_jsonl
 from ngym.server.protocol import TASK_INDEX_KEY
 from ngym.targets import installed, installed_names
@@ -29,9 +30,7 @@ def _needs_judge(config: Path | None) -> bool:
 def demo_one(name: str, examples: Path, config: Path | None, workdir: Path) -> tuple[bool, str]:
     """Roll out one environment's examples with the replay model; (all rewards reproduced?, report line)."""
     output = workdir / f"{name}.jsonl"
-    command = [
-        sys.executable,
-        "-m",
+    command = python_module(
         "ngym.cli",
         "rollout",
         name,
@@ -42,7 +41,7 @@ def demo_one(name: str, examples: Path, config: Path | None, workdir: Path) -> t
         "--output",
         str(output),
         "--json",
-    ]
+    )
     if _needs_judge(config):
         command += ["--set", "judge_base_url={model_url}"]
     run = subprocess.run(command, capture_output=True, text=True, timeout=600)

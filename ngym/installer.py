@@ -8,9 +8,10 @@ plugin is broken (and in strict mode: uninstalling is how a broken plugin is fix
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from ngym.child_python import python_module
 
 
 def pip_install_args(packages: Sequence[str], *, editable: bool = False, upgrade: bool = False) -> list[str]:
@@ -29,7 +30,7 @@ def pip_uninstall_args(packages: Sequence[str], *, yes: bool = False) -> list[st
 
 def run_pip(args: Sequence[str]) -> int:
     """Run ``python -m pip ARGS`` with this interpreter, streaming its output; its exit code."""
-    return subprocess.call([sys.executable, "-m", "pip", *args])
+    return subprocess.call(python_module("pip", *args))
 
 
 #: pip's lines that say what it is doing now (shown as progress; the rest of its output is kept for errors).
@@ -68,9 +69,7 @@ class PipRun:
 
 def run_pip_captured(args: Sequence[str], on_step: Callable[[str], None] = lambda step: None) -> PipRun:
     """Run ``python -m pip ARGS``, capturing its output; each step line (Collecting…, Building…) goes to ``on_step``."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pip", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    proc = subprocess.Popen(python_module("pip", *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     lines = []
     for raw in proc.stdout:

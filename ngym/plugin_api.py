@@ -25,7 +25,8 @@ is here keeps its name and meaning across releases; what is not may move.
   (``read_results``, ``done_keys``, ``pending``, ``drop_truncated_tail``), the append (``LedgerAppender``,
   ``json_line``) and the ``/aggregate_metrics`` body (``verify_responses``, ``mean_reward``).
 - **Install sources** (an ecosystem's ``ngym install <prefix>:``): ``InstallSource``, ``InstallSources`` (what
-  the ``ngym_register_install_sources`` hook receives), ``run_pip`` / ``pip_uninstall_args`` (pip in ngym's own
+  the ``ngym_register_install_sources`` hook receives), ``Listing`` (``ngym list --available``'s rows with a line
+  under them), ``run_pip`` / ``pip_uninstall_args`` (pip in ngym's own
   interpreter), the registry of installed environments (``get_registry``, ``reset_registry`` after an install,
   ``Register`` for the registration hook), ``needs_of`` (what an environment still needs before it serves),
   ``did_you_mean``, ``cache_dir`` (``~/.cache/ngym``, ``NGYM_CACHE_DIR``).
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     from ngym.plugins.registry import reset_registry as reset_registry
     from ngym.plugins.sources import InstallSource as InstallSource
     from ngym.plugins.sources import InstallSources as InstallSources
+    from ngym.plugins.sources import Listing as Listing
     from ngym.readiness import needs_of as needs_of
     from ngym.rollout.ledger import LedgerAppender as LedgerAppender
     from ngym.rollout.ledger import done_keys as done_keys

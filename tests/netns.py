@@ -7,16 +7,30 @@ dies as a machine dies: :meth:`Hosts.kill` SIGKILLs every process in its namespa
 
 :meth:`Hosts.drop` runs before the hosts are made too, and removes every namespace of the prefix with its
 processes: a run killed outright (its ``finally`` never ran) leaves nothing to the next one.
+
+:meth:`Hosts.for_this_run` gives a run a prefix and a subnet of its own instead of fixed ones, so two runs of one
+test at once (two checkouts, two engineers) never remove each other's namespaces: each holds a lease (a file in
+``LEASES`` naming its process) while its hosts exist, and a run removes only its own hosts and those of leases
+whose process is gone (a run killed outright).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
+import secrets
 import signal
+import string
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+
+#: Where per-run leases live (one JSON file per prefix: the owning process and its start time, the subnet).
+LEASES = Path(os.environ.get("NGYM_TEST_NETNS_LEASES", "/run/ngym-test-netns"))
+#: The subnets per-run hosts are given (10.230.0-255.0/24; the fixed ones tests name are 10.220-10.223).
+RUN_SUBNETS = [f"10.230.{n}" for n in range(256)]
 
 
 def sh(*command: str) -> None:
@@ -47,6 +61,33 @@ class Hosts:
         self.prefix, self.subnet, self.names = prefix, subnet, list(names)
         self.bridge = f"{prefix}-br"
         self.gateway = f"{subnet}.1"
+        #: this run's lease (:meth:`for_this_run`), removed with the hosts
+        self.lease: Path | None = None
+
+    @classmethod
+    def for_this_run(cls, tag: str, names: list[str]) -> Hosts:
+        """Hosts whose prefix (``tag`` and 4 random characters) and subnet belong to this run alone, leased in
+        ``LEASES`` until :meth:`drop`; what runs killed outright left is removed here, nothing of a live run."""
+        if len(tag) > 2:
+            raise ValueError(f"tag {tag!r}: at most 2 characters (the prefix adds 4)")
+        LEASES.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with (LEASES / ".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            leased = _sweep_dead_leases()
+            used = leased | _subnets_in_use()
+            subnet = next((net for net in RUN_SUBNETS if net not in used), None)
+            if subnet is None:
+                raise RuntimeError(f"no free subnet among {RUN_SUBNETS[0]}-{RUN_SUBNETS[-1]} for test hosts")
+            namespaces = _namespaces()
+            while True:
+                prefix = tag + "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(4))
+                if not (LEASES / prefix).exists() and not any(n.startswith(f"{prefix}-") for n in namespaces):
+                    break
+            made = cls(prefix, subnet, names)
+            made.lease = LEASES / prefix
+            owner = {"pid": os.getpid(), "start": _start_time(os.getpid()), "subnet": subnet, "hosts": len(names)}
+            made.lease.write_text(json.dumps(owner))
+        return made
 
     def namespace(self, name: str) -> str:
         return f"{self.prefix}-{name}"
@@ -59,7 +100,7 @@ class Hosts:
         return ["ip", "netns", "exec", self.namespace(name)]
 
     def make(self) -> None:
-        self.drop()  # what a killed earlier run left
+        self._remove()  # what a killed earlier run left
         sh("ip", "link", "add", self.bridge, "type", "bridge")
         sh("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         sh("ip", "link", "set", self.bridge, "up")
@@ -82,7 +123,13 @@ class Hosts:
         return kill_namespace(self.namespace(name))
 
     def drop(self) -> None:
-        """Remove every namespace of the prefix (its processes killed first), the veths and the bridge."""
+        """Remove every namespace of the prefix (its processes killed first), the veths and the bridge; then the
+        run's lease, if it has one."""
+        self._remove()
+        if self.lease is not None:
+            self.lease.unlink(missing_ok=True)
+
+    def _remove(self) -> None:
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
         for ns in [n for n in listed if n.startswith(f"{self.prefix}-")]:
             kill_namespace(ns)
@@ -104,6 +151,44 @@ class Hosts:
 
     def __exit__(self, *exc: object) -> None:
         self.drop()
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time (``/proc/PID/stat`` field 22), which tells it from a later process given its pid."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _namespaces() -> list[str]:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+
+
+def _subnets_in_use() -> set[str]:
+    """The /24s (``A.B.C``) of every IPv4 address on this namespace's interfaces."""
+    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout.split()
+    return {word.split("/")[0].rsplit(".", 1)[0] for word in out if "/" in word and word.count(".") == 3}
+
+
+def _sweep_dead_leases() -> set[str]:
+    """Remove the hosts of every lease whose process is gone; the subnets of the live ones. Called under the lock."""
+    live: set[str] = set()
+    for lease in LEASES.iterdir():
+        if lease.name.startswith("."):
+            continue
+        try:
+            owner = json.loads(lease.read_text())
+        except (OSError, ValueError):
+            lease.unlink(missing_ok=True)
+            continue
+        if owner.get("start") is not None and _start_time(int(owner["pid"])) == owner["start"]:
+            live.add(str(owner["subnet"]))
+            continue
+        stale = Hosts(lease.name, str(owner["subnet"]), [f"h{i}" for i in range(int(owner.get("hosts", 0)))])
+        stale.lease = lease
+        stale.drop()
+    return live
 
 
 @contextlib.contextmanager

@@ -123,19 +123,24 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
 
 
 @click.command("status", short_help="Health, sessions, rollouts/s and errors of a fleet.")
-@FLEET_FILE
+@click.argument("fleet_file", default="fleet.yaml", metavar="FLEET_FILE|URL")
 @click.option(
     "--interval", type=float, default=1.0, show_default=True, help="Seconds between the two readings of a rate."
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON list of rows.")
-def status(fleet_file: Path, interval: float, as_json: bool) -> None:
-    """Per server of the fleet: health, live sessions, rollouts/s, verified rollouts and 5xx errors.
+def status(fleet_file: str, interval: float, as_json: bool) -> None:
+    """Per server of the fleet (or of the one `ngym run` at URL): health, live sessions and the tool-call bytes
+    they hold, rollouts/s, verified rollouts and 5xx errors; an environment served by several workers or
+    replicas gets a row per worker or replica under it.
 
     Exit code 1 when a server is not healthy (failed at `up`, or down since), so scripts can wait on it.
     """
-    from ngym.fleet.status import fleet_status, render
+    from ngym.fleet.status import fleet_status, render, url_status
 
-    rows = fleet_status(_state(load_fleet(fleet_file)), interval)
+    if fleet_file.startswith(("http://", "https://")):
+        rows = url_status(fleet_file, interval)
+    else:
+        rows = fleet_status(_state(load_fleet(Path(fleet_file))), interval)
     if as_json:
         click.echo(json.dumps([r.model_dump() for r in rows], indent=2))
     else:

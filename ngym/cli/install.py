@@ -57,6 +57,7 @@ def install(
       ngym install nemo-gym:example_single_tool_call --as nemo_weather
       ngym install openenv:openenv-dipg-safety       (an OpenEnv environment: distribution, folder or URL)
       ngym install verifiers:./my_env                (a verifiers environment: folder, module.py or distribution)
+      ngym install ors:./my_env                      (an Open Reward Standard environment: folder or distribution)
     """
     sources = install_sources()
     adapted = [(p, source) for p in packages if (source := sources.for_source(p)) is not None]

@@ -125,4 +125,7 @@ def render_available(prefix: str, as_json: bool) -> str:
         "  ".join(v.ljust(w) for v, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in [header, *table]
     ]
     lines.append(f"{len(rows)} known {prefix} environments; install one: ngym install {prefix}:NAME")
+    note = getattr(rows, "note", "")
+    if note:
+        lines.append(note)
     return "\n".join(line.rstrip() for line in lines)

@@ -71,7 +71,7 @@ def _make_venv(venv: Path, lines: list[str], log: Path, say: Callable[[str], Non
         _run([base, "-m", "venv", "--without-pip", str(venv)], out, log)  # pip comes from ngym's layer
         python = venv_python(venv)
         purelib = subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            [str(python), "-P", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             check=True,
             capture_output=True,
             text=True,
@@ -81,7 +81,7 @@ def _make_venv(venv: Path, lines: list[str], log: Path, say: Callable[[str], Non
         Path(purelib, "zz_ngym_base.pth").write_text(f"import site; site.addsitedir({ngym_site_packages()!r})\n")
         pip_lines = [ln for ln in lines if not ln.startswith(NEMO_PREFIX)]
         if pip_lines:
-            _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *pip_lines], out, log)
+            _run([str(python), "-P", "-m", "pip", "install", "--disable-pip-version-check", *pip_lines], out, log)
         for nemo in (ln for ln in lines if ln.startswith(NEMO_PREFIX)):
             _run(python_module("ngym.cli", "install", *nemo.split(), python=str(python)), out, log)
     (venv / _READY).write_text("\n".join(lines) + "\n")

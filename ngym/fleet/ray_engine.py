@@ -30,6 +30,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -76,7 +77,7 @@ class EnvironmentHost:
 
         host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call,unused-ignore]
         os.makedirs(log_dir, exist_ok=True)
-        stem = os.path.basename(argv[3])
+        stem = os.path.basename(argv[argv.index("run") + 1])  # the unit's target
         self.log = os.path.join(log_dir, f"{stem}-{os.getpid()}.log")
         python = sys.executable
         if lines:
@@ -125,12 +126,21 @@ def _connect(address: str | None) -> Any:
     except ImportError:
         raise NgymError("the ray engine needs Ray: pip install 'ngym[ray]' (or `ray>=2.40`) on every node") from None
     if not ray.is_initialized():
-        ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or "auto",
-            namespace=NAMESPACE,
-            log_to_driver=False,
-            logging_level=logging.WARNING,  # not Ray's "Connecting to existing Ray cluster" lines
-        )
+        # ray.init replaces the caller's SIGTERM handler with one that exits at once (`ngym up`'s turns SIGTERM
+        # into the clean-up Ctrl-C gets): the caller's is put back
+        main = threading.current_thread() is threading.main_thread()
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if main else {}
+        try:
+            ray.init(
+                address=address or os.environ.get("RAY_ADDRESS") or "auto",
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,  # not Ray's "Connecting to existing Ray cluster" lines
+            )
+        finally:
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
     return ray
 
 
@@ -185,6 +195,10 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
         )
         .remote()
     )
+    # saved before every wait on the cluster: Ctrl-C or SIGTERM during a wait (a placement Ray cannot make yet
+    # waits up to startup_seconds) leaves `up`'s clean-up, and `ngym down`, every actor and group to remove
+    state.head.service = actor_name(spec.name, FRONT)
+    state.save(spec.state_dir())
     try:
         state.head.host, state.head.port = ray.get(
             front.reserve.remote("(head)", int(spec.head_server.get("port", 11000))), timeout=startup_seconds
@@ -193,7 +207,6 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
         with contextlib.suppress(Exception):
             ray.kill(front)  # a detached actor: nothing else would ever stop it
         raise NgymError(f"the fleet's front (head server) could not start on the head node: {_cause(exc)}") from None
-    state.head.service = actor_name(spec.name, FRONT)
     placed: dict[tuple[str, int], Any] = {}
     actors: dict[tuple[str, int], Any] = {}
     for name, env in spec.environments.items():
@@ -220,6 +233,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
         argv = environment_args(spec, env, name)  # host and port are the node's, chosen by the actor
         # Ray places: the replicas' CPUs as one placement group spread over the nodes (best effort: on fewer
         # nodes than replicas, some share one)
+        state.save(spec.state_dir())  # its group, by the name record.service, from the next line on
         group = placement_group(
             [{"CPU": env.workers}] * env.replicas, strategy="SPREAD", name=record.service, lifetime="detached"
         )
@@ -236,6 +250,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             slot = {ROUTE_SLOT_ENV: f"{i}/{env.replicas}"} if env.replicas > 1 else {}
             placed[key] = actors[key].start.remote(argv, log_dir, lines, {**extra, **slot})
             record.replicas.append(ReplicaRecord(host="", port=0, actor=actor_name(spec.name, name, i)))
+        state.save(spec.state_dir())  # its placement group and actors exist from here
     report.status = f"placing {len(placed)} replica(s) on the cluster"
     for (name, i), ref in placed.items():
         replica = state.servers[name].replicas[i]
@@ -337,7 +352,9 @@ def down(state: FleetState, timeout: float = 10.0, address: str | None = None) -
         if record.kind != "environment" or not record.service:
             continue
         names = [r.actor for r in record.replicas] or [record.service]  # a state from before replicas
-        if _stop_actor(ray, names, timeout):
+        # a replica never placed (an `up` interrupted while Ray waited for the resources) runs nothing to stop
+        unplaced = {r.actor for r in record.replicas if not r.port}
+        if _stop_actor(ray, names, timeout, unplaced):
             stopped.append(name)
         with contextlib.suppress(Exception):
             ray.util.remove_placement_group(ray.util.get_placement_group(record.service))
@@ -346,8 +363,9 @@ def down(state: FleetState, timeout: float = 10.0, address: str | None = None) -
     return sorted([*stopped, *stop_processes(state, timeout)])
 
 
-def _stop_actor(ray: Any, names: list[str], timeout: float) -> bool:
-    """Stop (then kill) the named actors that still exist; True if any did."""
+def _stop_actor(ray: Any, names: list[str], timeout: float, unplaced: set[str] | None = None) -> bool:
+    """Stop (then kill) the named actors that still exist; True if any did. Those in ``unplaced`` are killed at
+    once (an actor waiting for its resources would never answer ``stop``)."""
     found = False
     for actor_id in names:
         try:
@@ -355,7 +373,8 @@ def _stop_actor(ray: Any, names: list[str], timeout: float) -> bool:
         except ValueError:  # gone already (its node died, or killed)
             continue
         found = True
-        with contextlib.suppress(Exception):
-            ray.get(actor.stop.remote(), timeout=timeout)
+        if actor_id not in (unplaced or set()):
+            with contextlib.suppress(Exception):
+                ray.get(actor.stop.remote(), timeout=timeout)
         ray.kill(actor)
     return found

@@ -27,7 +27,7 @@ an ``InstallSource`` built by hand takes the functions themselves (import the he
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -64,13 +64,22 @@ class UninstallFunction(Protocol):
     def __call__(self, names: list[str], *, yes: bool, echo: Echo) -> list[str]: ...
 
 
+class Listing(list[dict[str, Any]]):
+    """What ``available`` may return instead of a plain list: the rows, and ``note``, one line said under them
+    (e.g. that the source could not ask its index, so nothing listed was checked)."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]] = (), note: str = "") -> None:
+        super().__init__(rows)
+        self.note = note
+
+
 @dataclass(frozen=True)
 class InstallSource:
     """One ecosystem ``ngym install <prefix>:<what>`` installs from.
 
     - ``install``: installs one environment (see ``InstallFunction``); errors are ``NgymError`` (one CLI line).
     - ``available``: rows for ``ngym list --available <prefix>``: ``name``, ``domain``, ``version``,
-      ``installed_as``, ``description`` (more keys go to ``--json`` only).
+      ``installed_as``, ``description`` (more keys go to ``--json`` only); a ``Listing`` adds a line under them.
     - ``uninstall``: for a source whose environments need more than ``pip uninstall`` (kept outside pip, or
       with files pip does not track); None leaves them to pip like any plugin.
     - ``claims``: whether a source given *without* the prefix is this ecosystem's (e.g. a NeMo Gym environment

@@ -104,7 +104,7 @@ class ModelClient:
             # the client retries 408/409/429/5xx only: a 400 is the server's final word, said as such
             retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
             after = " after retries" if retried else ""
-            if exc.status_code in (404, 405):
+            if exc.status_code in (404, 405, 501):  # no such route, method, or POST at all (a static file server)
                 raise ModelError(
                     f"model server answered HTTP {exc.status_code}: {_short(exc)} (no POST "
                     f"{self.base_url.rstrip('/')}/responses there: not an OpenAI Responses API server, or --model-url "

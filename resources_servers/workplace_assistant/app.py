@@ -28,7 +28,8 @@ from ngym import (
     SimpleResourcesServer,
 )
 
-from .replay import error_text, run_call, score, to_tool_call
+from .replay import error_text, run_call, to_tool_call
+from .scoring import score
 from .tools import TOOLS, ToolOutput, ToolSpec, request_model
 from .truth_check import VERIFIER_ERROR, ReportOnce, problem_reason, truth_problem, warn_about_datasets
 from .workspace import DATA_DIR_ENV, WorkBenchData, Workspace, chosen_data_dir, data_dir_problem

@@ -1,8 +1,9 @@
 """A fleet placed on a real Ray cluster (``ray start --head`` + 2 worker nodes), one worker node killed mid-run.
 
-Each node is a host of its own (:mod:`tests.netns`): a network namespace (``i20f-head``, ``i20f-node1``, ``i20f-node2``)
-with a veth on one bridge (10.220.0.0/24), so the environments listen on their node's address and every call crosses the
-"network"; ``ngym up`` runs on the machine (10.220.0.1). The cluster (:mod:`tests.cluster.ray_cluster`): a head with no
+Each node is a host of its own (:mod:`tests.netns`): a network namespace (``PREFIX-head``, ``PREFIX-node1``,
+``PREFIX-node2``, the prefix and subnet this run's own) with a veth on one bridge, so the environments listen on
+their node's address and every call crosses the "network"; ``ngym up`` runs on the machine (the bridge's
+address). The cluster (:mod:`tests.cluster.ray_cluster`): a head with no
 CPUs and two worker nodes with one CPU each, so Ray must put each of the two environments on its own worker node.
 Rollouts run on both; the node holding the counter environment is killed (its whole process group, SIGKILL) while
 rollouts are in flight. Every rollout on the surviving node scores right; every rollout on the dead node ends as a loud
@@ -35,14 +36,12 @@ ray = pytest.importorskip("ray", reason="pip install 'ngym[ray]'")
 from tests.cluster.ray_cluster import ENV, Cluster  # noqa: E402 (after the importorskip)
 from tests.netns import Hosts  # noqa: E402
 
-SUBNET = "10.220.0"
-
 
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.fail("the Ray cluster test needs root and iproute2 (network namespaces)")
-    with Hosts("i20f", SUBNET, ["head", "node1", "node2"]) as hosts:
+    with Hosts.for_this_run("rf", ["head", "node1", "node2"]) as hosts:  # namespaces of this run's own
         made = Cluster(hosts, workers=2, cpus_per_worker=1)
         try:
             made.up()
@@ -104,7 +103,8 @@ def test_a_fleet_on_a_ray_cluster_survives_a_lost_node_without_a_wrong_reward(cl
         placed = {name: state.servers[name].replicas[0].node for name in urls}
         holder = cluster.holders(placed)
         assert sorted(holder.values()) == ["node1", "node2"]
-        assert {r.replicas[0].host for r in state.servers.values()} == {f"{SUBNET}.11", f"{SUBNET}.12"}
+        nodes = {cluster.hosts.address("node1"), cluster.hosts.address("node2")}
+        assert {r.replicas[0].host for r in state.servers.values()} == nodes
         # each one URL is the front's HAProxy on the head node, even for one replica: a lost node's environment
         # then answers 503 at once instead of a refused connection (which NeMo Gym's client retries forever)
         assert {r.host for r in state.servers.values()} == {cluster.hosts.address("head")}

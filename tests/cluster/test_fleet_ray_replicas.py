@@ -42,7 +42,6 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 from nemo_envs import verify_payloads  # noqa: E402 (moved here from nemo_replay_inprocess by i23-small)
 
-SUBNET = "10.223.0"
 FLEET = "i20r-fleet"
 RESPONSE = {
     "id": "r", "created_at": 0, "model": "m", "object": "response", "output": [],
@@ -54,7 +53,7 @@ RESPONSE = {
 def cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.fail("the Ray cluster test needs root and iproute2 (network namespaces)")
-    with Hosts("i20r", SUBNET, ["head", "node1", "node2"]) as hosts:
+    with Hosts.for_this_run("rr", ["head", "node1", "node2"]) as hosts:  # namespaces of this run's own
         # 2 CPUs per worker node: a counter replica on each, code_gen's unit on one: one CPU left, on one node
         made = Cluster(hosts, workers=2, cpus_per_worker=2)
         try:
@@ -191,6 +190,9 @@ def test_ray_replicas_behind_one_affine_url_and_a_nemo_environment_with_ray_task
         rows = {r["name"]: r for r in json.loads(status.stdout)}
         assert rows["counter"]["health"] == "ok"  # its one URL still serves
         assert rows["counter"]["reason"].startswith("1/2 replicas answer")  # the lost replica is shown
+        parts = {p["name"]: p for p in rows["counter"]["parts"]}  # a row per replica: sessions and their bytes
+        assert parts[lost_replica]["health"] != "ok" and parts["r0"]["health"] == "ok", parts
+        assert parts["r0"]["session_bytes"] is not None and rows["counter"]["session_bytes"] is not None
     finally:
         down = ngym("down", "fleet.yaml")
     assert down.returncode == 0, down.stderr
@@ -221,4 +223,5 @@ def named_actors(address: str) -> list[str]:
         "print(json.dumps(ray.util.list_named_actors(all_namespaces=True)))"
     )
     out = subprocess.run([sys.executable, "-c", code % address], env=ENV, capture_output=True, text=True)
-    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+    # the last line that is JSON: Ray may print a warning after it ("raylet has lagging heartbeats", under load)
+    return list(json.loads(next(line for line in reversed(out.stdout.splitlines()) if line.startswith("["))))

@@ -252,7 +252,6 @@ async def test_a_taskset_exporting_its_own_env_is_refused(notes_record: Any) -> 
     ("mode", "reason"),
     [
         ("intercept", r"RewritingTask rewrites the conversation between the model and its tools \(@vf.intercept:"),
-        ("runtime", r"every reward of RuntimeTask \(ran\) needs a runtime"),
         ("remote", r"RemoteToolset's tools are served by a remote MCP server \(http://127.0.0.1:9/mcp\)"),
         ("stop", r"StoppingTask stops its rollouts on what the model.s responses or requests carry \(@vf.stop: cited"),
     ],
@@ -261,7 +260,8 @@ async def test_a_task_a_server_cannot_play_is_refused(
     notes_record: Any, mode: str, reason: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """verifiers 0.4 tasks whose rollouts ngym cannot score as verifiers would (bash_interception's
-    ``@vf.intercept``; gsm8k's reward run in a runtime): refused with the reason when asked what it serves."""
+    ``@vf.intercept``; a remote MCP toolset; a stop on the model's response): refused with the reason when asked what
+    it serves (a task needing a runtime is served: test_verifiers_runtime.py)."""
     from ngym_verifiers.install import copy_module
     from ngym_verifiers.process import Worker, WorkerError
 

@@ -41,7 +41,8 @@ PORT = 8000
 def test_a_host_killed_mid_run_loses_only_its_rollouts_and_loudly() -> None:
     secret = secrets.token_urlsafe(32)
     env = {**os.environ, "NGYM_SESSION_SECRET": secret}
-    with Hosts("i20w", "10.222.0", HOSTS) as made, tempfile.TemporaryDirectory(prefix="i20w-") as work:
+    # a prefix and subnet of this run's own: a second run at once (another checkout) neither sees nor removes them
+    with Hosts.for_this_run("mh", HOSTS) as made, tempfile.TemporaryDirectory(prefix="ngym-multihost-") as work:
         machines = [(name, made.address(name)) for name in HOSTS]
         replicas = []
         for slot, (ns, address) in enumerate(machines):

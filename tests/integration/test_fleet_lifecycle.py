@@ -357,3 +357,23 @@ def test_an_up_that_fails_in_process_leaves_the_callers_ctrl_c_alone(
     result = CliRunner().invoke(cli, ["up", "fleet.yaml"])
     assert isinstance(result.exception, RuntimeError)
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_fleet_beside_a_folder_named_ngym_starts_the_installed_ngym(tmp_path: Path, env: dict[str, str]) -> None:
+    """A fleet file kept beside a checkout named ``ngym/`` (here one that cannot be imported): the head server and
+    the units start in the fleet file's folder, and import the installed ngym, never that folder."""
+    work = tmp_path / "work"
+    (work / "ngym").mkdir(parents=True)
+    (work / "ngym" / "__init__.py").write_text("raise ImportError('the folder beside the fleet file was imported')\n")
+    write_fleet(work, "beside")
+    try:
+        up = ngym("up", str(work / "fleet.yaml"), cwd=tmp_path, env=env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        state = state_of(work, "beside")
+        assert state is not None
+        for record in (state.head, state.servers["weather"]):
+            with urllib.request.urlopen(f"http://127.0.0.1:{record.port}/health", timeout=30) as response:
+                assert response.status == 200
+    finally:
+        down = ngym("down", str(work / "fleet.yaml"), cwd=tmp_path, env=env)
+    assert down.returncode == 0, down.stderr

@@ -87,7 +87,11 @@ def test_a_local_fleet_isolates_names_failures_counts_and_stops_everything(tmp_p
                 "name": "local",
                 "head_server": {"port": 0},
                 "environments": {
-                    "counter": {"env": "example_session_state_mgmt", "config": {"session_ttl_seconds": 300}},
+                    "counter": {
+                        "env": "example_session_state_mgmt",
+                        "workers": 2,  # status reads each worker
+                        "config": {"session_ttl_seconds": 300},
+                    },
                     "old": "./old_sc",
                     "new": "./new_sc",
                     "broken": {"env": "example_single_tool_call", "config": {"no_such_field": 1}},
@@ -132,6 +136,10 @@ def test_a_local_fleet_isolates_names_failures_counts_and_stops_everything(tmp_p
         assert status.returncode == 1  # broken is not ok
         counted = rows["counter"]
         assert (counted["health"], counted["live_sessions"], counted["verified"]) == ("ok", 1, 1)
+        # summed over its 2 workers, each a row of its own; the open session holds its one call's bytes
+        assert counted["session_bytes"] == len(json.dumps({"count": 2})) and counted["reason"].startswith("2/2")
+        parts = counted["parts"]
+        assert [p["name"] for p in parts] == ["w0", "w1"] and sum(p["live_sessions"] for p in parts) == 1
         assert rows["broken"]["health"] == "failed" and rows["(head)"]["health"] == "ok"
         human = ngym("status", "fleet.yaml", "--interval", "0", cwd=tmp_path, env=env).stdout
         assert human.splitlines()[0].split()[:4] == ["server", "kind", "health", "sessions"]

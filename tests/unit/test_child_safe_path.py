@@ -4,11 +4,13 @@ are not given that setting."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli_runs import run_ngym
+from tests.support.cli_runs import ROOT, run_ngym
 
 
 @pytest.fixture
@@ -44,6 +46,27 @@ def test_affine_workers_from_beside_a_checkout_import_the_installed_package(besi
     assert "imported ./ngym" not in log.read_text()
 
 
+def test_a_script_serving_itself_from_beside_a_checkout_imports_the_installed_package(beside_a_checkout: Path) -> None:
+    """``python path/app.py`` (``run_webserver()``) from the folder above a checkout re-executes itself as ngym's host:
+    that process does not import ``./ngym`` either (the script's own folder stays importable)."""
+    from ngym.child_server import free_port, stop_process, wait_healthy
+
+    port = free_port()
+    app = Path(__file__).resolve().parents[1] / "fixtures" / "seed_weather" / "app.py"
+    server = subprocess.Popen(
+        [sys.executable, str(app), f"port={port}", "domain=agent"],
+        cwd=beside_a_checkout,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", server, 60, path="/")
+    finally:
+        stop_process(server)
+
+
 def test_the_safe_path_ngym_sets_is_not_passed_on_to_the_environments_own_children(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -58,3 +81,51 @@ def test_the_safe_path_ngym_sets_is_not_passed_on_to_the_environments_own_childr
     children_use_safe_path()
     forget_safe_path()
     assert os.environ[SAFE_PATH_ENV] == "1"
+
+
+def python_commands_without_safe_path(source: str) -> list[str]:
+    """Command lists in ``source`` that start Python on a module or code (``[python, "-m", ...]``,
+    ``[sys.executable, "-c", ...]``) without ``-P``: such a child imports from the folder it starts in first."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.List) and len(node.elts) >= 2:
+            first, second = ast.unparse(node.elts[0]), node.elts[1]
+            starts_python = first == "sys.executable" or "python" in first.lower()
+            if starts_python and isinstance(second, ast.Constant) and second.value in ("-m", "-c"):
+                found.append(ast.unparse(node)[:80])
+    return found
+
+
+#: Python started without ``-P`` on purpose, and why.
+WITHOUT_SAFE_PATH = {
+    # an environment's own tests, run as NeMo Gym's `gym env test` runs them (from the environment's folder)
+    "ngym/envtest.py",
+    # a wheel built from a project's folder runs that project's own build code, which may import its neighbours;
+    # pip run by an environment's own interpreter, which may be a Python before 3.11 (no -P)
+    "ngym/containerize/source_wheels.py",
+    "ngym/containerize/pip.py",
+    "ngym/containerize/wheelhouse.py",
+    # commands that run inside an image, from its WORKDIR (the Dockerfile's, a Kubernetes container's)
+    "ngym/containerize/build.py",
+    "ngym/containerize/dockerfile.py",
+    "ngym/fleet/kubernetes.py",
+}
+
+
+def test_every_python_child_ngym_starts_runs_with_safe_path() -> None:
+    """Fleet units, the head server, `ngym demo`'s rollouts, pip, a unit's venv installs: ``python -P``
+    (``ngym.child_python.python_module``), whatever folder ngym is run from."""
+    package = ROOT / "ngym"
+    found = {
+        str(path.relative_to(ROOT)): commands
+        for path in sorted(package.rglob("*.py"))
+        if (commands := python_commands_without_safe_path(path.read_text()))
+    }
+    assert set(found) == WITHOUT_SAFE_PATH, found
+
+
+def test_the_safe_path_check_can_fail() -> None:
+    source = "cmd = [sys.executable, '-m', 'ngym.cli', 'run']\nok = [sys.executable, '-P', '-m', 'x']\n"
+    assert python_commands_without_safe_path(source) == ["[sys.executable, '-m', 'ngym.cli', 'run']"]

@@ -15,7 +15,7 @@ from ngym.fleet.global_config import build_global_config
 from ngym.fleet.head import create_head_app
 from ngym.fleet.launch import environment_command, environment_env, server_command, server_env
 from ngym.fleet.spec import load_fleet, requirements_key
-from ngym.fleet.status import ServerStatus, render
+from ngym.fleet.status import PartStatus, ServerStatus, render
 from ngym.redact import take_secret_overrides
 from ngym.server.pipeline.traffic import Traffic
 
@@ -194,13 +194,15 @@ def test_traffic_counts_responses_verifies_and_server_errors() -> None:
 def test_status_renders_one_row_per_server() -> None:
     ok = {"health": "ok", "live_sessions": 3, "rollouts_per_second": 2.5, "verified": 10, "errors": 0}
     rows = [
-        ServerStatus(name="weather", kind="environment", url="http://h:1", **ok),
+        ServerStatus(name="weather", kind="environment", url="http://h:1", session_bytes=300, **ok),
         ServerStatus(name="broken", kind="environment", url="http://h:2", health="failed", reason="exited at start: x"),
     ]
+    rows[0].parts = [PartStatus(name="w0", health="ok", live_sessions=3, session_bytes=300)]
     lines = render(rows).splitlines()
-    assert lines[0].split()[:4] == ["server", "kind", "health", "sessions"]
-    assert lines[1].split()[:7] == ["weather", "environment", "ok", "3", "2.5", "10", "0"]
-    assert lines[2].split()[:4] == ["broken", "environment", "failed", "-"] and lines[2].endswith("exited at start: x")
+    assert lines[0].split()[:6] == ["server", "kind", "health", "sessions", "session", "bytes"]
+    assert lines[1].split()[:8] == ["weather", "environment", "ok", "3", "300", "2.5", "10", "0"]
+    assert lines[2].split() == ["w0", "ok", "3", "300"]  # a worker's (or replica's) own row, under its environment
+    assert lines[3].split()[:4] == ["broken", "environment", "failed", "-"] and lines[3].endswith("exited at start: x")
 
 
 def test_a_fleet_venv_is_keyed_by_the_ngym_it_layers_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -194,6 +194,9 @@ def anon_huge():
     return int(next(line.split()[1] for line in rollup if line.startswith("AnonHugePages:"))) << 10
 before = anon_huge()
 from ngym.server.hosting import fork_template
+collapsed = []  # what each collapse the template asked for got from the kernel
+ask = fork_template.collapse_to_huge_pages
+fork_template.collapse_to_huge_pages = lambda: collapsed.append(ask()) or collapsed[-1]
 fork_template.prepare_fork_template()
 after = anon_huge()
 read, write = os.pipe()
@@ -204,19 +207,26 @@ if pid == 0:
 os.waitpid(pid, 0)
 setting = fork_template.THP_SETTING
 thp = setting.is_file() and "[never]" not in setting.read_text()
-print(json.dumps({"before": before, "after": after, "same": os.read(read, 64).decode() == digest, "thp": thp}))
+# what ngym asks the kernel to collapse: every whole 2 MiB stretch of the process's anonymous memory
+asked = sum(end - start for start, end in fork_template.anonymous_ranges(Path("/proc/self/maps").read_text()))
+same = os.read(read, 64).decode() == digest
+print(json.dumps({"before": before, "after": after, "same": same, "thp": thp, "asked": asked, "collapsed": collapsed}))
 """
 
 
 def test_the_template_goes_to_huge_pages_when_asked_and_children_read_the_same_memory() -> None:
     asked = run_python(HUGE_PAGES, NGYM_FORK_HUGEPAGES="1")
     assert asked["same"] is True
-    if asked["thp"]:  # a kernel with transparent huge pages: most of the 96 MiB is now in them
-        assert asked["after"] - asked["before"] >= 64 << 20
+    if asked["thp"]:
+        # a kernel with transparent huge pages is asked for the stretches of the 96 MiB; how many it can give
+        # depends on how fragmented the machine's memory is (not the test's to control): none is taken away
+        assert asked["asked"] >= 64 << 20 and len(asked["collapsed"]) == 1
+        assert asked["after"] - asked["before"] >= asked["collapsed"][0] - (4 << 20)  # what the kernel said it did
     else:
-        assert asked["after"] == asked["before"]
+        assert asked["after"] == asked["before"] and asked["collapsed"] == [0]
     # No warmer ran (no math_verify, no scipy): by default a small template is left as it is; 0 turns it off.
     for setting in ({}, {"NGYM_FORK_HUGEPAGES": "0"}):
         left = run_python(HUGE_PAGES, **setting)
         assert left["same"] is True
         assert left["after"] - left["before"] < 32 << 20, setting
+        assert left["collapsed"] == [], setting

@@ -130,7 +130,7 @@ def test_list_available_asks_the_source(fake: Recorder) -> None:
 def test_the_installed_ecosystem_plugins_each_register_their_prefix() -> None:
     from ngym.plugins.sources import install_sources
 
-    assert {"nemo-gym", "openenv", "verifiers"} <= set(install_sources().prefixes())
+    assert {"nemo-gym", "openenv", "ors", "verifiers"} <= set(install_sources().prefixes())
 
 
 def test_the_core_names_no_ecosystem_plugin() -> None:

@@ -228,7 +228,7 @@ def test_the_export_reader_refuses_what_it_cannot_read() -> None:
 # ---- plugins use ngym's public API only ----------------------------------------------------------------------------
 
 #: The import packages under plugins/ (not their tests, which may reach into what they test).
-PLUGIN_PACKAGES = ("nemo_gym", "ngym_nemo_gym", "ngym_openenv", "ngym_redis", "ngym_verifiers")
+PLUGIN_PACKAGES = ("nemo_gym", "ngym_nemo_gym", "ngym_openenv", "ngym_ors", "ngym_redis", "ngym_verifiers")
 #: What a plugin may import of ngym: the package's names, the plugin API, and the documented helper module.
 PLUGIN_MAY_IMPORT = {"ngym", "ngym.plugin_api", "ngym.metrics", "ngym.metrics.reward_profile", "ngym.testing"}
 PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
@@ -433,3 +433,31 @@ def test_nothing_outside_the_test_suite_imports_it() -> None:
 def test_the_tests_import_check_can_fail() -> None:
     source = "import tests.netns\nfrom tests.support.cli_runs import run_ngym\nfrom .tests import x\nimport testsuite\n"
     assert imports_of_tests(source) == ["tests.netns", "tests.support.cli_runs"]
+
+
+# ---- small modules -------------------------------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 500
+
+
+def long_modules(root: Path, limit: int = MAX_MODULE_LINES) -> dict[str, int]:
+    """The package, plugin and environment modules (their tests aside) over ``limit`` lines, with their length."""
+    found = {}
+    for folder in ("ngym", "plugins", "resources_servers"):
+        for path in (root / folder).rglob("*.py"):
+            relative = path.relative_to(root)
+            if "tests" in relative.parts or ".venv" in relative.parts:
+                continue
+            lines = len(path.read_text().splitlines())
+            if lines > limit:
+                found[str(relative)] = lines
+    return found
+
+
+def test_no_module_is_over_500_lines() -> None:
+    """A module over 500 lines holds more than one job: split it by job (``worker.py`` / ``worker_legacy.py``)."""
+    assert long_modules(REPO) == {}
+
+
+def test_the_module_length_check_can_fail() -> None:
+    assert "ngym/processes.py" in long_modules(REPO, limit=100)

@@ -67,3 +67,27 @@ def test_a_model_url_without_the_model_api_is_one_line_naming_the_cause(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "/v1/models found no model (HTTP 404: no /models there)" in done.stderr
     assert "OpenAI-compatible" in done.stderr and "no model name" not in done.stdout + done.stderr
+
+
+def test_a_model_url_at_a_server_without_post_names_the_cause_with_a_model_given(tmp_path: Path) -> None:
+    """A static file server (HTTP 501 to every POST) given with --model: each failure says there is no POST
+    .../responses there, not only the server's error page."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        done = run_ngym(
+            "rollout",
+            "example_single_tool_call",
+            "--model-url",
+            url,
+            "--model",
+            "m",
+            "--max-retries",
+            "0",
+            cwd=tmp_path,
+        )
+    finally:
+        server.shutdown()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"(no POST {url}/responses there: not an OpenAI Responses API server" in done.stdout + done.stderr

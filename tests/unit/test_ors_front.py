@@ -184,7 +184,7 @@ async def test_a_lost_session_is_no_reward() -> None:
         spec = {"responses_create_params": {"input": "count"}, "initial_count": 0, "expected_count": 1}
         sid = await ors.session(task_spec=spec)
         episode = app.state.ngym_fronts["ors"].episodes.get(sid)
-        closed = await http.post("/close_session", json={}, headers={"cookie": episode.cookie.decode()})
+        closed = await http.post("/close_session", json={}, headers={"cookie": episode.session.cookie.decode()})
         assert closed.status_code == 200
         out = await ors.call(sid, "increment_counter", {"count": 1})
         assert out["ok"] and out["output"]["finished"] is True and out["output"]["reward"] is None

@@ -29,7 +29,7 @@ class _Exited:
 def test_the_spec_and_its_secret_are_not_on_the_childs_command_line(monkeypatch) -> None:
     started: list[tuple[list[str], dict[str, str]]] = []
 
-    def popen(cmd: list[str], env: dict[str, str] | None = None) -> _Exited:
+    def popen(cmd: list[str], env: dict[str, str] | None = None, **_options: object) -> _Exited:
         started.append((cmd, env or {}))
         return _Exited()
 

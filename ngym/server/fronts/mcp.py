@@ -31,12 +31,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from ngym.errors import ConfigError
+from ngym.server.fronts.inprocess import RolloutSession
 from ngym.server.pipeline.intake import parse_json
 from ngym.server.protocol.bodies import MCPServerMetadata
 
@@ -117,7 +117,6 @@ class MCPExposure:
         chosen = server.mcp_tools(list(harvested.values()), None)
         self.tools = {tool.name: tool for tool in chosen or []}
         self._types = mcp_types
-        self._http: httpx.AsyncClient | None = None
 
         mcp_server: Any = Server(self.server_name)
         self._mcp_server = mcp_server
@@ -194,14 +193,13 @@ class MCPExposure:
         session_id, allowed = claims
         if allowed is not None and name not in allowed:
             raise ValueError(f"tool {name!r} is not allowed for this session")
-        assert self._http is not None, "the MCP endpoint is used before the app started"
         signer = self._signer()
-        response = await self._http.post(
-            f"/{name}", json=arguments or {}, headers={"cookie": f"{signer.cookie_name}={signer.sign(session_id)}"}
-        )
-        if response.status_code >= 400:
-            raise ValueError(f"HTTP {response.status_code} from POST /{name}: {response.text}")
-        payload = response.json() if response.content else None
+        # The tool route runs through the whole app (middleware, session binding, validation), in process.
+        session = RolloutSession(self.app, signer.cookie_name, signer.sign(session_id))
+        response = await session.call(name, arguments or {})
+        if response.status >= 400:
+            raise ValueError(f"HTTP {response.status} from POST /{name}: {response.text}")
+        payload = response.json() if response.body else None
         text = response.text if not isinstance(payload, str) else payload
         content = [types.TextContent(type="text", text=text)]
         # Only a JSON object can be structured content; the text stays for clients that read only text.
@@ -226,13 +224,8 @@ class MCPExposure:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        # The tool call goes through the whole app (middleware, session binding, validation) in process.
-        transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://ngym-mcp.internal", timeout=None) as http:
-            self._http = http
-            async with self._manager.run():
-                yield
-        self._http = None
+        async with self._manager.run():
+            yield
 
 
 async def _read_body(receive: Any) -> bytes:

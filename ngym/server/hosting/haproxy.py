@@ -23,7 +23,9 @@ checks health and answers 503 at once when no worker is left.
 
 The ORS front's sessions are routed the same way: the front makes each ORS session id on the worker that answers
 ``/create_session``, drawn to hash to that worker's slot, and every later request carries it in ``X-Session-ID``.
-No table is kept for anything.
+So are the OpenEnv front's episodes held between HTTP requests: their id (drawn the same way) comes back in the
+episode cookie, a WebSocket's ``?session_id=`` or an MCP call's ``params.session_id``. No table is kept for
+anything.
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ import shutil
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
+from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE
 
 HAPROXY_INSTALL_HINT = "apt-get install haproxy (Debian/Ubuntu) or dnf install haproxy"
 #: The HAProxy executable to use instead of the one on ``PATH``.
 HAPROXY_ENV = "NGYM_HAPROXY"
+#: Where every app serves OpenEnv's protocol (``ngym.server.fronts.openenv.MOUNT_PATH``).
+OPENENV_PATH = "/openenv"
 
 
 def haproxy_binary() -> str:
@@ -65,9 +70,20 @@ class Backend:
     disabled: bool = False
 
 
+#: On ``GET /health`` only: the slot (0..N-1) of the worker that should answer (``ngym status``, per worker).
+HEALTH_SLOT_HEADER = "x-ngym-health-slot"
+
 _DUPLICATE_COOKIE_BODY = (
     '{"detail":"this request carries more than one session cookie; send exactly one (the one its seed set)"}'
 )
+
+
+def proxy_threads(backends: int, cpus: int | None = None) -> int:
+    """HAProxy's threads for ``backends`` workers: one per four workers, at most one per CPU. HAProxy takes about a
+    fifth of what its workers take per request (``bench/bench_workers.py``), so one thread keeps up with four;
+    HAProxy's own default, a thread per CPU, costs more per request when the workers want those CPUs too (a
+    thread woken for a few requests: 12-16 % more HAProxy CPU per rollout at ``--workers 2`` on 2 cores)."""
+    return max(1, min(cpus or os.cpu_count() or 1, (backends + 3) // 4))
 
 
 def haproxy_config(
@@ -102,6 +118,7 @@ def haproxy_config(
     stats = f"\n    stats socket {stats_socket} mode 600 level user" if stats_socket else ""
     routing = ""
     stride_op = f"div({stride})," if stride > 1 else ""
+    episode, openenv = OPENENV_EPISODE_COOKIE, OPENENV_PATH
     if count > 1:
         routing = "\n".join(
             [
@@ -114,14 +131,26 @@ def haproxy_config(
                 f"if {{ {typed_paths} }} {{ req.body,json_query('$.resources_session_id') -m found }}",
                 "    # an ORS session's requests carry the id the worker's ORS front made (ngym.server.fronts.ors)",
                 "    http-request set-var(txn.ngym_key) req.hdr(x-session-id) if { req.hdr(x-session-id) -m found }",
+                "    # an OpenEnv episode held between HTTP requests (ngym.server.fronts.openenv): its cookie, the",
+                "    # WebSocket that attaches to it (?session_id=), an MCP call naming it (params.session_id)",
+                f"    http-request set-var(txn.ngym_key) req.cook({episode}) "
+                f"if {{ path_beg {openenv}/ }} {{ req.cook_cnt({episode}) eq 1 }}",
+                f"    http-request set-var(txn.ngym_key) url_param(session_id) "
+                f"if {{ path {openenv}/ws }} {{ url_param(session_id) -m found }}",
+                "    http-request set-var(txn.ngym_key) req.body,json_query('$.params.session_id') "
+                f"if {{ path {openenv}/mcp }} {{ req.body,json_query('$.params.session_id') -m found }}",
                 f"    http-request set-var(txn.ngym_slot) var(txn.ngym_key),crc32,{stride_op}mod({count}) "
                 "if { var(txn.ngym_key) -m found }",
+                "    # ngym status reads each worker's /health by naming its slot (nothing else is routed so)",
+                f"    http-request set-var(txn.ngym_slot) req.hdr_val({HEALTH_SLOT_HEADER}) "
+                f"if {{ path /health }} {{ req.hdr_val({HEALTH_SLOT_HEADER}) -m found }}",
                 *(f"    use-server {b.name} if {{ var(txn.ngym_slot) -m int {i} }}" for i, b in enumerate(backends)),
             ]
         )
     return f"""# written by ngym (ngym.server.hosting.haproxy); regenerated at every start
 global
     log stderr format short local0 warning{stats}
+    nbthread {proxy_threads(count)}
 
 defaults
     mode http
@@ -157,4 +186,12 @@ backend workers
 """
 
 
-__all__ = ["Backend", "HAPROXY_ENV", "HAPROXY_INSTALL_HINT", "haproxy_binary", "haproxy_config"]
+__all__ = [
+    "Backend",
+    "HAPROXY_ENV",
+    "HAPROXY_INSTALL_HINT",
+    "HEALTH_SLOT_HEADER",
+    "haproxy_binary",
+    "haproxy_config",
+    "proxy_threads",
+]

@@ -117,7 +117,12 @@ class SimpleServer(BaseServer):
         os.environ[CLASS_OVERRIDES_ENV] = json.dumps(overrides)
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "ngym.server.hosting.host", "--class", target, *sys.argv[1:]])
+        # a script's class is imported by its path, so the current folder need not be on sys.path (-P: a checkout
+        # named ngym/ there would be imported instead of ngym); a module's ``module:Class`` may be importable only
+        # from the folder the user ran it in, as it was before the exec: no -P then
+        safe = ["-P"] if script else []
+        host = [sys.executable, *safe, "-m", "ngym.server.hosting.host", "--class", target, *sys.argv[1:]]
+        os.execv(sys.executable, host)
 
 
 def secret_value(secret: SecretStr | str | None) -> str | None:

@@ -50,6 +50,7 @@ from ngym.server.sessions.manager import (
     SessionManager,
     current_request_session,
 )
+from ngym.server.sessions.routing import RouteSlot
 
 if TYPE_CHECKING:
     from ngym.server.pipeline.resources import SimpleResourcesServer
@@ -392,6 +393,8 @@ async def health_report(server: SimpleResourcesServer) -> dict[str, Any]:
         "session_store": type(sessions.store).__name__,
         "traffic": sessions.traffic.as_dict(),
         "session_bytes": session_bytes_report(sessions.store.records(), server.config.max_session_tool_bytes),
+        # this process's routing slot(s) ("1/2": worker 1 of 2; "" alone): ngym status reads each worker by it
+        "route_slot": str(RouteSlot.from_env()),
         # what every /verify reward must lie in (ngym rollout and ngym profile check each against it)
         REWARD_RANGE_KEY: list(cls.reward_range) if cls.reward_range is not None else None,
     }

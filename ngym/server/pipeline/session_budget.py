@@ -12,7 +12,11 @@ hold, for every environment, with no accounting of its own:
   413 before the tool runs, and so is every later one (the session keeps what it had; seed a new one). The
   count lives in the session's record (``meta``), so it holds across workers with a shared store;
 - ``max_tool_answer_bytes``: a tool answer whose declared length is larger is replaced by a 413 naming the
-  setting (an answer streamed without a length is passed on as is).
+  setting. An answer streamed without a length (``StreamingResponse``, chunked) is counted as it is sent: its
+  headers wait for its first chunk (except an event stream's, whose client waits for them: MCP), so a first
+  chunk past the cap is still a 413; past the cap later (the status already sent), the stream is cut there: the
+  connection is closed without the chunked encoding's last chunk, so no client can read the truncated answer as
+  complete, and one warning is logged.
 
 ``/health`` reports what the sessions of this process have sent (``session_bytes``: total, largest, limit), for
 the in-memory store. An environment whose state grows in other ways adds its own bound (e.g. workplace_assistant's
@@ -22,6 +26,7 @@ the in-memory store. An environment whose state grows in other ways adds its own
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -29,6 +34,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY
 from ngym.server.sessions.manager import SCOPE_KEY, RequestSession
+
+log = logging.getLogger("ngym.serve")
 
 #: 4 MiB: far more than any tool argument a model writes (a 1,000,000-character program is 1 MB).
 DEFAULT_MAX_TOOL_CALL_BYTES = 4 * 1024 * 1024
@@ -41,6 +48,11 @@ META_KEY = "tool_call_bytes"
 #: Not tool calls: bodies that carry a row or a whole trajectory (``/run``: a NeMo Gym agent's or environment's
 #: whole rollout).
 STANDARD_POST_PATHS = frozenset({"/seed_session", "/verify", "/close_session", "/aggregate_metrics", "/run"})
+
+
+class _AnswerCut(Exception):
+    """Raised into the environment's streaming code when its answer passes ``max_tool_answer_bytes`` after the
+    status was sent: it stops the stream; the middleware then ends the response without completing it."""
 
 
 class BudgetExceeded(HTTPException):
@@ -117,6 +129,10 @@ class SessionBudgetMiddleware:
                 meta[META_KEY] = used + declared
         counted = 0
         started = replaced = False
+        #: an answer without a declared length: its start held until its first chunk, and the bytes sent so far
+        held: Message | None = None
+        counting = False
+        streamed = 0
 
         async def counting_receive() -> Message:
             nonlocal counted
@@ -134,16 +150,40 @@ class SessionBudgetMiddleware:
             return message
 
         async def capped_send(message: Message) -> None:
-            nonlocal started, replaced
+            nonlocal started, replaced, held, counting, streamed
             if replaced:
                 return
             if message["type"] == "http.response.start":
-                length = next((int(v) for k, v in message.get("headers", ()) if k == b"content-length"), 0)
-                if length > self.max_answer:
+                length = _content_length(message)
+                if length is not None and length > self.max_answer:
                     replaced = started = True
                     await _answer(send, 413, answer_too_large(length, self.max_answer), close=False)
                     return
                 started = True
+                if length is None:  # streamed: counted chunk by chunk below
+                    counting = True
+                    if not _is_event_stream(message):  # an event stream's client waits for its headers (MCP)
+                        held = message
+                        return
+            elif message["type"] == "http.response.body" and counting:
+                streamed += len(message.get("body", b""))
+                if streamed > self.max_answer:
+                    if held is not None:  # nothing sent yet: the whole answer is replaced
+                        held, replaced = None, True
+                        await _answer(send, 413, answer_too_large(streamed, self.max_answer), close=False)
+                        return
+                    replaced = True
+                    log.warning(
+                        "%s %s: a streamed answer passed %d bytes (server setting max_tool_answer_bytes) after its "
+                        "status was sent; the stream was cut and the connection closed",
+                        scope["method"],
+                        scope["path"],
+                        self.max_answer,
+                    )
+                    raise _AnswerCut
+                if held is not None:
+                    start, held = held, None
+                    await send(start)
             await send(message)
 
         try:
@@ -151,6 +191,36 @@ class SessionBudgetMiddleware:
         except BudgetExceeded as exc:  # raised where no exception handler answered
             if not started:
                 await _answer(send, exc.status_code, str(exc.detail))
+        except Exception as exc:  # noqa: BLE001 - the cut may come back wrapped (a task group's exception group)
+            if not _is_cut(exc):
+                raise
+        if held is not None:  # the app ended its answer without a body message
+            await send(held)
+
+
+def _content_length(message: Message) -> int | None:
+    for name, value in message.get("headers", ()):
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _is_event_stream(message: Message) -> bool:
+    return any(
+        name.lower() == b"content-type" and value.startswith(b"text/event-stream")
+        for name, value in message.get("headers", ())
+    )
+
+
+def _is_cut(exc: BaseException) -> bool:
+    if isinstance(exc, _AnswerCut):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_cut(inner) for inner in exc.exceptions)
+    return _is_cut(exc.__cause__) if exc.__cause__ is not None else False
 
 
 def session_bytes_report(records: list[Any] | None, limit: int) -> dict[str, Any] | None:

@@ -28,6 +28,9 @@ from ngym.errors import ConfigError
 #: for hosts behind one HAProxy configured by ``ngym.server.hosting.haproxy.haproxy_config``). Nested sets (a Ray
 #: replica that itself runs ``--workers``) chain levels, outermost first: ``R/NR,W/NW``.
 ROUTE_SLOT_ENV = "NGYM_ROUTE_SLOT"
+#: The cookie naming an OpenEnv episode held between HTTP requests (``/openenv/reset`` sets it); its value is an id
+#: drawn like a session id, so the proxy routes by it (``ngym.server.fronts.openenv``).
+OPENENV_EPISODE_COOKIE = "ngym-openenv-episode"
 
 
 def route_hash(session_id: str) -> int:
@@ -109,4 +112,4 @@ class RouteSlot:
         return " within ".join(f"slot {index} of {count}" for index, count in reversed(self.levels)) or "the only slot"
 
 
-__all__ = ["ROUTE_SLOT_ENV", "RouteSlot", "route_hash", "slot_of"]
+__all__ = ["OPENENV_EPISODE_COOKIE", "ROUTE_SLOT_ENV", "RouteSlot", "route_hash", "slot_of"]

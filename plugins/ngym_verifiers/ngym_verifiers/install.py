@@ -117,9 +117,23 @@ def parse_source(text: str) -> Source:
     match = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
     if not match:
         raise VerifiersInstallError(f"{spec!r} is not a distribution name, a folder or a .py module")
-    name = _module_name(module.rsplit(".", 1)[-1] if module else match.group(0))
+    distribution = match.group(0)
+    known = KNOWN.get(distribution)
+    pins: tuple[str, ...] = ()
+    if known is not None and requirement == distribution and not module:
+        # a bare name from `ngym list --available verifiers`: installed as that table says (its extra, the module
+        # that serves it, the verifiers release its code was written for)
+        requirement = f"{distribution}[{known.extra}]" if known.extra else distribution
+        module = known.module
+        pins = known.pins
+    name = _module_name(module.rsplit(".", 1)[-1] if module else distribution)
     return Source(
-        "distribution", [requirement], name, module or None, match.group(0), index_requirements=(requirement,)
+        "distribution",
+        [requirement, *pins],
+        name,
+        module or None,
+        distribution,
+        index_requirements=(requirement, *pins),
     )
 
 
@@ -354,7 +368,7 @@ def _install_into(
     keywords = package_keywords(python, source.distribution, folder)
     resolved = domain_of(domain, keywords)
     if resolved is None and source.distribution in KNOWN:  # ngym list --available's table knows it
-        resolved = Domain.parse(KNOWN[source.distribution][0])
+        resolved = Domain.parse(KNOWN[source.distribution].domain)
     if resolved is None:
         raise _no_domain(name, keywords)
     echo(f"ngym: asking {module} what it serves, and scoring its tasks' reference answers as example rollouts")

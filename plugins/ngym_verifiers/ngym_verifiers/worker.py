@@ -23,7 +23,8 @@ Two APIs are served, each with the environment's own code doing the work:
   carrying that one call (so a ``StatefulToolEnv``'s ``update_tool_args`` injects state as it would);
   verify sets the completion and runs ``rubric.score_rollout`` (``worker_legacy``).
 
-What both share (errors, sessions, local datasets) is ``worker_base``; the three files run side by side.
+What both share (errors, sessions, local datasets) is ``worker_base``; a 0.4 rollout's runtime (verifiers' subprocess
+runtime in a folder of its own) is ``vf_runtime``; the four files run side by side.
 """
 
 from __future__ import annotations
@@ -154,13 +155,22 @@ class TasksetEnvironment(Sessions):
             state=state_cls(type(task))(),
             agent=vf.AgentInfo(config=vf.AgentConfig(), name="ngym", trainable=False),
         )
-        # No runtime (container, sandbox) is provided: a setup that uses one fails, and the seed says so.
+        # A runtime per rollout, as verifiers' runner gives one (its subprocess kind, in a folder of the rollout's
+        # own: vf_runtime), set up with the task's runtime_env() before the task's setup runs in it.
+        runtime = await _runtime_module().provision(session, dict(task.runtime_env()))
+        trace.agent.runtime = runtime.info
         try:
-            await invoke(task.setup, {"trace": trace, "runtime": None})
-        except AttributeError as exc:
-            if "NoneType" in str(exc):
-                raise Refused(f"{type(task).__name__}.setup uses a runtime (a container or sandbox): {exc}") from exc
+            await invoke(task.setup, {"trace": trace, "runtime": runtime})
+            toolsets = await self._seed_toolsets(task)
+        except BaseException:
+            await runtime.stop()
             raise
+        await self.close(session)  # a seed again under the same id: the earlier rollout's runtime goes first
+        self.sessions[session] = {"task": task, "trace": trace, "tools": toolsets, "runtime": runtime}
+        return {"prompt": _plain(_v1_prompt(task))}
+
+    async def _seed_toolsets(self, task: Any) -> dict[str, tuple[Any, Any]]:
+        """The rollout's tools by name: its task's toolsets set up for it, then the taskset-wide ones (set up once)."""
         toolsets = {}
         for toolset in self._toolsets(task):
             await toolset.setup()
@@ -174,8 +184,7 @@ class TasksetEnvironment(Sessions):
         for toolset in self.shared:
             for name, fn in self._tools(toolset).items():
                 toolsets.setdefault(name, (toolset, fn))
-        self.sessions[session] = {"task": task, "trace": trace, "tools": toolsets}
-        return {"prompt": _plain(_v1_prompt(task))}
+        return toolsets
 
     async def tool(self, session: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         live = self._session(session)
@@ -226,10 +235,13 @@ class TasksetEnvironment(Sessions):
             sampled = i >= len(prompt) and message.role == "assistant"
             nodes.append(self.vf.MessageNode(parent=i - 1 if i else None, message=message, sampled=sampled))
         trace.nodes = nodes
-        unscorable = [fn.__name__ for fn in task.hooks("reward") if _needs_runtime(fn)]
-        if unscorable:
-            raise Refused(f"rewards {', '.join(unscorable)} need a runtime (a container or sandbox): not served yet")
-        await task.score(trace, None)
+        runtime = live["runtime"]
+        if not live.get("finalized"):  # verifiers' order: the task's finalize, then its scoring, in the runtime
+            live["finalized"] = True
+            from verifiers.v1.utils.decorators import invoke
+
+            await invoke(task.finalize, {"trace": trace, "runtime": runtime})
+        await task.score(trace, runtime)
         rewards = {
             name: (None if r is None else {"score": r.score, "weight": r.weight}) for name, r in trace.rewards.items()
         }
@@ -256,7 +268,7 @@ def _refuse_own_env(taskset_id: str) -> None:
 
 def _refuse_what_a_server_cannot_play(task: Any) -> None:
     """Refuse, at install, a 0.4 task whose rollouts ngym could not score as verifiers would: one that rewrites
-    the conversation at the model/tool boundary, or whose every reward (or setup) needs a runtime."""
+    the conversation at the model/tool boundary, or stops on what only the model's requests carry."""
     from verifiers.v1.utils.decorators import discover_decorated
 
     name = type(task).__name__
@@ -274,15 +286,6 @@ def _refuse_what_a_server_cannot_play(task: Any) -> None:
             f" {', '.join(at_boundary)}), which a resources server never sees: the stop, and any reward that reads"
             " it, would never happen"
         )
-    if _needs_runtime(task.setup):
-        raise Refused(f"{name}.setup needs a runtime (a container or sandbox), which ngym does not give a task yet")
-    rewards = [fn.__name__ for fn in task.hooks("reward")]
-    needing = [fn.__name__ for fn in task.hooks("reward") if _needs_runtime(fn)]
-    if rewards and needing == rewards:
-        raise Refused(
-            f"every reward of {name} ({', '.join(needing)}) needs a runtime (a container or sandbox), which ngym does"
-            " not give a task yet: nothing it serves could be scored"
-        )
 
 
 def _at_model_boundary(fn: Any) -> bool:
@@ -296,16 +299,19 @@ def _at_model_boundary(fn: Any) -> bool:
     return False
 
 
-def _needs_runtime(fn: Any) -> bool:
-    param = inspect.signature(fn).parameters.get("runtime")
-    return param is not None and param.default is inspect.Parameter.empty and _overridden(fn)
+def _runtime_module() -> Any:
+    """``vf_runtime`` (beside this file), loaded by path when a 0.4 rollout first needs a runtime: it imports
+    verifiers.v1, which a <= 0.3 environment's venv does not have."""
+    if "ngym_vf_runtime" not in sys.modules:
+        import importlib.util
 
-
-def _overridden(fn: Any) -> bool:
-    """False for verifiers' own no-op ``Task.setup`` (it accepts a runtime but never uses one)."""
-    import verifiers.v1 as vf
-
-    return getattr(fn, "__func__", fn) is not getattr(vf.Task, getattr(fn, "__name__", ""), None)
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vf_runtime.py")
+        spec = importlib.util.spec_from_file_location("ngym_vf_runtime", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["ngym_vf_runtime"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["ngym_vf_runtime"]
 
 
 def _v1_prompt_dicts(task: Any) -> list[dict[str, Any]]:
@@ -439,7 +445,10 @@ async def serve(source: str, args: dict[str, Any], out: Any) -> None:
     loop = asyncio.get_running_loop()
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
+        if not line:  # ngym closed the pipe: every rollout's runtime (folder, processes) goes with the worker
+            await env.close_all()
+            if "ngym_vf_runtime" in sys.modules:
+                sys.modules["ngym_vf_runtime"].remove_root()
             return
         try:
             request = json.loads(line)

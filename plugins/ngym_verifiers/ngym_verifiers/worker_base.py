@@ -124,8 +124,19 @@ class Sessions:
         self.sessions: dict[str, dict[str, Any]] = {}
 
     async def close(self, session: str) -> dict[str, Any]:
-        self.sessions.pop(session, None)
+        live = self.sessions.pop(session, None)
+        runtime = live.get("runtime") if live else None
+        if runtime is not None:  # a 0.4 rollout's runtime: its folder and every process it started go with it
+            await runtime.stop()
         return {}
+
+    async def close_all(self) -> None:
+        """Close every rollout still held (the worker is ending)."""
+        for session in list(self.sessions):
+            try:
+                await self.close(session)
+            except Exception:  # noqa: BLE001 - one rollout's teardown must not keep the others'
+                continue
 
     def _session(self, session: str) -> dict[str, Any]:
         if session not in self.sessions:

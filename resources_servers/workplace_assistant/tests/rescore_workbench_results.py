@@ -5,7 +5,7 @@ WorkBench's repository keeps every model run of the paper under ``data/results/<
 They are not shipped with ngym and not committed here: put a copy of that ``data/results`` folder in
 ``~/.cache/ngym/workbench_results`` (or pass ``--results``). Each run is scored twice:
 
-- by ngym's engine: ``replay.score(data, predicted, ground_truth, error=error)``;
+- by ngym's engine: ``scoring.score(data, predicted, ground_truth, error=error)``;
 - by :class:`test_pandas_reference.Reference`, a pandas re-statement of WorkBench's write tools and of its
   ``calculate_metrics`` / ``is_correct`` (line breaks turned into ``\\n``, then ``eval``; a runner error makes the
   row wrong), which needs pandas 2.x like WorkBench.
@@ -50,7 +50,7 @@ def paper_runs(results: Path, year: str = "2024") -> dict[tuple[str, str, str], 
 
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
-    from workplace_assistant.replay import score
+    from workplace_assistant.scoring import score
     from workplace_assistant.workspace import WorkBenchData
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -15,13 +15,12 @@ from workplace_assistant.importer import iter_rows
 from workplace_assistant.replay import (
     TOOL_METHODS,
     _parse_code,
-    changes_state,
     check_ground_truth,
     parse_workbench_action,
     render_workbench_action,
-    score,
     workbench_source,
 )
+from workplace_assistant.scoring import changes_state, score
 from workplace_assistant.workspace import WorkBenchData
 
 WORKBENCH = Path(os.environ.get("NGYM_WORKBENCH_DIR") or Path(__file__).resolve().parents[4] / "shared" / "workbench")

@@ -11,9 +11,9 @@ from workplace_assistant.replay import (
     WRITE_TOOLS,
     check_ground_truth,
     parse_workbench_action,
-    score,
     to_tool_call,
 )
+from workplace_assistant.scoring import score
 from workplace_assistant.truth_check import ReportOnce
 from workplace_assistant.workspace import SAMPLE_DIR, WorkBenchData
 

@@ -234,7 +234,7 @@ def random_action(rng: random.Random) -> str:
 
 
 def fuzz(n: int, seed: int = 0) -> tuple[int, list]:
-    from workplace_assistant.replay import score
+    from workplace_assistant.scoring import score
     from workplace_assistant.workspace import WorkBenchData
 
     rng = random.Random(seed)

@@ -40,10 +40,11 @@ from ngym.server.fronts.openenv.wire import (
     ws_error,
 )
 from ngym.server.pipeline.intake import parse_json
+from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE
 from ngym.server.sessions.store import SessionLimitReached
 
 #: The cookie naming an episode held between HTTP requests (``/reset`` sets it, ``/step`` and ``/state`` read it).
-EPISODE_COOKIE = "ngym-openenv-episode"
+EPISODE_COOKIE = OPENENV_EPISODE_COOKIE
 
 
 def create_front_app(server: Any, parent: FastAPI) -> FastAPI:
@@ -166,7 +167,7 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
 async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, Any] | None:
     """The answer to one WebSocket message (None for ``close``)."""
     try:
-        message = parse_json(raw.encode())
+        message = parse_json(raw)
     except ValueError as exc:
         return ws_error(f"Invalid JSON: {exc}", INVALID_JSON)
     if not isinstance(message, dict):

@@ -2,9 +2,9 @@
 
 Every action is the HTTP request a NeMo Gym agent would make (``/seed_session``, ``/<tool>``, ``/verify``,
 ``/close_session``), carrying the episode's session cookie, made in process through the whole app (middleware,
-session binding, validation) as ``ngym.server.fronts.mcp`` does. The episode keeps the trajectory the way NeMo
-Gym's ``simple_agent`` builds it (``function_call`` + ``function_call_output`` items, then the final ``message``), so
-``/verify`` gets the same body and gives the same reward as over NeMo Gym's wire.
+session binding, validation) by ``ngym.server.fronts.inprocess``, as the MCP and ORS fronts do. The episode keeps
+the trajectory the way NeMo Gym's ``simple_agent`` builds it (``function_call`` + ``function_call_output`` items,
+then the final ``message``), so ``/verify`` gets the same body and gives the same reward as over NeMo Gym's wire.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ngym.server.fronts import gymnasium
+from ngym.server.fronts.inprocess import Answer, RolloutSession, encode, with_field
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 if TYPE_CHECKING:
@@ -62,8 +63,12 @@ class Episode:
         self.front = front
         self.episode_id = episode_id or os.urandom(12).hex()
         self.lock = asyncio.Lock()
-        self.cookie: str | None = None
+        self.session = RolloutSession(front.app, front.cookie_name)
         self.row: dict[str, Any] | None = None
+        #: the row as the seed sent it (JSON): the verify body is it plus the trajectory
+        self.seed_body: bytes | None = None
+        #: the names of the row's function tools (None: it declares none, any tool route may be called)
+        self.declared: set[str] | None = None
         self.task_index: int | None = None
         self.resets = 0
         self.output: list[dict[str, Any]] = []
@@ -84,14 +89,20 @@ class Episode:
             if index is None
             else {TASK_INDEX_KEY: index, ROLLOUT_INDEX_KEY: self.resets}
         )
+        seeded = {**row, **indices}
+        body = encode(seeded)
         if self.front.gymnasium:
             await self._close_session()  # a live episode of this client ends before the next one starts
-        route = "/reset" if self.front.gymnasium else "/seed_session"
-        status, answer, _ = await self._post(route, {**row, **indices})
+            status, answer, _ = _read(await self.session.post(gymnasium.RESET, body))
+        else:
+            status, answer, _ = _read(await self.session.seed(body))
+        route = "reset" if self.front.gymnasium else "seed_session"
         if status >= 400:
-            raise EpisodeError(f"{route.lstrip('/')} answered HTTP {status}: {_short(answer)}", status)
+            raise EpisodeError(f"{route} answered HTTP {status}: {_short(answer)}", status)
         self.gym = gymnasium.after_reset(answer) if self.front.gymnasium else None
-        self.row, self.task_index, self.resets = {**row, **indices}, index, self.resets + 1
+        self.row, self.task_index, self.resets = seeded, index, self.resets + 1
+        self.declared = self.front.declared_tools(seeded)
+        self.seed_body = body if seeded and "response" not in seeded else None
         self.output, self.step_count, self.done, self.reward = [], 0, False, None
         params = row.get("responses_create_params") or {}
         prompt = params.get("input")
@@ -147,7 +158,7 @@ class Episode:
                 "status": "completed",
             }
         )
-        declared = self.front.declared_tools(self.row or {})
+        declared = self.declared
         error: dict[str, Any] | None = None
         if name in RESERVED_ROUTES or (declared is not None and name not in declared) or not name.isidentifier():
             available = ", ".join(sorted(declared or self.front.tools)) or "none declared"
@@ -155,7 +166,7 @@ class Episode:
             error = {"error_type": "tool_not_found", "message": f"unknown tool {name!r}; available: {available}"}
             result: Any = None
         else:
-            status, result, text = await self._post(f"/{name}", arguments)
+            status, result, text = _read(await self.session.call(name, arguments))
             if status >= 400:  # the model sees what the tool said, whatever the status (as NeMo Gym stores it)
                 kind = "invalid_args" if status == 422 else "execution_error"
                 error = {"error_type": kind, "message": f"HTTP {status}: {text[:500]}"}
@@ -193,7 +204,12 @@ class Episode:
             "tools": params.get("tools") or [],
             "status": "completed",
         }
-        status, answer, raw = await self._post("/verify", {**self.row, "response": response})
+        body = (
+            with_field(self.seed_body, "response", response)
+            if self.seed_body is not None
+            else encode({**self.row, "response": response})
+        )
+        status, answer, raw = _read(await self.session.verify(body))
         self.done = True
         if status >= 400 or not isinstance(answer, dict):
             self.reward = None
@@ -205,7 +221,7 @@ class Episode:
         if not self.front.server.config.close_session_after_verify:
             await self._close_session()
         else:
-            self.cookie = None
+            self.session.forget()  # the server closed it after verify
         verification = {k: v for k, v in answer.items() if k not in _ECHOED}
         metadata = {"masked": masked, "failure_kind": answer.get("failure_kind")} if masked else {}
         return Outcome({"verification": verification}, self.reward, True, metadata)
@@ -232,15 +248,14 @@ class Episode:
         """One step of a Gymnasium-style episode; the ending step carries the episode's reward (the sum)."""
         assert self.gym is not None and self.row is not None
         body = gymnasium.step_body(self.row, self.gym, items, "openenv-client")
-        status, answer, raw = await self._post("/step", body)
+        status, answer, raw = _read(await self.session.post(gymnasium.STEP, body))
         result = gymnasium.read_step(self.gym, status, answer, raw, items)
         error = {"error_type": "execution_error", "message": result.text} if status >= 400 else None
         if result.done:
             self.done, self.reward = True, result.reward
             await self._close_session()
-        return Outcome(
-            {**observation, "result": result.text, "error": error}, result.reward, result.done, result.metadata
-        )
+        observed = {**observation, "result": result.text, "error": error}
+        return Outcome(observed, result.reward, result.done, result.metadata)
 
     def _require_running(self) -> None:
         if self.row is None:
@@ -249,28 +264,23 @@ class Episode:
             raise EpisodeError("the episode is over (its reward was given): reset to start another")
 
     async def _close_session(self) -> None:
-        if self.cookie is not None:
-            if self.gym is None:
-                await self._post("/close_session", {})
-            elif self.gym.explicit_close and not self.gym.closed:
-                self.gym.closed = True
-                await self._post("/close", {})
-            self.cookie = None
+        if self.gym is None:
+            await self.session.close()
+            return
+        if self.gym.explicit_close and not self.gym.closed and self.session.live:
+            self.gym.closed = True
+            await self.session.post(gymnasium.CLOSE, {})
+        self.session.forget()
 
-    async def _post(self, path: str, body: Any) -> tuple[int, Any, str]:
-        """POST through the whole app with this episode's cookie: (status, parsed JSON or None, raw text)."""
-        name = self.front.cookie_name
-        response = await self.front.http.post(path, body, f"{name}={self.cookie}" if self.cookie else None)
-        for header in response.set_cookies:
-            key, _, value = header.split(";", 1)[0].partition("=")
-            if key.strip() == name:
-                self.cookie = value.strip() or None
-        text = response.text
-        try:
-            parsed = response.json()
-        except ValueError:
-            parsed = text
-        return response.status, parsed, text
+
+def _read(answer: Answer) -> tuple[int, Any, str]:
+    """An in-process answer as (status, parsed JSON or the text when it is not JSON, raw text)."""
+    text = answer.text
+    try:
+        parsed = answer.json()
+    except ValueError:
+        parsed = text
+    return answer.status, parsed, text
 
 
 def _final_text(arguments: dict[str, Any]) -> str:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from ngym.server.fronts.gymnasium import is_gymnasium_app
 from ngym.server.fronts.mcp import MCPTool, harvest_tools
 from ngym.server.fronts.openenv.episode import FINAL_ANSWER_TOOL, Episode
-from ngym.server.fronts.openenv.inprocess import InProcessClient
 from ngym.server.fronts.openenv.rows import RowPicker, example_rows_file, read_rows
+from ngym.server.sessions.routing import RouteSlot
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -29,13 +28,13 @@ _FINAL_ANSWER = MCPTool(
 
 
 class OpenEnvFront:
-    """One server's OpenEnv front: episodes run the server's routes in process through ``http``."""
+    """One server's OpenEnv front: episodes run the server's routes in process on ``app``."""
 
     def __init__(self, server: SimpleResourcesServer, app: FastAPI) -> None:
         self.server = server
         self.name = server.config.name or type(server).__name__
         # Through the whole app (middleware, session binding, validation), as an agent's request would go.
-        self.http = InProcessClient(app)
+        self.app = app
         self.cookie_name = server.sessions.signer.cookie_name
         self.rows = RowPicker(read_rows(example_rows_file(type(server))))
         #: a Gymnasium-style environment (``/reset`` + ``/step``): its tools run inside ``/step``, not as routes
@@ -46,6 +45,8 @@ class OpenEnvFront:
         #: a WebSocket's own episode lives and dies with its connection and is not listed here
         self.episodes: OrderedDict[str, Episode] = OrderedDict()
         self.attached: set[str] = set()
+        #: this process's place behind ``--workers`` (HAProxy): a held episode's id is drawn to route back here
+        self.slot = RouteSlot.from_env()
 
     # ---- tools -------------------------------------------------------------------------------------------------
 
@@ -74,8 +75,12 @@ class OpenEnvFront:
         return Episode(self)
 
     async def open_episode(self) -> Episode:
-        """A new episode kept under its id; past the server's session bound the oldest unattached one is closed."""
-        episode = Episode(self, os.urandom(16).hex())
+        """A new episode kept under its id; past the server's session bound the oldest unattached one is closed.
+
+        The id is drawn to hash to this process's slot (``RouteSlot.new_id``): behind ``ngym run --workers N`` the
+        proxy sends every request naming it (the episode cookie, ``/ws?session_id=``, an MCP call's
+        ``params.session_id``) to this process, which holds the episode."""
+        episode = Episode(self, self.slot.new_id())
         self.episodes[episode.episode_id] = episode
         limit = max(1, self.server.sessions.store.max_sessions)
         while len(self.episodes) > limit:

@@ -3,7 +3,8 @@
 An ``Episode`` is what the ORS protocol adds to one ngym session and nothing more: the session's cookie (the
 session itself, its state and its lifetime stay with the server's session manager), the row it was seeded
 with, and the calls made so far (the trajectory ``/verify`` will read). Every step is an in-process request to
-the environment's own app (``inprocess.post``), carrying the session's cookie as a NeMo Gym agent would.
+the environment's own app (``ngym.server.fronts.inprocess.RolloutSession``), carrying the session's cookie as a
+NeMo Gym agent would.
 
 Lifecycle: ``create`` seeds (``POST /seed_session``); the final-answer tool verifies (the server closes the
 session after verify, or the front closes it when ``close_session_after_verify`` is off); ``delete`` (the client's
@@ -21,8 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
+
 from ngym.server.fronts import gymnasium as shared_gym
-from ngym.server.fronts.ors import gymnasium, inprocess, trajectory, wire
+from ngym.server.fronts.inprocess import RolloutSession
+from ngym.server.fronts.ors import gymnasium, trajectory, wire
+from ngym.server.fronts.ors.rows import RowFacts
 from ngym.server.fronts.ors.tools import SUBMIT_ARGUMENT, Toolbox, ToolSpec
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
 
@@ -50,9 +55,8 @@ class FrontError(Exception):
 @dataclass
 class Episode:
     sid: str
-    row: dict[str, Any]
-    cookie: bytes
-    tools: dict[str, ToolSpec]
+    facts: RowFacts
+    session: RolloutSession
     steps: list[trajectory.Step] = field(default_factory=list)
     finished: bool = False
     closed: bool = False
@@ -67,6 +71,14 @@ class Episode:
         """What the environment said at reset (Gymnasium-style environments), added to the prompt."""
         return self.gym.observation if self.gym is not None else ""
 
+    @property
+    def row(self) -> dict[str, Any]:
+        return self.facts.row
+
+    @property
+    def tools(self) -> dict[str, ToolSpec]:
+        return self.facts.tools
+
 
 class Episodes:
     """The live ORS sessions of one server, by ORS session id."""
@@ -75,6 +87,7 @@ class Episodes:
         self.server = server
         self.app = app
         self.toolbox = toolbox
+        self.cookie_name = server.sessions.signer.cookie_name
         self._live: dict[str, Episode] = {}
         self._swept = time.monotonic()
 
@@ -83,26 +96,27 @@ class Episodes:
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
-    async def create(self, sid: str, row: dict[str, Any]) -> Episode:
-        """Seed an ngym session with ``row`` for the ORS session ``sid`` (400 if ``sid`` already has one)."""
+    async def create(self, sid: str, facts: RowFacts) -> Episode:
+        """Seed an ngym session with the row of ``facts`` for the ORS session ``sid`` (400 if ``sid`` already has
+        one)."""
         self._sweep()
         if sid in self._live:
             raise FrontError(400, f"session {sid!r} already exists")
         if len(self._live) >= self.server.config.max_sessions:
             self._forget_finished()
+        session = RolloutSession(self.app, self.cookie_name)
         gym: shared_gym.GymEpisode | None = None
         if self.toolbox.gymnasium:
-            answer, gym = await gymnasium.reset(self.app, row)
+            answer, gym = await gymnasium.reset(session, facts.seed_body)
         else:
-            answer = await inprocess.post(self.app, "/seed_session", json.dumps(row).encode())
+            answer = await session.seed(facts.seed_body)
         if answer.status >= 400:
             # The environment's own refusal (422 for a row it does not accept, 503 when full), passed on as is.
             raise FrontError(answer.status, _detail(answer.text))
-        if answer.set_cookie is None:
+        if not session.live:
             route = "/reset" if gym is not None else "/seed_session"
             raise FrontError(500, f"the environment's {route} answered without a session cookie")
-        cookie = answer.set_cookie.split(b";", 1)[0]
-        episode = Episode(sid=sid, row=row, cookie=cookie, tools=self.toolbox.for_row(row), gym=gym)
+        episode = Episode(sid=sid, facts=facts, session=session, gym=gym)
         self._live[sid] = episode
         return episode
 
@@ -124,9 +138,9 @@ class Episodes:
             return
         episode.closed = True
         if episode.gym is not None:
-            answer = await gymnasium.close(self.app, episode.gym, episode.cookie)
+            answer = await gymnasium.close(episode.session, episode.gym)
         else:
-            answer = await inprocess.post(self.app, "/close_session", b"{}", episode.cookie)
+            answer = await episode.session.close()
         if answer is not None and answer.status >= 400:
             log.warning("ORS session %s: /close_session answered %s: %s", episode.sid, answer.status, answer.text[:200])
 
@@ -169,7 +183,7 @@ class Episodes:
         if episode.gym is not None:
             item = shared_gym.call_item(name, arguments, f"call_{episode.gym.steps}")
             return await self._gym_step(episode, [item])
-        answer = await inprocess.post(self.app, f"/{name}", json.dumps(arguments).encode(), episode.cookie)
+        answer = await episode.session.call(name, arguments)
         if answer.status == 410:  # the session's state is gone: the rollout cannot be scored
             episode.finished = True
             await self.delete(episode.sid)
@@ -184,7 +198,7 @@ class Episodes:
 
     async def _gym_step(self, episode: Episode, items: list[dict[str, Any]]) -> dict[str, Any]:
         assert episode.gym is not None
-        answer, over = await gymnasium.step(self.app, episode.row, episode.gym, episode.cookie, items)
+        answer, over = await gymnasium.step(episode.session, episode.row, episode.gym, items)
         if over:
             episode.finished = True
             await self._close(episode)
@@ -195,9 +209,7 @@ class Episodes:
             return await self._gym_step(episode, [shared_gym.message_item(final_text, episode.gym.steps)])
         row = episode.row
         response = trajectory.response(episode.steps, final_text, row, f"resp_ors_{episode.sid}")
-        answer = await inprocess.post(
-            self.app, "/verify", json.dumps({**row, "response": response}).encode(), episode.cookie
-        )
+        answer = await episode.session.verify(episode.facts.verify_body(response))
         episode.finished = True
         if answer.status >= 400:
             await self._close(episode)
@@ -207,9 +219,10 @@ class Episodes:
             )
         if self.server.config.close_session_after_verify:
             episode.closed = True  # the server closed it after verify
+            episode.session.forget()
         else:
             await self._close(episode)
-        verified = answer.body and json.loads(answer.body)
+        verified = pydantic_core.from_json(answer.body) if answer.body else None
         if not isinstance(verified, dict):
             return wire.tool_success("verify answered no object", reward=None, finished=True, metadata=None)
         reward = trajectory.reward_of(verified)

@@ -4,42 +4,43 @@ steps): ``create`` resets, a tool call or ``submit_answer`` is one step, and the
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ngym.server.fronts.gymnasium import CLOSE, RESET, STEP, GymEpisode, after_reset, read_step, step_body
-from ngym.server.fronts.ors import inprocess, wire
+from ngym.server.fronts.inprocess import Answer, RolloutSession
+from ngym.server.fronts.ors import wire
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
 
 
-async def reset(app: Any, row: dict[str, Any]) -> tuple[inprocess.Answer, GymEpisode | None]:
+async def reset(session: RolloutSession, row: Any) -> tuple[Answer, GymEpisode | None]:
     """``POST /reset`` with the row; its answer, and the episode when it succeeded."""
-    answer = await inprocess.post(app, RESET, json.dumps(row).encode())
+    answer = await session.post(RESET, row)
     if answer.status >= 400:
         return answer, None
-    return answer, after_reset(json.loads(answer.body or b"{}"))
+    return answer, after_reset(_json(answer))
 
 
 async def step(
-    app: Any, row: dict[str, Any], gym: GymEpisode, cookie: bytes, items: list[dict[str, Any]]
+    session: RolloutSession, row: dict[str, Any], gym: GymEpisode, items: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], bool]:
     """One step with the turn ``items``; the ``RunToolOutput`` answer and whether the episode is over."""
-    body = json.dumps(step_body(row, gym, items, "ors-client")).encode()
-    answer = await inprocess.post(app, STEP, body, cookie)
-    try:
-        parsed = json.loads(answer.body or b"{}")
-    except ValueError:
-        parsed = None
-    result = read_step(gym, answer.status, parsed, answer.text, items)
+    answer = await session.post(STEP, step_body(row, gym, items, "ors-client"))
+    result = read_step(gym, answer.status, _json(answer), answer.text, items)
     if result.metadata.get("mask_sample"):
         result.metadata["failure_kind"] = VERIFIER_ERROR
-    return wire.tool_success(
-        result.text, reward=result.reward, finished=result.done, metadata=result.metadata
-    ), result.done
+    output = wire.tool_success(result.text, reward=result.reward, finished=result.done, metadata=result.metadata)
+    return output, result.done
 
 
-async def close(app: Any, gym: GymEpisode, cookie: bytes) -> inprocess.Answer | None:
-    """``POST /close`` when the environment asked for it (it frees a slot); else nothing to do."""
-    if not gym.explicit_close:
+async def close(session: RolloutSession, gym: GymEpisode) -> Answer | None:
+    """``POST /close`` when the environment asked for it (it frees a slot); the session is let go either way."""
+    answer = await session.post(CLOSE, {}) if gym.explicit_close and session.live else None
+    session.forget()
+    return answer
+
+
+def _json(answer: Answer) -> Any:
+    try:
+        return answer.json()
+    except ValueError:
         return None
-    return await inprocess.post(app, CLOSE, b"{}", cookie)

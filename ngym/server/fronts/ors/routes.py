@@ -5,26 +5,30 @@ which the ``openreward`` client uses) and under the environment's name (``/<env_
 server's canonical form); another name is a 404. Session routes take the ORS session id in ``X-Session-ID``.
 Bad input is a 4xx with a ``detail`` saying what to fix: 400 (not JSON, unknown split, bad index, missing
 ``X-Session-ID``), 404 (unknown environment or session), 422 (a body of the wrong shape, naming the field).
+
+What does not change within an environment is computed once and kept as bytes: the tool listing, the splits, a
+split's tasks, and per session its prompt and tool listing. Routes are found by one dictionary lookup.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Awaitable, Callable
 from importlib import metadata
 from typing import Any, TypeVar
 
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, Router
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from ngym.errors import ConfigError
 from ngym.server.fronts.ors import sse, tasks, wire
 from ngym.server.fronts.ors.episodes import KEPT_RESULTS, Episode, Episodes, FrontError
+from ngym.server.fronts.ors.rows import RowTable
 from ngym.server.fronts.ors.tools import Toolbox
 from ngym.server.pipeline.intake import parse_json
 from ngym.server.sessions.routing import RouteSlot
@@ -41,6 +45,11 @@ class ORSFront:
         self.splits = {split.name: split for split in splits}
         self.toolbox = toolbox
         self.episodes = episodes
+        self.rows = RowTable(toolbox)
+        self.slot = RouteSlot.from_env()
+        self._listing: bytes | None = None
+        self._splits: bytes | None = None
+        self._tasks: dict[str, bytes] = {}
 
     # ---- helpers -----------------------------------------------------------------------------------
 
@@ -56,10 +65,14 @@ class ORSFront:
         return split
 
     def _row(self, split_name: str, index: int) -> dict[str, Any]:
-        rows = self._split(split_name).rows
-        if not -len(rows) <= index < len(rows):
-            raise FrontError(400, f"index {index} is out of range: split {split_name!r} has {len(rows)} tasks")
-        return rows[index]
+        return self._split(split_name).rows[self._index(split_name, index)]
+
+    def _index(self, split_name: str, index: int) -> int:
+        """``index`` as a non-negative index of the split (400 when out of range)."""
+        count = len(self._split(split_name).rows)
+        if not -count <= index < count:
+            raise FrontError(400, f"index {index} is out of range: split {split_name!r} has {count} tasks")
+        return index % count
 
     def _episode(self, request: Request) -> Episode:
         return self.episodes.get(_sid(request))
@@ -67,52 +80,60 @@ class ORSFront:
     # ---- environment-level routes ------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return _json({"status": "ok"})
 
     async def version(self, request: Request) -> Response:
-        return JSONResponse({"version": _version(), "build_sha": None})
+        return _json({"version": _version(), "build_sha": None})
 
     async def list_environments(self, request: Request) -> Response:
-        return JSONResponse([self.name])
+        return _json([self.name])
 
     async def list_tools(self, request: Request) -> Response:
         self._check_env(request)
-        return JSONResponse(self.toolbox.listing())
+        if self._listing is None:
+            self._listing = pydantic_core.to_json(self.toolbox.listing())
+        return _raw(self._listing)
 
     async def list_splits(self, request: Request) -> Response:
         self._check_env(request)
-        return JSONResponse([split.as_wire() for split in self.splits.values()])
+        if self._splits is None:
+            self._splits = pydantic_core.to_json([split.as_wire() for split in self.splits.values()])
+        return _raw(self._splits)
 
     async def list_tasks(self, request: Request) -> Response:
         self._check_env(request)
         body = await _body(request, wire.SplitBody)
-        return JSONResponse({"tasks": self._split(body.split).rows, "env_name": self.name})
+        listed = self._tasks.get(body.split)
+        if listed is None:
+            rows = self._split(body.split).rows
+            listed = self._tasks[body.split] = pydantic_core.to_json({"tasks": rows, "env_name": self.name})
+        return _raw(listed)
 
     async def num_tasks(self, request: Request) -> Response:
         self._check_env(request)
         body = await _body(request, wire.SplitBody)
-        return JSONResponse({"num_tasks": len(self._split(body.split).rows)})
+        return _json({"num_tasks": len(self._split(body.split).rows)})
 
     async def get_task(self, request: Request) -> Response:
         self._check_env(request)
         body = await _body(request, wire.TaskBody)
-        return JSONResponse({"task": self._row(body.split, body.index), "env_name": self.name})
+        return _json({"task": self._row(body.split, body.index), "env_name": self.name})
 
     async def get_task_range(self, request: Request) -> Response:
         self._check_env(request)
         body = await _body(request, wire.TaskRangeBody)
         rows = self._split(body.split).rows[body.start : body.stop]
-        return JSONResponse({"tasks": rows, "env_name": self.name})
+        return _json({"tasks": rows, "env_name": self.name})
 
     # ---- sessions ----------------------------------------------------------------------------------
 
     async def create_session(self, request: Request) -> Response:
         """A fresh ORS session id, as the reference server's ``/create_session`` stream gives it; drawn to route
         to this process (``RouteSlot.new_id``), so HAProxy sends every request carrying it here by its hash."""
-        return sse.finished(RouteSlot.from_env().new_id(), "")
+        return sse.finished(self.slot.new_id(), "")
 
     async def delete_session(self, request: Request) -> Response:
-        return JSONResponse({"sid": _sid(request)})
+        return _json({"sid": _sid(request)})
 
     async def create(self, request: Request) -> Response:
         sid = _sid(request)
@@ -122,39 +143,43 @@ class ORSFront:
         if body.toolset_name is not None:
             raise FrontError(400, f"unknown toolset {body.toolset_name!r}: ngym environments serve their own tools")
         if body.task_spec is not None:
-            row = dict(body.task_spec)
+            facts = self.rows.of_spec(dict(body.task_spec))
         else:
             assert body.split is not None and body.index is not None  # the body model checked it
-            row = self._row(body.split, body.index)
-        await self.episodes.create(sid, row)
-        return JSONResponse({"sid": sid})
+            index = self._index(body.split, body.index)
+            facts = self.rows.of_split(body.split, index, self._split(body.split).rows[index])
+        await self.episodes.create(sid, facts)
+        return _json({"sid": sid})
 
     async def delete(self, request: Request) -> Response:
         sid = _sid(request)
         await self.episodes.delete(sid)
-        return JSONResponse({"sid": sid})
+        return _json({"sid": sid})
 
     async def ping(self, request: Request) -> Response:
         self._episode(request)
-        return JSONResponse({"status": "ok"})
+        return _json({"status": "ok"})
 
     async def task_tools(self, request: Request) -> Response:
         self._check_env(request)
-        return JSONResponse(self.toolbox.listing(self._episode(request).row))
+        return _raw(self._episode(request).facts.listing)
 
     async def prompt(self, request: Request) -> Response:
         self._check_env(request)
         episode = self._episode(request)
-        text = "\n\n".join(t for t in (tasks.prompt_text(episode.row), episode.observation) if t)
-        return JSONResponse([wire.text_block(text)])
+        if episode.observation:  # a Gymnasium-style environment's reset observation, after the row's prompt
+            text = "\n\n".join(t for t in (tasks.prompt_text(episode.row), episode.observation) if t)
+            return _raw(pydantic_core.to_json([wire.text_block(text)]))
+        return _raw(episode.facts.prompt)
 
     async def messages(self, request: Request) -> Response:
         self._check_env(request)
         episode = self._episode(request)
-        messages = tasks.prompt_messages(episode.row)
         if episode.observation:  # a Gymnasium-style environment's reset observation: the next user message
+            messages = tasks.prompt_messages(episode.row)
             messages.append({"role": "user", "blocks": [wire.text_block(episode.observation)]})
-        return JSONResponse(messages)
+            return _raw(pydantic_core.to_json(messages))
+        return _raw(episode.facts.messages)
 
     async def call(self, request: Request) -> Response:
         self._check_env(request)
@@ -173,7 +198,7 @@ class ORSFront:
         return await sse.respond(task_id, running)
 
     async def _call_text(self, episode: Episode, name: str, arguments: dict[str, Any]) -> str:
-        return json.dumps(await self.episodes.call(episode, name, arguments))
+        return pydantic_core.to_json(await self.episodes.call(episode, name, arguments)).decode()
 
     async def score_group(self, request: Request) -> Response:
         self._check_env(request)
@@ -181,16 +206,17 @@ class ORSFront:
 
     # ---- the router --------------------------------------------------------------------------------
 
-    def router(self) -> Router:
-        routes = [
-            Route("/health", _guard(self.health), methods=["GET"]),
-            Route("/version", _guard(self.version), methods=["GET"]),
-            Route("/list_environments", _guard(self.list_environments), methods=["GET"]),
-            Route("/create_session", _guard(self.create_session), methods=["POST"]),
-            Route("/delete_session", _guard(self.delete_session), methods=["POST"]),
-            Route("/create", _guard(self.create), methods=["POST"]),
-            Route("/delete", _guard(self.delete), methods=["POST"]),
-            Route("/ping", _guard(self.ping), methods=["POST"]),
+    def router(self) -> Dispatch:
+        """The front as a plain ASGI app (see ``Dispatch``)."""
+        top: list[tuple[str, Handler, str]] = [
+            ("/health", self.health, "GET"),
+            ("/version", self.version, "GET"),
+            ("/list_environments", self.list_environments, "GET"),
+            ("/create_session", self.create_session, "POST"),
+            ("/delete_session", self.delete_session, "POST"),
+            ("/create", self.create, "POST"),
+            ("/delete", self.delete, "POST"),
+            ("/ping", self.ping, "POST"),
         ]
         per_environment: list[tuple[str, Handler, str]] = [
             ("/call", self.call, "POST"),
@@ -205,11 +231,54 @@ class ORSFront:
             ("/task_range", self.get_task_range, "POST"),
             ("/score_group", self.score_group, "POST"),
         ]
-        for prefix in ("", "/{env_name}"):
-            routes += [
-                Route(prefix + path, _guard(handler), methods=[method]) for path, handler, method in per_environment
-            ]
-        return Router(routes=routes)
+        return Dispatch(_table(top + per_environment), _table(per_environment))
+
+
+class Dispatch:
+    """Plain ASGI: a route by one dictionary lookup of the path (``/<route>``, or ``/<env_name>/<route>`` for an
+    environment-level route), the method checked; 404 and 405 answered as Starlette's router does."""
+
+    def __init__(self, bare: dict[str, dict[str, Handler]], named: dict[str, dict[str, Handler]]) -> None:
+        self.bare = bare
+        self.named = named
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        methods = self.bare.get(path)
+        if methods is None:
+            env_name, slash, route = path[1:].partition("/")
+            if slash and env_name:
+                methods = self.named.get("/" + route)
+                if methods is not None:
+                    scope["path_params"] = {"env_name": env_name}
+        if methods is None:
+            response: Response = _json({"detail": "Not Found"}, 404)
+        else:
+            handler = methods.get(scope["method"])
+            if handler is None:
+                response = _json({"detail": "Method Not Allowed"}, 405, {"allow": ", ".join(sorted(methods))})
+            else:
+                response = await handler(Request(scope, receive))
+        await response(scope, receive, send)
+
+
+def _table(routes: list[tuple[str, Handler, str]]) -> dict[str, dict[str, Handler]]:
+    table: dict[str, dict[str, Handler]] = {}
+    for path, handler, method in routes:
+        methods = table.setdefault(path, {})
+        methods[method] = _guard(handler)
+        if method == "GET":
+            methods["HEAD"] = methods["GET"]
+    return table
+
+
+def _json(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(pydantic_core.to_json(content), status, headers, "application/json")
+
+
+def _raw(body: bytes) -> Response:
+    """An answer already encoded as JSON."""
+    return Response(body, 200, None, "application/json")
 
 
 def _version() -> str:
@@ -249,11 +318,11 @@ def _guard(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except FrontError as exc:
-            return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+            return _json({"detail": exc.detail}, exc.status)
         except ConfigError as exc:  # the server's own data (a split's file) is broken: say which
-            return JSONResponse({"detail": str(exc)}, status_code=500)
+            return _json({"detail": str(exc)}, 500)
         except HTTPException as exc:  # the request limits' 413 and 408
-            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+            return _json({"detail": exc.detail}, exc.status_code, dict(exc.headers or {}))
 
     guarded.__name__ = getattr(handler, "__name__", "route")
     return guarded

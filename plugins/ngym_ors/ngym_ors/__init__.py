@@ -1,0 +1,1 @@
+"""ngym plugin: Open Reward Standard environments (``ngym install ors:<folder | distribution>``)."""

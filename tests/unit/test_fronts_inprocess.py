@@ -1,0 +1,66 @@
+"""The fronts' shared in-process dispatcher (``ngym.server.fronts.inprocess``) and how held OpenEnv episodes are
+routed behind ``--workers`` (the proxy's rules name the front's own path and cookie)."""
+
+from __future__ import annotations
+
+import pydantic_core
+
+from ngym.server.fronts import openenv
+from ngym.server.fronts.inprocess import RolloutSession, post, with_field
+from ngym.server.hosting import haproxy
+from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE, RouteSlot
+from ngym.testing import app_for, serve_in_process
+
+
+def test_with_field_is_the_merged_object_encoded() -> None:
+    row = {"responses_create_params": {"input": 'é \u2028 "q"'}, "n": 1.5, "xs": [None, True]}
+    response = {"id": "r", "output": [{"type": "message", "content": "ok"}]}
+    added = with_field(pydantic_core.to_json(row), "response", response)
+    assert added == pydantic_core.to_json({**row, "response": response})
+    assert pydantic_core.from_json(added) == {**row, "response": response}
+
+
+async def test_a_rollout_session_carries_its_cookie_and_lets_go() -> None:
+    app = app_for("example_session_state_mgmt")
+    row = {"responses_create_params": {"input": "count"}, "initial_count": 2}
+    async with serve_in_process(app):
+        first = await post(app, "/seed_session", row)
+        cookie_name = first.set_cookies[0].split(b"=", 1)[0].decode()
+        await post(app, "/close_session", {}, first.cookie(cookie_name.encode()))
+        session = RolloutSession(app, cookie_name)
+        assert not session.live
+        seeded = await session.seed(row)
+        assert seeded.status == 200 and session.live
+        called = await session.call("increment_counter", {"count": 3})
+        assert called.status == 200, called.text
+        closed = await session.close()
+        assert closed is not None and closed.status == 200 and not session.live
+        assert await session.close() is None
+        # a tool call of no session is the environment's own refusal, answered as it would be over HTTP
+        assert (await RolloutSession(app, cookie_name).call("increment_counter", {"count": 1})).status >= 400
+
+
+def test_the_proxy_routes_held_openenv_episodes_by_the_fronts_own_names() -> None:
+    from ngym.server.fronts.openenv.app import EPISODE_COOKIE
+
+    assert haproxy.OPENENV_PATH == openenv.MOUNT_PATH
+    assert EPISODE_COOKIE == OPENENV_EPISODE_COOKIE
+    backends = [haproxy.Backend("w0", "127.0.0.1", 1), haproxy.Backend("w1", "127.0.0.1", 2)]
+    config = haproxy.haproxy_config(listen_fd=3, backends=backends, cookie_name="ngym-session")
+    assert f"req.cook({OPENENV_EPISODE_COOKIE})" in config
+    assert "url_param(session_id) if { path /openenv/ws }" in config
+    assert "json_query('$.params.session_id') if { path /openenv/mcp }" in config
+
+
+async def test_held_episode_ids_route_to_their_own_worker(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Worker 1 of 2 makes every held episode's id hash to itself, so the proxy sends its requests there."""
+    monkeypatch.setenv("NGYM_ROUTE_SLOT", "1/2")
+    app = app_for("example_session_state_mgmt")
+    create = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"}
+    async with serve_in_process(app) as http:
+        ids = [(await http.post("/openenv/mcp", json=create)).json()["result"]["session_id"] for _ in range(12)]
+        row = {"responses_create_params": {"input": "count"}, "initial_count": 0}
+        reset = await http.post("/openenv/reset", json={"row": row})
+        assert reset.status_code == 200, reset.text
+        ids.append(reset.cookies[OPENENV_EPISODE_COOKIE])
+    assert all(RouteSlot.parse("1/2").owns(i) for i in ids), ids
