@@ -4,6 +4,7 @@ skipped test failing the run under ``CI=true``."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -23,13 +24,31 @@ def _fake_venv_python(folder: Path, calls: Path) -> None:
     python = folder / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     python.write_text(
-        f'#!/bin/sh\necho "$@" >> {calls}\necho "pip noise"\nsleep "${{PIP_SECONDS:-0}}"\n'
+        f'#!/bin/sh\necho "$@" >> {calls}\necho "pip noise"\n'
+        # PIP_UNTIL: a slow pip, still running until that file exists (the test makes it once it saw progress)
+        'n=0; while [ -n "$PIP_UNTIL" ] && [ ! -e "$PIP_UNTIL" ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n+1)); done\n'
         'if [ -n "$FAIL_PIP" ]; then echo "ERROR: no such package"; exit 3; fi\n'
     )
     python.chmod(python.stat().st_mode | stat.S_IEXEC)
     ngym = python.parent / "ngym"
     ngym.write_text("#!/bin/sh\necho 'ngym, version 0'\n")
     ngym.chmod(0o755)
+
+
+def slow_make_install(folder: Path) -> str:
+    """``make install`` whose pip runs until make printed its first progress line (then it is let go)."""
+    release = folder / "pip-may-finish"
+    command = ["make", "install", "PROGRESS_SECONDS=1"]
+    env = {**os.environ, "PIP_UNTIL": str(release)}
+    with subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, text=True, env=env) as make:
+        assert make.stdout is not None
+        lines = []
+        for line in make.stdout:
+            lines.append(line)
+            if line.startswith("make:   … ") and line.rstrip().endswith(": pip noise"):
+                release.touch()
+        assert make.wait(timeout=60) == 0, "".join(lines)
+    return "".join(lines)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
@@ -56,9 +75,9 @@ def test_make_install_reinstalls_only_when_a_pyproject_changed(tmp_path: Path) -
     assert calls.read_text().count("-e .[dev]") == installs  # nothing changed: no reinstall
     future = time.time() + 5
     os.utime(pkg / "pyproject.toml", (future, future))
-    slow = make_install(PIP_SECONDS="2.5")  # a slow pip: progress lines, pip's latest line in them
+    slow = slow_make_install(tmp_path)  # a slow pip: progress lines, pip's latest line in them
     assert calls.read_text().count("-e .[dev]") == installs + 1
-    assert "make:   … 1s: pip noise" in slow  # elapsed time and pip's latest line
+    assert re.search(r"^make:   … \d+s: pip noise$", slow, re.M)  # elapsed time and pip's latest line
     os.utime(pkg / "pyproject.toml", (future + 5, future + 5))
     failed = subprocess.run(["make", "install"], cwd=tmp_path, capture_output=True, text=True,
                             env={**os.environ, "FAIL_PIP": "1"})  # fmt: skip

@@ -7,6 +7,7 @@ Made once per set of requirements under ``$NGYM_CACHE_DIR/openenv-venvs`` (defau
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import re
@@ -95,6 +96,14 @@ def environment_venv(name: str, requirements: list[str], folder: Path | None, ec
         for file in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             key.update(str(file.relative_to(folder)).encode() + file.read_bytes())
     where = venv_root() / f"{name}-{key.hexdigest()[:12]}"
+    where.parent.mkdir(parents=True, exist_ok=True)
+    # one maker at a time: a second install of the same requirements waits, then reuses what the first made
+    with open(where.parent / f"{where.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _made_venv(where, requirements, echo)
+
+
+def _made_venv(where: Path, requirements: list[str], echo: Echo) -> str:
     python = where / "bin" / "python"
     ready = where / ".ngym-ready"
     if ready.is_file() and _run([str(python), "-c", "import openenv, uvicorn"]).returncode == 0:

@@ -8,6 +8,7 @@ index cannot be reached, making them fails the test with pip's reason.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -31,6 +32,13 @@ def _venv_folder() -> Path:
 def cached_venv(name: str, requirements: list[str], check: str) -> str:
     """The python of ``<cache>/<name>`` holding ``requirements``, made when ``python -c check`` fails there."""
     where = _venv_folder() / name
+    where.parent.mkdir(parents=True, exist_ok=True)
+    with open(where.parent / f"{name}.lock", "a") as lock:  # two suites at once: one makes it, the other waits
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _made_venv(where, requirements, check)
+
+
+def _made_venv(where: Path, requirements: list[str], check: str) -> str:
     python = where / "bin" / "python"
     ready = where / ".ngym-ready"
     if ready.is_file() and subprocess.run([str(python), "-c", check], capture_output=True).returncode == 0:

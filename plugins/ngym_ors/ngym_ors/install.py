@@ -39,7 +39,7 @@ from ngym_ors.examples import record_rollouts
 from ngym_ors.inner_server import InnerError, InnerServer
 
 PREFIX = "ors:"
-#: the openreward release ngym's ORS front and this plugin are tested with (tools/ors-client-requirements.txt)
+#: the openreward release ngym's ORS front and this plugin are tested with (tools/trainer-requirements.txt)
 OPENREWARD = "openreward==0.1.167"
 COMPLETE = ".ngym-complete"
 OPTIONS = ("module", "environment", "max_tasks", "max_rollouts")
