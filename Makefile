@@ -19,7 +19,7 @@ quietly = $(if $(V),$(1),( t=0; s=$(PROGRESS_SECONDS); while sleep $$s >/dev/nul
 	ticker=$$!; $(1) >>$(LOG) 2>&1; rc=$$?; kill $$ticker; \
 	if [ $$rc != 0 ]; then tail -n 25 $(LOG); echo "make: pip failed (exit $$rc); full log: $(LOG)"; exit $$rc; fi)
 
-.PHONY: trainers trainers-verl install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep ors
+.PHONY: trainers trainers-verl install demo test test-fast conformance fuzz lint typecheck format bench bench-table bench-catalogue clean docker-base nemo-envs nemo-ci fleet-ray fleet-e2e-1000 fleet-compose soak verifiers-versions openenv-sweep verifiers-sweep ors protocol-matrix
 
 $(PY):
 	@echo "make: creating $(VENV) ($$($(PYTHON) --version))"
@@ -76,6 +76,13 @@ trainers-verl: install
 ors: install
 	$(TRAINER_VENV)
 	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs tests/ors plugins/ngym_ors/tests
+
+# The environment × protocol table of docs/training.md: a sample of environments served by `ngym run`, their recorded
+# rollouts replayed over NeMo's wire, MCP, ORS and OpenEnv (~15 min; installs once). ARGS="--only mcqa,calendar"; the
+# table is rewritten with ARGS=--docs. `make ors` re-measures two of its rows.
+protocol-matrix: install
+	$(TRAINER_VENV)
+	$(PY) tools/protocol_matrix.py $(ARGS)
 
 # verifiers 0.1.14, 0.2.0, 0.2.1 and 0.3.0 (0.3.1 and 0.4.0 are in conformance): the same load_environment module served by
 # each, scored by verifiers itself and through ngym. Outside CI: each release is a venv of its own (minutes, cached).

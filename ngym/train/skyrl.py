@@ -29,11 +29,10 @@ from typing import Any
 import skyrl_gym
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from ngym.train.rollout_session import Rollout, SyncWire, dataset_row, reward_of, visible_text
+from ngym.train.wire import Rollout, dataset_row, reward_of, sync_wire, visible_text
 
 ENV_ID = "ngym"
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-_wires: dict[tuple[str, float], SyncWire] = {}
 
 
 class MaskedReward(RuntimeError):
@@ -46,13 +45,6 @@ def _get(config: Any, key: str, default: Any = None) -> Any:
     if isinstance(config, Mapping):
         return config.get(key, default)
     return getattr(config, key, default)
-
-
-def _wire(url: str, timeout: float) -> SyncWire:
-    key = (url.rstrip("/"), timeout)
-    if key not in _wires:
-        _wires[key] = SyncWire(key[0], timeout=timeout)
-    return _wires[key]
 
 
 def parse_tool_calls(action: str) -> tuple[str, list[tuple[str, dict[str, Any]]], list[str]]:
@@ -94,7 +86,7 @@ class NgymEnv(BaseTextEnv):  # type: ignore[misc]
             raise ValueError("ngym env: extras need the dataset row as ngym_row (with responses_create_params)")
         self.max_turns = int(_get(env_config, "max_turns", extras.get("max_turns", 8)))
         self.on_masked = str(_get(env_config, "on_masked", "raise"))
-        self.wire = _wire(url, float(_get(env_config, "timeout", 120.0)))
+        self.wire = sync_wire(url, float(_get(env_config, "timeout", 120.0)))
         self.rollout = Rollout(dataset_row(row))
         self.verified: dict[str, Any] | None = None
 

@@ -37,7 +37,7 @@ import httpx
 
 from ngym.train.rows import declared_tools, load_rows, prompt_messages, responses_trajectory
 from ngym.train.tools import openapi_tools, tool_function
-from ngym.train.wire import DEFAULT_TIMEOUT, Session, reward_of
+from ngym.train.wire import DEFAULT_TIMEOUT, Rollout, reward_of, sync_wire
 
 #: the column of ``train_dataset`` holding each example's dataset row (JSON) for seeding
 ROW_COLUMN = "ngym_row"
@@ -59,8 +59,8 @@ class NgymEnvironment:
     _timeout: ClassVar[float] = DEFAULT_TIMEOUT
 
     def __init__(self) -> None:
-        self._session = Session(self._url, timeout=self._timeout)
-        self._row: dict[str, Any] | None = None
+        self._wire = sync_wire(self._url, self._timeout)
+        self._rollout: Rollout | None = None
         self._lock = threading.Lock()
 
     def reset(self, **example: Any) -> None:
@@ -73,25 +73,29 @@ class NgymEnvironment:
             )
         row = json.loads(raw) if isinstance(raw, str) else dict(raw)
         with self._lock:
-            self._session.seed(row)
-            self._row = row
+            if self._rollout is not None:  # a rollout that was never scored: its session is closed
+                self._wire.close(self._rollout)
+            rollout = Rollout(row)
+            self._wire.seed(rollout)
+            self._rollout = rollout
 
     def _call(self, tool: str, arguments: dict[str, Any]) -> str:
         """Run ``tool`` in this rollout's session; its answer's body, as the model sees it."""
-        if self._row is None:
+        rollout = self._rollout
+        if rollout is None:
             raise RuntimeError(f"{tool} called before reset: no session")
-        return self._session.call(tool, arguments)
+        return self._wire.call(rollout, tool, arguments)
 
     def _finish(self, completion: str | Sequence[Mapping[str, Any]]) -> float | None:
         """Verify the finished rollout and close its session; its reward, or None when there is none to learn from."""
         with self._lock:
-            row, self._row = self._row, None
-            if row is None:
+            rollout, self._rollout = self._rollout, None
+            if rollout is None:
                 return None
             try:
-                verified = self._session.verify(row, responses_trajectory(row, completion, model="trl"))
+                verified = self._wire.verify(rollout, responses_trajectory(rollout.row, completion, model="trl"))
             finally:
-                self._session.close()
+                self._wire.close(rollout)
         return reward_of(verified)
 
 

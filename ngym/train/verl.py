@@ -38,13 +38,13 @@ from uuid import uuid4
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from ngym.train.rollout_session import (
+from ngym.train.wire import (
     AsyncWire,
     Rollout,
-    SyncWire,
     WireError,
     dataset_row,
     reward_of,
+    sync_wire,
     visible_text,
 )
 
@@ -260,7 +260,7 @@ def compute_score(
     url = info.get(URL_FIELD)
     if not isinstance(url, str):
         raise ValueError("ngym compute_score: extra_info has no ngym_url (make the rows with ngym.train.verl.verl_row)")
-    wire = SyncWire(url)
+    wire = sync_wire(url)
     try:
         if isinstance(held, Mapping):
             rollout = Rollout.from_dict(held)
@@ -276,8 +276,6 @@ def compute_score(
     except WireError as exc:
         verified = None
         log.warning("ngym compute_score: %s", exc)
-    finally:
-        wire.http.close()
     reward = reward_of(verified)
     if reward is None:
         why = (verified or {}).get("failure_kind") or "no verify answer"

@@ -225,13 +225,15 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
             environments = list(trainer.environments or [])
             batch = {
                 "step": trainer.state.global_step,
-                "cookies": [e._session.cookies.get("ngym_session", "") for e in environments if not ors],
+                "cookies": [
+                    (e._rollout.cookies if e._rollout else {}).get("ngym_session", "") for e in environments if not ors
+                ],
                 "live_sessions": {n: health(u).get("live_sessions") for n, u in urls.items()},
             }
             mask_spec = run.get("mask")
             if mask_spec and mask_spec["step"] == trainer.state.global_step:
                 victim = environments[mask_spec["index"]]
-                cookie = "; ".join(f"{k}={v}" for k, v in victim._session.cookies.items())
+                cookie = "; ".join(f"{k}={v}" for k, v in victim._rollout.cookies.items())
                 closed = httpx.post(f"{victim._url}/close_session", json={}, headers={"cookie": cookie}, timeout=30)
                 batch["masked"] = {"index": mask_spec["index"], "close_status": closed.status_code}
             state["batches"].append(batch)

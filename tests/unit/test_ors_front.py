@@ -373,3 +373,54 @@ async def test_a_tool_schema_given_for_the_docs_is_the_ors_tool_schema() -> None
         tools = {t["name"]: t for t in (await http.get("/ors/tools")).json()["tools"]}
         assert tools["guess"]["input_schema"]["required"] == ["guess"]
         assert tools["guess"]["description"] == "Guess the word."
+
+
+class _CatchAllCalculator(SimpleResourcesServer):
+    """Tools behind one parameterised route (``POST /{path}``, as NeMo Gym's math_advanced_calculations has them):
+    only the rows name them."""
+
+    domain = Domain.MATH
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/{path}")(self.route)
+        return app
+
+    async def route(self, path: str, body: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
+        if path != "add":
+            return {"error": f"no tool {path}"}
+        return {"result": body["a"] + body["b"]}
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        called = [call.name for call in body.response.function_calls()]
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0 if called == ["add"] else 0.0)
+
+
+async def test_tools_behind_a_catch_all_route_are_the_rows_declared_ones() -> None:
+    add = {"type": "function", "name": "add", "parameters": {"type": "object"}}
+    verify = {"type": "function", "name": "verify", "parameters": {"type": "object"}}  # a protocol route: never
+    row = {"responses_create_params": {"input": "1 + 2?", "tools": [add, verify]}}
+    async with serve_in_process(app_for_class(_CatchAllCalculator, name="calculator")) as http:
+        ors = ORS(http)
+        sid = await ors.session(task_spec=row)
+        listed = (await http.get("/ors/task_tools", headers={"x-session-id": sid})).json()
+        assert [t["name"] for t in listed["tools"]] == ["add", "submit_answer"]
+        out = await ors.call(sid, "add", {"a": 1, "b": 2})
+        assert json.loads(out["output"]["blocks"][0]["text"]) == {"result": 3}
+        assert (await ors.call(sid, "submit_answer", {"answer": "3"}))["output"]["reward"] == 1.0
+        await ors.delete(sid)
+        assert await _live(http) == 0
+
+
+async def test_declared_tools_without_a_route_are_called_as_nemo_gyms_agent_calls_them() -> None:
+    """A function-calling row (xlam_fc's kind): its tools exist only in the row, verify reads the calls. Over ORS
+    the model may call them; each answers what NeMo Gym's agent would get (a 404) and is in the trajectory."""
+    lookup = {"type": "function", "name": "lookup_weather", "parameters": {"type": "object"}}
+    row = {"responses_create_params": {"input": "weather in Oslo?", "tools": [lookup]}}
+    async with serve_in_process(app_for_class(_ToolNamedLikeORS, name="echo")) as http:
+        ors = ORS(http)
+        sid = await ors.session(task_spec=row)
+        out = await ors.call(sid, "lookup_weather", {"city": "Oslo"})
+        assert out["ok"] is True and "Not Found" in out["output"]["blocks"][0]["text"]
+        assert (await ors.call(sid, "submit_answer", {"answer": "cold"}))["output"]["finished"] is True
+        await ors.delete(sid)

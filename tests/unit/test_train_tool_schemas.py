@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from ngym.train.rollout_session import Rollout, reward_of
 from ngym.train.tool_schemas import parameters_schema, tools_from_openapi
+from ngym.train.wire import Rollout, reward_of
 
 OPENAPI = {
     "paths": {

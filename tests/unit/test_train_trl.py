@@ -167,7 +167,7 @@ def test_rollouts_over_http_are_sessions_of_their_own(counter_url: str) -> None:
     for env in envs:
         env.reset(**slots.examples[0])  # starts at 3, expects 6
     assert live_sessions(counter_url) == 3
-    assert len({env._session.cookies["ngym_session"] for env in envs}) == 3
+    assert len({env._rollout.cookies["ngym_session"] for env in envs}) == 3
     completions = []
     for env, count in zip(envs, [3, 1, 3], strict=True):
         output = env.increment_counter(count=count)
@@ -179,7 +179,7 @@ def test_rollouts_over_http_are_sessions_of_their_own(counter_url: str) -> None:
     httpx.post(
         f"{counter_url}/close_session",
         json={},
-        headers={"cookie": f"ngym_session={lost._session.cookies['ngym_session']}"},
+        headers={"cookie": f"ngym_session={lost._rollout.cookies['ngym_session']}"},
     )
     rewards = ngym_trl.ngym_verify(prompts=[None] * 3, completions=completions, environments=envs)
     assert rewards == [1.0, 0.0, None]

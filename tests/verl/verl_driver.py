@@ -100,8 +100,8 @@ async def masked(payload: dict[str, Any]) -> dict[str, Any]:
 
 def score(payload: dict[str, Any]) -> dict[str, Any]:
     """compute_score on a rollout the tools kept (as verl's agent loop hands it over), its session lost."""
-    from ngym.train.rollout_session import Rollout, SyncWire
     from ngym.train.verl import MaskedReward, compute_score
+    from ngym.train.wire import Rollout, SyncWire
 
     rollout = payload["rollouts"][0]
     row = {k: v for k, v in rollout.items() if k not in ("response", "reward")}

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ngym.server.fronts import gymnasium
 from ngym.server.fronts.inprocess import Answer, RolloutSession, encode, with_field
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
@@ -75,6 +76,8 @@ class Episode:
         self.done = False
         self.reward: float | None = None
         self.closed = False
+        #: a Gymnasium-style environment's episode (``/reset`` + ``/step``), None on NeMo Gym's seed/verify wire
+        self.gym: gymnasium.GymEpisode | None = None
 
     # ---- the actions -------------------------------------------------------------------------------------------
 
@@ -88,9 +91,15 @@ class Episode:
         )
         seeded = {**row, **indices}
         body = encode(seeded)
-        status, answer, _ = _read(await self.session.seed(body))
+        if self.front.gymnasium:
+            await self._close_session()  # a live episode of this client ends before the next one starts
+            status, answer, _ = _read(await self.session.post(gymnasium.RESET, body))
+        else:
+            status, answer, _ = _read(await self.session.seed(body))
+        route = "reset" if self.front.gymnasium else "seed_session"
         if status >= 400:
-            raise EpisodeError(f"seed_session answered HTTP {status}: {_short(answer)}", status)
+            raise EpisodeError(f"{route} answered HTTP {status}: {_short(answer)}", status)
+        self.gym = gymnasium.after_reset(answer) if self.front.gymnasium else None
         self.row, self.task_index, self.resets = seeded, index, self.resets + 1
         self.declared = self.front.declared_tools(seeded)
         self.seed_body = body if seeded and "response" not in seeded else None
@@ -103,7 +112,9 @@ class Episode:
             "task_index": index,
             "episode_id": self.episode_id,
         }
-        if isinstance(answer, dict) and answer:
+        if self.gym is not None:
+            observation["observation"] = self.gym.observation
+        elif isinstance(answer, dict) and answer:
             observation["seed"] = answer
         return Outcome(observation)
 
@@ -135,6 +146,8 @@ class Episode:
         self._require_running()
         self.step_count += 1
         call_id = f"call_{self.step_count}"
+        if self.gym is not None:
+            return await self._gym_step([gymnasium.call_item(name, arguments, call_id)], {"tool_name": name})
         self.output.append(
             {
                 "type": "function_call",
@@ -161,8 +174,14 @@ class Episode:
         return Outcome({"tool_name": name, "result": result, "error": error})
 
     async def finish(self, text: str) -> Outcome:
-        """The final answer: verify the trajectory; the reward is verify's, ``None`` when masked or failed."""
+        """The final answer: verify the trajectory; the reward is verify's, ``None`` when masked or failed. (A
+        Gymnasium-style environment's answer is one step, which may not end the episode.)"""
         self._require_running()
+        if self.gym is not None:
+            self.step_count += 1
+            outcome = await self._gym_step([gymnasium.message_item(text, self.step_count)], {})
+            outcome.observation["verification"] = outcome.metadata if outcome.done else None
+            return outcome
         self.output.append(
             {
                 "type": "message",
@@ -225,6 +244,19 @@ class Episode:
 
     # ---- plumbing ----------------------------------------------------------------------------------------------
 
+    async def _gym_step(self, items: list[dict[str, Any]], observation: dict[str, Any]) -> Outcome:
+        """One step of a Gymnasium-style episode; the ending step carries the episode's reward (the sum)."""
+        assert self.gym is not None and self.row is not None
+        body = gymnasium.step_body(self.row, self.gym, items, "openenv-client")
+        status, answer, raw = _read(await self.session.post(gymnasium.STEP, body))
+        result = gymnasium.read_step(self.gym, status, answer, raw, items)
+        error = {"error_type": "execution_error", "message": result.text} if status >= 400 else None
+        if result.done:
+            self.done, self.reward = True, result.reward
+            await self._close_session()
+        observed = {**observation, "result": result.text, "error": error}
+        return Outcome(observed, result.reward, result.done, result.metadata)
+
     def _require_running(self) -> None:
         if self.row is None:
             raise EpisodeError("no episode: reset first")
@@ -232,7 +264,13 @@ class Episode:
             raise EpisodeError("the episode is over (its reward was given): reset to start another")
 
     async def _close_session(self) -> None:
-        await self.session.close()
+        if self.gym is None:
+            await self.session.close()
+            return
+        if self.gym.explicit_close and not self.gym.closed and self.session.live:
+            self.gym.closed = True
+            await self.session.post(gymnasium.CLOSE, {})
+        self.session.forget()
 
 
 def _read(answer: Answer) -> tuple[int, Any, str]:

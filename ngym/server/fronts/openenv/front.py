@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from ngym.server.fronts.gymnasium import is_gymnasium_app
 from ngym.server.fronts.mcp import MCPTool, harvest_tools
 from ngym.server.fronts.openenv.episode import FINAL_ANSWER_TOOL, Episode
 from ngym.server.fronts.openenv.rows import RowPicker, example_rows_file, read_rows
@@ -36,7 +37,9 @@ class OpenEnvFront:
         self.app = app
         self.cookie_name = server.sessions.signer.cookie_name
         self.rows = RowPicker(read_rows(example_rows_file(type(server))))
-        chosen = server.mcp_tools(list(harvest_tools(app).values()), None)
+        #: a Gymnasium-style environment (``/reset`` + ``/step``): its tools run inside ``/step``, not as routes
+        self.gymnasium = is_gymnasium_app(app)
+        chosen = None if self.gymnasium else server.mcp_tools(list(harvest_tools(app).values()), None)
         self.tools: dict[str, MCPTool] = {tool.name: tool for tool in chosen or []}
         #: episodes opened over HTTP (``/reset`` with a cookie, MCP's ``openenv/session/create``), oldest first;
         #: a WebSocket's own episode lives and dies with its connection and is not listed here

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
+from ngym.server.fronts import gymnasium as shared_gym
 from ngym.server.fronts.inprocess import RolloutSession
-from ngym.server.fronts.ors import trajectory, wire
+from ngym.server.fronts.ors import gymnasium, trajectory, wire
 from ngym.server.fronts.ors.rows import RowFacts
 from ngym.server.fronts.ors.tools import SUBMIT_ARGUMENT, Toolbox, ToolSpec
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
@@ -62,6 +63,13 @@ class Episode:
     last_used: float = field(default_factory=time.monotonic)
     results: dict[str, asyncio.Future[str]] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: a Gymnasium-style environment's episode (``/reset`` + ``/step``), None on NeMo Gym's seed/verify wire
+    gym: shared_gym.GymEpisode | None = None
+
+    @property
+    def observation(self) -> str:
+        """What the environment said at reset (Gymnasium-style environments), added to the prompt."""
+        return self.gym.observation if self.gym is not None else ""
 
     @property
     def row(self) -> dict[str, Any]:
@@ -97,13 +105,18 @@ class Episodes:
         if len(self._live) >= self.server.config.max_sessions:
             self._forget_finished()
         session = RolloutSession(self.app, self.cookie_name)
-        answer = await session.seed(facts.seed_body)
+        gym: shared_gym.GymEpisode | None = None
+        if self.toolbox.gymnasium:
+            answer, gym = await gymnasium.reset(session, facts.seed_body)
+        else:
+            answer = await session.seed(facts.seed_body)
         if answer.status >= 400:
             # The environment's own refusal (422 for a row it does not accept, 503 when full), passed on as is.
             raise FrontError(answer.status, _detail(answer.text))
         if not session.live:
-            raise FrontError(500, "the environment's /seed_session answered without a session cookie")
-        episode = Episode(sid=sid, facts=facts, session=session)
+            route = "/reset" if gym is not None else "/seed_session"
+            raise FrontError(500, f"the environment's {route} answered without a session cookie")
+        episode = Episode(sid=sid, facts=facts, session=session, gym=gym)
         self._live[sid] = episode
         return episode
 
@@ -124,7 +137,10 @@ class Episodes:
         if episode.closed:
             return
         episode.closed = True
-        answer = await episode.session.close()
+        if episode.gym is not None:
+            answer = await gymnasium.close(episode.session, episode.gym)
+        else:
+            answer = await episode.session.close()
         if answer is not None and answer.status >= 400:
             log.warning("ORS session %s: /close_session answered %s: %s", episode.sid, answer.status, answer.text[:200])
 
@@ -164,6 +180,9 @@ class Episodes:
             return await self._run_tool(episode, name, arguments)
 
     async def _run_tool(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if episode.gym is not None:
+            item = shared_gym.call_item(name, arguments, f"call_{episode.gym.steps}")
+            return await self._gym_step(episode, [item])
         answer = await episode.session.call(name, arguments)
         if answer.status == 410:  # the session's state is gone: the rollout cannot be scored
             episode.finished = True
@@ -177,7 +196,17 @@ class Episodes:
             return wire.tool_error(answer.text, "input_validation")
         return wire.tool_success(answer.text, reward=None, finished=False, metadata=None)
 
+    async def _gym_step(self, episode: Episode, items: list[dict[str, Any]]) -> dict[str, Any]:
+        assert episode.gym is not None
+        answer, over = await gymnasium.step(episode.session, episode.row, episode.gym, items)
+        if over:
+            episode.finished = True
+            await self._close(episode)
+        return answer
+
     async def _submit(self, episode: Episode, final_text: str) -> dict[str, Any]:
+        if episode.gym is not None:
+            return await self._gym_step(episode, [shared_gym.message_item(final_text, episode.gym.steps)])
         row = episode.row
         response = trajectory.response(episode.steps, final_text, row, f"resp_ors_{episode.sid}")
         answer = await episode.session.verify(episode.facts.verify_body(response))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ngym.server.fronts.gymnasium import is_gymnasium_app
 from ngym.server.fronts.ors import tasks
 from ngym.server.fronts.ors.episodes import Episodes
 from ngym.server.fronts.ors.routes import ORSFront
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 def build_front(server: SimpleResourcesServer, app: FastAPI) -> ORSFront:
     """The ORS front of ``server`` whose routes run in ``app`` (the whole served app, middleware included)."""
     name = server.config.name or type(server).__name__
-    toolbox = Toolbox(app)
+    toolbox = Toolbox(app, gymnasium=is_gymnasium_app(app))
     front = ORSFront(name, tasks.discover_splits(server), toolbox, Episodes(server, app, toolbox))
     server_fronts = getattr(app.state, "ngym_fronts", None)
     if server_fronts is None:

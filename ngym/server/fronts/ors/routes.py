@@ -166,11 +166,20 @@ class ORSFront:
 
     async def prompt(self, request: Request) -> Response:
         self._check_env(request)
-        return _raw(self._episode(request).facts.prompt)
+        episode = self._episode(request)
+        if episode.observation:  # a Gymnasium-style environment's reset observation, after the row's prompt
+            text = "\n\n".join(t for t in (tasks.prompt_text(episode.row), episode.observation) if t)
+            return _raw(pydantic_core.to_json([wire.text_block(text)]))
+        return _raw(episode.facts.prompt)
 
     async def messages(self, request: Request) -> Response:
         self._check_env(request)
-        return _raw(self._episode(request).facts.messages)
+        episode = self._episode(request)
+        if episode.observation:  # a Gymnasium-style environment's reset observation: the next user message
+            messages = tasks.prompt_messages(episode.row)
+            messages.append({"role": "user", "blocks": [wire.text_block(episode.observation)]})
+            return _raw(pydantic_core.to_json(messages))
+        return _raw(episode.facts.messages)
 
     async def call(self, request: Request) -> Response:
         self._check_env(request)

@@ -3,7 +3,9 @@
 The tool routes are the ones MCP exposure serves (every ``POST /<name>`` that is not a protocol route, found by
 ``ngym.server.fronts.mcp.harvest_tools``). A session whose row declares its tools
 (``responses_create_params.tools``, as NeMo Gym rows do) sees those, with the row's own descriptions and
-parameter schemas: what the model would have been shown on NeMo Gym's wire.
+parameter schemas: what the model would have been shown on NeMo Gym's wire, each called as NeMo Gym's agent calls
+it, ``POST /<tool>``, even one no route names (a catch-all ``POST /{path}`` route runs it; or it answers 404, which
+a verify that reads only the calls, as xlam_fc's, ignores). A protocol route (``verify``, ...) is never a tool.
 
 Every environment also gets one **final-answer tool**, ``submit_answer(answer)``: the model calls it with its
 final answer (for a math or judge environment: the answer ``/verify`` grades; for a tool environment: its closing
@@ -14,13 +16,16 @@ assistant message as the end of the rollout feeds that message to it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
 
-from ngym.server.fronts.mcp import harvest_tools
+from ngym.server.fronts.mcp import RESERVED_NAMES, harvest_tools
 
+#: a name a tool route may have
+_TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,127}")
 SUBMIT_TOOL = "submit_answer"
 SUBMIT_ARGUMENT = "answer"
 _SUBMIT_DESCRIPTION = (
@@ -42,9 +47,12 @@ class ToolSpec:
 class Toolbox:
     """The tool routes of one app (harvested once) and the final-answer tool's name."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, *, gymnasium: bool = False) -> None:
+        #: a Gymnasium-style environment runs its tools inside ``/step``: its routes are not tools, its rows' are
+        self.gymnasium = gymnasium
+        harvested = {} if gymnasium else harvest_tools(app)
         self.routes = {
-            tool.name: ToolSpec(tool.name, tool.description, tool.input_schema) for tool in harvest_tools(app).values()
+            tool.name: ToolSpec(tool.name, tool.description, tool.input_schema) for tool in harvested.values()
         }
         # A tool route already called submit_answer keeps its name; the final answer takes another.
         self.submit_name = SUBMIT_TOOL if SUBMIT_TOOL not in self.routes else f"ors_{SUBMIT_TOOL}"
@@ -64,9 +72,16 @@ class Toolbox:
         if declared is None:
             tools = dict(self.routes)
         else:
-            tools = {name: spec for name, spec in declared.items() if name in self.routes}
+            # What NeMo Gym's wire hands the model: every tool the row declares, called as its agent calls it
+            # (``POST /<tool>``, whatever that answers: a catch-all route's tool, or a 404 a verify that only
+            # reads the calls ignores); a protocol route never.
+            tools = {name: spec for name, spec in declared.items() if name in self.routes or self._reachable(name)}
         tools[self.submit_name] = self.submit
         return tools
+
+    def _reachable(self, name: str) -> bool:
+        """Whether a declared tool may be called (a Gymnasium step runs any; a route must not be a protocol one)."""
+        return self.gymnasium or (_TOOL.fullmatch(name) is not None and name not in RESERVED_NAMES)
 
     def listing(self, row: dict[str, Any] | None = None) -> dict[str, Any]:
         """A ``ListToolsOutput``: the tools, and the final-answer tool as the terminal tool."""
