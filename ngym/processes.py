@@ -130,11 +130,14 @@ def stop_all(processes: Sequence[subprocess.Popen[Any]], grace: float = 15.0) ->
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def probe(url: str, timeout: float = 2.0) -> tuple[int | None, dict[str, Any] | None]:
-    """``GET url``: (its HTTP status, or None when nothing answers; its body as a JSON object, ``{}`` for another
-    JSON value, None when it is not JSON or the answer is not 2xx)."""
+def probe(
+    url: str, timeout: float = 2.0, headers: dict[str, str] | None = None
+) -> tuple[int | None, dict[str, Any] | None]:
+    """``GET url`` (with ``headers``): (its HTTP status, or None when nothing answers; its body as a JSON object,
+    ``{}`` for another JSON value, None when it is not JSON or the answer is not 2xx)."""
+    request = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - ngym's own servers
     try:
-        with _DIRECT.open(url, timeout=timeout) as response:
+        with _DIRECT.open(request, timeout=timeout) as response:
             status, raw = int(response.status), response.read()
     except urllib.error.HTTPError as exc:
         return int(exc.code), None

@@ -10,7 +10,6 @@ is a sub-row (``parts``). Other servers (agents, models, the head server) show o
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.error
 import urllib.parse
@@ -51,30 +50,13 @@ class ServerStatus(BaseModel):
     parts: list[PartStatus] = Field(default_factory=list)
 
 
-def _get(url: str, headers: dict[str, str], timeout: float) -> tuple[int | None, dict[str, Any] | None]:
-    """``probe`` with request headers."""
-    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - our own servers
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            status, raw = int(response.status), response.read()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), None
-    except (OSError, ValueError):
-        return None, None
-    try:
-        data = json.loads(raw or b"{}")
-    except ValueError:
-        return status, None
-    return status, data if isinstance(data, dict) else {}
-
-
 def read_health(record: ServerRecord, timeout: float = 2.0, worker: int | None = None) -> tuple[str, dict[str, Any]]:
     """(health word, the /health body) of one environment; ``worker``: that worker of its ``--workers`` set."""
     url = f"http://{record.host}:{record.port}/health"
     if worker is None:
         status, body = probe(url, timeout)
     else:
-        status, body = _get(url, {HEALTH_SLOT_HEADER: str(worker)}, timeout)
+        status, body = probe(url, timeout, {HEALTH_SLOT_HEADER: str(worker)})
     if status is None:
         return "down", {}
     if not 200 <= status < 300:
