@@ -28,6 +28,7 @@ OTHER_INTERPRETER = {
     (REPO / "plugins/ngym_verifiers/ngym_verifiers/worker.py").as_posix(),
     (REPO / "plugins/ngym_verifiers/ngym_verifiers/worker_base.py").as_posix(),
     (REPO / "plugins/ngym_verifiers/ngym_verifiers/worker_legacy.py").as_posix(),
+    (REPO / "plugins/ngym_verifiers/ngym_verifiers/vf_runtime.py").as_posix(),
 }
 
 
