@@ -61,7 +61,7 @@ DEFAULT_UID_BASE = 1_500_000_000
 _POOL_IDS = itertools.count()
 STATE_LOST = (
     "the Python process was killed and replaced by a fresh one, so every variable, import and function "
-    "defined by earlier calls in this session is lost"
+    "your earlier calls defined is lost"
 )
 
 
