@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from ngym.installer import run_pip as run_pip
     from ngym.metrics.aggregate import aggregate_metrics as aggregate_metrics
     from ngym.plugins.installed import installed_classes as installed_classes
+    from ngym.plugins.record_shelf import RecordShelf as RecordShelf
     from ngym.plugins.registry import Register as Register
     from ngym.plugins.registry import get_registry as get_registry
     from ngym.plugins.registry import reset_registry as reset_registry

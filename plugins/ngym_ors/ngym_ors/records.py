@@ -8,15 +8,13 @@ its example data (``data/example.jsonl``: one row per task).
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
-import sys
-import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ngym.plugin_api import RecordShelf
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: another folder for the records (tests use one, so they never touch the real prefix)
@@ -46,9 +44,11 @@ class Record:
         return {"path": self.path, "module": self.module, "environment": self.environment}
 
 
-def records_dir() -> Path:
-    explicit = os.environ.get(RECORDS_ENV)
-    return Path(explicit) if explicit else Path(sys.prefix) / "share" / "ngym" / "ors"
+_SHELF = RecordShelf(Record, RECORDS_ENV, "ors")
+records_dir = _SHELF.folder
+write = _SHELF.write
+read = _SHELF.read
+all_records = _SHELF.all
 
 
 def folder_of(name: str) -> Path:
@@ -56,38 +56,6 @@ def folder_of(name: str) -> Path:
     return records_dir() / name
 
 
-def write(record: Record) -> Path:
-    folder = records_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".record-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(asdict(record), fh, indent=2)
-    path = folder / f"{record.name}.json"
-    os.replace(tmp, path)
-    return path
-
-
-def read(name: str) -> Record:
-    """The record of environment ``name`` (KeyError when it is not installed)."""
-    try:
-        data = json.loads((records_dir() / f"{name}.json").read_text())
-    except FileNotFoundError:
-        raise KeyError(name) from None
-    return Record(**data)
-
-
-def all_records() -> list[Record]:
-    """Every installed record; an unreadable one is skipped (``ngym list`` must still work)."""
-    folder = records_dir()
-    found = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            found.append(Record(**json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError):
-            continue
-    return found
-
-
 def remove(name: str) -> None:
-    (records_dir() / f"{name}.json").unlink(missing_ok=True)
+    _SHELF.remove(name)
     shutil.rmtree(folder_of(name), ignore_errors=True)

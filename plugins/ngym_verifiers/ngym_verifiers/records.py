@@ -8,14 +8,11 @@ projects, so two ngym installs never see each other's environments.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import sys
-import tempfile
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
+
+from ngym.plugin_api import RecordShelf
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: set to another folder to keep records elsewhere (tests do, so they never touch the real prefix).
@@ -42,47 +39,9 @@ class Record:
     datasets: dict[str, str] = field(default_factory=dict)
 
 
-def records_dir() -> Path:
-    explicit = os.environ.get(RECORDS_ENV)
-    return Path(explicit) if explicit else Path(sys.prefix) / "share" / "ngym" / "verifiers"
-
-
-def write(record: Record) -> Path:
-    folder = records_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".record-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(asdict(record), fh, indent=2)
-    path = folder / f"{record.name}.json"
-    os.replace(tmp, path)
-    return path
-
-
-def read(name: str) -> Record:
-    """The record of environment ``name`` (KeyError when it is not installed)."""
-    path = records_dir() / f"{name}.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise KeyError(name) from None
-    return Record(**data)
-
-
-def all_records() -> list[Record]:
-    """Every installed record; an unreadable one is skipped (ngym list must still work)."""
-    folder = records_dir()
-    found = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            found.append(Record(**json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError):
-            continue
-    return found
-
-
-def remove(name: str) -> bool:
-    path = records_dir() / f"{name}.json"
-    if path.exists():
-        path.unlink()
-        return True
-    return False
+_SHELF = RecordShelf(Record, RECORDS_ENV, "verifiers")
+records_dir = _SHELF.folder
+write = _SHELF.write
+read = _SHELF.read
+all_records = _SHELF.all
+remove = _SHELF.remove
