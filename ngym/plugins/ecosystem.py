@@ -1,22 +1,18 @@
 """What an ecosystem plugin that installs environments outside pip shares (``ngym-ors``, ``ngym-verifiers``).
 
 Such a plugin keeps one record per installed environment (``RecordShelf``), serves each through a server class
-made from its record, and registers two things with ngym. ``Ecosystem`` does both registrations::
+made from its record, and registers two things with ngym; ``Ecosystem`` makes both hooks. The plugin's hook
+module (its ``ngym`` entry point) is::
 
-    ECOSYSTEM = Ecosystem(
+    ngym_register_resources_servers, ngym_register_install_sources = Ecosystem(
         prefix="ors",  # ngym install ors:...
         package="ngym_ors",  # ngym_ors.install:install_source / :uninstall, ngym_ors.installed:<name>
         shelf=records.SHELF,
         description="Open Reward Standard environments: ...",
-    )
+    ).hooks()
 
-    @hookimpl
-    def ngym_register_resources_servers(register: Register) -> None:
-        ECOSYSTEM.register_servers(register)  # every record, as <package>.installed:<name>, with its own folder
-
-    @hookimpl
-    def ngym_register_install_sources(register: InstallSources) -> None:
-        ECOSYSTEM.register_source(register)  # ngym install / uninstall / list --available <prefix>:
+``ngym_register_resources_servers`` registers every record as ``<package>.installed:<name>`` with its own folder;
+``ngym_register_install_sources`` registers ``ngym install`` / ``uninstall`` / ``list --available <prefix>:``.
 
 ``InstalledServer`` is the server class of one installed environment: ``record`` (a class attribute), each of the
 record's tools a ``POST /<tool>`` route with the tool's JSON Schema on ``/docs`` (answered by ``call_tool``), the
@@ -26,6 +22,7 @@ image payload (``image_payload``, ``"module:function"``), ``describe``, and ``fo
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -33,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 from fastapi import Body, FastAPI, Request
 
 from ngym.domain import Domain
+from ngym.plugins import hookimpl
 from ngym.plugins.sources import Echo, InstallSource, InstallSources
 from ngym.server.pipeline.resources import BaseResourcesServerConfig, SimpleResourcesServer
 from ngym.server.protocol.bodies import BaseVerifyResponse
@@ -65,6 +63,20 @@ class Ecosystem:
     description: str = ""
     options: str = ""
     available: str | None = None  # "module:function" for ``ngym list --available <prefix>``
+
+    def hooks(self) -> tuple[Callable[[Register], None], Callable[[InstallSources], None]]:
+        """The plugin's two hook implementations (``ngym_register_resources_servers``,
+        ``ngym_register_install_sources``), to assign under those names in its hook module."""
+
+        @hookimpl
+        def ngym_register_resources_servers(register: Register) -> None:
+            self.register_servers(register)
+
+        @hookimpl
+        def ngym_register_install_sources(register: InstallSources) -> None:
+            self.register_source(register)
+
+        return ngym_register_resources_servers, ngym_register_install_sources
 
     def register_servers(self, register: Register) -> None:
         """Every installed record a resources server, registered lazily by target (``ngym list`` starts

@@ -7,24 +7,13 @@ nothing; each with its own folder (``<records>/<name>``, whose ``data/example.js
 
 from __future__ import annotations
 
-from ngym import hookimpl
-from ngym.plugin_api import Ecosystem, InstallSources, Register
+from ngym.plugin_api import Ecosystem
 from ngym_ors import records
 
-ECOSYSTEM = Ecosystem(
+ngym_register_resources_servers, ngym_register_install_sources = Ecosystem(
     prefix="ors",
     package="ngym_ors",
     shelf=records.SHELF,
     description="Open Reward Standard environments: a folder with server.py, or a distribution",
     options="module=NAME (the module defining it), environment=CLASS (one of several), max_tasks=N, max_rollouts=N",
-)
-
-
-@hookimpl
-def ngym_register_resources_servers(register: Register) -> None:
-    ECOSYSTEM.register_servers(register)
-
-
-@hookimpl
-def ngym_register_install_sources(register: InstallSources) -> None:
-    ECOSYSTEM.register_source(register)
+).hooks()

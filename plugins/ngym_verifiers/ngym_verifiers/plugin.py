@@ -8,25 +8,14 @@ own folder (``<records>/<name>``, whose ``data/`` ``ngym install`` wrote: ``ngym
 
 from __future__ import annotations
 
-from ngym import hookimpl
-from ngym.plugin_api import Ecosystem, InstallSources, Register
+from ngym.plugin_api import Ecosystem
 from ngym_verifiers import records
 
-ECOSYSTEM = Ecosystem(
+ngym_register_resources_servers, ngym_register_install_sources = Ecosystem(
     prefix="verifiers",
     package="ngym_verifiers",
     shelf=records.SHELF,
     available="ngym_verifiers.catalog:available",
     description="verifiers environments: a 0.4 taskset or a load_environment module, folder or distribution",
     options="an argument of load_environment (its value read as JSON when it parses); dataset:NAME=FILE.jsonl",
-)
-
-
-@hookimpl
-def ngym_register_resources_servers(register: Register) -> None:
-    ECOSYSTEM.register_servers(register)
-
-
-@hookimpl
-def ngym_register_install_sources(register: InstallSources) -> None:
-    ECOSYSTEM.register_source(register)
+).hooks()
