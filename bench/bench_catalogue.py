@@ -30,6 +30,7 @@ import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -110,7 +111,7 @@ def serve_failure(item: ne.Env, message: str) -> str:
     return message
 
 
-def summary_row(name: str, shape: str, outcome: dict) -> str:
+def summary_row(name: str, shape: str, outcome: dict[str, Any]) -> str:
     """One line of the catalogue table from bench_heavy's outcome (medians over the rounds)."""
     med: dict[str, dict[str, float]] = {}
     rewards: dict[str, str] = {}

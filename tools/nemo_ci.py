@@ -23,6 +23,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 EXPECTED = REPO / "tools" / "nemo_ci_expected.json"
@@ -69,13 +70,13 @@ NONDETERMINISTIC = {"blackjack"}
 LOAD_DEPENDENT_ROWS: dict[str, set[int]] = {"math_with_judge": {1}}
 
 
-def _comparable(name: str, rewards: list) -> list:
+def _comparable(name: str, rewards: list[Any]) -> list[Any]:
     """The rewards CI compares: load-dependent rows left out."""
     skip = LOAD_DEPENDENT_ROWS.get(name, set())
     return [reward for index, reward in enumerate(rewards) if index not in skip]
 
 
-def check(results_dir: Path, expected: dict) -> list[str]:
+def check(results_dir: Path, expected: dict[str, Any]) -> list[str]:
     """One line per failing environment: its tests under ngym, or a replayed reward that differs from NeMo's."""
     problems = []
     for name in CI_ENVIRONMENTS:

@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,13 +147,13 @@ def build_ngym_base(venv: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------- helpers
 #: Every child started (each in its own process group), so an interrupted run leaves none behind.
-_CHILDREN: set[subprocess.Popen] = set()
+_CHILDREN: set[subprocess.Popen[Any]] = set()
 
 
 _STOPPING: list[bool] = []
 
 
-def spawn(args: list[str], **kwargs: Any) -> subprocess.Popen:
+def spawn(args: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
     if _STOPPING:  # interrupted: the worker threads finish without starting anything new
         raise RuntimeError("interrupted")
     process = subprocess.Popen(args, **kwargs)
@@ -170,7 +171,7 @@ def _stop_children(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def scripted_judge(text: str, log: Path):
+def scripted_judge(text: str, log: Path) -> Iterator[str]:
     """``tools/nemo_scripted_judge.py`` on a free port, answering ``text``; its base URL."""
     import httpx
 
@@ -198,7 +199,7 @@ def scripted_judge(text: str, log: Path):
         process.wait()
 
 
-def run(args: list[str], log: Path, timeout: int, **kwargs: Any) -> subprocess.CompletedProcess:
+def run(args: list[str], log: Path, timeout: int, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run a command with its output in ``log``; a timeout is exit code 124 (the process group is killed)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
@@ -222,7 +223,7 @@ def last_error(text: str) -> str:
 
 
 @contextlib.contextmanager
-def locked(path: Path, *, wait: bool = False):
+def locked(path: Path, *, wait: bool = False) -> Iterator[bool]:
     """An exclusive lock file; without ``wait`` a held lock yields False (another run is on it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
@@ -249,7 +250,8 @@ def git_commit() -> str:
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def sources_hash(*roots: Path) -> str:
@@ -626,7 +628,7 @@ def measure_ngym(item: Env, base: Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def judge_for(item: Env, log: Path):
+def judge_for(item: Env, log: Path) -> Iterator[tuple[dict[str, str], list[str]]]:
     """A scripted judge for every model server the environment names, and as the policy model its config's
     ``${policy_*}`` read (NeMo Gym users give those in env.yaml): ``({name: url}, ["policy_base_url=...", ...])``,
     both empty when it needs none."""
@@ -903,11 +905,11 @@ def main(argv: list[str] | None = None) -> int:
             bases["ngym"] = base_venv("ngym-base", build_ngym_base, f"ngym editable from {REPO}, deps {declared}")
         print(f"measuring {len(envs)} environment(s), {args.jobs} at a time, work folder {WORK}", flush=True)
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            pending = {
+            running = {
                 pool.submit(measure, e, sides, keys, args.force, bases, args.stale, args.replay_only) for e in envs
             }
-            while pending:  # wake every second: a SIGTERM handler only runs when this thread runs Python
-                done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            while running:  # wake every second: a SIGTERM handler only runs when this thread runs Python
+                done, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
                 for future in done:
                     print(future.result(), flush=True)
     if args.reclassify:
