@@ -76,8 +76,8 @@ if TYPE_CHECKING:
     from ngym.metrics.aggregate import aggregate_metrics as aggregate_metrics
     from ngym.plugins.ecosystem import Ecosystem as Ecosystem
     from ngym.plugins.ecosystem import InstalledRecord as InstalledRecord
-    from ngym.plugins.ecosystem import InstalledServer as InstalledServer
     from ngym.plugins.installed import installed_classes as installed_classes
+    from ngym.plugins.installed_server import InstalledServer as InstalledServer
     from ngym.plugins.record_shelf import RecordShelf as RecordShelf
     from ngym.plugins.registry import Register as Register
     from ngym.plugins.registry import get_registry as get_registry
