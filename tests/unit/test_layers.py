@@ -34,6 +34,7 @@ RUNTIME_MAY_IMPORT = {
     "ngym.rewards",  # the reward rule /health reports (stdlib only)
     "ngym.child_python",  # how a supervisor starts its workers without the current folder on sys.path (stdlib only)
     "ngym.processes",  # how the supervisor starts, waits for and stops its workers and HAProxy (stdlib + errors)
+    "ngym.jsonl",  # reading a JSON-lines file of rows, as the tooling reads one (stdlib + errors)
 }
 
 
