@@ -446,12 +446,17 @@ def test_the_tests_import_check_can_fail() -> None:
 # ---- small modules -------------------------------------------------------------------------------------------------
 
 MAX_MODULE_LINES = 500
+#: Modules over the limit, and why they are left so (each a known debt, not a pattern to follow).
+LONG_MODULES = {
+    "tools/nemo_envs.py": "make nemo-envs' one script (both sides' install, test, serve and replay); not yet split",
+}
 
 
 def long_modules(root: Path, limit: int = MAX_MODULE_LINES) -> dict[str, int]:
-    """The package, plugin and environment modules (their tests aside) over ``limit`` lines, with their length."""
+    """The package, plugin, environment, bench and tools modules (tests aside) over ``limit`` lines, with their
+    length."""
     found = {}
-    for folder in ("ngym", "plugins", "resources_servers"):
+    for folder in ("ngym", "plugins", "resources_servers", "bench", "tools"):
         for path in (root / folder).rglob("*.py"):
             relative = path.relative_to(root)
             if "tests" in relative.parts or ".venv" in relative.parts:
@@ -464,7 +469,7 @@ def long_modules(root: Path, limit: int = MAX_MODULE_LINES) -> dict[str, int]:
 
 def test_no_module_is_over_500_lines() -> None:
     """A module over 500 lines holds more than one job: split it by job (``worker.py`` / ``worker_legacy.py``)."""
-    assert long_modules(REPO) == {}
+    assert set(long_modules(REPO)) == set(LONG_MODULES)
 
 
 def test_the_module_length_check_can_fail() -> None:
