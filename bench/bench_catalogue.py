@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import bench_heavy as bh  # noqa: E402  (sets the work folder before tools.nemo_envs reads it)
 from ngym.errors import ConfigError  # noqa: E402
-from tools import nemo_envs as ne  # noqa: E402
+from tools import nemo_envs_base as ne  # noqa: E402
 
 #: Environments of NeMo Gym 0.7.0's catalogue not in docs/performance.md's other tables, one or more per shape.
 #: ``make bench-catalogue`` runs them all; the ones that cannot run on this machine say why in the table.

@@ -50,7 +50,8 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from bench.haproxy_judge import haproxy_judge  # noqa: E402
-from tools import nemo_envs as ne  # noqa: E402
+from tools import nemo_envs  # noqa: E402
+from tools import nemo_envs_base as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
 #: ngym's runtime as shipped; without the fork template's huge pages; with the server raised above its children
@@ -155,7 +156,7 @@ def start_servers(
     shipped_only: bool = False,
 ) -> dict[str, tuple[subprocess.Popen[Any], str]]:
     servers = {}
-    run_root, folder = ne.nemo_run_root(item)
+    run_root, folder = nemo_envs.nemo_run_root(item)
     assert item.env.config is not None and item.env.target is not None  # a servable NeMo Gym environment
     config = str(folder / item.env.config.relative_to(item.env.folder))
     port = ne.free_port()
@@ -239,7 +240,7 @@ def judge_for(item: ne.Env, log: Path, kind: str) -> Iterator[tuple[dict[str, st
     refs = sorted(set(item.model_refs()))
     policy = item.policy_values()
     if kind == "uvicorn" or not (refs or policy):
-        with ne.judge_for(item, log) as (urls, values):
+        with nemo_envs.judge_for(item, log) as (urls, values):
             given = [*urls.values(), *(v.split("=", 1)[1] for v in values if v.startswith("policy_base_url="))]
             port = urllib.parse.urlsplit(given[0]).port if given else None
             yield urls, values, listening_pid(port) if port else None  # the uvicorn judge: who listens there

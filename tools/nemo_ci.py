@@ -119,19 +119,19 @@ def main() -> int:
         return 0
     os.environ.setdefault("NGYM_NEMO_ENVS_DIR", str(Path.home() / ".cache" / "ngym" / "nemo-ci"))
     sys.path.insert(0, str(REPO))
-    from tools import nemo_ci_deploy, nemo_envs
+    from tools import nemo_ci_deploy, nemo_envs, nemo_envs_base
 
     expected = json.loads(EXPECTED.read_text())
     problems: list[str] = []
     if args.stage in ("all", "envs"):
         only = ",".join(CI_ENVIRONMENTS)
         nemo_envs.main(["--only", only, "--side", "ngym", "--force", "--no-table", "--jobs", str(args.jobs)])
-        env_problems = check(nemo_envs.WORK / "results", expected)
+        env_problems = check(nemo_envs_base.WORK / "results", expected)
         problems += env_problems
         print(f"nemo-ci: {len(CI_ENVIRONMENTS) - len(env_problems)}/{len(CI_ENVIRONMENTS)} environments pass")
     if args.stage in ("all", "deploy"):
-        tree = nemo_envs.extract_tree()
-        deploy_problems = nemo_ci_deploy.run_deploy_stage(nemo_envs.WORK, nemo_envs.PY313, tree)
+        tree = nemo_envs_base.extract_tree()
+        deploy_problems = nemo_ci_deploy.run_deploy_stage(nemo_envs_base.WORK, nemo_envs_base.PY313, tree)
         problems += deploy_problems
         cases = len(nemo_ci_deploy.DEPLOY_ENVIRONMENTS)
         failing = {line.split(":", 1)[0] for line in deploy_problems}
