@@ -217,7 +217,7 @@ def record_maker(state: FleetState, state_dir: Path, record: ServerRecord, log: 
 
     def started(process: Popen[bytes]) -> None:
         with recorded(state, state_dir):
-            record.process = ProcessRecord(pid=process.pid, start_time=start_time(process.pid), log=str(log))
+            record.process = ProcessRecord.started(process.pid, log)
 
     return started
 
