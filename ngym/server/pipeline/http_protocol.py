@@ -30,7 +30,6 @@ import logging
 from typing import Any
 
 import h11
-
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
