@@ -29,7 +29,6 @@ import asyncio
 import logging
 from typing import Any
 
-import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
@@ -137,9 +136,9 @@ class HeaderDeadline:
 
     def _body_pending(self) -> bool:
         """The current request's body is still arriving (its answer may already be sent)."""
-        conn = getattr(self, "conn", None)  # h11's connection state; httptools has none
+        conn = getattr(self, "conn", None)  # h11's connection state (its states are named classes); httptools has none
         if conn is not None:
-            return bool(conn.their_state is h11.SEND_BODY)
+            return bool(getattr(conn.their_state, "__name__", "") == "SEND_BODY")
         return self._ngym_in_message
 
     def on_message_begin(self) -> None:  # httptools' parser callback (h11 has none)
