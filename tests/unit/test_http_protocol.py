@@ -196,3 +196,19 @@ async def test_a_body_answered_unread_on_a_kept_connection_is_not_counted_as_hea
         protocol.data_received(b"x" * 99_000)
     protocol.data_received(b"x" * 2000)  # the body's last bytes: the request is complete
     assert b"431" not in transport.written, bytes(transport.written)
+
+
+async def test_a_connection_whose_early_answered_body_has_all_arrived_closes_at_once(protocol_class: Any) -> None:
+    """Once the rest of a body answered early has all come, nothing is left to drop: a later close (shutdown, the
+    keep-alive timeout) is immediate, not a linger."""
+
+    async def not_found(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, transport = _connection(not_found, protocol_class, MemoryTransport(can_write_eof=True))
+    protocol.data_received(_head(200_000) + b"x" * 1000)
+    await _until(lambda: protocol.cycle.response_complete)
+    protocol.data_received(b"x" * 199_000)  # the body's last bytes
+    protocol.shutdown()
+    assert transport.closed and not transport.eof

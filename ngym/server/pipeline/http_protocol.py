@@ -203,11 +203,10 @@ class LingeringClose:
         return getattr(self._transport, name)
 
     def _body_still_arriving(self) -> bool:
-        cycle = self._protocol.cycle
         owner = getattr(self._transport, "get_protocol", None)
         return (
-            cycle is not None
-            and cycle.more_body
+            self._protocol.cycle is not None
+            and self._protocol._body_pending()
             and (owner is None or owner() is self._protocol)  # not after a WebSocket upgrade
             and not self._transport.is_closing()
             and self._transport.can_write_eof()
