@@ -3,15 +3,17 @@
 uvicorn's own workers share one socket and the kernel hands each connection to any of them, so a rollout's
 requests would reach workers that do not hold its session. Environments whose state cannot leave the process
 (NeMo Gym's ``self.sessions[...]``, math_with_code's live sandbox, workplace_assistant's databases) and every
-environment on the memory store therefore run as N single-worker processes, each on its own loopback socket,
-behind HAProxy, which sends every request of a rollout to the worker its session id names (worker I is routing
-slot I of N, ``NGYM_ROUTE_SLOT``; ``ngym.server.sessions.routing``, ``ngym.server.hosting.haproxy``).
+environment on the memory store therefore run as N single-worker processes behind HAProxy, which sends every
+request of a rollout to the worker its session id names (worker I is routing slot I of N, ``NGYM_ROUTE_SLOT``;
+``ngym.server.sessions.routing``, ``ngym.server.hosting.haproxy``). Each worker listens on its own unix socket in
+the supervisor's private folder (mode 0700; a loopback TCP port where such a path cannot be used): the hop from
+HAProxy costs both sides less than loopback TCP, and nothing else on the machine reaches a worker directly.
 
 This process is the supervisor: it binds the public socket (so ``--port 0`` works and the port is known before
-anything starts) and each worker's socket, hands them to HAProxy and the workers as inherited descriptors,
-restarts a worker that dies (its sessions are lost: their verifies are masked ``session_lost``), and on
-SIGINT/SIGTERM stops them all. Children get SIGTERM if this process dies (``PR_SET_PDEATHSIG``), so none is
-left behind.
+anything starts) and each worker's socket, hands the public one to HAProxy and each worker its own as inherited
+descriptors, restarts a worker that dies (its sessions are lost: their verifies are masked ``session_lost``), and
+on SIGINT/SIGTERM stops them all. Children get SIGTERM if this process dies (``PR_SET_PDEATHSIG``), so none is left
+behind.
 """
 
 from __future__ import annotations
