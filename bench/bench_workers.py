@@ -212,9 +212,16 @@ def report(path: str, results: dict[int, list[dict[str, float]]], machine_wall: 
         reasons = []
         if efficiency * 2.0 < 1.7:
             share = two["proxy_cores"] / two["server_cores"] if two["server_cores"] > 0 else 0.0
+            # what 1.7x allows per rollout at 2 workers, and what of it HAProxy and the workers themselves took
+            allowed = 2 * cpu_one / 1.7
             reasons.append(
                 f"each rollout costs {1 / efficiency:.2f}x the server CPU with 2 workers"
-                + (f" (HAProxy's share of it: {share:.0%})" if share else "")
+                + (
+                    f" ({cpu_two:.0f} us where 1.7x allows {allowed:.0f}: HAProxy {proxy_two:.0f} us, {share:.0%}; "
+                    f"the workers and supervisor {cpu_two - proxy_two:.0f} us against one worker's {cpu_one:.0f})"
+                    if share
+                    else ""
+                )
             )
         if room_two < 1.7 / max(efficiency, 1e-9):
             reasons.append(f"wrk and redis-server leave the servers only {room_two:.2f} cores")
