@@ -53,6 +53,12 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+# _serving_only: the process that serves a listening socket makes it not inheritable before the environment runs.
+# It is inheritable only to be handed on (to HAProxy, to the workers of a set, by pass_fds). uvloop's
+# create_subprocess_exec ignores close_fds, so every child an environment starts with asyncio (an inner server, a
+# worker, a sandbox command) got it and could accept() the server's connections and answer them.
+
+
 def _listen_line(spec: ServeSpec, host: str, port: int, domain: str | None, workers: int) -> str:
     """Where the server really listens (in a container, the published port may differ: not guessed here)."""
     extra = f", {workers} workers" if workers > 1 else ""
@@ -117,6 +123,7 @@ def serve_one(
     inherited = os.environ.pop(LISTEN_FD_ENV, None)  # a worker of an affine set: its socket comes from the supervisor
     if inherited is not None:
         sock = socket.socket(fileno=int(inherited))
+        sock.set_inheritable(False)  # see _serving_only
         server.before_serving()
         prepare_fork_template()  # each affine worker is a template for the children its environment forks
         config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
@@ -155,6 +162,7 @@ def serve_one(
         else:  # newer uvicorn builds each worker's server from the config itself
             Multiprocess(config, sockets=[sock]).run()
         return
+    sock.set_inheritable(False)  # see _serving_only
     server.before_serving()
     prepare_fork_template()  # after the environment is built, before it serves: its forked children start warm
     config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
