@@ -35,7 +35,7 @@ from ngym.server.pipeline import http_protocol
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.pipeline.base import CLASS_OVERRIDES_ENV
 from ngym.server.pipeline.resources import SimpleResourcesServer
-from ngym.server.sessions.cookies import SESSION_SECRET_ENV
+from ngym.server.sessions.cookies import SESSION_SECRET_ENV, secret_configured
 
 log = logging.getLogger("ngym.serve")
 
@@ -98,7 +98,7 @@ def _graceful_server(config: Any) -> Any:
 def share_secret_between_workers(spec: ServeSpec, workers: int) -> None:
     """The workers of one ``ngym run`` must accept each other's cookies: with no configured secret, make one
     for all of them (through the environment the workers inherit). Replicas must still be given one."""
-    if workers <= 1 or spec.fields.get("session_secret") or os.environ.get(SESSION_SECRET_ENV):
+    if workers <= 1 or spec.fields.get("session_secret") or secret_configured():
         return
     os.environ[SESSION_SECRET_ENV] = secrets.token_urlsafe(32)
     log.info(

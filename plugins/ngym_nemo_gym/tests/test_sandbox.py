@@ -36,6 +36,7 @@ async def test_local_commands_do_not_inherit_the_session_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NGYM_SESSION_SECRET", "planted-session-secret-1234")
+    monkeypatch.setenv("NGYM_SESSION_SECRET_FILE", "/run/secrets/planted-session-secret-file")
     monkeypatch.setenv("NGYM_SANDBOX_PROBE", "kept")
     async with AsyncSandbox({"local": {"workspace_root": str(tmp_path)}}, SandboxSpec()) as sandbox:
         await sandbox.start()

@@ -14,13 +14,13 @@ import uuid
 from pathlib import Path
 
 from nemo_gym.sandbox.providers.base import SandboxExecResult, SandboxHandle, SandboxSpec, SandboxStatus
-from ngym.plugin_api import SESSION_SECRET_ENV
+from ngym.plugin_api import SESSION_SECRET_ENV, SESSION_SECRET_FILE_ENV
 
 log = logging.getLogger(__name__)
 
-#: What a command never inherits from the server: the key that signs every session's cookie (with it, a command
-#: could forge another rollout's session).
-WITHHELD_ENV = frozenset({SESSION_SECRET_ENV})
+#: What a command never inherits from the server: the key that signs every session's cookie, or the path of the
+#: file holding it (with it, a command could forge another rollout's session).
+WITHHELD_ENV = frozenset({SESSION_SECRET_ENV, SESSION_SECRET_FILE_ENV})
 #: The return code of a command the runtime could not finish (timeout): no process exit code exists.
 SANDBOX_RUNTIME_RETURN_CODE = 125
 
