@@ -121,10 +121,16 @@ class Episodes:
         return episode
 
     def get(self, sid: str) -> Episode:
-        episode = self._live.get(sid)
+        episode = self.find(sid)
         if episode is None:
             raise FrontError(404, f"no ORS session {sid!r}: POST /create first (it may have been deleted or expired)")
-        episode.last_used = time.monotonic()
+        return episode
+
+    def find(self, sid: str) -> Episode | None:
+        """The live episode ``sid`` (marked used now), or None."""
+        episode = self._live.get(sid)
+        if episode is not None:
+            episode.last_used = time.monotonic()
         return episode
 
     async def delete(self, sid: str) -> None:

@@ -88,11 +88,16 @@ class ORSFront:
     async def list_environments(self, request: Request) -> Response:
         return _json([self.name])
 
-    async def list_tools(self, request: Request) -> Response:
-        self._check_env(request)
+    @property
+    def listing(self) -> bytes:
+        """``GET /tools``'s answer: the environment's tools and the final-answer tool."""
         if self._listing is None:
             self._listing = pydantic_core.to_json(self.toolbox.listing())
-        return _raw(self._listing)
+        return self._listing
+
+    async def list_tools(self, request: Request) -> Response:
+        self._check_env(request)
+        return _raw(self.listing)
 
     async def list_splits(self, request: Request) -> Response:
         self._check_env(request)

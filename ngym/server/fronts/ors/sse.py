@@ -16,8 +16,9 @@ from starlette.responses import Response, StreamingResponse
 
 CHUNK_CHARS = 4096
 PING_SECONDS = 10.0
-_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-_MEDIA_TYPE = "text/event-stream"
+#: The headers of every ORS event stream (besides its length and type).
+HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+MEDIA_TYPE = "text/event-stream"
 
 
 def event(name: str, data: str) -> str:
@@ -46,9 +47,14 @@ def result_events(result: str | None, error: str | None) -> str:
     return "".join(event("chunk", part) for part in parts[:-1]) + event("end", parts[-1])
 
 
+def finished_text(task_id: str, result: str | None, error: str | None = None) -> str:
+    """The whole stream of a finished task."""
+    return event("task_id", task_id) + result_events(result, error)
+
+
 def finished(task_id: str, result: str | None, error: str | None = None) -> Response:
     """The whole stream of a finished task as one response."""
-    return Response(event("task_id", task_id) + result_events(result, error), media_type=_MEDIA_TYPE, headers=_HEADERS)
+    return Response(finished_text(task_id, result, error), media_type=MEDIA_TYPE, headers=HEADERS)
 
 
 async def respond(task_id: str, task: asyncio.Future[Any]) -> Response:
@@ -67,7 +73,7 @@ async def respond(task_id: str, task: asyncio.Future[Any]) -> Response:
             yield ": ping\r\n\r\n"
         yield result_events(*_outcome(task))
 
-    return StreamingResponse(body(), media_type=_MEDIA_TYPE, headers=_HEADERS)
+    return StreamingResponse(body(), media_type=MEDIA_TYPE, headers=HEADERS)
 
 
 def _outcome(task: asyncio.Future[Any]) -> tuple[str | None, str | None]:
