@@ -129,7 +129,7 @@ async def test_the_session_id_stream_has_the_routers_shape(both: Both) -> None:
     assert both.routed == routed
     ids = [re.search(rb"data: ([0-9a-f]{32})\r\n", answer[2]) for answer in (fast, slow)]
     assert all(ids) and ids[0] != ids[1]  # type: ignore[union-attr]
-    blank = [answer[2].replace(found.group(1), b"ID") for answer, found in zip((fast, slow), ids)]  # type: ignore[union-attr]
+    blank = [answer[2].replace(found.group(1), b"ID") for answer, found in zip((fast, slow), ids, strict=True)]  # type: ignore[union-attr]
     assert blank[0] == blank[1]
     assert fast[:2] == slow[:2]
 
