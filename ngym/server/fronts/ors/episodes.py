@@ -215,7 +215,7 @@ class Episodes:
             return await self._gym_step(episode, [shared_gym.message_item(final_text, episode.gym.steps)])
         row = episode.row
         response = trajectory.response(episode.steps, final_text, row, f"resp_ors_{episode.sid}")
-        answer = await episode.session.verify(episode.facts.verify_body(response))
+        answer = await episode.session.verify(episode.facts.verify_body(response), echo=False)
         episode.finished = True
         if answer.status >= 400:
             await self._close(episode)
