@@ -5,14 +5,17 @@ the router (a missing or unknown session, a named environment, ``HEAD``, a body 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from ngym.examples import EXAMPLE_ROWS, dataset_row, read_example_rollouts, read_jsonl, recorded_tool_calls
 from ngym.server.fronts.ors.mount import ORSRequests, _relative
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY
+from ngym.targets import resolve
 from ngym.testing import app_for
 
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
@@ -170,3 +173,115 @@ async def test_what_the_fast_path_leaves_to_the_router_is_answered_alike(both: B
     ]
     statuses = [(await both.same(scope, fast_path=False))[0] for scope in cases]
     assert statuses == [400, 400, 404, 404, 400, 400, 400, 405, 200, 200, 404, 413]
+
+
+def _without_ids(answer: Answer, *ids: str) -> Answer:
+    """An answer with the session and task ids it names blanked (they differ between two runs of one rollout)."""
+    status, headers, body = answer
+    body = re.sub(rb"event: task_id\r\ndata: [0-9a-f]{32}\r\n", b"event: task_id\r\ndata: TASK\r\n", body)
+    for own in ids:
+        body = body.replace(own.encode(), b"SID")
+    headers = [(k, b"N" if k == b"content-length" else v) for k, v in headers]
+    return status, headers, body
+
+
+async def test_a_rollouts_create_and_calls_answer_as_the_routers(both: Both) -> None:
+    """/create and /call (the tool calls and the final answer) of one recorded rollout, run twice on the same row:
+    through the app (the fast path) and straight to the router; every answer the same, the reward the recording's."""
+    folder = resolve("example_single_tool_call").folder
+    assert folder is not None
+    rows = read_jsonl(folder / "data" / EXAMPLE_ROWS)
+    recorded = next(r for r in read_example_rollouts(folder / "data" / "example_rollouts.jsonl") if r["reward"])
+    index = rows.index(dataset_row(recorded))
+    calls = [{"name": c.name, "input": c.arguments} for c in recorded_tool_calls(recorded["response"])]
+    message = next(i for i in recorded["response"]["output"] if i.get("type") == "message")
+    calls.append({"name": "submit_answer", "input": {"answer": message["content"][0]["text"]}})
+    runs = []
+    for way, expected_routed in ((both.fast, 0), (both.router, 0)):
+        status, _, text = await both.fast(_scope("POST", "/ors/create_session", [(b"accept", b"text/event-stream")]))
+        sid = text.decode().split("\r\n")[1].removeprefix("data: ")
+        own = [(b"x-session-id", sid.encode()), (b"content-type", b"application/json")]
+        routed = both.routed
+        create = b'{"split": "example", "index": %d}' % index
+        answers = [await way(_scope("POST", "/ors/create", own, len(create)), create)]
+        for call in calls:
+            body = json.dumps(call).encode()
+            answers.append(await way(_scope("POST", "/ors/call", own, len(body)), body))
+        assert both.routed == routed + expected_routed  # the router's own runs are called directly
+        runs.append([_without_ids(answer, sid) for answer in answers])
+    assert runs[0] == runs[1]
+    final = json.loads(runs[0][-1][2].decode().split("event: end\r\ndata: ")[1].split("\r\n")[0])
+    assert final["output"]["reward"] == recorded["reward"] and final["output"]["finished"] is True
+
+
+async def test_what_the_fast_path_leaves_of_create_and_call_is_the_routers(both: Both) -> None:
+    sid = await both.open()
+    own = [(b"x-session-id", sid.encode()), (b"content-type", b"application/json")]
+    cases = [  # (body, status, answered by the fast path); each run on a fresh session id per way
+        (b'{"split": "nope", "index": 0}', 400, True),  # refused by the front: answered alike
+        (b'{"split": "example", "index": 99}', 400, True),
+        (b'{"split": "example", "index": "0"}', 200, False),  # the body model's own reading
+        (b'{"split": "example", "index": 0, "toolset_name": "x"}', 400, False),
+        (b"not json", 400, False),
+        (b"", 422, False),
+    ]
+    for number, (body, status, fast) in enumerate(cases):
+        answers = []
+        for way, ours in ((both.fast, fast), (both.router, False)):
+            fresh = f"{number:02d}{'f' if way == both.fast else 'r'}".ljust(32, "0")
+            routed = both.routed
+            scope = _scope("POST", "/ors/create", [(b"x-session-id", fresh.encode())], len(body))
+            answers.append(_without_ids(await way(scope, body), fresh))
+            assert both.routed == routed + (0 if ours or way == both.router else 1), body
+        assert answers[0] == answers[1] and answers[0][0] == status, (body, answers)
+    duplicate = b'{"split": "example", "index": 0}'  # the session exists already
+    assert (await both.same(_scope("POST", "/ors/create", own, len(duplicate)), duplicate))[0] == 400
+    unread = _scope("POST", "/ors/create", [(b"x-session-id", b"u" * 32)], None)  # a body not handed over whole
+    assert (await both.same(unread, b'{"split": "nope", "index": 0}', fast_path=False))[0] == 400
+    call_cases = [
+        (own, b'{"name": "get_weather", "input": {"city": 3}}', 200, True),  # the tool's own 422, as its output
+        (own, b'{"name": "nope", "input": {}}', 200, True),
+        (own, b'{"name": "get_weather", "input": []}', 422, False),
+        (own, b'{"name": "get_weather", "input": {}, "task_id": "t"}', 200, False),  # resuming: unknown task_id
+        (own, b"[1]", 422, False),
+        ([(b"x-session-id", b"gone")], b'{"name": "get_weather", "input": {}}', 404, False),
+    ]
+    for headers, body, status, fast in call_cases:
+        routed = both.routed
+        answer = await both.fast(_scope("POST", "/ors/call", headers, len(body)), body)
+        assert both.routed == routed + (0 if fast else 1)
+        slow = await both.router(_scope("POST", "/ors/call", headers, len(body)), body)
+        assert _without_ids(answer) == _without_ids(slow) and answer[0] == status, body
+
+
+async def test_a_call_still_running_after_the_ping_interval_streams_as_the_router_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call not done within PING_SECONDS: the stream starts (task id, then a ping per interval) and ends with the
+    answer, as ``sse.respond`` streams it; the result is kept for a client resuming by task id."""
+    from ngym.server.fronts.ors import sse
+
+    monkeypatch.setattr(sse, "PING_SECONDS", 0.01)
+    loop = asyncio.get_running_loop()
+    work: asyncio.Future[str] = loop.create_future()
+    result: asyncio.Future[str] = loop.create_future()
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    answering = asyncio.ensure_future(sse.answer_inline("t1", work, result, send))
+    for _ in range(10_000):  # until the stream has started and pinged once (each turn of the loop lets it run)
+        if any(m.get("body") == b": ping\r\n\r\n" for m in sent):
+            break
+        await asyncio.sleep(0.001)
+    assert sent[0]["type"] == "http.response.start" and (b"content-length" not in dict(sent[0]["headers"]))
+    assert sent[1] == {"type": "http.response.body", "body": sse.event("task_id", "t1").encode(), "more_body": True}
+    assert not answering.done()
+    work.set_result('{"ok": true}')
+    await answering
+    end = sse.event("end", '{"ok": true}').encode()
+    assert sent[-1] == {"type": "http.response.body", "body": end, "more_body": False}
+    assert result.result() == '{"ok": true}'
+    streamed = await sse.respond("t1", result)  # the router's answer to a resumed call
+    assert streamed.body.decode() == sse.event("task_id", "t1") + sse.event("end", '{"ok": true}')

@@ -71,6 +71,7 @@ VERIFY_ECHO = frozenset({"responses_create_params", "response"})
 #: declared model leaves out ``VERIFY_ECHO`` (tens of kilobytes for a tool environment's row, encoded only to be
 #: parsed and dropped). A context variable of the call, never set by an HTTP request: the wire's answer is whole.
 verify_echo_left_out: ContextVar[bool] = ContextVar("ngym_verify_echo_left_out", default=False)
+_ECHO_LEFT_OUT = set(VERIFY_ECHO)
 
 
 def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
@@ -302,7 +303,7 @@ def verify_endpoint(server: SimpleResourcesServer, author: AuthorCalls | None = 
                 # Score with bare names, echo what the model emitted (the rollout's record stays true).
                 for call in result.response.function_calls():
                     call.name = emitted.get(call.call_id, call.name)
-            lean = VERIFY_ECHO if verify_echo_left_out.get() else None
+            lean = _ECHO_LEFT_OUT if verify_echo_left_out.get() else None
             result = declared_model_response(result, declared, exclude=lean) or result
         except JudgeError as exc:
             body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)

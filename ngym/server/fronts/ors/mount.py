@@ -105,8 +105,9 @@ class ORSRequests:
             elif is_ors_request(scope):
                 route = path
             if route is not None:
-                if not await self.front.fast(route, scope, send):
-                    await self.front(_relative(scope, route), receive, send)
+                left = await self.front.fast(route, scope, receive, send)
+                if left is not None:  # not a plain case: the router answers (the body, if read, given again)
+                    await self.front(_relative(scope, route), left, send)
                 return
         await self.app(scope, receive, send)
 
