@@ -22,14 +22,18 @@ requests its real client makes for one rollout, no more, no fewer:
 
 Rounds alternate between the protocols; per round, ``--concurrency`` rollouts in flight for ``--seconds``, the
 client in this process: rollouts/s and the server's CPU per rollout (its process tree's CPU time over the round,
-from ``/proc``: the machine may be shared, so read CPU, not wall clock). Every reward is checked against the
-recording (a mismatch stops the run), and the server must hold no live session at the end.
+from ``/proc``: the machine may be shared, so read CPU, not wall clock). A server's CPU per request falls as its
+request rate rises (more requests per wake-up of its event loop), so protocols whose clients run at different rates
+are not compared alike: ``--rate R`` paces every protocol (and the bare app) at R rollouts/s, the same load. Every
+reward is checked against the recording (a mismatch stops the run), and the server must hold no live session at the
+end.
 
 Printed: per protocol the median of the rounds and its CPU per rollout ÷ NeMo Gym's wire in the same round (median
 and range), then per environment what the extra round trips cost at the least: ``ors floor`` = NeMo Gym's rollout
 plus the bare app's CPU for ORS's extra requests, against the 10 % a front may add.
 
-    .venv/bin/python bench/bench_fronts.py [--seconds 3] [--rounds 5] [--concurrency 8] [--protocols nemo,ors,openenv]
+    .venv/bin/python bench/bench_fronts.py [--seconds 3] [--rounds 5] [--concurrency 8] [--rate 0]
+        [--protocols nemo,ors,openenv] [--environments weather,workplace_assistant]
 """
 
 from __future__ import annotations
@@ -86,6 +90,41 @@ class Driver(Protocol):
     def client(self, http: aiohttp.ClientSession, url: str, environment: str) -> Client: ...
 
 
+class Prepared:
+    """One recorded rollout's requests, encoded once: the client's own JSON work is not what is measured, and a
+    client that encoded 30 KB per verify would run NeMo Gym's wire slower than the fronts (the server's CPU per
+    rollout grows as its rate falls)."""
+
+    def __init__(self, index: int, recorded: dict[str, Any]) -> None:
+        row = dataset_row(recorded)
+        response = recorded["response"]
+        calls = recorded_tool_calls(response)
+        self.seed = json.dumps(row).encode()
+        self.tools = [(call.name, json.dumps(call.arguments).encode()) for call in calls]
+        self.verify = json.dumps({**row, "response": response}).encode()
+        self.create = json.dumps({"split": "example", "index": index}).encode()
+        self.calls = [json.dumps({"name": call.name, "input": call.arguments}).encode() for call in calls]
+        answer = {"name": "submit_answer", "input": {"answer": final_text(response)}}
+        self.submit = json.dumps(answer).encode()
+        self.messages = [json.dumps({"type": "reset", "data": {"row": row}})]
+        steps = [{"type": "step", "data": {"tool_name": c.name, "arguments": c.arguments}} for c in calls]
+        self.messages += [json.dumps(step) for step in steps]
+        self.messages.append(json.dumps({"type": "step", "data": {"message": final_text(response)}}))
+
+
+_PREPARED: dict[int, Prepared] = {}
+
+
+def prepared(index: int, recorded: dict[str, Any]) -> Prepared:
+    found = _PREPARED.get(id(recorded))
+    if found is None:
+        found = _PREPARED[id(recorded)] = Prepared(index, recorded)
+    return found
+
+
+JSON = {"content-type": "application/json"}
+
+
 def final_text(response: dict[str, Any]) -> str:
     messages = [item for item in response["output"] if item.get("type") == "message"]
     return "".join(part.get("text", "") for part in messages[-1]["content"]) if messages else ""
@@ -111,18 +150,16 @@ class NemoClient(_Closeless):
         self.http, self.url = http, url
 
     async def rollout(self, index: int, recorded: dict[str, Any]) -> tuple[float | None, int]:
-        row = dataset_row(recorded)
-        async with self.http.post(f"{self.url}/seed_session", json=row) as seeded:
+        ready = prepared(index, recorded)
+        async with self.http.post(f"{self.url}/seed_session", data=ready.seed, headers=JSON) as seeded:
             await seeded.read()
-            cookie = {"cookie": seeded.headers["set-cookie"].split(";", 1)[0]}
-        calls = recorded_tool_calls(recorded["response"])
-        for call in calls:
-            async with self.http.post(f"{self.url}/{call.name}", json=call.arguments, headers=cookie) as answer:
+            cookie = {"cookie": seeded.headers["set-cookie"].split(";", 1)[0], **JSON}
+        for name, arguments in ready.tools:
+            async with self.http.post(f"{self.url}/{name}", data=arguments, headers=cookie) as answer:
                 await answer.read()
-        body = {**row, "response": recorded["response"]}
-        async with self.http.post(f"{self.url}/verify", json=body, headers=cookie) as verified:
-            reward: float | None = (await verified.json())["reward"]
-        return reward, len(calls) + 2
+        async with self.http.post(f"{self.url}/verify", data=ready.verify, headers=cookie) as verified:
+            reward: float | None = json.loads(await verified.read())["reward"]
+        return reward, len(ready.tools) + 2
 
 
 class NemoWire:
@@ -140,33 +177,31 @@ class ORSClient(_Closeless):
         self.http, self.url = http, url
         self.base = {**SDK_HEADERS, "x-api-key": "", "x-deployment": environment}
 
-    async def post(self, path: str, headers: dict[str, str], body: Any = None) -> str:
-        data = None if body is None else json.dumps(body)
-        kind = NO_BODY if body is None else {"content-type": "application/json"}
-        async with self.http.post(f"{self.url}{path}", data=data, headers={**headers, **kind}) as answer:
+    async def post(self, path: str, headers: dict[str, str], body: bytes | None = None) -> str:
+        kind = NO_BODY if body is None else JSON
+        async with self.http.post(f"{self.url}{path}", data=body, headers={**headers, **kind}) as answer:
             text = await answer.text()
             assert answer.status == 200, (path, answer.status, text)
             return text
 
     async def rollout(self, index: int, recorded: dict[str, Any]) -> tuple[float | None, int]:
-        opened = await self.post("/create_session", {**self.base, **STREAM, **SECRETS}, {})
+        ready = prepared(index, recorded)
+        opened = await self.post("/create_session", {**self.base, **STREAM, **SECRETS}, b"{}")
         own = {**self.base, "x-session-id": opened.split("\r\n")[1][6:]}
-        await self.post("/create", {**own, **SECRETS}, {"split": "example", "index": index})
+        await self.post("/create", {**own, **SECRETS}, ready.create)
         await self.post("/ors//ping", own)
         async with self.http.get(f"{self.url}/prompt", headers=own) as prompt:
             await prompt.read()
         calling = {**own, **STREAM}
         calling.pop("x-api-key")
-        calls = recorded_tool_calls(recorded["response"])
-        for call in calls:
-            await self.post("/call", calling, {"name": call.name, "input": call.arguments})
-        answer = {"name": "submit_answer", "input": {"answer": final_text(recorded["response"])}}
-        submitted = sse_answer(await self.post("/call", calling, answer))
+        for call in ready.calls:
+            await self.post("/call", calling, call)
+        submitted = sse_answer(await self.post("/call", calling, ready.submit))
         closing = {k: v for k, v in own.items() if k != "x-deployment"}
         await self.post("/delete", closing)
         await self.post("/delete_session", closing)
         reward: float | None = submitted["output"]["reward"]
-        return reward, len(calls) + 7
+        return reward, len(ready.calls) + 7
 
 
 class ORSWire:
@@ -184,22 +219,21 @@ class OpenEnvClient:
         self.ws_url = url.replace("http://", "ws://") + "/openenv/ws"
         self.socket: Any = None
 
-    async def send(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def send(self, message: str) -> dict[str, Any]:
         if self.socket is None:  # the client's own defaults: permessage-deflate offered
             self.socket = await websockets.connect(self.ws_url, max_size=None)
-        await self.socket.send(json.dumps(message))
+        await self.socket.send(message)
         answer: dict[str, Any] = json.loads(await self.socket.recv())
         assert answer["type"] != "error", answer
         return answer
 
     async def rollout(self, index: int, recorded: dict[str, Any]) -> tuple[float | None, int]:
-        await self.send({"type": "reset", "data": {"row": dataset_row(recorded)}})
-        calls = recorded_tool_calls(recorded["response"])
-        for call in calls:
-            await self.send({"type": "step", "data": {"tool_name": call.name, "arguments": call.arguments}})
-        final = await self.send({"type": "step", "data": {"message": final_text(recorded["response"])}})
+        ready = prepared(index, recorded)
+        for message in ready.messages[:-1]:
+            await self.send(message)
+        final = await self.send(ready.messages[-1])
         reward: float | None = final["data"]["reward"]
-        return reward, len(calls) + 2
+        return reward, len(ready.messages)
 
     async def close(self) -> None:
         if self.socket is not None:
@@ -219,7 +253,7 @@ class BareClient(ORSClient):
 
     async def rollout(self, index: int, recorded: dict[str, Any]) -> tuple[float | None, int]:
         own = {**self.base, "x-session-id": "0" * 32}
-        await self.post("/create_session", {**self.base, **STREAM, **SECRETS}, {})
+        await self.post("/create_session", {**self.base, **STREAM, **SECRETS}, b"{}")
         await self.post("/ors//ping", own)
         async with self.http.get(f"{self.url}/prompt", headers=own) as prompt:
             await prompt.read()
@@ -278,8 +312,10 @@ async def one_round(
     plan: list[tuple[int, dict[str, Any]]],
     seconds: float,
     concurrency: int,
+    rate: float = 0.0,
 ) -> Round:
-    """``concurrency`` clients replaying ``plan`` (row index, recorded rollout) for ``seconds``."""
+    """``concurrency`` clients replaying ``plan`` (row index, recorded rollout) for ``seconds``, each as fast as it
+    can, or together ``rate`` rollouts/s (each client starts its next rollout on its own schedule)."""
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar()) as http:
         clients = [driver.client(http, url, environment) for _ in range(concurrency)]
@@ -292,7 +328,14 @@ async def one_round(
         async def loop(client: Client, offset: int) -> None:
             nonlocal done, requests
             k = offset
+            interval = concurrency / rate if rate else 0.0
+            start = began + interval * offset / concurrency  # the clients' starts spread over one interval
             while time.monotonic() < deadline:
+                if interval:
+                    await asyncio.sleep(max(0.0, start - time.monotonic()))
+                    start += interval
+                    if time.monotonic() >= deadline:
+                        break
                 index, recorded = plan[k % len(plan)]
                 reward, made = await client.rollout(index, recorded)
                 if reward != recorded["reward"]:
@@ -326,11 +369,12 @@ def bench_environment(
     try:
         for _ in range(args.rounds):
             for driver in drivers:
-                results[driver.name].append(
-                    asyncio.run(one_round(url, proc.pid, driver, environment, plan, args.seconds, args.concurrency))
-                )
+                measure = one_round(url, proc.pid, driver, environment, plan, args.seconds, args.concurrency, args.rate)
+                results[driver.name].append(asyncio.run(measure))
             bare_url, bare_pid = bare
-            floor = one_round(bare_url, bare_pid, floor_driver, environment, plan, args.seconds, args.concurrency)
+            floor = one_round(
+                bare_url, bare_pid, floor_driver, environment, plan, args.seconds, args.concurrency, args.rate
+            )
             results["bare"].append(asyncio.run(floor))
         live = asyncio.run(_live_sessions(url))
     finally:
@@ -375,6 +419,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="rollouts/s of every protocol (0: as fast as each goes)"
+    )
     parser.add_argument("--protocols", default="nemo,ors,openenv", help=f"from {sorted(DRIVERS)}, nemo first")
     parser.add_argument("--environments", default=",".join(ENVIRONMENTS), help=f"from {sorted(ENVIRONMENTS)}")
     args = parser.parse_args()
