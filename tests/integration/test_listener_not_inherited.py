@@ -29,7 +29,8 @@ import asyncio, sys
 from fastapi import FastAPI
 from ngym import BaseResourcesServerConfig, BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
 
-#: run in the child: the TCP ports of the listening sockets among its descriptors
+#: run in the child: the listening sockets among its descriptors (a TCP port, or a unix socket's path: a worker
+#: of ``--workers N`` listens on one)
 PROBE = """
 import json, os, socket
 ports = []
@@ -39,8 +40,10 @@ for fd in os.listdir("/proc/self/fd"):
     except OSError:
         continue
     try:
-        if s.family in (socket.AF_INET, socket.AF_INET6) and s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-            ports.append(s.getsockname()[1])
+        if s.family in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX) and s.type == socket.SOCK_STREAM:
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                name = s.getsockname()
+                ports.append(name[1] if isinstance(name, tuple) else str(name))
     finally:
         s.close()
 print(json.dumps(ports))

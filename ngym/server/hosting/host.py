@@ -178,7 +178,8 @@ def enter_working_directory(target: str) -> None:
 
 def uvicorn_config(server: SimpleResourcesServer, app: Any, **options: Any) -> uvicorn.Config:
     """uvicorn's config for a server, with its HTTP limits: keep-alive, header deadline and size (the body
-    limits live in the app itself, see ``ngym.server.pipeline.request_limits``)."""
+    limits live in the app itself, see ``ngym.server.pipeline.request_limits``), and WebSocket compression only
+    when the config asks for it (``websocket_compression``)."""
     settings = server.config
     config = uvicorn.Config(
         app,
@@ -186,6 +187,7 @@ def uvicorn_config(server: SimpleResourcesServer, app: Any, **options: Any) -> u
         http=http_protocol.protocol_class(),
         timeout_keep_alive=settings.keep_alive_timeout_seconds,  # type: ignore[arg-type]  # uvicorn says int
         h11_max_incomplete_event_size=settings.max_request_header_bytes,
+        ws_per_message_deflate=settings.websocket_compression,
         **options,
     )
     http_protocol.configure(

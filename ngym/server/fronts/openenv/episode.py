@@ -223,7 +223,7 @@ class Episode:
             if self.seed_body is not None
             else encode({**self.row, "response": response})
         )
-        status, answer, raw = _read(await self.session.verify(body))
+        status, answer, raw = _read(await self.session.verify(body, echo=False))
         self.done = True
         if status >= 400 or not isinstance(answer, dict):
             self.reward = None

@@ -124,10 +124,16 @@ class Episodes:
         return episode
 
     def get(self, sid: str) -> Episode:
-        episode = self._live.get(sid)
+        episode = self.find(sid)
         if episode is None:
             raise FrontError(404, f"no ORS session {sid!r}: POST /create first (it may have been deleted or expired)")
-        episode.last_used = time.monotonic()
+        return episode
+
+    def find(self, sid: str) -> Episode | None:
+        """The live episode ``sid`` (marked used now), or None."""
+        episode = self._live.get(sid)
+        if episode is not None:
+            episode.last_used = time.monotonic()
         return episode
 
     async def delete(self, sid: str) -> None:
@@ -219,7 +225,7 @@ class Episodes:
             return await self._gym_step(episode, [shared_gym.message_item(final_text, episode.gym.steps)])
         row = episode.row
         response = trajectory.response(episode.steps, final_text, row, f"resp_ors_{episode.sid}")
-        answer = await episode.session.verify(episode.facts.verify_body(response))
+        answer = await episode.session.verify(episode.facts.verify_body(response), echo=False)
         episode.finished = True
         if answer.status >= 400:
             await self._close(episode)
