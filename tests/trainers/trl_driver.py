@@ -143,7 +143,7 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
         os.environ["OPENREWARD_API_URL"] = os.environ["OPENREWARD_SESSION_URL"] = ors["url"].rstrip("/") + "/"
         from trl.experimental.openreward import OpenRewardSpec
 
-        spec = OpenRewardSpec(ors["url"], env_name=ors["env_name"], split=ors["split"])
+        spec = OpenRewardSpec(ors["url"], env_name=ors["env_name"], split=ors["split"], **ors.get("options", {}))
         trainer_kwargs: dict[str, Any] = {
             "train_dataset": spec.train_dataset,
             "environment_factory": spec.environment_factory,
@@ -231,6 +231,12 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
                 "live_sessions": {n: health(u).get("live_sessions") for n, u in urls.items()},
             }
             mask_spec = run.get("mask")
+            restart = run.get("restart")  # {"step": S, "command": [...]}: the server restarted under the batch
+            if restart and restart["step"] == trainer.state.global_step:
+                import subprocess
+
+                done = subprocess.run(restart["command"], capture_output=True, text=True, timeout=300)
+                batch["restarted"] = done.returncode
             if mask_spec and mask_spec["step"] == trainer.state.global_step:
                 victim = environments[mask_spec["index"]]
                 cookie = "; ".join(f"{k}={v}" for k, v in victim._rollout.cookies.items())

@@ -89,6 +89,11 @@ class OrsServer(SimpleResourcesServer):
     def describe(cls) -> str:
         return cls.record.description
 
+    @classmethod
+    def data_folder(cls) -> Path | None:
+        """The folder ``ngym install`` wrote (its ``data/``): the ORS and OpenEnv fronts serve its rows."""
+        return records.folder_of(cls.record.name)
+
     def setup_webserver(self) -> FastAPI:
         extra = self.config.model_extra
         splits = records.folder_of(self.record.name) / "data" / "splits"

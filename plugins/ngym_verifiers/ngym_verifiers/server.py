@@ -38,7 +38,7 @@ from ngym import (
     SimpleResourcesServer,
 )
 from ngym.plugin_api import failure_kinds
-from ngym_verifiers import venvs
+from ngym_verifiers import examples, venvs
 from ngym_verifiers.messages import chat_messages
 from ngym_verifiers.process import Worker, WorkerError, WorkerGone
 from ngym_verifiers.records import Record
@@ -90,6 +90,11 @@ class VerifiersServer(SimpleResourcesServer):
     @classmethod
     def describe(cls) -> str:
         return cls.record.description
+
+    @classmethod
+    def data_folder(cls) -> Path | None:
+        """The folder ``ngym install`` wrote (its ``data/``): the ORS and OpenEnv fronts serve its rows."""
+        return examples.folder_of(cls.record.name)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
