@@ -231,12 +231,6 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
                 "live_sessions": {n: health(u).get("live_sessions") for n, u in urls.items()},
             }
             mask_spec = run.get("mask")
-            restart = run.get("restart")  # {"step": S, "command": [...]}: the server restarted under the batch
-            if restart and restart["step"] == trainer.state.global_step:
-                import subprocess
-
-                done = subprocess.run(restart["command"], capture_output=True, text=True, timeout=300)
-                batch["restarted"] = done.returncode
             if mask_spec and mask_spec["step"] == trainer.state.global_step:
                 victim = environments[mask_spec["index"]]
                 cookie = "; ".join(f"{k}={v}" for k, v in victim._rollout.cookies.items())
