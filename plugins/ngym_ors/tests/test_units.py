@@ -79,9 +79,9 @@ def test_data_folder_is_the_folder_ngym_install_wrote(tmp_path: Path, monkeypatc
     """The OpenEnv front's reset() without a row reads the environment's rows there, not beside the generated class."""
     from ngym_ors import records
     from ngym_ors.records import Record
-    from ngym_ors.server import server_class
+    from ngym_ors.server import OrsServer
 
     monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path))
     record = Record(name="shelf", python="/x/python", source="ors:./shelf", module="server", environment="Shelf",
                     env_name="shelf", domain="agent")  # fmt: skip
-    assert server_class(record).data_folder() == records.folder_of("shelf") == tmp_path / "shelf"
+    assert OrsServer.for_record(record).data_folder() == records.folder_of("shelf") == tmp_path / "shelf"
