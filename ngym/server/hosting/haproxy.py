@@ -35,7 +35,7 @@ import shutil
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
-from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE
+from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE, ORS_MOUNT_PATH, ORS_ROOT_SEGMENTS
 
 HAPROXY_INSTALL_HINT = "apt-get install haproxy (Debian/Ubuntu) or dnf install haproxy"
 #: The HAProxy executable to use instead of the one on ``PATH``.
@@ -119,6 +119,7 @@ def haproxy_config(
     routing = ""
     stride_op = f"div({stride})," if stride > 1 else ""
     episode, openenv = OPENENV_EPISODE_COOKIE, OPENENV_PATH
+    ors, ors_roots = ORS_MOUNT_PATH, " ".join(sorted(ORS_ROOT_SEGMENTS))
     if count > 1:
         routing = "\n".join(
             [
@@ -129,8 +130,14 @@ def haproxy_config(
                 f"if {{ req.cook_cnt({cookie_name}) eq 1 }}",
                 "    http-request set-var(txn.ngym_key) req.body,json_query('$.resources_session_id') "
                 f"if {{ {typed_paths} }} {{ req.body,json_query('$.resources_session_id') -m found }}",
-                "    # an ORS session's requests carry the id the worker's ORS front made (ngym.server.fronts.ors)",
-                "    http-request set-var(txn.ngym_key) req.hdr(x-session-id) if { req.hdr(x-session-id) -m found }",
+                "    # an ORS session's requests carry the id the worker's ORS front made (ngym.server.fronts.ors) in",
+                "    # X-Session-ID; only ORS requests are routed by it (under /ors, or an ORS route at the root), as",
+                "    # only they are read by it: a stray X-Session-ID beside a session cookie never moves a request",
+                f"    acl ors_request path {ors}",
+                f"    acl ors_request path_beg {ors}/",
+                f"    acl ors_request path,field(2,/) -m str {ors_roots}",
+                "    http-request set-var(txn.ngym_key) req.fhdr(x-session-id,1) "
+                "if ors_request { req.fhdr(x-session-id,1) -m found }",
                 "    # an OpenEnv episode held between HTTP requests (ngym.server.fronts.openenv): its cookie, the",
                 "    # WebSocket that attaches to it (?session_id=), an MCP call naming it (params.session_id)",
                 f"    http-request set-var(txn.ngym_key) req.cook({episode}) "

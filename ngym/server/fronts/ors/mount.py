@@ -18,20 +18,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ngym.server.sessions.routing import ORS_MOUNT_PATH, ORS_ROOT_SEGMENTS
+
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from ngym.server.pipeline.resources import SimpleResourcesServer
 
-MOUNT_PATH = "/ors"
+MOUNT_PATH = ORS_MOUNT_PATH
 #: First path segments of the ORS routes a root request may be (``/<env_name>/...`` forms aside: the SDK sends
-#: bare paths for an environment named by a base URL).
-ROOT_SEGMENTS = frozenset(
-    {
-        "create_session", "delete_session", "create", "delete", "ping", "call", "prompt", "messages", "task_tools",
-        "tools", "splits", "tasks", "num_tasks", "task", "task_range", "score_group", "list_environments", "version",
-    }
-)  # fmt: skip
+#: bare paths for an environment named by a base URL); shared with the proxy's routing rule.
+ROOT_SEGMENTS = ORS_ROOT_SEGMENTS
 
 
 class _LazyFront:
