@@ -377,7 +377,13 @@ def ors_results(
     runs = [
         {
             "label": name,
-            "ors": {"url": f"{served[name][0]}/ors", "env_name": env_name, "split": "example"},
+            # as docs/training.md writes it (include_metadata=False: rows of differing shapes are no Arrow table)
+            "ors": {
+                "url": f"{served[name][0]}/ors",
+                "env_name": env_name,
+                "split": "example",
+                "options": {"include_metadata": False},
+            },
             "environments": {name: {"url": served[name][0], "rollouts": str(served[name][1])}},
             "output_dir": str(work / name),
         }

@@ -143,7 +143,7 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
         os.environ["OPENREWARD_API_URL"] = os.environ["OPENREWARD_SESSION_URL"] = ors["url"].rstrip("/") + "/"
         from trl.experimental.openreward import OpenRewardSpec
 
-        spec = OpenRewardSpec(ors["url"], env_name=ors["env_name"], split=ors["split"])
+        spec = OpenRewardSpec(ors["url"], env_name=ors["env_name"], split=ors["split"], **ors.get("options", {}))
         trainer_kwargs: dict[str, Any] = {
             "train_dataset": spec.train_dataset,
             "environment_factory": spec.environment_factory,

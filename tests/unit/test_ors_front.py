@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import Body, FastAPI
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ngym import BaseVerifyRequest, BaseVerifyResponse, Domain, SimpleResourcesServer
 from ngym.examples import dataset_row, read_example_rollouts, recorded_tool_calls
@@ -423,4 +423,42 @@ async def test_declared_tools_without_a_route_are_called_as_nemo_gyms_agent_call
         out = await ors.call(sid, "lookup_weather", {"city": "Oslo"})
         assert out["ok"] is True and "Not Found" in out["output"]["blocks"][0]["text"]
         assert (await ors.call(sid, "submit_answer", {"answer": "cold"}))["output"]["finished"] is True
+        await ors.delete(sid)
+
+
+class _EchoAction(BaseModel):
+    """An OpenEnv-style Action: ``metadata`` optional with a default factory (no ``default`` in its schema)."""
+
+    model_config = {"extra": "forbid"}
+    message: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    note: str | None = None
+
+
+class _Echo(SimpleResourcesServer):
+    domain = Domain.OTHER
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/echo")(self.echo)
+        return app
+
+    async def echo(self, body: _EchoAction) -> dict[str, Any]:
+        return {"message": body.message, "metadata": body.metadata, "note": body.note}
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+
+async def test_a_null_for_an_optional_parameter_that_takes_none_is_left_out() -> None:
+    """TRL's OpenRewardSpec calls its generated method with every parameter, None for one the model did not give:
+    the tool gets the call without it (its default), not a 422; a parameter that takes null keeps it."""
+    async with serve_in_process(app_for_class(_Echo, name="echo")) as http:
+        ors = ORS(http)
+        sid = await ors.session(task_spec={"responses_create_params": {"input": "say hi"}})
+        out = await ors.call(sid, "echo", {"message": "hi", "metadata": None, "note": None})
+        assert out["ok"] is True, out
+        assert json.loads(out["output"]["blocks"][0]["text"]) == {"message": "hi", "metadata": {}, "note": None}
+        refused = await ors.call(sid, "echo", {"message": None})  # a required one: passed on, and refused
+        assert refused["ok"] is False
         await ors.delete(sid)

@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import AsyncIterator
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
@@ -424,6 +425,14 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         doc = inspect.getdoc(cls) or ""
         own = cls.__doc__ is not None and cls.__doc__ is not SimpleResourcesServer.__doc__
         return doc.strip().splitlines()[0] if own and doc else ""
+
+    @classmethod
+    def data_folder(cls) -> Path | None:
+        """The folder whose ``data/example.jsonl`` holds the rows the ORS and OpenEnv fronts serve: the class's file's
+        folder; a plugin serving installed environments through one generated class returns the folder it wrote."""
+        with contextlib.suppress(TypeError, OSError):
+            return Path(inspect.getfile(cls)).resolve().parent
+        return None
 
     def resolved_domain(self) -> Domain | None:
         """The domain ``build_server`` resolved into the config (else the class's, for a server built by hand)."""

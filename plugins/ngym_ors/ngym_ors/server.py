@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from pathlib import Path
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
@@ -65,6 +66,11 @@ class OrsServer(InstalledServer):
     image_payload = "ngym_ors.image:container_payload"
     _inner: InnerServer | None = None
     _restarting: asyncio.Lock
+
+    @classmethod
+    def data_folder(cls) -> Path | None:
+        """The folder ``ngym install`` wrote (its ``data/``): the OpenEnv front's ``reset()`` reads its rows."""
+        return records.folder_of(cls.record.name)
 
     def setup_webserver(self) -> FastAPI:
         extra = self.config.model_extra

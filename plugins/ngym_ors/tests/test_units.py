@@ -73,3 +73,15 @@ def test_rows_carry_the_task_the_prompt_and_the_ors_tools() -> None:
     assert row["responses_create_params"]["input"] == [{"role": "user", "content": "Go."}]
     assert row["responses_create_params"]["tools"][0]["parameters"] == {"type": "object"}
     assert snake("TallyEnvironment") == "tally_environment" and snake("QAEnv2") == "qaenv2"
+
+
+def test_data_folder_is_the_folder_ngym_install_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OpenEnv front's reset() without a row reads the environment's rows there, not beside the generated class."""
+    from ngym_ors import records
+    from ngym_ors.records import Record
+    from ngym_ors.server import OrsServer
+
+    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path))
+    record = Record(name="shelf", python="/x/python", source="ors:./shelf", module="server", environment="Shelf",
+                    env_name="shelf", domain="agent")  # fmt: skip
+    assert OrsServer.for_record(record).data_folder() == records.folder_of("shelf") == tmp_path / "shelf"

@@ -35,7 +35,7 @@ from ngym import (
     NgymError,
 )
 from ngym.plugin_api import InstalledServer, failure_kinds
-from ngym_verifiers import venvs
+from ngym_verifiers import examples, venvs
 from ngym_verifiers.messages import chat_messages
 from ngym_verifiers.process import Worker, WorkerError, WorkerGone
 from ngym_verifiers.records import Record
@@ -71,6 +71,11 @@ class VerifiersServer(InstalledServer):
     record: ClassVar[Record]
     image_payload = "ngym_verifiers.image:container_payload"
     _worker: Worker | None = None
+
+    @classmethod
+    def data_folder(cls) -> Path | None:
+        """The folder ``ngym install`` wrote (its ``data/``): the ORS and OpenEnv fronts serve its rows."""
+        return examples.folder_of(cls.record.name)
 
     async def call_tool(self, request: Request, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         self.session_state(request)  # 409 with the explanation when the rollout was not seeded

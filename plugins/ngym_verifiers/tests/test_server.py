@@ -117,3 +117,11 @@ async def test_verify_without_a_seeded_rollout_is_masked(fake: tuple[FakeWorker,
     # ngym's own lost-session rule answers first (a stateful environment's verify read a session it never seeded)
     assert verified["mask_sample"] is True and verified["failure_kind"] == "session_lost"
     assert "never seeded" in verified["failure_reason"]
+
+
+def test_data_folder_is_the_folder_ngym_install_wrote(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ORS and OpenEnv fronts read the environment's rows there (not beside the generated class)."""
+    from ngym_verifiers import examples
+
+    monkeypatch.setenv("NGYM_VERIFIERS_RECORDS", str(tmp_path))
+    assert VerifiersServer.for_record(RECORD).data_folder() == examples.folder_of("fake_env") == tmp_path / "fake_env"

@@ -20,18 +20,24 @@ class RowError(ValueError):
 
 
 def example_rows_file(server_class: type) -> Path | None:
-    """The ``data/example.jsonl`` of an environment: beside its class's file or one folder up, else in the
-    directory the server runs in (an installed NeMo Gym environment runs inside its folder)."""
-    try:
-        here = Path(inspect.getfile(server_class)).resolve().parent
-    except (TypeError, OSError):
-        here = None
+    """The ``data/example.jsonl`` of an environment: in its data folder (``data_folder()``, else beside its class's
+    file) or one folder up, else in the directory the server runs in (an installed NeMo Gym environment runs inside
+    its folder)."""
+    given = getattr(server_class, "data_folder", None)  # SimpleResourcesServer's: installed environments' own folder
+    here = given() if callable(given) else _class_folder(server_class)
     folders = [here, here.parent] if here is not None else []
     for folder in [*folders, Path(os.getcwd())]:
         candidate = folder / EXAMPLE_ROWS
         if candidate.is_file():
             return candidate
     return None
+
+
+def _class_folder(server_class: type) -> Path | None:
+    try:
+        return Path(inspect.getfile(server_class)).resolve().parent
+    except (TypeError, OSError):
+        return None
 
 
 def read_rows(path: Path | None) -> list[dict[str, Any]]:

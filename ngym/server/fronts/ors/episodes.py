@@ -186,7 +186,7 @@ class Episodes:
             if name not in episode.tools:
                 available = sorted(episode.tools)
                 return wire.tool_error(f"unknown tool {name!r}; available tools: {available}", "not_found")
-            return await self._run_tool(episode, name, arguments)
+            return await self._run_tool(episode, name, episode.tools[name].given(arguments))
 
     async def _run_tool(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         if episode.gym is not None:

@@ -13,7 +13,6 @@ the server runs in. A task is the row itself: ``task_spec`` is the JSON object `
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 from dataclasses import dataclass, field
@@ -59,10 +58,9 @@ def split_type(name: str, declared: str | None = None) -> str:
 
 
 def environment_folder(server: SimpleResourcesServer) -> Path | None:
-    try:
-        return Path(inspect.getfile(type(server))).resolve().parent
-    except (TypeError, OSError):
-        return None
+    """Where the environment's ``data/`` is (``SimpleResourcesServer.data_folder``: an installed verifiers or ORS
+    environment's is the folder ``ngym install`` wrote, not its generated class's module)."""
+    return type(server).data_folder()
 
 
 def _resolve(path: str, folder: Path | None) -> Path:

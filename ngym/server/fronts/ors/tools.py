@@ -43,6 +43,34 @@ class ToolSpec:
     def as_wire(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
 
+    def given(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments without a ``null`` for an optional parameter whose schema does not take null: TRL's
+        ``OpenRewardSpec`` passes every parameter of its generated method, ``None`` for one the model left out (a
+        parameter with no ``default`` in the schema, as an OpenEnv Action's ``metadata``), which the tool would
+        refuse (422) though leaving it out is what was meant."""
+        properties = self.input_schema.get("properties")
+        if not isinstance(properties, dict) or None not in arguments.values():
+            return arguments
+        required = set(self.input_schema.get("required") or [])
+        return {
+            key: value
+            for key, value in arguments.items()
+            if value is not None or key in required or _takes_null(properties.get(key))
+        }
+
+
+def _takes_null(schema: Any) -> bool:
+    """Whether a property's JSON Schema admits null (unknown properties are passed on as given)."""
+    if not isinstance(schema, dict) or not schema:
+        return True
+    kind = schema.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    if kind is None and not any(key in schema for key in ("anyOf", "oneOf", "$ref", "enum", "const")):
+        return True  # no type constraint at all
+    alternatives = [*(schema.get("anyOf") or []), *(schema.get("oneOf") or [])]
+    return any(_takes_null(option) for option in alternatives if isinstance(option, dict) and option)
+
 
 class Toolbox:
     """The tool routes of one app (harvested once) and the final-answer tool's name."""
