@@ -54,8 +54,9 @@ from ngym.envtest import pytest_command, read_junit, stage_environment, test_env
 from ngym.errors import ConfigError  # noqa: E402
 from ngym.examples import match_row  # noqa: E402
 from tools.nemo_replay_inprocess import is_server_error, replay_row  # noqa: E402
+from ngym.config import cache_root
 
-WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or Path.home() / ".cache" / "ngym" / "nemo-envs")
+WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or cache_root() / "nemo-envs")
 
 
 @functools.cache

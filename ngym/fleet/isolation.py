@@ -23,13 +23,14 @@ from typing import IO
 from ngym.child_python import python_module
 from ngym.errors import ConfigError
 from ngym.fleet.spec import NEMO_PREFIX, requirements_key
+from ngym.config import cache_root
 
 VENVS_ENV = "NGYM_FLEET_VENVS"
 _READY = ".ngym-ready"
 
 
 def venv_root() -> Path:
-    return Path(os.environ.get(VENVS_ENV) or Path.home() / ".cache" / "ngym" / "fleet-venvs")
+    return Path(os.environ.get(VENVS_ENV) or cache_root() / "fleet-venvs")
 
 
 def venv_python(venv: Path) -> Path:

@@ -19,10 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tools.protocol_matrix import DOCS, PROTOCOLS, markdown  # noqa: E402
+from ngym.config import cache_root
 
 CHECKED = ["example_single_tool_call", "example_session_state_mgmt"]
 OPENENV_VENV = (
-    Path(os.environ.get("NGYM_OPENENV_TEST_VENVS") or Path.home() / ".cache" / "ngym") / "openenv-0.10.0-py311"
+    Path(os.environ.get("NGYM_OPENENV_TEST_VENVS") or cache_root()) / "openenv-0.10.0-py311"
 )
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ngym.config import cache_root
 
 #: The OpenEnv releases the fidelity tests are pinned to (the newest on the index when written).
 OPENENV = "openenv==0.10.0"  # the framework's distribution since 0.4 (was openenv-core); `openenv init` is its CLI
@@ -26,7 +27,7 @@ DRIVER = Path(__file__).with_name("openenv_driver.py")
 
 
 def _venv_folder() -> Path:
-    return Path(os.environ.get("NGYM_OPENENV_TEST_VENVS") or Path.home() / ".cache" / "ngym")
+    return Path(os.environ.get("NGYM_OPENENV_TEST_VENVS") or cache_root())
 
 
 def cached_venv(name: str, requirements: list[str], check: str) -> str:
