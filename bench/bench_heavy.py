@@ -41,6 +41,8 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from ngym.config import cache_root
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("NGYM_NEMO_ENVS_DIR", str(cache_root() / "bench-heavy"))
 sys.path.insert(0, str(ROOT))
@@ -50,7 +52,6 @@ import httpx  # noqa: E402
 from bench.haproxy_judge import haproxy_judge  # noqa: E402
 from tools import nemo_envs as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
-from ngym.config import cache_root
 
 #: ngym's runtime as shipped; without the fork template's huge pages; with the server raised above its children
 #: (opt-in, ngym/server/hosting/cpu_priority.py); with the environment's coroutines on their own loop forced on, and off

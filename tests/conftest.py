@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from ngym.testing import app_for, serve_in_process
 from ngym.config import cache_root
+from ngym.testing import app_for, serve_in_process
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 from pathlib import Path
+
 from ngym.config import cache_root
 
 REPO = Path(__file__).resolve().parent.parent

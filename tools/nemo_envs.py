@@ -50,11 +50,11 @@ sys.path.insert(0, str(REPO))
 from ngym_nemo_gym.catalogue import wheel as nemo_wheel  # noqa: E402
 from ngym_nemo_gym.catalogue.folder import COMPAT_DISTRIBUTION, DEV_REQUIREMENTS, NemoEnvironment, read_environment  # noqa: E402
 
+from ngym.config import cache_root  # noqa: E402
 from ngym.envtest import pytest_command, read_junit, stage_environment, test_environ  # noqa: E402
 from ngym.errors import ConfigError  # noqa: E402
 from ngym.examples import match_row  # noqa: E402
 from tools.nemo_replay_inprocess import is_server_error, replay_row  # noqa: E402
-from ngym.config import cache_root
 
 WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or cache_root() / "nemo-envs")
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 from ngym_openenv.catalog import FOLDER_DOMAINS
+
 from ngym.config import cache_root
 
 STEP_TIMEOUT = 1800  # seconds for one command (an install makes a virtualenv)

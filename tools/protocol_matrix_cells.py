@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
+from ngym.config import cache_root
 from ngym.examples import dataset_row, recorded_tool_calls
 from ngym.rollout.gymnasium import Recording, drive, episode, split_turns
 from ngym.train.wire import Rollout, SyncWire, reward_of
-from ngym.config import cache_root
 
 REPO = Path(__file__).resolve().parent.parent
 CLIENTS = REPO / "tools" / "protocol_clients"

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import IO
 
 from ngym.child_python import python_module
+from ngym.config import cache_root
 from ngym.errors import ConfigError
 from ngym.fleet.spec import NEMO_PREFIX, requirements_key
-from ngym.config import cache_root
 
 VENVS_ENV = "NGYM_FLEET_VENVS"
 _READY = ".ngym-ready"

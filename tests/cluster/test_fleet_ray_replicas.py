@@ -41,7 +41,8 @@ ray = pytest.importorskip("ray", reason="pip install 'ngym[ray]'")
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 from nemo_envs import verify_payloads  # noqa: E402 (moved here from nemo_replay_inprocess by i23-small)
-from ngym.config import cache_root
+
+from ngym.config import cache_root  # noqa: E402
 
 FLEET = "i20r-fleet"
 RESPONSE = {

@@ -28,13 +28,13 @@ import pytest
 import yaml
 
 from ngym.child_server import free_port
+from ngym.config import cache_root
 from ngym.containerize.smoke import ExampleRollout, drive_rollout
 from ngym.examples import dataset_row, read_example_rollouts
 from ngym.fleet.state import FleetState
 from tests.integration.conftest import child_venv, start
 
 from .conftest import BASE_IMAGE
-from ngym.config import cache_root
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -29,7 +29,8 @@ from .conftest import BASE_IMAGE
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 from nemo_envs import verify_payloads  # noqa: E402 (moved here from nemo_replay_inprocess by i23-small)
-from ngym.config import cache_root
+
+from ngym.config import cache_root  # noqa: E402
 
 FLEET = "i20r-fleet-compose-nemo"
 ENV_NAME = "example_multi_step"

@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from ngym.config import cache_root
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,8 +22,8 @@ import pytest
 from ngym_nemo_gym.envtests import referenced_environments
 
 from ngym import envtest
-from ngym.rollout.thread_server import serve_app_in_thread
 from ngym.config import cache_root
+from ngym.rollout.thread_server import serve_app_in_thread
 
 WHEEL_DIR = cache_root() / "nemo-wheel"
 WHEEL_NAME = "nemo_gym-0.7.0-py3-none-any.whl"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from ngym.config import cache_root
 
 #: The OpenEnv releases the fidelity tests are pinned to (the newest on the index when written).

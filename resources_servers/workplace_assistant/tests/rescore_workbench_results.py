@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_pandas_reference import WORKBENCH, Reference  # noqa: E402
+
 from ngym.config import cache_root
 
 CACHE = cache_root() / "workbench_results"
