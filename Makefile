@@ -143,7 +143,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# mypy --strict over ngym/, plugins/ngym_*/ and resources_servers/ in one run ([tool.mypy] files in pyproject.toml);
+# mypy --strict over ngym/, plugins/ngym_*/, resources_servers/, bench/ and tools/ in one run ([tool.mypy] files in pyproject.toml);
 # its cache in .mypy_cache keeps a rerun under a second.
 typecheck: install
 	$(VENV)/bin/mypy

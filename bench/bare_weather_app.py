@@ -6,6 +6,8 @@ dataset row like every resources server does (NeMo Gym's weather server parses i
 and its verify scores as the weather example does (1.0 only with a get_weather call, NeMo Gym 0.7.0's rule).
 """
 
+from typing import Any
+
 from fastapi import FastAPI
 from pydantic import BaseModel
 
@@ -24,7 +26,7 @@ class GetWeatherResponse(BaseModel):
 
 
 @app.post("/seed_session")
-async def seed_session(body: BaseSeedSessionRequest) -> dict:
+async def seed_session(body: BaseSeedSessionRequest) -> dict[str, Any]:
     return {}
 
 

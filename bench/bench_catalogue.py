@@ -30,13 +30,14 @@ import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import bench_heavy as bh  # noqa: E402  (sets the work folder before tools.nemo_envs reads it)
 from ngym.errors import ConfigError  # noqa: E402
-from tools import nemo_envs as ne  # noqa: E402
+from tools import nemo_envs_base as ne  # noqa: E402
 
 #: Environments of NeMo Gym 0.7.0's catalogue not in docs/performance.md's other tables, one or more per shape.
 #: ``make bench-catalogue`` runs them all; the ones that cannot run on this machine say why in the table.
@@ -110,7 +111,7 @@ def serve_failure(item: ne.Env, message: str) -> str:
     return message
 
 
-def summary_row(name: str, shape: str, outcome: dict) -> str:
+def summary_row(name: str, shape: str, outcome: dict[str, Any]) -> str:
     """One line of the catalogue table from bench_heavy's outcome (medians over the rounds)."""
     med: dict[str, dict[str, float]] = {}
     rewards: dict[str, str] = {}

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -94,7 +95,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wrk_rollouts(url: str, server_pid: int, plan: Path, steps: int, seconds: float, connections: int) -> dict:
+def _found(pattern: str, text: str) -> str:
+    """The first group of ``pattern`` in ``text`` (wrk's summary); RuntimeError naming what is missing."""
+    match = re.search(pattern, text)
+    if match is None:
+        raise RuntimeError(f"wrk's output has no {pattern!r}: {text[-500:]}")
+    return match.group(1)
+
+
+def wrk_rollouts(url: str, server_pid: int, plan: Path, steps: int, seconds: float, connections: int) -> dict[str, Any]:
     """Closed-loop whole rollouts with wrk (one connection per thread); rollouts/s and server CPU share."""
     cmd = pinned(
         1,
@@ -113,11 +122,11 @@ def wrk_rollouts(url: str, server_pid: int, plan: Path, steps: int, seconds: flo
     cpu_before, began = cpu_seconds(server_pid), time.monotonic()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     elapsed, cpu_used = time.monotonic() - began, cpu_seconds(server_pid) - cpu_before
-    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    requests = int(_found(r"(\d+) requests in", out))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     rollouts = requests / steps
     return {
-        "rollouts_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)) / steps,
+        "rollouts_per_s": float(_found(r"Requests/sec:\s+([\d.]+)", out)) / steps,
         "errors": int(bad.group(1)) if bad else 0,
         "server_cpu": cpu_used / elapsed,
         # Server CPU time per rollout: steadier than wall-clock throughput on a shared (virtual) machine.
@@ -125,11 +134,12 @@ def wrk_rollouts(url: str, server_pid: int, plan: Path, steps: int, seconds: flo
     }
 
 
-def load(url: str, seconds: float, concurrency: int, extra: list[str] | None = None) -> dict:
+def load(url: str, seconds: float, concurrency: int, extra: list[str] | None = None) -> dict[str, Any]:
     cmd = pinned(
         1, [PY, str(ROOT / "bench/loadgen.py"), url, str(ROLLOUTS), str(seconds), str(concurrency), *(extra or [])]
     )
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    measured: dict[str, Any] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    return measured
 
 
 def main() -> None:

@@ -39,7 +39,9 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ngym.config import cache_root
 
@@ -50,7 +52,8 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from bench.haproxy_judge import haproxy_judge  # noqa: E402
-from tools import nemo_envs as ne  # noqa: E402
+from tools import nemo_envs  # noqa: E402
+from tools import nemo_envs_base as ne  # noqa: E402
 from tools.nemo_ci import LOAD_DEPENDENT_ROWS  # noqa: E402
 
 #: ngym's runtime as shipped; without the fork template's huge pages; with the server raised above its children
@@ -103,7 +106,7 @@ def loop_thread_times(pid: int) -> tuple[float, float, int]:
     return on_cpu / 1e9, waiting / 1e9, switches
 
 
-def wait_up(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+def wait_up(url: str, proc: subprocess.Popen[Any], timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -153,9 +156,10 @@ def start_servers(
     values: list[str],
     logs: Path,
     shipped_only: bool = False,
-) -> dict[str, tuple[subprocess.Popen, str]]:
+) -> dict[str, tuple[subprocess.Popen[Any], str]]:
     servers = {}
-    run_root, folder = ne.nemo_run_root(item)
+    run_root, folder = nemo_envs.nemo_run_root(item)
+    assert item.env.config is not None and item.env.target is not None  # a servable NeMo Gym environment
     config = str(folder / item.env.config.relative_to(item.env.folder))
     port = ne.free_port()
     cmd = [
@@ -206,7 +210,7 @@ def start_servers(
     return servers
 
 
-def stop_group(proc: subprocess.Popen) -> None:
+def stop_group(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM to the server's process group (its verify children, sandboxes, Ray), SIGKILL after 15 s."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
@@ -218,14 +222,14 @@ def stop_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def load(url: str, rows_file: Path, seconds: float, concurrency: int) -> dict:
+def load(url: str, rows_file: Path, seconds: float, concurrency: int) -> dict[str, Any]:
     """One closed-loop round; with the load generator's own CPU (``loadgen_cores``: near 1.0, it measured itself)."""
     cmd = [sys.executable, str(ROOT / "bench/heavy_load.py"), url, str(rows_file), str(seconds), str(concurrency)]
     before = os.times()
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"load on {url} failed: {done.stderr.strip().splitlines()[-1:]}")
-    result: dict = json.loads(done.stdout)
+    result: dict[str, Any] = json.loads(done.stdout)
     after = os.times()
     used = (after.children_user + after.children_system) - (before.children_user + before.children_system)
     result["loadgen_cores"] = used / max(result["seconds"], 1e-9)
@@ -233,19 +237,19 @@ def load(url: str, rows_file: Path, seconds: float, concurrency: int) -> dict:
 
 
 @contextlib.contextmanager
-def judge_for(item: ne.Env, log: Path, kind: str):
+def judge_for(item: ne.Env, log: Path, kind: str) -> Iterator[tuple[dict[str, str], list[str], int | None]]:
     """``tools.nemo_envs.judge_for`` with the judge's pid (None without a judge); ``kind`` haproxy or uvicorn."""
     refs = sorted(set(item.model_refs()))
     policy = item.policy_values()
     if kind == "uvicorn" or not (refs or policy):
-        with ne.judge_for(item, log) as (urls, values):
+        with nemo_envs.judge_for(item, log) as (urls, values):
             given = [*urls.values(), *(v.split("=", 1)[1] for v in values if v.startswith("policy_base_url="))]
             port = urllib.parse.urlsplit(given[0]).port if given else None
             yield urls, values, listening_pid(port) if port else None  # the uvicorn judge: who listens there
         return
     with haproxy_judge(item.judge_text(), log) as (url, pid):
-        given = {"policy_base_url": f"{url}/v1", "policy_api_key": "scripted", "policy_model_name": "scripted"}
-        yield {ref: url for ref in refs}, [f"{key}={given[key]}" for key in policy], pid
+        policy_values = {"policy_base_url": f"{url}/v1", "policy_api_key": "scripted", "policy_model_name": "scripted"}
+        yield {ref: url for ref in refs}, [f"{key}={policy_values[key]}" for key in policy], pid
 
 
 def listening_pid(port: int) -> int | None:
@@ -254,18 +258,19 @@ def listening_pid(port: int) -> int | None:
 
     for conn in psutil.net_connections("tcp"):
         if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
-            return conn.pid
+            pid: int | None = conn.pid
+            return pid
     return None
 
 
-def bench_env(item: ne.Env, bases: dict[str, Path], args: argparse.Namespace) -> dict:
+def bench_env(item: ne.Env, bases: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
     pythons = prepare(item, bases)
     logs = ne.WORK / "logs" / item.name
     skip = LOAD_DEPENDENT_ROWS.get(item.name, set())
     rows = [row for index, row in enumerate(item.payloads()) if index not in skip]
     rows_file = logs / "bench-rows.jsonl"
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    results: dict[str, list[dict]] = {}
+    results: dict[str, list[dict[str, Any]]] = {}
     with judge_for(item, logs / "bench.judge.log", args.judge) as (urls, values, judge_pid):
         servers = start_servers(item, pythons, urls, values, logs, args.shipped_only)
         try:
@@ -293,10 +298,10 @@ def bench_env(item: ne.Env, bases: dict[str, Path], args: argparse.Namespace) ->
     return {"rows": len(rows), "skipped_rows": sorted(skip), "results": results}
 
 
-def summarise(name: str, outcome: dict) -> list[str]:
+def summarise(name: str, outcome: dict[str, Any]) -> list[str]:
     lines = []
     med = {}
-    rewards: dict[str, dict[str, list]] = {}
+    rewards: dict[str, dict[str, list[Any]]] = {}
     for label, rounds in outcome["results"].items():
         m = {
             key: statistics.median(r[key] for r in rounds)
@@ -307,7 +312,7 @@ def summarise(name: str, outcome: dict) -> list[str]:
         m["health_max_ms"] = max(r["health_max_ms"] for r in rounds)
         m["errors"] = sum(r["errors"] for r in rounds)
         med[label] = m
-        merged: dict[str, set] = {}
+        merged: dict[str, set[Any]] = {}
         for r in rounds:
             for row, values in r["rewards"].items():
                 merged.setdefault(row, set()).update(json.dumps(v) for v in values)
@@ -329,7 +334,7 @@ def summarise(name: str, outcome: dict) -> list[str]:
     return lines
 
 
-def serving_thread_line(results: dict[str, list[dict]]) -> str:
+def serving_thread_line(results: dict[str, list[dict[str, Any]]]) -> str:
     """Where each server's serving thread spent the rounds (medians, share of wall time): on a CPU (its work, and
     the environment's calls made on the loop), in the run queue (runnable, no core given), asleep (idle, or
     blocked in a sleeping call); a `/health` answer waits behind all but the idle part."""

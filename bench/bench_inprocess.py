@@ -73,9 +73,11 @@ def config(kind: str) -> uvicorn.Config:
 async def rollouts(cfg: uvicorn.Config, state: ServerState, steps: list[tuple[str, bytes]], n: int) -> dict[str, float]:
     """Run ``n`` rollouts over 8 keep-alive connections; CPU seconds spent per route."""
     loop = asyncio.get_running_loop()
-    connections = []
+    connections: list[tuple[Any, MemoryTransport]] = []
     for _ in range(8):
-        protocol = cfg.http_protocol_class(config=cfg, server_state=state, app_state={}, _loop=loop)
+        # uvicorn's HTTP protocol class (typed as asyncio's Protocol): its own constructor and ``cycle``
+        protocol_class: Any = cfg.http_protocol_class
+        protocol = protocol_class(config=cfg, server_state=state, app_state={}, _loop=loop)
         transport = MemoryTransport()
         protocol.connection_made(transport)
         connections.append((protocol, transport))

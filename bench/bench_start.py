@@ -20,9 +20,11 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from bench_core import cpu_seconds, start
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.bench_core, when run as a script
 
+from bench.bench_core import cpu_seconds, start  # noqa: E402
 from ngym.child_server import stop_process
 
 RUNS = 7

@@ -13,11 +13,12 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from workplace_assistant.app import WorkplaceAssistantResourcesServer
 from workplace_assistant.importer import task_row
-from workplace_assistant.replay import score
+from workplace_assistant.scoring import score
 from workplace_assistant.workspace import WorkBenchData
 
 from ngym.testing import RolloutClient, app_for_class, serve_in_process
@@ -41,7 +42,7 @@ def pct(samples: list[float], q: float) -> float:
     return statistics.quantiles(samples, n=100)[int(q) - 1] if len(samples) > 1 else samples[0]
 
 
-def timed(fn, n: int) -> list[float]:
+def timed(fn: Callable[[], object], n: int) -> list[float]:
     out = []
     for _ in range(n):
         t = time.perf_counter()

@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -34,7 +35,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def rollouts(
-    session: aiohttp.ClientSession, url: str, rows: list[dict], start: int, deadline: float, out: dict
+    session: aiohttp.ClientSession,
+    url: str,
+    rows: list[dict[str, Any]],
+    start: int,
+    deadline: float,
+    out: dict[str, Any],
 ) -> None:
     index = start
     while time.monotonic() < deadline:
@@ -73,7 +79,12 @@ async def rollouts(
 
 
 async def episodes(
-    session: aiohttp.ClientSession, url: str, rows: list[dict], start: int, deadline: float, out: dict
+    session: aiohttp.ClientSession,
+    url: str,
+    rows: list[dict[str, Any]],
+    start: int,
+    deadline: float,
+    out: dict[str, Any],
 ) -> None:
     """``rollouts`` for a Gymnasium-style environment: reset, then a step per recorded model turn."""
     index = start
@@ -139,8 +150,8 @@ async def probe(session: aiohttp.ClientSession, url: str, deadline: float, out: 
         await asyncio.sleep(0.05)
 
 
-async def run(url: str, rows: list[dict], seconds: float, concurrency: int) -> dict:
-    out: dict = {"latencies": [], "rewards": {}, "errors": 0}
+async def run(url: str, rows: list[dict[str, Any]], seconds: float, concurrency: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"latencies": [], "rewards": {}, "errors": 0}
     health: list[float] = []
     connector = aiohttp.TCPConnector(limit=concurrency + 1)
     timeout = aiohttp.ClientTimeout(total=120)

@@ -10,12 +10,18 @@ import asyncio
 import json
 import sys
 import time
+from typing import Any
 
 import aiohttp
 
 
 async def rollout_loop(
-    session: aiohttp.ClientSession, url: str, rollout: dict, deadline: float, close: bool, counts: dict
+    session: aiohttp.ClientSession,
+    url: str,
+    rollout: dict[str, Any],
+    deadline: float,
+    close: bool,
+    counts: dict[str, Any],
 ) -> None:
     row = {k: v for k, v in rollout.items() if k not in ("response", "reward")}
     calls = [
@@ -42,7 +48,9 @@ async def rollout_loop(
             counts["errors"] += 1
 
 
-async def run(url: str, rollouts: list[dict], seconds: float, concurrency: int, close: bool) -> dict:
+async def run(
+    url: str, rollouts: list[dict[str, Any]], seconds: float, concurrency: int, close: bool
+) -> dict[str, Any]:
     counts = {"rollouts": 0, "errors": 0}
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar()) as session:
@@ -58,7 +66,7 @@ async def run(url: str, rollouts: list[dict], seconds: float, concurrency: int, 
     return {**counts, "seconds": elapsed, "rollouts_per_s": counts["rollouts"] / elapsed}
 
 
-async def seed_and_close(url: str, row: dict, total: int, concurrency: int) -> dict:
+async def seed_and_close(url: str, row: dict[str, Any], total: int, concurrency: int) -> dict[str, Any]:
     """Seed and close ``total`` sessions (for the memory-leak measurement)."""
     done = 0
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from unittest.mock import MagicMock
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools.nemo_replay_inprocess
 
 
 def main(
@@ -27,7 +27,8 @@ def main(
 ) -> None:
     import uvicorn
     from nemo_gym.server_utils import ServerClient
-    from nemo_replay_inprocess import resolved_fields, server_client
+
+    from tools.nemo_replay_inprocess import resolved_fields, server_client
 
     module_name, _, class_name = target.partition(":")
     server_class = getattr(importlib.import_module(module_name), class_name)

@@ -30,11 +30,16 @@ is here keeps its name and meaning across releases; what is not may move.
   interpreter), the registry of installed environments (``get_registry``, ``reset_registry`` after an install,
   ``Register`` for the registration hook), ``needs_of`` (what an environment still needs before it serves),
   ``did_you_mean``, ``cache_dir`` (``~/.cache/ngym``, ``NGYM_CACHE_DIR``).
+- **Ecosystems installed outside pip** (``ngym-ors``, ``ngym-verifiers``): ``Ecosystem`` (the two registrations),
+  ``InstalledServer`` (one installed environment's server class), ``RecordShelf`` (its records),
+  ``installed_classes`` (``<package>.installed:<name>``), ``InstalledRecord``.
 - **Images**: ``ContainerPayload``, ``EnvironmentVenv``, ``ImageLayout`` (what a server class adds to its image:
   ``container_payload``), ``PluginSourceError`` (a source that cannot be imaged, with the reason).
 - **Example data**: ``EXAMPLE_ROWS``, ``EXAMPLE_ROLLOUTS`` (the file names under ``data/``), ``dataset_row`` (a
   recorded rollout's dataset row).
-- **Tests**: ``free_port``; ``environment_test_command`` (how ``gym env test`` runs an environment's tests);
+- **Tests**: ``free_port``; a server class's app driven in process (``app_for_class``, ``serve_in_process``,
+  ``RolloutClient`` carrying the session cookie, ``make_response`` for a verify body);
+  ``environment_test_command`` (how ``gym env test`` runs an environment's tests);
   ``run_environment_tests`` (run them in a scratch copy, counted: ``EnvTestResult``), ``stage_environment`` and
   ``referenced_environments`` (that copy's layout), ``environment_test_report_command`` (the command it runs).
 
@@ -69,7 +74,10 @@ if TYPE_CHECKING:
     from ngym.installer import pip_uninstall_args as pip_uninstall_args
     from ngym.installer import run_pip as run_pip
     from ngym.metrics.aggregate import aggregate_metrics as aggregate_metrics
+    from ngym.plugins.ecosystem import Ecosystem as Ecosystem
+    from ngym.plugins.ecosystem import InstalledRecord as InstalledRecord
     from ngym.plugins.installed import installed_classes as installed_classes
+    from ngym.plugins.installed_server import InstalledServer as InstalledServer
     from ngym.plugins.record_shelf import RecordShelf as RecordShelf
     from ngym.plugins.registry import Register as Register
     from ngym.plugins.registry import get_registry as get_registry
@@ -124,6 +132,10 @@ if TYPE_CHECKING:
     from ngym.server.sessions.store import SessionRecord as SessionRecord
     from ngym.server.sessions.store import SessionStore as SessionStore
     from ngym.suggest import did_you_mean as did_you_mean
+    from ngym.testing import RolloutClient as RolloutClient
+    from ngym.testing import app_for_class as app_for_class
+    from ngym.testing import make_response as make_response
+    from ngym.testing import serve_in_process as serve_in_process
 
     environment_test_command = _envtest.pytest_command
     environment_test_report_command = _envtest.reported_pytest_command

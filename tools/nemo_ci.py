@@ -23,6 +23,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from ngym.config import cache_root
 
@@ -71,13 +72,13 @@ NONDETERMINISTIC = {"blackjack"}
 LOAD_DEPENDENT_ROWS: dict[str, set[int]] = {"math_with_judge": {1}}
 
 
-def _comparable(name: str, rewards: list) -> list:
+def _comparable(name: str, rewards: list[Any]) -> list[Any]:
     """The rewards CI compares: load-dependent rows left out."""
     skip = LOAD_DEPENDENT_ROWS.get(name, set())
     return [reward for index, reward in enumerate(rewards) if index not in skip]
 
 
-def check(results_dir: Path, expected: dict) -> list[str]:
+def check(results_dir: Path, expected: dict[str, Any]) -> list[str]:
     """One line per failing environment: its tests under ngym, or a replayed reward that differs from NeMo's."""
     problems = []
     for name in CI_ENVIRONMENTS:
@@ -120,19 +121,19 @@ def main() -> int:
         return 0
     os.environ.setdefault("NGYM_NEMO_ENVS_DIR", str(cache_root() / "nemo-ci"))
     sys.path.insert(0, str(REPO))
-    from tools import nemo_ci_deploy, nemo_envs
+    from tools import nemo_ci_deploy, nemo_envs, nemo_envs_base
 
     expected = json.loads(EXPECTED.read_text())
     problems: list[str] = []
     if args.stage in ("all", "envs"):
         only = ",".join(CI_ENVIRONMENTS)
         nemo_envs.main(["--only", only, "--side", "ngym", "--force", "--no-table", "--jobs", str(args.jobs)])
-        env_problems = check(nemo_envs.WORK / "results", expected)
+        env_problems = check(nemo_envs_base.WORK / "results", expected)
         problems += env_problems
         print(f"nemo-ci: {len(CI_ENVIRONMENTS) - len(env_problems)}/{len(CI_ENVIRONMENTS)} environments pass")
     if args.stage in ("all", "deploy"):
-        tree = nemo_envs.extract_tree()
-        deploy_problems = nemo_ci_deploy.run_deploy_stage(nemo_envs.WORK, nemo_envs.PY313, tree)
+        tree = nemo_envs_base.extract_tree()
+        deploy_problems = nemo_ci_deploy.run_deploy_stage(nemo_envs_base.WORK, nemo_envs_base.PY313, tree)
         problems += deploy_problems
         cases = len(nemo_ci_deploy.DEPLOY_ENVIRONMENTS)
         failing = {line.split(":", 1)[0] for line in deploy_problems}

@@ -190,7 +190,7 @@ def run_deploy_stage(work: Path, python: str, nemo_src: Path) -> list[str]:
         venv = deploy_venv(work, python)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         return [f"deploy: {exc}"]
-    problems = []
+    problems: list[str] = []
     for case in DEPLOY_ENVIRONMENTS:
         result = deploy_one(case, venv / "bin" / "ngym", work, nemo_src)
         shown = {k: v for k, v in result.items() if k not in ("name", "problems")}

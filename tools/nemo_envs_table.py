@@ -15,7 +15,7 @@ TOTAL = 145
 def _tests(side: dict[str, Any] | None) -> str:
     if not side:
         return "not run"
-    status = side.get("status", "?")
+    status = str(side.get("status", "?"))
     if status in ("pass", "fail", "no tests"):
         counts = f"{side.get('passed', 0)} passed, {side.get('failed', 0)} failed"
         if side.get("errors"):

@@ -19,10 +19,11 @@ import importlib
 import json
 import os
 import sys
+from typing import Any
 from unittest.mock import MagicMock
 
 
-def replay_row(client, row: dict) -> tuple[float | None, str | None]:
+def replay_row(client: Any, row: dict[str, Any]) -> tuple[float | None, str | None]:
     """Seed and verify one payload (``tools/nemo_envs.py``'s ``verify_payloads``) through ``client`` (FastAPI's
     TestClient or an httpx.Client: the same calls); (reward, failure). A Gymnasium-style server (no ``/verify``: NeMo's
     ``GymnasiumServer``) is replayed as an episode (``replay_episode``)."""
@@ -34,7 +35,7 @@ def replay_row(client, row: dict) -> tuple[float | None, str | None]:
     return _reward_of(response)
 
 
-def replay_episode(client, row: dict) -> tuple[float | None, str | None]:
+def replay_episode(client: Any, row: dict[str, Any]) -> tuple[float | None, str | None]:
     """Replay a recorded Gymnasium-style episode as NeMo Gym's ``gymnasium_agent`` ran it: ``/reset``, then one
     ``/step`` per model turn of the recorded output (``model_turns``) until the environment says terminated or
     truncated; the reward is the sum of the steps' rewards, as the agent's."""
@@ -59,7 +60,7 @@ def replay_episode(client, row: dict) -> tuple[float | None, str | None]:
     return total, None
 
 
-def _from_environment(item: dict) -> bool:
+def _from_environment(item: dict[str, Any]) -> bool:
     """Whether the environment, not the model, put ``item`` into an episode's transcript: the agent appends
     each step's tool outputs and observation after the model's turn."""
     return item.get("type") == "function_call_output" or (
@@ -67,9 +68,9 @@ def _from_environment(item: dict) -> bool:
     )
 
 
-def model_turns(output: list[dict]) -> list[list[dict]]:
+def model_turns(output: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """The model's turns of a recorded episode: the runs of model items between the environment's items."""
-    turns: list[list[dict]] = [[]]
+    turns: list[list[dict[str, Any]]] = [[]]
     for item in output:
         if _from_environment(item):
             if turns[-1]:
@@ -85,7 +86,7 @@ def is_server_error(error: str | None) -> bool:
     return (error or "").startswith("HTTP 5")
 
 
-def _reward_of(response) -> tuple[float | None, str | None]:
+def _reward_of(response: Any) -> tuple[float | None, str | None]:
     try:
         data = response.json()
     except ValueError:
@@ -95,7 +96,7 @@ def _reward_of(response) -> tuple[float | None, str | None]:
     return None, f"HTTP {response.status_code}: {response.text[:300]}"
 
 
-def server_client(model_urls: dict[str, str]):
+def server_client(model_urls: dict[str, str]) -> Any:
     """NeMo's ``ServerClient`` with each model server name at its URL (``http://host:port``)."""
     from urllib.parse import urlparse
 
@@ -103,7 +104,7 @@ def server_client(model_urls: dict[str, str]):
     from nemo_gym.server_utils import ServerClient
     from omegaconf import OmegaConf
 
-    tree = {}
+    tree: dict[str, Any] = {}
     for name, url in model_urls.items():
         parsed = urlparse(url)
         tree[name] = {"responses_api_models": {"scripted": {"host": parsed.hostname, "port": parsed.port}}}
@@ -111,16 +112,17 @@ def server_client(model_urls: dict[str, str]):
     return ServerClient(head_server_config=head, global_config_dict=OmegaConf.create(tree))
 
 
-def resolved_fields(config_path: str, instance: str, overrides: list[str] | None = None) -> dict:
+def resolved_fields(config_path: str, instance: str, overrides: list[str] | None = None) -> dict[str, Any]:
     """The instance's fields as NeMo Gym's ``load_config_from_global_config`` gives them to the server: the
     config loaded with OmegaConf, ``overrides`` (``++policy_base_url=...``) merged on top, and the instance's node
     resolved against the whole tree (``${judge_base_url}``, ``${oc.env:VAR,default}``)."""
     from omegaconf import OmegaConf
 
     tree = OmegaConf.merge(OmegaConf.load(config_path), OmegaConf.from_dotlist(overrides or []))
-    servers = tree[instance]["resources_servers"]
+    servers: Any = tree[instance]["resources_servers"]  # type: ignore[index]  # a mapping: NeMo's config shape
     node = servers[next(iter(servers))]
-    return OmegaConf.to_container(node, resolve=True)
+    fields: dict[str, Any] = OmegaConf.to_container(node, resolve=True)  # type: ignore[assignment]  # a mapping node
+    return fields
 
 
 def main(

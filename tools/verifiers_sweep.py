@@ -108,8 +108,10 @@ async def ngym_side(name: str, n: int, script: dict[str, list[Any]] | None) -> d
                 if key is None:
                     raise RuntimeError(f"no script for task {index}: {prompt[:120]!r}")
                 output, tool_outputs = await play(client, script[key])
-                response = {"id": "r", "created_at": 0.0, "model": "scripted", "object": "response", "output": output,
-                            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}  # fmt: skip
+                response: dict[str, Any] = {
+                    "id": "r", "created_at": 0.0, "model": "scripted", "object": "response", "output": output,
+                    "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+                }  # fmt: skip
             else:
                 key, response, tool_outputs = prompt_key(seeded["prompt"]), recorded[index]["response"], []
             verified = await client.call(

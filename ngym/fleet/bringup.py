@@ -24,8 +24,8 @@ from ngym.errors import NgymError
 from ngym.fleet.global_config import build_global_config, dump
 from ngym.fleet.launch import server_command, server_env
 from ngym.fleet.spec import FleetSpec
-from ngym.fleet.state import FleetState, ProcessRecord, ServerRecord, stop_process, write_private
-from ngym.processes import fetch_json, log_line, spawn, start_time, status_of
+from ngym.fleet.state import FleetState, ProcessRecord, ServerRecord, write_private
+from ngym.processes import fetch_json, log_line, spawn, status_of
 
 #: seconds a server has to answer after its process started (NGYM_FLEET_STARTUP_SECONDS overrides)
 STARTUP_SECONDS = 180.0
@@ -189,7 +189,7 @@ def stop_processes(state: FleetState, timeout: float = 10.0) -> list[str]:
             proc = record.process
 
             def stop(name: str = name, proc: ProcessRecord = proc) -> None:
-                if stop_process(proc, timeout):
+                if proc.stop(timeout):
                     stopped.append(name)
 
             threads.append(threading.Thread(target=stop))
@@ -199,8 +199,8 @@ def stop_processes(state: FleetState, timeout: float = 10.0) -> list[str]:
         thread.join()
     fronts = [r.front for r in state.servers.values() if r.front is not None]
     for front in fronts:  # after their units: a request meanwhile is answered 503, not refused
-        stop_process(front, timeout)
-    if state.head.process is not None and stop_process(state.head.process, timeout):
+        front.stop(timeout)
+    if state.head.process is not None and state.head.process.stop(timeout):
         stopped.append("(head)")
     return sorted(stopped)
 
@@ -213,7 +213,7 @@ def spawn_server(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | Non
     """Start a server of the fleet in a session of its own: ``down`` stops its whole group (uvicorn workers,
     sandboxes), and the fleet outlives the ``ngym up`` that started it."""
     proc = spawn(cmd, log, cwd=cwd, env=env)
-    return ProcessRecord(pid=proc.pid, start_time=start_time(proc.pid), log=str(log))
+    return ProcessRecord.started(proc.pid, log)
 
 
 def _health(record: ServerRecord, path: str = "/health", timeout: float = 2.0) -> dict[str, object]:
@@ -246,9 +246,11 @@ def wait_for(state: FleetState, names: list[str], report: Reporter, seconds: flo
                 report.line(f"{name}: FAILED: {record.reason}")
         if pending and time.monotonic() > deadline:
             for name in pending:
-                records[name].reason = f"no answer at {path} within {seconds:.0f} s (log: {records[name].process.log})"  # type: ignore[union-attr]
-                report.line(f"{name}: FAILED: {records[name].reason}")
-                stop_process(records[name].process)  # type: ignore[arg-type]
+                record, process = records[name], records[name].process
+                assert process is not None  # pending holds only servers with a process
+                record.reason = f"no answer at {path} within {seconds:.0f} s (log: {process.log})"
+                report.line(f"{name}: FAILED: {record.reason}")
+                process.stop()
             pending.clear()
         time.sleep(0.2)
     report.status = ""

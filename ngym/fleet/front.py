@@ -15,7 +15,7 @@ from typing import Any
 
 from ngym.fleet.spec import EnvironmentSpec
 from ngym.fleet.state import ProcessRecord
-from ngym.processes import spawn, start_time
+from ngym.processes import spawn
 from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
 
 
@@ -56,4 +56,4 @@ def start_front(
         )
         log = folder / f"{name}.front.log"
         proc = spawn([binary, "-db", "-f", str(config)], log, pass_fds=(sock.fileno(),))
-    return ProcessRecord(pid=proc.pid, start_time=start_time(proc.pid), log=str(log))
+    return ProcessRecord.started(proc.pid, log)

@@ -28,7 +28,7 @@ from ngym.fleet.front import start_front
 from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.launch import environment_command, environment_env, environment_target
 from ngym.fleet.spec import FleetSpec
-from ngym.fleet.state import FleetState, ServerRecord, stop_process
+from ngym.fleet.state import FleetState, ServerRecord
 from ngym.server.hosting.haproxy import HAPROXY_INSTALL_HINT, haproxy_binary
 
 
@@ -68,11 +68,11 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             except OSError as exc:  # its port is taken
                 record.reason = f"cannot listen on {spec.host}:{port}: {exc.strerror}"
                 report.line(f"{name}: FAILED: {record.reason}")
-                stop_process(record.process)
+                record.process.stop()
     wait_for(state, [n for n in spec.environments], report, startup_seconds, "/health")
     for record in state.servers.values():
         if not record.ok and record.front is not None:  # nothing behind it
-            stop_process(record.front)
+            record.front.stop()
 
     return finish(spec, state, report, startup_seconds)
 

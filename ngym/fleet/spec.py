@@ -5,7 +5,7 @@
     name: demo                      # optional, default: the file's stem
     host: 127.0.0.1                 # where every server listens (default 127.0.0.1)
     head_server: {port: 11000}      # NeMo Gym's head server (the global config); 0 = any free port
-    engine: local                   # local | compose | ray | kubernetes (writes manifests, applies nothing)
+    engine: local                   # local | compose | ray | kubernetes (writes manifests) | a plugin's engine
     ray: {address: 10.0.0.1:6379}   # the ray engine's cluster (default: RAY_ADDRESS, else auto); servers_address:
                                     # the Ray that `servers:` (NeMo Gym's) join, when not this one (another Python)
     environments:                   # name in the global config -> what to serve
@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -151,7 +151,8 @@ class FleetSpec(BaseModel):
     name: str
     host: str = "127.0.0.1"
     head_server: dict[str, Any] = Field(default_factory=lambda: {"port": 11000})
-    engine: Literal["local", "compose", "ray", "kubernetes"] = "local"
+    #: a registered fleet engine (``ngym.fleet.engines``: ngym's four and every plugin's)
+    engine: str = "local"
     #: the ray engine's settings: ``address`` of the cluster (default ``RAY_ADDRESS``, else ``auto``);
     #: ``servers_address``: the Ray cluster NeMo Gym's ``servers:`` entries join (``ray_head_node_address`` in the
     #: global config; default the fleet's own), for servers of another Python or Ray version than the cluster's
@@ -162,6 +163,16 @@ class FleetSpec(BaseModel):
     servers: dict[str, ServerSpec] = Field(default_factory=dict)
     #: the fleet file's folder: relative paths in it are relative to this
     base_dir: Path = Path(".")
+
+    @field_validator("engine")
+    @classmethod
+    def _registered_engine(cls, value: str) -> str:
+        from ngym.fleet.engines import registered, unknown_engine
+
+        known = registered().names()
+        if value not in known:
+            raise ValueError(unknown_engine(value, known))
+        return value
 
     @field_validator("environments", mode="before")
     @classmethod
@@ -264,6 +275,8 @@ def _error_line(error: Any) -> str:
     """One validation error as ``where: what``; a misspelled key says which key it is and what was meant."""
     loc = [str(p) for p in error["loc"]]
     where = ".".join(loc) or "(top)"
+    if error["type"] == "value_error":  # a validator's own sentence, without pydantic's "Value error, "
+        return f"{where}: {error['ctx']['error']}"
     if error["type"] != "extra_forbidden":
         return f"{where}: {error['msg']}"
     # the model the key sits in: the fleet, an environment (environments.NAME.key), a launch (servers.N.launch.k)

@@ -24,9 +24,19 @@ class ProcessRecord(BaseModel):
     start_time: str = ""
     log: str = ""
 
+    @classmethod
+    def started(cls, pid: int, log: Path | str) -> ProcessRecord:
+        """The record of a process just started (its start time read now, from ``/proc``)."""
+        return cls(pid=pid, start_time=start_time(pid), log=str(log))
+
     def alive(self) -> bool:
         """Still running, and still the process ``up`` started (not a reused pid)."""
-        return self.start_time != "" and proc_start_time(self.pid) == self.start_time
+        return self.start_time != "" and start_time(self.pid) == self.start_time
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """SIGTERM its process group, SIGKILL it after ``timeout`` s (``ngym.processes.stop_group``); True if it
+        was running."""
+        return stop_group(self.pid, self.start_time, timeout) if self.start_time else False
 
 
 class ReplicaRecord(BaseModel):
@@ -90,13 +100,3 @@ def write_private(path: Path, text: str) -> None:
     finally:
         os.close(fd)
     tmp.replace(path)
-
-
-def proc_start_time(pid: int) -> str:
-    """The kernel's start time of ``pid`` (see :func:`ngym.processes.start_time`)."""
-    return start_time(pid)
-
-
-def stop_process(record: ProcessRecord, timeout: float = 10.0) -> bool:
-    """SIGTERM the process group ``up`` started, SIGKILL it after ``timeout`` s; True if it was running."""
-    return stop_group(record.pid, record.start_time, timeout) if record.start_time else False

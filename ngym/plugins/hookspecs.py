@@ -9,6 +9,7 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from ngym.fleet.engines import FleetEngines
     from ngym.plugins.registry import Register
     from ngym.plugins.sources import InstallSources
     from ngym.server.pipeline.resources import SimpleResourcesServer
@@ -71,4 +72,14 @@ def ngym_register_install_sources(register: InstallSources) -> None:
     (``ngym.plugin_api``) names its prefix and the functions that install, list and (for environments kept
     outside pip) uninstall; keep this module light and import the heavy parts inside those functions. A prefix
     two plugins register is an error naming both.
+    """
+
+
+@hookspec
+def ngym_register_fleet_engines(register: FleetEngines) -> None:
+    """Register fleet engines (``engine: NAME`` in a fleet file): ``register.add(NAME, "my_plugin.engine")``.
+
+    An engine has ``up(spec, reporter, startup_seconds)`` and ``down(state, timeout)``, or hands the fleet to
+    another system (``hand_off(spec)``, ``runner(spec)``): ``ngym.fleet.engines``. Called when a fleet file is
+    read and when ``ngym up``/``status``/``down`` pick its engine; name the engine's module, imported when used.
     """

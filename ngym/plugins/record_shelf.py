@@ -28,6 +28,10 @@ class RecordShelf(Generic[R]):
         explicit = os.environ.get(self.folder_env)
         return Path(explicit) if explicit else Path(sys.prefix) / "share" / "ngym" / self.kind
 
+    def folder_of(self, name: str) -> Path:
+        """Environment ``name``'s own folder beside its record (its ``data/``: what ``ngym install`` made)."""
+        return self.folder() / name
+
     def write(self, record: R) -> Path:
         """Write ``record`` atomically (a reader never sees half a file); its path."""
         folder = self.folder()

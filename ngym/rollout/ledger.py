@@ -26,43 +26,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from ngym.errors import ConfigError
+from ngym.jsonl import Loads as Loads  # re-exported: the ledger reads its rows with these
+from ngym.jsonl import read_jsonl as read_jsonl
 from ngym.server.protocol.bodies import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 #: A rollout within one run: (task index, rollout index). Values are whatever the row holds (``None`` if absent).
 RolloutKey = tuple[Any, Any]
-#: Parses one line (``json.loads``; the NeMo collector passes ``orjson.loads``)
-Loads = Callable[[bytes], Any]
-
-
-def read_jsonl(path: Path, *, loads: Loads = json.loads) -> list[dict[str, Any]]:
-    """Every row of a JSONL file (blank lines skipped).
-
-    A missing file, a line that is not JSON, or a line that is not an object is a ``ConfigError`` saying which
-    file and line (``path:line: ...``, as ``ngym.examples`` always said): input is checked before any rollout
-    starts.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"data file not found: {path}")
-    rows: list[dict[str, Any]] = []
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = loads(line)
-            except ValueError as exc:  # json.JSONDecodeError and orjson.JSONDecodeError are both ValueErrors
-                raise ConfigError(f"{path}:{number}: not JSON: {exc}") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}:{number}: a row must be a JSON object")
-            rows.append(row)
-    return rows
 
 
 def rollout_key(row: Mapping[str, Any]) -> RolloutKey:

@@ -112,6 +112,22 @@ def by_script(rows: list[dict[str, Any]], scripts: dict[str, list[Turn]]) -> dic
     return {next(k for k in scripts if k in row["prompt"]): row for row in rows}
 
 
+def vf_eval_rewards(record: Any, taskset: str, scripts: dict[str, list[Turn]], out: Path) -> dict[str, dict[str, Any]]:
+    """``vf-eval`` (verifiers' own runner, its subprocess runtime) played by ``scripts`` on ``taskset``: each
+    script's rewards as the driver reads them from the traces it wrote into ``out``."""
+    vf_eval = str(Path(record.python).with_name("vf-eval"))
+    with ScriptedModel(scripts) as model:
+        done = subprocess.run(
+            [vf_eval, taskset, "--model", "scripted", "--client.base-url", model.base_url,
+             "--client.api-key-var", "NGYM_SCRIPTED_KEY", "-n", str(len(scripts)), "-c", "1", "--push", "false",
+             "--output-dir", str(out), "--rich", "None", "--env.agent.runtime.type", "subprocess"],
+            capture_output=True, text=True, timeout=900, env={**os.environ, "NGYM_SCRIPTED_KEY": "x"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    traces = next(out.glob("*/traces.jsonl"))
+    return by_script(run_in_venv(record.python, str(DRIVER), "v1", str(traces)), scripts)
+
+
 def compare(verifiers_rows: dict[str, dict[str, Any]], ngym_rows: dict[str, dict[str, Any]]) -> None:
     assert verifiers_rows.keys() == ngym_rows.keys()
     for key, theirs in verifiers_rows.items():
@@ -128,17 +144,7 @@ async def test_verifiers_0_4_taskset_matches_vf_eval(notes_record: Any, tmp_path
     record = notes_record
     assert record.api == "v1" and record.domain == "agent"
     assert [r["name"] for r in record.rewards] == ["noted", "reward"]
-    vf_eval = str(Path(record.python).with_name("vf-eval"))
-    with ScriptedModel(NOTES_SCRIPTS) as model:
-        done = subprocess.run(
-            [vf_eval, "vf_notes", "--model", "scripted", "--client.base-url", model.base_url,
-             "--client.api-key-var", "NGYM_SCRIPTED_KEY", "-n", "3", "-c", "1", "--push", "false",
-             "--output-dir", str(tmp_path), "--rich", "None", "--env.agent.runtime.type", "subprocess"],
-            capture_output=True, text=True, timeout=900, env={**os.environ, "NGYM_SCRIPTED_KEY": "x"},
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
-    traces = next(tmp_path.glob("*/traces.jsonl"))
-    theirs = by_script(run_in_venv(record.python, str(DRIVER), "v1", str(traces)), NOTES_SCRIPTS)
+    theirs = vf_eval_rewards(record, "vf_notes", NOTES_SCRIPTS, tmp_path)
     assert [theirs[k]["reward"] for k in NOTES_SCRIPTS] == [1.0, 0.75, 0.0]  # the scripts play what they claim
     assert all(not row["errors"] for row in theirs.values())
     ours = await play_through_ngym(record.name, NOTES_SCRIPTS)

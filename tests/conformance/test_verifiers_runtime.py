@@ -10,22 +10,18 @@ is killed and masks the rollout (no reward, never 0.0); reads and writes stay in
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ngym.testing.scripted_model import ScriptedModel, Turn
+from ngym.testing.scripted_model import Turn
 from tests.conformance.test_verifiers_fidelity import (
-    DRIVER,
     FIXTURES,
-    by_script,
     compare,
     install,
     play_through_ngym,
-    run_in_venv,
+    vf_eval_rewards,
 )
 
 SCRATCH_SCRIPTS: dict[str, list[Turn]] = {
@@ -43,17 +39,7 @@ def scratch_record(records_dir: Path) -> Any:
 async def test_a_task_needing_a_runtime_is_served_and_scores_as_vf_eval(scratch_record: Any, tmp_path: Path) -> None:
     record = scratch_record
     assert record.api == "v1" and [r["name"] for r in record.rewards] == ["checked", "short"]
-    vf_eval = str(Path(record.python).with_name("vf-eval"))
-    with ScriptedModel(SCRATCH_SCRIPTS) as model:
-        done = subprocess.run(
-            [vf_eval, "vf_scratch", "--model", "scripted", "--client.base-url", model.base_url,
-             "--client.api-key-var", "NGYM_SCRIPTED_KEY", "-n", "3", "-c", "1", "--push", "false",
-             "--output-dir", str(tmp_path), "--rich", "None", "--env.agent.runtime.type", "subprocess"],
-            capture_output=True, text=True, timeout=900, env={**os.environ, "NGYM_SCRIPTED_KEY": "x"},
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
-    traces = next(tmp_path.glob("*/traces.jsonl"))
-    theirs = by_script(run_in_venv(record.python, str(DRIVER), "v1", str(traces)), SCRATCH_SCRIPTS)
+    theirs = vf_eval_rewards(record, "vf_scratch", SCRATCH_SCRIPTS, tmp_path)
     assert [theirs[k]["reward"] for k in SCRATCH_SCRIPTS] == [1.0, 0.75, 0.25]  # the scripts play what they claim
     assert all(not row["errors"] for row in theirs.values())
     compare(theirs, await play_through_ngym(record.name, SCRATCH_SCRIPTS))

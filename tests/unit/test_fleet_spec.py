@@ -101,7 +101,10 @@ def test_requirements_key_ignores_order_and_duplicates() -> None:
         ("servers: {m: {models: {x: {}}}}", "server 'm': expected one of resources_servers"),
         ("servers: {m: {responses_api_models: {x: {}}, launch: {python: p}}}", "launch: `python` needs `dir`"),
         ("servers: {m: {responses_api_models: {x: {}}, launch: {python: p, dir: d, command: [c]}}}", "either `python`"),
-        ("engine: swarm\nenvironments: {a: x}", "engine: Input should be 'local', 'compose', 'ray' or 'kubernetes'"),
+        (
+            "engine: swarm\nenvironments: {a: x}",
+            "engine: no fleet engine 'swarm' (engines: local, compose, ray, kubernetes)",
+        ),
         ("name: x", "the fleet has no environments and no servers"),
         ("- a\n- b", "a fleet file is a mapping"),
         ("environments: {a: [", "not valid YAML"),

@@ -102,7 +102,7 @@ def _steps(manifest: Manifest, count: int) -> tuple[str, list[dict[str, Any]], l
 async def _through_ngym(
     server_class: Any, name: str, route: str, bodies: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], Any]:
-    from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
+    from ngym.plugin_api import RolloutClient, app_for_class, make_response, serve_in_process
 
     app = app_for_class(server_class, name=name)
     async with serve_in_process(app) as http:

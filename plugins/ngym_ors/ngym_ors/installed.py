@@ -8,6 +8,6 @@ from __future__ import annotations
 
 from ngym.plugin_api import installed_classes
 from ngym_ors import records
-from ngym_ors.server import server_class
+from ngym_ors.server import OrsServer
 
-__getattr__ = installed_classes(__name__, "ORS", records.read, server_class)
+__getattr__ = installed_classes(__name__, "ORS", records.read, OrsServer.for_record)

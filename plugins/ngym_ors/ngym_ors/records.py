@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ngym.plugin_api import RecordShelf
@@ -44,18 +43,15 @@ class Record:
         return {"path": self.path, "module": self.module, "environment": self.environment}
 
 
-_SHELF = RecordShelf(Record, RECORDS_ENV, "ors")
-records_dir = _SHELF.folder
-write = _SHELF.write
-read = _SHELF.read
-all_records = _SHELF.all
-
-
-def folder_of(name: str) -> Path:
-    """The environment's own folder: its ``data/`` (and a folder environment's ``source/``)."""
-    return records_dir() / name
+SHELF = RecordShelf(Record, RECORDS_ENV, "ors")
+records_dir = SHELF.folder
+write = SHELF.write
+read = SHELF.read
+all_records = SHELF.all
+#: the environment's own folder: its ``data/`` (and a folder environment's ``source/``)
+folder_of = SHELF.folder_of
 
 
 def remove(name: str) -> None:
-    _SHELF.remove(name)
+    SHELF.remove(name)
     shutil.rmtree(folder_of(name), ignore_errors=True)

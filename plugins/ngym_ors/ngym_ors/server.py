@@ -25,28 +25,16 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from fastapi import Body, FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request
 from pydantic import Field
 
-from ngym import (
-    BaseResourcesServerConfig,
-    BaseSeedSessionRequest,
-    BaseSeedSessionResponse,
-    BaseVerifyRequest,
-    BaseVerifyResponse,
-    Domain,
-    SimpleResourcesServer,
-)
-from ngym.plugin_api import failure_kinds
+from ngym import BaseSeedSessionRequest, BaseSeedSessionResponse, BaseVerifyRequest, BaseVerifyResponse
+from ngym.plugin_api import InstalledServer, failure_kinds
 from ngym_ors import records
 from ngym_ors.inner_server import InnerError, InnerServer, ToolResult
 from ngym_ors.records import Record
-
-if TYPE_CHECKING:
-    from ngym.plugin_api import ContainerPayload, ImageLayout
 
 log = logging.getLogger(__name__)
 #: how long a request that could not reach the environment's server waits for that process to exit (then restarts it)
@@ -68,26 +56,15 @@ class OrsVerifyResponse(BaseVerifyResponse):
     ors: dict[str, Any] = Field(default_factory=dict, description="rewards (in call order), sum, finished.")
 
 
-class OrsServer(SimpleResourcesServer):
-    """Serves one installed ORS environment (``record``) through openreward's own server."""
+class OrsServer(InstalledServer):
+    """Serves one installed ORS environment (``record``) through openreward's own server; the episode lives in
+    the inner server of this process (session affinity)."""
 
-    config: BaseResourcesServerConfig
     record: ClassVar[Record]
-    session_affinity_required = True  # the episode lives in the inner server of this process
-    reward_range = None  # ORS rewards are floats at the environment's own scale
+    tool_schema_key = "input_schema"
+    image_payload = "ngym_ors.image:container_payload"
     _inner: InnerServer | None = None
     _restarting: asyncio.Lock
-
-    @classmethod
-    def container_payload(cls, layout: ImageLayout, workdir: Path) -> ContainerPayload:
-        """What its image carries beyond the wheels (read by ``ngym containerize``): ``ngym_ors.image``."""
-        from ngym_ors.image import container_payload
-
-        return container_payload(cls.record, layout, workdir)
-
-    @classmethod
-    def describe(cls) -> str:
-        return cls.record.description
 
     def setup_webserver(self) -> FastAPI:
         extra = self.config.model_extra
@@ -96,16 +73,7 @@ class OrsServer(SimpleResourcesServer):
             # ngym's /ors front serves the environment's own splits (its tasks as rows, in the same order)
             files = {s["name"]: splits / f"{s['name']}.jsonl" for s in self.record.splits}
             extra["ors_tasks"] = {name: str(path) for name, path in files.items() if path.is_file()}
-        app = super().setup_webserver()
-        for tool in self.record.tools:
-            app.post(
-                f"/{tool['name']}",
-                summary=(tool.get("description") or tool["name"]).splitlines()[0],
-                openapi_extra={
-                    "requestBody": {"content": {"application/json": {"schema": tool.get("input_schema") or {}}}}
-                },
-            )(self._tool_route(tool["name"]))
-        return app
+        return super().setup_webserver()
 
     async def on_startup(self) -> None:
         self._restarting = asyncio.Lock()
@@ -143,17 +111,13 @@ class OrsServer(SimpleResourcesServer):
             raise HTTPException(503, "the environment's ORS server is not running (starting or stopping)")
         return self._inner
 
-    def _tool_route(self, name: str) -> Any:
-        async def call_tool(request: Request, body: dict[str, Any] = Body(default_factory=dict)) -> dict[str, Any]:  # noqa: B008 - FastAPI's idiom
-            state = self.session_state(request)  # 409 with the explanation when the rollout was not seeded
-            result = await self._call(state, name, body)
-            self.set_session_state(request, state)
-            if not result.ok:
-                return {"output": result.text, "is_error": True}
-            return {"output": result.text, "reward": result.reward, "finished": result.finished}
-
-        call_tool.__name__ = name
-        return call_tool
+    async def call_tool(self, request: Request, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        state = self.session_state(request)  # 409 with the explanation when the rollout was not seeded
+        result = await self._call(state, name, arguments)
+        self.set_session_state(request, state)
+        if not result.ok:
+            return {"output": result.text, "is_error": True}
+        return {"output": result.text, "reward": result.reward, "finished": result.finished}
 
     async def _call(self, state: dict[str, Any], name: str, arguments: dict[str, Any]) -> ToolResult:
         try:
@@ -227,13 +191,10 @@ class OrsServer(SimpleResourcesServer):
             )
         return OrsVerifyResponse(**echoed, reward=float(rewards[-1]), ors=details)
 
-    @staticmethod
     def _masked(
-        echoed: dict[str, Any], kind: str, reason: str, details: dict[str, Any] | None = None
+        self, echoed: dict[str, Any], kind: str, reason: str, details: dict[str, Any] | None = None
     ) -> OrsVerifyResponse:
-        return OrsVerifyResponse(
-            **echoed, reward=0.0, mask_sample=True, failure_kind=kind, failure_reason=reason[:2000], ors=details or {}
-        )
+        return self.masked(OrsVerifyResponse, echoed, kind, reason, ors=details or {})
 
     async def on_session_closed(self, session_id: str, state: Any) -> None:
         if self._inner is not None and isinstance(state, dict) and "sid" in state:
@@ -251,12 +212,3 @@ def _final_text(body: BaseVerifyRequest) -> str:
         if data.get("type") == "message" and data.get("role", "assistant") == "assistant":
             text = "".join(str(part.get("text", "")) for part in data.get("content") or [] if isinstance(part, dict))
     return text
-
-
-def server_class(record: Record) -> type[OrsServer]:
-    """A server class for one installed environment (its tools, domain and description from the record)."""
-    return type(
-        record.name,
-        (OrsServer,),
-        {"record": record, "domain": Domain.parse(record.domain), "__doc__": record.description},
-    )

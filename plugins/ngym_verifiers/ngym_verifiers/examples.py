@@ -44,9 +44,7 @@ class Examples:
     problems: list[str] = field(default_factory=list)
 
 
-def folder_of(name: str) -> Path:
-    """The environment's own folder (its ``data/``), beside its record."""
-    return records.records_dir() / name
+folder_of = records.folder_of
 
 
 def function_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from ngym.plugin_api import ContainerPayload, EnvironmentVenv, ImageLayout, PluginSourceError
-from ngym_verifiers import examples
+from ngym_verifiers import records
 from ngym_verifiers.records import Record
 
 
@@ -40,7 +40,7 @@ def container_payload(record: Record, layout: ImageLayout, workdir: Path) -> Con
     written.write_text(json.dumps(dataclasses.asdict(relocated), indent=2), encoding="utf-8")
     image_records = f"{layout.prefix}/share/ngym/verifiers"
     files = [(written, f"{image_records}/{record.name}.json")]
-    data = examples.folder_of(record.name)
+    data = records.folder_of(record.name)
     if data.is_dir():
         files.append((data, f"{image_records}/{record.name}"))
     required = (record.distribution,) if record.distribution else ()  # a folder environment: its own project

@@ -416,7 +416,7 @@ def keep_datasets(name: str, files: dict[str, str]) -> dict[str, str]:
                 f"-o {DATASET_OPTION}{dataset}={given}: expected {DATASET_OPTION}NAME=FILE.jsonl with an existing"
                 " file (JSON lines, one row of the dataset each)"
             )
-        target = examples.folder_of(name) / "datasets" / (re.sub(r"[^A-Za-z0-9_.-]", "_", dataset) + ".jsonl")
+        target = records.folder_of(name) / "datasets" / (re.sub(r"[^A-Za-z0-9_.-]", "_", dataset) + ".jsonl")
         target.parent.mkdir(parents=True, exist_ok=True)
         if path.resolve() != target.resolve():
             target.write_bytes(path.read_bytes())

@@ -8,6 +8,6 @@ from __future__ import annotations
 
 from ngym.plugin_api import installed_classes
 from ngym_verifiers import records
-from ngym_verifiers.server import server_class
+from ngym_verifiers.server import VerifiersServer
 
-__getattr__ = installed_classes(__name__, "verifiers", records.read, server_class)
+__getattr__ = installed_classes(__name__, "verifiers", records.read, VerifiersServer.for_record)

@@ -39,9 +39,11 @@ class Record:
     datasets: dict[str, str] = field(default_factory=dict)
 
 
-_SHELF = RecordShelf(Record, RECORDS_ENV, "verifiers")
-records_dir = _SHELF.folder
-write = _SHELF.write
-read = _SHELF.read
-all_records = _SHELF.all
-remove = _SHELF.remove
+SHELF = RecordShelf(Record, RECORDS_ENV, "verifiers")
+records_dir = SHELF.folder
+write = SHELF.write
+read = SHELF.read
+all_records = SHELF.all
+remove = SHELF.remove
+#: the environment's own folder beside its record (its ``data/``: ``ngym_verifiers.examples``)
+folder_of = SHELF.folder_of

@@ -22,29 +22,23 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from fastapi import Body, FastAPI, HTTPException, Request
+from fastapi import HTTPException, Request
 from pydantic import Field
 
 from ngym import (
     BaseMultiRewardVerifyResponse,
-    BaseResourcesServerConfig,
     BaseSeedSessionRequest,
     BaseSeedSessionResponse,
     BaseVerifyRequest,
-    Domain,
     NgymError,
-    SimpleResourcesServer,
 )
-from ngym.plugin_api import failure_kinds
+from ngym.plugin_api import InstalledServer, failure_kinds
 from ngym_verifiers import venvs
 from ngym_verifiers.messages import chat_messages
 from ngym_verifiers.process import Worker, WorkerError, WorkerGone
 from ngym_verifiers.records import Record
-
-if TYPE_CHECKING:
-    from ngym.plugin_api import ContainerPayload, ImageLayout
 
 log = logging.getLogger(__name__)
 
@@ -69,49 +63,20 @@ class VerifiersSeedResponse(BaseSeedSessionResponse):
     prompt: list[dict[str, Any]] = Field(default_factory=list, description="The task's prompt messages.")
 
 
-class VerifiersServer(SimpleResourcesServer):
-    """Serves one installed verifiers environment (``record``) through its worker."""
+class VerifiersServer(InstalledServer):
+    """Serves one installed verifiers environment (``record``) through its worker (one process per server, holding
+    every rollout's state: session affinity). Rewards are the rubric's weighted sum, unclipped (weights above 1 in
+    all, or negative, are allowed)."""
 
-    config: BaseResourcesServerConfig
     record: ClassVar[Record]
-    session_affinity_required = True
-    # verifiers rewards are the rubric's weighted sum, unclipped (weights above 1 in all, or negative, are allowed)
-    reward_range = None
+    image_payload = "ngym_verifiers.image:container_payload"
     _worker: Worker | None = None
 
-    @classmethod
-    def container_payload(cls, layout: ImageLayout, workdir: Path) -> ContainerPayload:
-        """What its image carries beyond the wheels (read by ``ngym containerize``): ``ngym_verifiers.image``."""
-        # deferred: the image tooling is loaded by `ngym containerize` alone, never by a running server
-        from ngym_verifiers.image import container_payload
-
-        return container_payload(cls.record, layout, workdir)
-
-    @classmethod
-    def describe(cls) -> str:
-        return cls.record.description
-
-    def setup_webserver(self) -> FastAPI:
-        app = super().setup_webserver()
-        for tool in self.record.tools:
-            app.post(
-                f"/{tool['name']}",
-                summary=(tool.get("description") or tool["name"]).splitlines()[0],
-                openapi_extra={
-                    "requestBody": {"content": {"application/json": {"schema": tool.get("parameters", {})}}}
-                },
-            )(self._tool_route(tool["name"]))
-        return app
-
-    def _tool_route(self, name: str) -> Any:
-        async def call_tool(request: Request, body: dict[str, Any] = Body(default_factory=dict)) -> dict[str, Any]:  # noqa: B008 - FastAPI's idiom
-            self.session_state(request)  # 409 with the explanation when the rollout was not seeded
-            answer = await self._ask("tool", session=self.session_id(request), name=name, arguments=body)
-            # an error result (bad arguments, the tool raised) is shown to the model as verifiers shows it: its text
-            return {"output": answer["output"], **({"is_error": True} if answer.get("is_error") else {})}
-
-        call_tool.__name__ = name
-        return call_tool
+    async def call_tool(self, request: Request, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        self.session_state(request)  # 409 with the explanation when the rollout was not seeded
+        answer = await self._ask("tool", session=self.session_id(request), name=name, arguments=arguments)
+        # an error result (bad arguments, the tool raised) is shown to the model as verifiers shows it: its text
+        return {"output": answer["output"], **({"is_error": True} if answer.get("is_error") else {})}
 
     async def on_startup(self) -> None:
         installed_as_recorded(self.record)
@@ -147,13 +112,9 @@ class VerifiersServer(SimpleResourcesServer):
     async def verify(self, request: Request, body: VerifiersVerifyRequest) -> VerifiersVerifyResponse:
         echoed = body.model_dump()
         if self.session_state(request, required=False) is None:
-            return VerifiersVerifyResponse(
-                **echoed,
-                reward=0.0,
-                reward_components={},
-                mask_sample=True,
-                failure_kind=failure_kinds.VERIFIER_ERROR,
-                failure_reason="no seeded session: the rollout's verifiers state is gone (seed, then verify)",
+            reason = "no seeded session: the rollout's verifiers state is gone (seed, then verify)"
+            return self.masked(
+                VerifiersVerifyResponse, echoed, failure_kinds.VERIFIER_ERROR, reason, reward_components={}
             )
         output = [item.model_dump(mode="json") for item in body.response.output]
         try:
@@ -161,13 +122,9 @@ class VerifiersServer(SimpleResourcesServer):
             answer = await self._worker.ask("verify", session=self.session_id(request), messages=chat_messages(output))
         except (WorkerError, AssertionError) as exc:
             # The environment's reward code could not score this rollout: a masked sample, loud, never 0.0.
-            return VerifiersVerifyResponse(
-                **echoed,
-                reward=0.0,
-                reward_components={},
-                mask_sample=True,
-                failure_kind=failure_kinds.VERIFIER_ERROR,
-                failure_reason=f"verifiers could not score the rollout: {exc}"[:2000],
+            reason = f"verifiers could not score the rollout: {exc}"
+            return self.masked(
+                VerifiersVerifyResponse, echoed, failure_kinds.VERIFIER_ERROR, reason, reward_components={}
             )
         rewards = answer.get("rewards") or {}
         return VerifiersVerifyResponse(
@@ -204,12 +161,3 @@ def installed_as_recorded(record: Record) -> None:
             f"{record.name}: its code in {Path(record.python).parent.parent} {what} since it was installed from"
             f" {record.source}: install it again (ngym install {record.source})"
         )
-
-
-def server_class(record: Record) -> type[VerifiersServer]:
-    """A server class for one installed environment (its tools, domain and description from the record)."""
-    return type(
-        record.name,
-        (VerifiersServer,),
-        {"record": record, "domain": Domain.parse(record.domain), "__doc__": record.description},
-    )

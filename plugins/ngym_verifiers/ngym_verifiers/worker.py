@@ -35,36 +35,29 @@ import json
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING, Any
+import types
+from typing import Any
 
-if __package__ or TYPE_CHECKING:  # imported as ngym_verifiers.worker (ngym's tests and tools; a type checker)
-    from .worker_base import (
-        DATASETS_ENV,
-        EXAMPLES,
-        BadRequest,
-        Refused,
-        Sessions,
-        _answer,
-        _import_source,
-        _plain,
-        local_datasets,
-        unreachable,
-    )  # fmt: skip
-    from .worker_legacy import LegacyEnvironment
-else:  # run as a script in the environment's venv (``python worker.py SOURCE``): its folder is sys.path[0]
-    from worker_base import (
-        DATASETS_ENV,
-        EXAMPLES,
-        BadRequest,
-        Refused,
-        Sessions,
-        _answer,
-        _import_source,
-        _plain,
-        local_datasets,
-        unreachable,
-    )  # fmt: skip
-    from worker_legacy import LegacyEnvironment
+if not __package__:  # run as a script in the environment's venv, where ngym is not installed (``python worker.py``):
+    # its folder alone becomes the package ``ngym_verifiers``, so the imports below read the same either way
+    _package = types.ModuleType("ngym_verifiers")
+    _package.__path__ = [os.path.dirname(os.path.abspath(__file__))]
+    sys.modules.setdefault("ngym_verifiers", _package)
+    __package__ = "ngym_verifiers"
+
+from .worker_base import (  # noqa: E402 - after the script-mode package above
+    DATASETS_ENV,
+    EXAMPLES,
+    BadRequest,
+    Refused,
+    Sessions,
+    _answer,
+    _import_source,
+    _plain,
+    local_datasets,
+    unreachable,
+)
+from .worker_legacy import LegacyEnvironment  # noqa: E402
 
 # ---- verifiers 0.4: a Taskset ----------------------------------------------------------------------------
 

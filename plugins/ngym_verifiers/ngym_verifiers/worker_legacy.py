@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if __package__ or TYPE_CHECKING:  # imported as ngym_verifiers.worker_legacy (as a type checker reads it)
-    from .worker_base import EXAMPLES, BadRequest, Refused, Sessions, _answer, _plain, _text
-else:  # run beside worker.py in the environment's venv: that folder is sys.path[0]
-    from worker_base import EXAMPLES, BadRequest, Refused, Sessions, _answer, _plain, _text
+from .worker_base import EXAMPLES, BadRequest, Refused, Sessions, _answer, _plain, _text
 
 
 class LegacyEnvironment(Sessions):

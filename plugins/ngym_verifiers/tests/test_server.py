@@ -7,7 +7,7 @@ import pytest
 from ngym_verifiers import server as server_module
 from ngym_verifiers.process import WorkerError, WorkerGone
 from ngym_verifiers.records import Record
-from ngym_verifiers.server import server_class
+from ngym_verifiers.server import VerifiersServer
 
 from ngym.testing import RolloutClient, app_for_class, make_response, serve_in_process
 
@@ -55,7 +55,7 @@ async def fake() -> AsyncIterator[tuple[FakeWorker, Any]]:
     original = server_module.Worker.start
     server_module.Worker.start = start  # type: ignore[assignment]
     try:
-        async with serve_in_process(app_for_class(server_class(RECORD), name="fake_env")) as http:
+        async with serve_in_process(app_for_class(VerifiersServer.for_record(RECORD), name="fake_env")) as http:
             yield worker, http
     finally:
         server_module.Worker.start = original  # type: ignore[method-assign]

@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from ngym_verifiers.process import WORKER
 from ngym_verifiers.worker import unreachable
 
 
@@ -43,3 +49,18 @@ def test_an_unreachable_model_api_is_a_network_service() -> None:
 @pytest.mark.parametrize("exc", [ValueError("bad answer"), KeyError("x"), FileNotFoundError("data.json")])
 def test_other_failures_stay_failures(exc: BaseException) -> None:
     assert unreachable(exc) is None
+
+
+@pytest.mark.parametrize("safe_path", [False, True])
+def test_the_worker_runs_as_a_script_beside_its_modules_without_ngym(safe_path: bool, tmp_path: Path) -> None:
+    """``python worker.py`` (how the server starts it in the environment's venv) imports its modules from its own
+    folder as the package, with or without ``-P`` (its folder then not on ``sys.path``), and nothing else of
+    ngym: a module it cannot load is its answer on the pipe, not an import error of the worker itself."""
+    flags = ["-I"] if safe_path else ["-E", "-s"]  # -I: isolated, -P included
+    done = subprocess.run(
+        [sys.executable, *flags, str(WORKER), "no_such_module", "{}"],
+        input="", capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    answer = json.loads(done.stdout.splitlines()[0])
+    assert answer["ok"] is False and "loading no_such_module: ModuleNotFoundError" in answer["error"], done.stderr
+    assert "ngym.server" not in done.stderr

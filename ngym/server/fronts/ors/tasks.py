@@ -14,7 +14,6 @@ the server runs in. A task is the row itself: ``task_spec`` is the JSON object `
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ngym.errors import ConfigError
+from ngym.jsonl import read_jsonl
 
 if TYPE_CHECKING:
     from ngym.server.pipeline.resources import SimpleResourcesServer
@@ -46,31 +46,11 @@ class Split:
     def rows(self) -> list[dict[str, Any]]:
         """The rows, read on first use (a config error if the file is not JSONL)."""
         if self._rows is None:
-            self._rows = read_jsonl(self.path)
+            self._rows = read_jsonl(self.path, what="ORS split file")
         return self._rows
 
     def as_wire(self) -> dict[str, str]:
         return {"name": self.name, "type": self.type}
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL file (blank lines skipped); a missing file or a line that is not a JSON object is a
-    ConfigError naming the file and line."""
-    if not path.is_file():
-        raise ConfigError(f"ORS split file not found: {path}")
-    rows: list[dict[str, Any]] = []
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise ConfigError(f"{path}:{number}: not JSON: {exc}") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}:{number}: a row must be a JSON object")
-            rows.append(row)
-    return rows
 
 
 def split_type(name: str, declared: str | None = None) -> str:
