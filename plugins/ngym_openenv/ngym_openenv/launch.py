@@ -34,7 +34,7 @@ from typing import IO, Any
 import httpx
 
 from ngym import NgymError
-from ngym.config import cache_dir
+from ngym.plugin_api import cache_dir
 
 
 class LaunchError(NgymError):

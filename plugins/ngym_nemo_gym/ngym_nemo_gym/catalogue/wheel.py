@@ -20,8 +20,7 @@ from typing import Any
 import yaml
 
 from ngym import NgymError
-from ngym.config import cache_root
-from ngym.plugin_api import did_you_mean
+from ngym.plugin_api import cache_root, did_you_mean
 
 NEMO_GYM_VERSION = "0.7.0"
 WHEEL_DIR_ENV = "NGYM_NEMO_WHEEL_DIR"
