@@ -83,8 +83,18 @@ stop_if_a_background_stage_failed() {
         [ "$rc" = 0 ] || stage_wait "$name"
     done
 }
+# On exit: stop what still runs in the background; a lane's stages that had finished keep their times in the summary.
 summary() {
-    for pid in "${bg_pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+    local name sub sub_rc sub_took
+    for name in "${!bg_pids[@]}"; do
+        kill -TERM -- "-${bg_pids[$name]}" 2>/dev/null || true
+        if [ -f "$bg_dir/$name.stages" ]; then
+            while read -r sub sub_rc sub_took; do
+                timings+=("$(printf '%-26s %5d s  %s' "$sub" "$sub_took" "exit $sub_rc (lane $name)")")
+            done <"$bg_dir/$name.stages"
+        fi
+        timings+=("$(printf '%-26s   (stopped: the run ended before it did)' "$name")")
+    done
     echo "ci: stage times (total $((SECONDS - ci_start)) s, load $(load) at the end):"
     for line in "${timings[@]}"; do echo "ci:   $line"; done
 }

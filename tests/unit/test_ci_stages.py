@@ -100,3 +100,14 @@ def test_a_failed_stage_in_a_lane_stops_the_lane_and_the_run_before_the_next_sta
     assert "ci:   lint: E501 line too long" in done.stdout and "never_reached" not in done.stdout
     rows = [line.split(" (")[0] for line in summary(done)]
     assert rows == ["test ok", "lint FAILED", "side FAILED"]
+
+
+def test_a_run_that_fails_while_a_lane_runs_keeps_the_times_of_the_lane_stages_that_finished(tmp_path: Path) -> None:
+    done = ci(
+        "stage_lane side lint 'echo 3 passed' fleet 'exec sleep 300'\n"
+        'stage test bash -c \'while [ ! -s "$0"/side.stages ]; do sleep 0.05; done; exit 2\' "$bg_dir"',
+        tmp_path,
+    )
+    assert done.returncode == 2
+    assert [line.split(" (")[0] for line in summary(done)] == ["test FAILED", "lint exit 0"]
+    assert "ci:   side" in done.stdout and "(stopped: the run ended before it did)" in done.stdout
