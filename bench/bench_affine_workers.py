@@ -35,6 +35,7 @@ from pathlib import Path
 import psutil
 
 from ngym.child_server import free_port, start_environment, stop_process, wait_healthy
+from ngym.server.hosting.haproxy import Backend
 from ngym.targets import resolve
 
 SECONDS = float(os.environ.get("NGYM_BENCH_SECONDS", "5"))
@@ -45,14 +46,12 @@ LOADGEN = Path(__file__).resolve().with_name("loadgen.py")
 LOADGEN_CPU = str((os.cpu_count() or 1) - 1)
 
 
-def learned_table_config(listen_fd: int, backends: list[tuple[str, int]], cookie: str, ttl: float, cap: int) -> str:
+def learned_table_config(listen_fd: int, backends: list[Backend], cookie: str, ttl: float, cap: int) -> str:
     """The HAProxy configuration ngym used before stateless routing: stick tables learned from every answer's
     ``Set-Cookie`` (kept here only as the bench's "before")."""
     size = max(1024, 2 * cap * max(1, len(backends)))
     typed = "path_end /seed_session /close_session"
-    servers = "\n".join(
-        f"    server w{i} 127.0.0.1:{port} check inter 1s fall 2 rise 1" for i, (_, port) in enumerate(backends)
-    )
+    servers = "\n".join(f"    server w{i} {b.address} check inter 1s fall 2 rise 1" for i, b in enumerate(backends))
     return f"""global
     log stderr format short local0 warning
 defaults
@@ -110,7 +109,7 @@ def serve_proxied(name: str, port: int, workers: int, learned: bool) -> None:
         supervisor.config_path.write_text(
             learned_table_config(
                 public.fileno(),
-                [("127.0.0.1", w.port) for w in supervisor.workers],
+                [w.backend() for w in supervisor.workers],
                 settings.session_cookie_name,
                 settings.session_ttl_seconds,
                 settings.max_sessions,

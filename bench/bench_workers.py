@@ -24,7 +24,13 @@ machine's busy cores (``/proc/stat``), the rest being other tenants'. Printed pe
   not reached, which of these stopped it (the per-CPU cost, wrk's and redis-server's share, or the cores other
   tenants took).
 
+With ``--baseline DIR`` (an ngym source tree, e.g. ``git worktree add /tmp/before <commit>``), the affinity path's
+``--workers 2`` is also served from DIR's code in the same alternating rounds, and the server CPU per rollout of
+both (HAProxy's and the workers' parts) is printed side by side: a change to the routing layer measured against
+the code before it under the same load.
+
     .venv/bin/python bench/bench_workers.py [--seconds 4] [--rounds 5] [--connections 32] [--paths redis,affinity]
+        [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -74,13 +80,16 @@ def machine_busy() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def start(workers: int, store: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``ngym run ENVIRONMENT --workers N`` with sessions in ``store`` (a redis URL, or ``memory``)."""
+def start(workers: int, store: str, tree: Path = ROOT) -> tuple[subprocess.Popen[bytes], str]:
+    """``ngym run ENVIRONMENT --workers N`` with sessions in ``store`` (a redis URL, or ``memory``), from the ngym
+    source tree ``tree`` (this one by default; another one's code comes first on ``PYTHONPATH``)."""
     port = free_port()
     env = {**os.environ, "NGYM_SESSION_STORE": store, "NGYM_SESSION_SECRET": "bench-workers"}
+    if tree != ROOT:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
     cmd = [sys.executable, "-m", "ngym.cli", "run", ENVIRONMENT, "--port", str(port)]
     proc = subprocess.Popen(
-        [*cmd, "--workers", str(workers)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*cmd, "--workers", str(workers)], cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url, proc, 120, path="/")
@@ -203,9 +212,16 @@ def report(path: str, results: dict[int, list[dict[str, float]]], machine_wall: 
         reasons = []
         if efficiency * 2.0 < 1.7:
             share = two["proxy_cores"] / two["server_cores"] if two["server_cores"] > 0 else 0.0
+            # what 1.7x allows per rollout at 2 workers, and what of it HAProxy and the workers themselves took
+            allowed = 2 * cpu_one / 1.7
             reasons.append(
                 f"each rollout costs {1 / efficiency:.2f}x the server CPU with 2 workers"
-                + (f" (HAProxy's share of it: {share:.0%})" if share else "")
+                + (
+                    f" ({cpu_two:.0f} us where 1.7x allows {allowed:.0f}: HAProxy {proxy_two:.0f} us, {share:.0%}; "
+                    f"the workers and supervisor {cpu_two - proxy_two:.0f} us against one worker's {cpu_one:.0f})"
+                    if share
+                    else ""
+                )
             )
         if room_two < 1.7 / max(efficiency, 1e-9):
             reasons.append(f"wrk and redis-server leave the servers only {room_two:.2f} cores")
@@ -218,21 +234,61 @@ def report(path: str, results: dict[int, list[dict[str, float]]], machine_wall: 
     return lines
 
 
+def per_rollout_us(rounds: list[dict[str, float]]) -> tuple[float, float]:
+    """Server CPU per rollout over ``rounds`` and HAProxy's part of it, in microseconds, from the medians (as
+    ``report`` prints them)."""
+    med = {k: statistics.median(r[k] for r in rounds) for k in ("rollouts_per_cpu_s", "proxy_cores", "server_cores")}
+    total = 1e6 / med["rollouts_per_cpu_s"]
+    return total, total * med["proxy_cores"] / med["server_cores"] if med["server_cores"] > 0 else 0.0
+
+
+def compare_baseline(
+    label: str, current: dict[int, list[dict[str, float]]], baseline: list[dict[str, float]]
+) -> list[str]:
+    """The baseline tree's ``--workers 2`` against this tree's, round by round (the same load in each pair)."""
+    med = {k: statistics.median(r[k] for r in baseline) for k in KEYS}
+    errors = sum(int(r["errors"]) for r in baseline)
+    row = (
+        f"| affinity ({label}) | 2 | {med['rollouts_per_s']:.0f} | {med['server_cores']:.2f} | "
+        f"{med['proxy_cores']:.2f} | {med['rollouts_per_cpu_s']:.0f} | {med['redis_cores']:.2f} | "
+        f"{med['wrk_cores']:.2f} | {med['others_cores']:.2f} | {med['load_average']:.1f} | {errors} |"
+    )
+    before, before_proxy = per_rollout_us(baseline)
+    after, after_proxy = per_rollout_us(current[2])
+    one = per_rollout_us(current[1])[0]
+    pairs = sorted(b["rollouts_per_cpu_s"] / a["rollouts_per_cpu_s"] for a, b in zip(baseline, current[2], strict=True))
+    return [
+        row,
+        f"baseline {label}: server CPU per rollout at 2 workers {before:.0f} us (HAProxy {before_proxy:.0f}, the "
+        f"rest {before - before_proxy:.0f}) -> this tree {after:.0f} us (HAProxy {after_proxy:.0f}, the rest "
+        f"{after - after_proxy:.0f}); rollouts per server CPU-second, this tree / baseline: "
+        f"**{statistics.median(pairs):.2f}x** (pairs {pairs[0]:.2f}-{pairs[-1]:.2f}); with the load generator's "
+        f"cost set apart, 2 workers over this tree's 1: {2 * one / before:.2f}x with the baseline's, "
+        f"{2 * one / after:.2f}x with this tree's.",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--paths", default=",".join(PATHS), help="redis, affinity, or both")
+    parser.add_argument("--baseline", type=Path, help="also serve the affinity path's --workers 2 from this tree")
     args = parser.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     if not set(paths) <= set(PATHS):
         sys.exit(f"bench_workers: --paths takes {', '.join(PATHS)}")
+    baseline: Path | None = args.baseline.resolve() if args.baseline else None
+    if baseline is not None and not ((baseline / "ngym" / "cli").is_dir() and "affinity" in paths):
+        sys.exit(f"bench_workers: --baseline takes an ngym source tree (no {baseline}/ngym/cli?) and --paths affinity")
     if shutil.which("wrk") is None:
         sys.exit("bench_workers needs wrk (Debian package 'wrk'): apt-get install -y wrk")
     from ngym_redis.testing import RedisServer
 
     results: dict[str, dict[int, list[dict[str, float]]]] = {p: {1: [], 2: []} for p in paths}
+    if baseline is not None:
+        results["baseline"] = {2: []}
     with tempfile.TemporaryDirectory(prefix="i22-bench-workers-") as scratch:
         redis = RedisServer.start(Path(scratch) / "redis") if "redis" in paths else None
         redis_pid = redis.process.pid if redis is not None and redis.process is not None else None
@@ -242,6 +298,8 @@ def main() -> None:
                 for n in (1, 2):
                     store = redis.url if path == "redis" and redis is not None else "memory"
                     servers[path, n] = start(n, store)
+            if baseline is not None:
+                servers["baseline", 2] = start(2, "memory", baseline)
             plan = Path(scratch) / "plan.tsv"
             steps = write_plan(plan, ROLLOUTS)
             for (path, _), (proc, url) in servers.items():  # warm-up
@@ -269,6 +327,8 @@ def main() -> None:
     ]
     for path in paths:
         lines = report(path, results[path], machine["wall_ratio"])
+        if path == "affinity" and baseline is not None:
+            lines += compare_baseline(str(baseline), results[path], results["baseline"][2])
         print("\n".join(line for line in lines if line.startswith("|")))
         summaries.extend(line for line in lines if not line.startswith("|"))
     print("\n".join(summaries))

@@ -8,7 +8,8 @@ is here keeps its name and meaning across releases; what is not may move.
   is ``server.sessions``), ``RequestSession`` (a request's, ``server.bound_session(request)``),
   ``current_request_session``, ``SimpleResourcesServer.install_sessions(app)`` for an app built by hand.
 - **Session stores**: ``SessionStore`` to implement, ``SessionRecord``, ``SessionLimitReached``,
-  ``SessionStoreError``, ``redact_url``, ``SESSION_SECRET_ENV``.
+  ``SessionStoreError``, ``redact_url``, ``SESSION_SECRET_ENV``,
+  ``SESSION_SECRET_FILE_ENV``, ``secret_configured``.
 - **Request bodies**: ``read_json`` / ``parse_body`` (400 when not JSON), ``validate_body`` (422 with field
   errors): a plugin's routes answer bad input as ngym's do.
 - **Lost sessions**: ``keeps_no_state`` marks a ``seed_session`` that keeps no per-rollout state (a verify
@@ -124,6 +125,8 @@ if TYPE_CHECKING:
     from ngym.server.protocol.bodies import AggregateMetricsRequest as AggregateMetricsRequest
     from ngym.server.protocol.responses import ResponseCreateParams as ResponseCreateParams
     from ngym.server.sessions.cookies import SESSION_SECRET_ENV as SESSION_SECRET_ENV
+    from ngym.server.sessions.cookies import SESSION_SECRET_FILE_ENV as SESSION_SECRET_FILE_ENV
+    from ngym.server.sessions.cookies import secret_configured as secret_configured
     from ngym.server.sessions.factory import redact_url as redact_url
     from ngym.server.sessions.lost import keeps_no_state as keeps_no_state
     from ngym.server.sessions.manager import RequestSession as RequestSession

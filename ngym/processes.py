@@ -12,12 +12,15 @@ known by its pid *and* its kernel start time (:func:`start_time`), so a pid reus
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -130,18 +133,53 @@ def stop_all(processes: Sequence[subprocess.Popen[Any]], grace: float = 15.0) ->
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def probe(
-    url: str, timeout: float = 2.0, headers: dict[str, str] | None = None
-) -> tuple[int | None, dict[str, Any] | None]:
-    """``GET url`` (with ``headers``): (its HTTP status, or None when nothing answers; its body as a JSON object,
-    ``{}`` for another JSON value, None when it is not JSON or the answer is not 2xx)."""
-    request = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - ngym's own servers
+class _UnixConnection(http.client.HTTPConnection):
+    """An HTTP connection over a unix socket (a session-affine worker's, ``ngym.server.hosting.affinity``)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _get_unix(path: str, url: str, timeout: float, headers: dict[str, str]) -> tuple[int, bytes]:
+    connection = _UnixConnection(path, timeout)
     try:
-        with _DIRECT.open(request, timeout=timeout) as response:
-            status, raw = int(response.status), response.read()
+        parts = urllib.parse.urlsplit(url)
+        connection.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=headers)
+        response = connection.getresponse()
+        return int(response.status), response.read()
+    finally:
+        connection.close()
+
+
+def probe(
+    url: str, timeout: float = 2.0, headers: dict[str, str] | None = None, *, unix_socket: str | None = None
+) -> tuple[int | None, dict[str, Any] | None]:
+    """``GET url`` (with ``headers``; through the unix socket ``unix_socket`` when given, the URL then naming only
+    the path): (its HTTP status, or None when nothing answers; its body as a JSON object, ``{}`` for another JSON
+    value, None when it is not JSON or the answer is not 2xx)."""
+    try:
+        if unix_socket is not None:
+            status, raw = _get_unix(unix_socket, url, timeout, headers or {})
+            if not 200 <= status < 300:
+                return status, None
+        else:
+            request = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - ngym's own servers
+            with _DIRECT.open(request, timeout=timeout) as response:
+                status, raw = int(response.status), response.read()
     except urllib.error.HTTPError as exc:
         return int(exc.code), None
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return None, None
     try:
         data = json.loads(raw or b"{}")
@@ -150,9 +188,9 @@ def probe(
     return status, data if isinstance(data, dict) else {}
 
 
-def status_of(url: str, timeout: float = 2.0) -> int | None:
-    """The HTTP status ``GET url`` answers, or None when nothing answers."""
-    return probe(url, timeout)[0]
+def status_of(url: str, timeout: float = 2.0, *, unix_socket: str | None = None) -> int | None:
+    """The HTTP status ``GET url`` answers (through ``unix_socket`` when given), or None when nothing answers."""
+    return probe(url, timeout, unix_socket=unix_socket)[0]
 
 
 def fetch_json(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
@@ -199,13 +237,15 @@ def wait_healthy(
     progress: Callable[[str], None] | None = None,
     every: float = 15.0,
     abandon: Callable[[], bool] | None = None,
+    unix_socket: str | None = None,
 ) -> bool:
-    """Poll ``GET url`` until it answers 2xx (True); ``error`` with the log's tail if ``process`` exits first or
-    ``timeout`` seconds pass. ``progress`` is told every ``every`` seconds how long it has waited, for what, and
-    the log's path and last line. False when ``abandon()`` turned true first (a supervisor asked to stop)."""
+    """Poll ``GET url`` (through ``unix_socket`` when given) until it answers 2xx (True); ``error`` with the log's
+    tail if ``process`` exits first or ``timeout`` seconds pass. ``progress`` is told every ``every`` seconds how
+    long it has waited, for what, and the log's path and last line. False when ``abandon()`` turned true first (a
+    supervisor asked to stop)."""
 
     def answered() -> bool | None:
-        status = status_of(url, timeout=1.0)
+        status = status_of(url, timeout=1.0, unix_socket=unix_socket)
         if status is not None and status < 300:
             return True
         if process is not None and process.poll() is not None:

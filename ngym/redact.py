@@ -1,11 +1,13 @@
 """Secrets kept out of what ngym prints, serves or puts on a command line.
 
 A config value is a secret when its key names one (``api_key``, ``openai_api_key``, ``session_secret``,
-``hf_token``, ``password``, ...: any key one of whose words is ``key``, ``token``, ``secret``, ``password``,
-``passwd``, ``credential`` or ``apikey``, as NeMo Gym's own ``recursively_hide_secrets`` hides keys holding
-``key`` or ``token``; ``max_tokens`` or ``tokenizer`` are not secrets),
-or when it equals the value of a secret-looking environment variable (``OPENAI_API_KEY``, ``HF_TOKEN``, ...)
-whatever its key. :func:`redact` masks both with ``****``, NeMo Gym's mask.
+``hf_token``, ``password``, ``Authorization``, ...: any key one of whose words is ``key``, ``token``, ``secret``,
+``password``, ``passwd``, ``passphrase``, ``credential``, ``apikey``, ``auth``, ``authorization`` or ``cookie``, as
+NeMo Gym's own ``recursively_hide_secrets`` hides keys holding ``key`` or ``token``; ``max_tokens`` or
+``tokenizer`` are not secrets). Within any other text, :func:`redact` masks the value of a secret-looking
+environment variable (``OPENAI_API_KEY``, ``HF_TOKEN``, ...: ``Bearer $MY_TOKEN`` becomes ``Bearer ****``), a
+URL's password (``https://user:****@host``) and a URL query parameter named like a secret (``?api_key=****``).
+The mask is ``****``, NeMo Gym's.
 """
 
 from __future__ import annotations
@@ -20,8 +22,15 @@ MASK = "****"
 #: a key (or an environment variable's name) one of whose words (split at ``_ - .`` and case changes) is one of
 #: these names a secret
 SECRET_WORDS = frozenset(
-    {"key", "keys", "apikey", "token", "secret", "secrets", "password", "passwd", "credential", "credentials"}
-)
+    {
+        "key", "keys", "apikey", "token", "secret", "secrets", "password", "passwd", "passphrase", "credential",
+        "credentials", "auth", "authorization", "cookie", "cookies",
+    }
+)  # fmt: skip
+#: ``scheme://user:PASSWORD@host``: the password of a URL
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?P<password>[^/\s@]+)@")
+#: ``?name=value`` / ``&name=value``: a URL query parameter (masked when its name names a secret)
+_QUERY_PARAMETER = re.compile(r"(?P<head>[?&](?P<name>[^=&#\s]+)=)(?P<value>[^&#\s]*)")
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 #: environment values shorter than this are not treated as secrets (``KEY_COUNT=1`` would mask every 1)
 _MIN_SECRET_LENGTH = 8
@@ -38,9 +47,31 @@ def environment_secrets(environ: Mapping[str, str] | None = None) -> set[str]:
     return {v for k, v in environ.items() if is_secret_key(k) and len(v) >= _MIN_SECRET_LENGTH}
 
 
+def redact_text(text: str, secrets: set[str]) -> str:
+    """``text`` with every occurrence of ``secrets`` (values of secret environment variables), a URL's password
+    and a secret-named URL query parameter's value masked."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    if "://" in text:
+        text = _URL_PASSWORD.sub(lambda m: f"{m['head']}{MASK}@", text)
+    if "=" in text:
+        text = _QUERY_PARAMETER.sub(
+            lambda m: f"{m['head']}{MASK}" if m["value"] and is_secret_key(m["name"]) else m[0], text
+        )
+    return text
+
+
+def holds_secret(key: str, text: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a ``key=text`` setting holds a secret: its key names one, or its text has something
+    :func:`redact_text` masks (e.g. a URL with a password): such a setting never goes on a command line."""
+    return is_secret_key(key) or redact_text(text, environment_secrets(environ)) != text
+
+
 def redact(config: Any, environ: Mapping[str, str] | None = None) -> Any:
     """A copy of ``config`` (dicts, lists, scalars) with every secret masked: values under secret-named keys
-    (a list of them: each item) and any string equal to a secret environment variable's value."""
+    (a list of them: each item), and within any other string a secret environment variable's value, a URL's
+    password and a secret-named query parameter (:func:`redact_text`)."""
     secrets = environment_secrets(environ)
 
     def walk(value: Any, hidden: bool) -> Any:
@@ -50,8 +81,8 @@ def redact(config: Any, environ: Mapping[str, str] | None = None) -> Any:
             return [walk(v, hidden) for v in value]
         if hidden and isinstance(value, str) and value != "":  # a secret is text (``max_tokens: 10`` is not)
             return MASK
-        if isinstance(value, str) and value in secrets:
-            return MASK
+        if isinstance(value, str):
+            return redact_text(value, secrets)
         return value
 
     return walk(config, False)

@@ -96,6 +96,8 @@ def containerize(
     \b
       docker run -p 8000:8000 -e NGYM_SESSION_SECRET=... IMAGE [key=value ...]
 
+    (or mount it as a file and pass NGYM_SESSION_SECRET_FILE=PATH, so `docker inspect` does not show it)
+
     \b
     Examples:
       ngym containerize example_single_tool_call --base-image ngym-base:bookworm --run

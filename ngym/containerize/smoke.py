@@ -27,6 +27,7 @@ from ngym.containerize.errors import ContainerRunError
 from ngym.containerize.spec import CONTAINER_PORT, PluginSource, RunOptions
 from ngym.examples import EXAMPLE_ROLLOUTS, dataset_row, read_example_rollouts, recorded_tool_calls
 from ngym.rollout.gymnasium import Recording, describe_routes, drive, episode, is_gymnasium_style, server_post_routes
+from ngym.server.sessions.cookies import SESSION_SECRET_ENV, SESSION_SECRET_FILE_ENV
 from ngym.targets import installed
 
 # The docker SDK is optional (``ngym[docker]``): imported where the engine is used (see ngym.containerize.build).
@@ -172,10 +173,13 @@ def start_container(
     """Run ``image`` detached with its port published on 127.0.0.1 (a free port unless ``host_port``).
 
     ``command`` is appended to the image's entrypoint (``key=value`` config overrides). A random
-    ``NGYM_SESSION_SECRET`` is passed unless ``environment`` sets one. ``run_options``: what the environment
+    ``NGYM_SESSION_SECRET`` is passed unless ``environment`` sets one or names its file
+    (``NGYM_SESSION_SECRET_FILE``, which it would override). ``run_options``: what the environment
     declares it needs (user, capabilities, security options); ``volumes``: mounts (``HOST:CONTAINER:MODE``).
     """
-    env = {"NGYM_SESSION_SECRET": secrets.token_urlsafe(32), **(environment or {})}
+    given = environment or {}
+    made = {} if SESSION_SECRET_FILE_ENV in given else {SESSION_SECRET_ENV: secrets.token_urlsafe(32)}
+    env = {**made, **given}
     return client.containers.run(
         image,
         command or None,

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from subprocess import Popen
 from typing import Protocol
 
 from ngym.child_python import python_module
@@ -207,6 +208,18 @@ def stop_processes(state: FleetState, timeout: float = 10.0) -> list[str]:
 
 def _records(state: FleetState) -> list[ServerRecord]:
     return [state.head, *state.servers.values()]
+
+
+def record_maker(state: FleetState, state_dir: Path, record: ServerRecord, log: Path) -> Callable[[Popen[bytes]], None]:
+    """``ensure_venv``'s ``started``: each install command of an environment's virtualenv is recorded as its
+    process (saved at once, Ctrl-C held back meanwhile), so ``ngym down`` stops it after ``up`` was killed in the
+    middle of it; the server's own process replaces it once the venv is made."""
+
+    def started(process: Popen[bytes]) -> None:
+        with recorded(state, state_dir):
+            record.process = ProcessRecord.started(process.pid, log)
+
+    return started
 
 
 def spawn_server(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> ProcessRecord:

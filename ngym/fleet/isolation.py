@@ -6,6 +6,11 @@ keyed by those lines and the ngym it layers on, so a second ``up`` (or another f
 it. The venv sees ngym and its dependencies through a ``.pth`` file placed *after* its own site-packages: what the
 environment installs wins over ngym's copy (pip installs its own version instead of touching ngym's venv), and nothing
 of ngym is installed twice. A venv whose install failed is not marked ready and is made again next time.
+
+Each install command runs in a process group of its own (the install, pip, and pip's build backends), handed to
+the caller's ``started`` as soon as it runs: the fleet records it, so ``ngym down`` stops it even after ``ngym up``
+was killed (``kill -9``) in the middle of it; when ``up`` is interrupted (Ctrl-C, SIGTERM) the group is stopped
+before the interruption goes on.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ import sys
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 from ngym.child_python import python_module
 from ngym.config import cache_root
 from ngym.errors import ConfigError
 from ngym.fleet.spec import NEMO_PREFIX, requirements_key
+from ngym.processes import spawn, stop
+
+#: called with each install command's process as soon as it started (the fleet records it for ``ngym down``)
+Started = Callable[[subprocess.Popen[bytes]], None]
 
 VENVS_ENV = "NGYM_FLEET_VENVS"
 _READY = ".ngym-ready"
@@ -44,12 +52,14 @@ def venv_dir(lines: list[str]) -> Path:
     return venv_root() / requirements_key([*lines, f"# layered on {ngym_site_packages()}"])
 
 
-def ensure_venv(lines: list[str], log: Path, say: Callable[[str], None] = lambda _: None) -> Path:
+def ensure_venv(
+    lines: list[str], log: Path, say: Callable[[str], None] = lambda _: None, started: Started | None = None
+) -> Path:
     """The interpreter of a venv holding ``lines`` on top of ngym (made once, then reused).
 
     ``lines`` are pip requirement lines; a ``nemo-gym:NAME [--as ALIAS]`` line is installed with
     ``ngym install`` inside the venv. pip's output goes to ``log``; a failed install raises
-    :class:`ConfigError` naming the log.
+    :class:`ConfigError` naming the log. ``started`` gets each install command's process (its own group).
     """
     venv = venv_dir(lines)
     if (venv / _READY).is_file():
@@ -61,30 +71,31 @@ def ensure_venv(lines: list[str], log: Path, say: Callable[[str], None] = lambda
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (venv / _READY).is_file():
             return venv_python(venv)
-        return _make_venv(venv, lines, log, say)
+        return _make_venv(venv, lines, log, say, started)
 
 
-def _make_venv(venv: Path, lines: list[str], log: Path, say: Callable[[str], None]) -> Path:
+def _make_venv(
+    venv: Path, lines: list[str], log: Path, say: Callable[[str], None], started: Started | None = None
+) -> Path:
     say(f"making its virtualenv {venv} ({len(lines)} requirement line(s))")
     shutil.rmtree(venv, ignore_errors=True)
     base = getattr(sys, "_base_executable", sys.executable)
-    with log.open("ab") as out:
-        _run([base, "-m", "venv", "--without-pip", str(venv)], out, log)  # pip comes from ngym's layer
-        python = venv_python(venv)
-        purelib = subprocess.run(
-            [str(python), "-P", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        # `import site; site.addsitedir(...)`, not a bare path: addsitedir also runs the .pth files there
-        # (ngym's own editable installs are .pth finders), and it appends, so this venv's packages win.
-        Path(purelib, "zz_ngym_base.pth").write_text(f"import site; site.addsitedir({ngym_site_packages()!r})\n")
-        pip_lines = [ln for ln in lines if not ln.startswith(NEMO_PREFIX)]
-        if pip_lines:
-            _run([str(python), "-P", "-m", "pip", "install", "--disable-pip-version-check", *pip_lines], out, log)
-        for nemo in (ln for ln in lines if ln.startswith(NEMO_PREFIX)):
-            _run(python_module("ngym.cli", "install", *nemo.split(), python=str(python)), out, log)
+    _run([base, "-m", "venv", "--without-pip", str(venv)], log, started)  # pip comes from ngym's layer
+    python = venv_python(venv)
+    purelib = subprocess.run(
+        [str(python), "-P", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    # `import site; site.addsitedir(...)`, not a bare path: addsitedir also runs the .pth files there
+    # (ngym's own editable installs are .pth finders), and it appends, so this venv's packages win.
+    Path(purelib, "zz_ngym_base.pth").write_text(f"import site; site.addsitedir({ngym_site_packages()!r})\n")
+    pip_lines = [ln for ln in lines if not ln.startswith(NEMO_PREFIX)]
+    if pip_lines:
+        _run([str(python), "-P", "-m", "pip", "install", "--disable-pip-version-check", *pip_lines], log, started)
+    for nemo in (ln for ln in lines if ln.startswith(NEMO_PREFIX)):
+        _run(python_module("ngym.cli", "install", *nemo.split(), python=str(python)), log, started)
     (venv / _READY).write_text("\n".join(lines) + "\n")
     return venv_python(venv)
 
@@ -94,8 +105,17 @@ def ngym_site_packages() -> str:
     return sysconfig.get_paths()["purelib"]
 
 
-def _run(cmd: list[str], out: IO[bytes], log: Path) -> None:
-    done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
+def _run(cmd: list[str], log: Path, started: Started | None) -> None:
+    """Run an install command in a process group of its own, its output appended to ``log``; an interruption
+    (Ctrl-C, SIGTERM raised as ``KeyboardInterrupt``) stops the whole group before it goes on."""
+    process = spawn(cmd, log)
+    try:
+        if started is not None:
+            started(process)
+        code = process.wait()
+    except BaseException:
+        stop(process, grace=5.0)
+        raise
+    if code != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
-        raise ConfigError(f"`{' '.join(cmd[2:5])} ...` failed (exit {done.returncode}): {tail[0]} (log: {log})")
+        raise ConfigError(f"`{' '.join(cmd[2:5])} ...` failed (exit {code}): {tail[0]} (log: {log})")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec, ServerSpec
-from ngym.redact import is_secret_key, secret_overrides_env
+from ngym.redact import holds_secret, secret_overrides_env
 
 
 def environment_target(spec: FleetSpec, env: EnvironmentSpec, name: str = "") -> str:
@@ -32,15 +32,17 @@ def environment_args(spec: FleetSpec, env: EnvironmentSpec, name: str = "") -> l
     args = ["-P", "-m", "ngym.cli", "run", environment_target(spec, env, name)]
     if env.workers > 1:
         args += ["--workers", str(env.workers)]
-    return args + [f"{key}={_override_value(value)}" for key, value in env.config.items() if not is_secret_key(key)]
+    return args + [f"{key}={text}" for key, text in _overrides(env) if not holds_secret(key, text)]
 
 
 def environment_env(env: EnvironmentSpec) -> dict[str, str]:
     """What an environment's unit gets in its environment besides ours: its secret overrides (``session_secret``,
     ``api_key``...), which a command line would show to every local user."""
-    return secret_overrides_env(
-        [f"{key}={_override_value(value)}" for key, value in env.config.items() if is_secret_key(key)]
-    )
+    return secret_overrides_env([f"{key}={text}" for key, text in _overrides(env) if holds_secret(key, text)])
+
+
+def _overrides(env: EnvironmentSpec) -> list[tuple[str, str]]:
+    return [(key, _override_value(value)) for key, value in env.config.items()]
 
 
 def _override_value(value: object) -> str:

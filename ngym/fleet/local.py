@@ -19,6 +19,7 @@ from ngym.fleet.bringup import (
     Reporter,
     finish,
     new_state,
+    record_maker,
     recorded,
     spawn_server,
     stop_processes,
@@ -52,10 +53,14 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             python = None
             if lines:
                 report.status = f"{name}: virtualenv"
-                python = str(ensure_venv(lines, logs / f"{name}.venv.log", _prefixed(report, name)))
+                venv_log = logs / f"{name}.venv.log"
+                maker = record_maker(state, state_dir, record, venv_log)
+                python = str(ensure_venv(lines, venv_log, _prefixed(report, name), started=maker))
+                record.process = None  # its makers are done
             cmd = environment_command(spec, env, unit_host, unit_port, python, name)
             record.target, record.python = environment_target(spec, env, name), python or ""
         except NgymError as exc:
+            record.process = None
             record.reason = str(exc)
             report.line(f"{name}: FAILED: {exc}")
             continue

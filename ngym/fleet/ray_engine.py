@@ -44,7 +44,7 @@ from ngym.fleet.launch import environment_args, environment_env
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec
 from ngym.fleet.state import FleetState, ReplicaRecord, ServerRecord
 from ngym.processes import spawn, stop
-from ngym.server.sessions.cookies import SESSION_SECRET_ENV
+from ngym.server.sessions.cookies import SESSION_SECRET_ENV, secret_configured
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV
 
 __all__ = ["Reporter", "down", "up"]
@@ -214,7 +214,7 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             kind="environment", host="", port=0, workers=env.workers, service=actor_name(spec.name, name)
         )
         extra: dict[str, str] = {}
-        if env.replicas > 1 and not env.config.get("session_secret") and not os.environ.get(SESSION_SECRET_ENV):
+        if env.replicas > 1 and not env.config.get("session_secret") and not secret_configured():
             # one secret for all replicas: a rollout whose replica is lost reaches another that reads its cookie
             # and answers session_lost (masked), not a fresh session
             extra[SESSION_SECRET_ENV] = secrets.token_urlsafe(32)

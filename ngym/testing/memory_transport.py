@@ -26,9 +26,11 @@ class _Socket:
 class MemoryTransport:
     """Just enough of an asyncio transport for uvicorn's protocol: collects what is written in ``written``."""
 
-    def __init__(self) -> None:
+    def __init__(self, can_write_eof: bool = False) -> None:
         self.written = bytearray()
         self.closed = False
+        self.eof = False  #: the server ended its side (``write_eof``)
+        self._can_write_eof = can_write_eof
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return _Socket() if name == "socket" else default
@@ -41,6 +43,12 @@ class MemoryTransport:
 
     def close(self) -> None:
         self.closed = True
+
+    def can_write_eof(self) -> bool:
+        return self._can_write_eof
+
+    def write_eof(self) -> None:
+        self.eof = True
 
     def pause_reading(self) -> None:
         pass

@@ -85,25 +85,34 @@ async def test_a_runtime_command_past_its_limits_masks_the_rollout(
     from ngym_verifiers.process import Worker, WorkerError
 
     monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_DIR", str(tmp_path / "runtimes"))
-    monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_TIMEOUT", "1")
     monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_OUTPUT_BYTES", "100000")
-    worker = await Worker.start(scratch_record.python, scratch_record.module)
-    try:
-        for mode, reason in (
-            ("sleep", r"did not finish within 1 s \(killed; NGYM_VERIFIERS_RUNTIME_TIMEOUT sets the limit\)"),
-            ("flood", r"printed more than 100000 bytes on stdout \(killed; NGYM_VERIFIERS_RUNTIME_OUTPUT_BYTES"),
-            ("escape", r"'../escaped.txt' is outside the rollout's folder"),
-        ):
-            await worker.ask("seed", session=mode, row={"idx": 0})
-            reply = [{"role": "assistant", "content": f"amber [{mode}]"}]
-            with pytest.raises(WorkerError, match=reason) as failed:
-                await worker.ask("verify", session=mode, messages=reply)
-            assert failed.value.kind == "failed"
-        assert not (tmp_path / "runtimes" / "escaped.txt").exists()
-        scored = await worker.ask("verify", session="sleep", messages=[{"role": "assistant", "content": "amber"}])
-        assert scored["reward"] == 1.0  # still serving, and that rollout's folder still there
-    finally:
-        await worker.stop()
+    # The time limit gets a worker of its own: under a 1 s limit, the other commands (a Python start, on a loaded
+    # machine) could hit the limit before what they are there to show.
+    for timeout, cases in (
+        ("1", [("sleep", r"did not finish within 1 s \(killed; NGYM_VERIFIERS_RUNTIME_TIMEOUT sets the limit\)")]),
+        (
+            "600",
+            [
+                ("flood", r"printed more than 100000 bytes on stdout \(killed; NGYM_VERIFIERS_RUNTIME_OUTPUT_BYTES"),
+                ("escape", r"'../escaped.txt' is outside the rollout's folder"),
+            ],
+        ),
+    ):
+        monkeypatch.setenv("NGYM_VERIFIERS_RUNTIME_TIMEOUT", timeout)
+        worker = await Worker.start(scratch_record.python, scratch_record.module)
+        try:
+            for mode, reason in cases:
+                await worker.ask("seed", session=mode, row={"idx": 0})
+                reply = [{"role": "assistant", "content": f"amber [{mode}]"}]
+                with pytest.raises(WorkerError, match=reason) as failed:
+                    await worker.ask("verify", session=mode, messages=reply)
+                assert failed.value.kind == "failed"
+            if timeout != "1":
+                assert not (tmp_path / "runtimes" / "escaped.txt").exists()
+                scored = await worker.ask("verify", session=mode, messages=[{"role": "assistant", "content": "amber"}])
+                assert scored["reward"] == 1.0  # still serving, and that rollout's folder still there
+        finally:
+            await worker.stop()
 
 
 async def test_a_masked_runtime_reward_reaches_the_client_as_no_reward(

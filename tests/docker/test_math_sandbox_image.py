@@ -136,7 +136,8 @@ def test_hostile_code_in_the_container_reaches_nothing(math_image: Any, docker_c
 def test_forged_reply_frames_and_user_namespaces_in_the_container(math_image: Any, docker_client: Any) -> None:
     """The host probes of test_forged_frames.py through the real container: a forged frame past every cap, nested
     past the parser's limit, with NaN or wrong types ends its call with a clear error (never a 500, never a 60 MB
-    answer) and moves no later answer; a well-formed forged frame answers no later call; no user namespace."""
+    answer) and moves no later answer; a well-formed forged frame answers no later call; no user namespace; code
+    that exits its process is told it exited."""
     tag, _ = math_image
     options = resolve_plugin("math_with_code").run_options
     container = start_container(
@@ -166,6 +167,10 @@ def test_forged_reply_frames_and_user_namespaces_in_the_container(math_image: An
         assert set(report.values()) == {"Operation not permitted"}, report
         report = json.loads(session.post("execute_python", {"code": probes.SUPERVISOR})["result"])
         assert report == {"fd": "PermissionError", "mem": "PermissionError", "getfd": "refused", "ptrace": "refused"}
+        # code that ends its own process is told so (in the image it was always answered as a forged frame)
+        reply = session.post("execute_python", {"code": "import os\nos._exit(3)"})
+        assert reply["error_message"].startswith("the Python process exited (exit code 3)"), reply
+        assert session.post("execute_python", {"code": "'fresh'"})["result"] == "fresh"
     finally:
         remove_container(container)
 

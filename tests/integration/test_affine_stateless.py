@@ -149,14 +149,21 @@ def test_haproxy_routes_every_key_to_the_slot_the_workers_compute() -> None:
                         for sid in ids:
                             want = f"w{slot_of(sid, 3, stride)}"
                             cookie = {"cookie": f"{COOKIE}={sid}.c2lnbmF0dXJl; other=1"}
+                            stray_cookie = {"cookie": f"{COOKIE}=other-{sid}.c2lnbmF0dXJl"}
                             typed = json.dumps({"resources_session_id": sid, "episode_id": {"rollout_id": "r"}})
                             answers = [
                                 http.post(f"{url}/increment_counter", headers=cookie),
                                 http.post(f"{url}/seed_session", content=typed, headers={"cookie": f"{COOKIE}=z.t"}),
                                 http.post(f"{url}/ng-rollout/{sid}/get_counter_value"),
                                 http.post(f"{url}/call", headers={"x-session-id": sid}),  # an ORS session's request
+                                http.post(f"{url}/ors/call", headers={"x-session-id": sid, **stray_cookie}),
+                                # ORS's request with its header twice: the first, the one the server reads
+                                http.post(f"{url}/call", headers=[("x-session-id", sid), ("x-session-id", "x")]),
+                                # a stray X-Session-ID (a gateway's tracing header) beside the cookie, on a route
+                                # that is not ORS's: the server reads the cookie, so the proxy does too
+                                http.post(f"{url}/increment_counter", headers={**cookie, "x-session-id": f"t-{sid}"}),
                             ]
-                            assert [a.headers["x-ngym-worker"] for a in answers] == [want] * 4, sid
+                            assert [a.headers["x-ngym-worker"] for a in answers] == [want] * 7, sid
                 finally:
                     proxy.terminate()
                     proxy.wait(10)

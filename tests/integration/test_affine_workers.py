@@ -6,11 +6,15 @@ under CI=true a missing binary fails instead of skipping).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -51,6 +55,25 @@ def command_of(pid: int) -> str:
     return subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
 
 
+def tcp_listeners(pids: list[int]) -> list[str]:
+    """The TCP sockets in LISTEN state that any of ``pids`` holds (from ``/proc``: their descriptors' inodes
+    against the machine's TCP tables)."""
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # TCP_LISTEN
+                listening.add(fields[9])
+    held = []
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:[") and target[8:-1] in listening:
+                    held.append(f"pid {pid} fd {fd.name}")
+    return held
+
+
 def test_two_workers_of_a_stateful_environment_score_every_rollout_right(serve) -> None:  # type: ignore[no-untyped-def]
     port = free_port()
     served = serve([str(VENV_BIN / "ngym"), "run", COUNTER, "--workers", "2", "--port", str(port)], port)
@@ -81,10 +104,22 @@ def test_two_workers_of_a_stateful_environment_score_every_rollout_right(serve) 
     workers = [p for p in children(served.proc.pid) if "ngym.server.hosting.host" in command_of(p)]
     proxy = [p for p in children(served.proc.pid) if "haproxy" in command_of(p)]
     assert len(workers) == 2 and len(proxy) == 1
+    # HAProxy reaches the workers on unix sockets in the supervisor's own folder (mode 0700): no TCP hop, and no
+    # other user of the machine reaches a worker around the proxy
+    config = Path(command_of(proxy[0]).split(" -f ", 1)[1].split()[0])
+    folder = config.parent
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert [line.split()[2] for line in config.read_text().splitlines() if line.strip().startswith("server ")] == [
+        f"'unix@{folder / 'w0.sock'}'",
+        f"'unix@{folder / 'w1.sock'}'",
+    ]
+    assert all(stat.S_ISSOCK((folder / f"w{i}.sock").stat().st_mode) for i in range(2))
+    assert not tcp_listeners(workers), "a worker listens on a TCP port"
     code, out = served.stop(signal.SIGTERM)
     assert code == 0, out
     time.sleep(0.5)
     assert not [p for p in [*workers, *proxy] if subprocess.run(["kill", "-0", str(p)]).returncode == 0]
+    assert not folder.exists()  # the sockets and the configuration removed with it
 
 
 def test_a_killed_worker_loses_its_rollouts_loudly_and_is_restarted(serve) -> None:  # type: ignore[no-untyped-def]

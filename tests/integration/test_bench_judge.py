@@ -118,3 +118,11 @@ def test_workers_report_blames_the_per_rollout_cost_when_that_alone_caps_the_rat
     results = {1: [rounds(1000, 1.0)] * 3, 2: [rounds(1300, 1.7)] * 3}  # efficiency 0.76: 2 cores give 1.53x
     why = next(line for line in report("affinity", results) if "below 1.7x because" in line)
     assert "each rollout costs 1.31x the server CPU with 2 workers" in why
+
+
+def test_workers_report_says_what_cpu_per_rollout_1_7x_allows_and_who_took_it() -> None:
+    # 1 worker: 1000 us per rollout; 2 workers: 1400 us, of which HAProxy 280 us (0.34 of 1.7 cores)
+    two = {**rounds(1214.3, 1.7), "proxy_cores": 0.34}
+    why = next(line for line in report("affinity", {1: [rounds(1000, 1.0)] * 3, 2: [two] * 3}) if "because" in line)
+    assert "(1400 us where 1.7x allows 1176: HAProxy 280 us, 20%; the workers and supervisor 1120 us" in why
+    assert "against one worker's 1000)" in why

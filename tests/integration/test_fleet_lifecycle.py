@@ -241,6 +241,40 @@ def test_down_after_up_was_killed_stops_everything_it_had_started(
     assert again.returncode == 0 and "is not up: nothing to stop" in again.stdout, again.stdout + again.stderr
 
 
+@pytest.mark.parametrize("kill", ["sigkill", "sigterm"])
+def test_down_stops_a_virtualenv_install_an_up_left_running(
+    tmp_path: Path, env: dict[str, str], cleanup: None, kill: str
+) -> None:
+    """``up`` killed (or stopped) while pip installs an environment's virtualenv: the install (pip and what it
+    started) is stopped, by ``up`` itself on SIGTERM, by ``ngym down`` after a ``kill -9``. pip is held on a
+    package index that accepts connections and never answers (a condition the test owns, not a time)."""
+    import socket
+
+    with socket.socket() as index:
+        index.bind(("127.0.0.1", 0))
+        index.listen(16)  # never accepted: pip's request waits for an answer that does not come
+        url = f"http://127.0.0.1:{index.getsockname()[1]}/simple"
+        weather = {"env": "example_single_tool_call", "requirements": [f"--index-url={url}", "--timeout=600", "six"]}
+        write_fleet(tmp_path, f"venv-{kill}", environments={"weather": weather})
+        up = start_up(tmp_path, env)
+        try:
+            state = wait_until_started(tmp_path, f"venv-{kill}", up, server="weather")  # its venv's install
+            if kill == "sigterm":
+                up.send_signal(signal.SIGTERM)
+                assert up.wait(timeout=120) == 130
+            else:
+                up.kill()
+                up.wait(timeout=60)
+                assert [p for p in started(state) if p.alive()]  # the install outlived `up`
+                down = ngym("down", "fleet.yaml", cwd=tmp_path, env=env)
+                assert down.returncode == 0, down.stdout + down.stderr
+        finally:
+            if up.poll() is None:
+                up.kill()
+            up.communicate(timeout=60)
+        assert_all_stopped(started(state))
+
+
 def test_down_during_up_stops_the_up_and_everything(tmp_path: Path, env: dict[str, str], cleanup: None) -> None:
     downs: list[subprocess.CompletedProcess[str]] = []
     state, up, _ = interrupted_up(

@@ -110,6 +110,24 @@ def test_the_server_settings_reach_uvicorn() -> None:
     assert config.timeout_keep_alive == 1 and config.h11_max_incomplete_event_size == 8192
     assert config.http in (GuardedHttpToolsProtocol, GuardedH11Protocol)
     assert (config.ngym_header_timeout, config.ngym_max_header_bytes) == (1, 8192)
+    assert config.ws_per_message_deflate is False
+    fields["websocket_compression"] = "true"
+    compressing = build_server(
+        ServeSpec(target="example_single_tool_call.app:WeatherResourcesServer", name="w", fields=fields)
+    )
+    assert uvicorn_config(compressing, app=None).ws_per_message_deflate is True
+
+
+def test_websockets_are_not_compressed_unless_asked(server: Served) -> None:
+    """OpenEnv's client offers permessage-deflate; the server declines it (websocket_compression off): a reset's
+    row crosses uncompressed, as NeMo Gym's HTTP bodies do, and costs no compression CPU on either side."""
+    from websockets.sync.client import connect as ws_connect
+
+    with ws_connect(server.url.replace("http://", "ws://") + "/openenv/ws", compression="deflate") as socket_:
+        assert socket_.response is not None
+        assert "Sec-WebSocket-Extensions" not in socket_.response.headers
+        socket_.send('{"type": "state"}')
+        assert '"episode_id"' in str(socket_.recv(timeout=PATIENCE))
 
 
 def test_headers_still_incomplete_past_the_limit_are_431(server: Served) -> None:

@@ -277,3 +277,37 @@ def test_the_head_server_masks_every_secret_it_serves(tmp_path: Path, monkeypatc
     assert got["policy"]["responses_api_models"]["openai_model"] == {"openai_api_key": "****", "max_tokens": 9}
     assert got["judge"]["responses_api_models"]["vllm_model"] == {"header": "****", "tokenizer": "q/q"}
     assert got["keys"]["x"]["y"] == {"api_keys": ["****", "****"], "password": "****", "port": 1}
+
+
+def test_secrets_inside_text_are_masked_where_served_and_kept_off_command_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret need not be a whole value under a secret-named key: an ``Authorization`` header, a bearer token
+    built from a secret environment variable, a URL's password, a secret-named query parameter."""
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "value-of-an-env-token")
+    model = {
+        "openai_base_url": "https://user:url-password-1@api.example.com/v1?api_key=query-key-1&region=eu",
+        "default_headers": {"Authorization": "Bearer header-token-1", "X-Trace": "Bearer value-of-an-env-token"},
+        "extra_body": {"auth": "auth-value-1"},
+        "base_url": "http://10.0.0.5:8000/v1",
+    }
+    (tmp_path / "global_config.yaml").write_text(yaml.safe_dump({"policy": {"responses_api_models": {"m": model}}}))
+    served = json.loads(
+        TestClient(create_head_app(tmp_path / "global_config.yaml", tmp_path / "i.json"))
+        .get("/global_config_dict_yaml")
+        .content
+    )
+    planted = ("url-password-1", "query-key-1", "header-token-1", "value-of-an-env-token", "auth-value-1")
+    assert not [s for s in planted if s in served], served
+    got = yaml.safe_load(served)["policy"]["responses_api_models"]["m"]
+    assert got["openai_base_url"] == "https://user:****@api.example.com/v1?api_key=****&region=eu"
+    assert got["default_headers"] == {"Authorization": "****", "X-Trace": "Bearer ****"}
+    assert got["base_url"] == "http://10.0.0.5:8000/v1"  # nothing secret in it: unchanged
+
+    # an environment's settings holding such text reach its unit by its environment, not its command line
+    config = {"judge_url": "https://u:url-password-1@judge/v1", "judge_header": "Bearer value-of-an-env-token"}
+    fleet = {"environments": {"c": {"env": "x", "config": {**config, "session_ttl_seconds": 5}}}}
+    spec = load_fleet(write(tmp_path, json.dumps(fleet)))
+    command = environment_command(spec, spec.environments["c"], "127.0.0.1", 1)
+    assert "session_ttl_seconds=5" in command and not [a for a in command if any(s in a for s in planted)]
+    assert take_secret_overrides(environment_env(spec.environments["c"])) == [f"{k}={v}" for k, v in config.items()]

@@ -3,11 +3,16 @@ routed behind ``--workers`` (the proxy's rules name the front's own path and coo
 
 from __future__ import annotations
 
-import pydantic_core
+from pathlib import Path
 
+import pydantic_core
+import pytest
+
+from ngym.examples import dataset_row, read_example_rollouts
 from ngym.server.fronts import openenv
 from ngym.server.fronts.inprocess import RolloutSession, post, with_field
 from ngym.server.hosting import haproxy
+from ngym.server.pipeline.routes import VERIFY_ECHO
 from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE, RouteSlot
 from ngym.testing import app_for, serve_in_process
 
@@ -38,6 +43,35 @@ async def test_a_rollout_session_carries_its_cookie_and_lets_go() -> None:
         assert await session.close() is None
         # a tool call of no session is the environment's own refusal, answered as it would be over HTTP
         assert (await RolloutSession(app, cookie_name).call("increment_counter", {"count": 1})).status >= 400
+
+
+@pytest.mark.parametrize("name", ["example_single_tool_call", "workplace_assistant", "equivalence_llm_judge"])
+async def test_a_verify_without_its_echo_is_the_whole_answer_less_the_echo(name: str) -> None:
+    """A front's verify (``echo=False``) answers what the wire answers, without the row and trajectory it would
+    echo back; an answer that is not the declared model (here a failed judge's, masked) comes whole; NeMo Gym's
+    wire keeps the whole answer."""
+    judged = name == "equivalence_llm_judge"  # a judge nothing answers: verify's masked answer
+    app = app_for(name, judge_base_url="http://127.0.0.1:9/v1", judge_max_retries=0) if judged else app_for(name)
+    folder = Path(__file__).resolve().parents[2] / "resources_servers" / name / "data"
+    async with serve_in_process(app) as http:
+        for recorded in read_example_rollouts(folder / "example_rollouts.jsonl")[:1]:
+            row = dataset_row(recorded)
+            body = {**row, "response": recorded["response"]}
+            answers = []
+            for echo in (True, False):
+                seeded = await http.post("/seed_session", json=row)
+                name_value = seeded.headers["set-cookie"].split(";", 1)[0]
+                session = RolloutSession(app, name_value.split("=", 1)[0], name_value.split("=", 1)[1])
+                verified = await session.verify(body, echo=echo)
+                assert verified.status == 200, verified.text
+                answers.append(verified.json())
+            whole, lean = answers
+            assert set(whole) >= VERIFY_ECHO
+            if judged:
+                assert lean["mask_sample"] is True and lean == {**whole, "response": lean["response"]}
+            else:
+                assert lean == {k: v for k, v in whole.items() if k not in VERIFY_ECHO}
+            assert set((await http.post("/verify", json=body)).json()) >= VERIFY_ECHO
 
 
 def test_the_proxy_routes_held_openenv_episodes_by_the_fronts_own_names() -> None:

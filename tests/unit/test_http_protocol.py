@@ -26,7 +26,7 @@ def protocol_class(request: pytest.FixtureRequest) -> Any:
     return request.param
 
 
-def _connection(app: Any, protocol_class: Any) -> tuple[Any, MemoryTransport]:
+def _connection(app: Any, protocol_class: Any, transport: MemoryTransport | None = None) -> tuple[Any, MemoryTransport]:
     # h11's own cap on an incomplete event set as ngym.server.hosting.host sets it
     config = uvicorn.Config(
         app, http=protocol_class, lifespan="off", log_level="warning", h11_max_incomplete_event_size=65536
@@ -36,7 +36,7 @@ def _connection(app: Any, protocol_class: Any) -> tuple[Any, MemoryTransport]:
     protocol = config.http_protocol_class(
         config=config, server_state=ServerState(), app_state={}, _loop=asyncio.get_running_loop()
     )
-    transport = MemoryTransport()
+    transport = transport or MemoryTransport()
     protocol.connection_made(transport)
     return protocol, transport
 
@@ -138,3 +138,77 @@ async def test_headers_under_the_cap_with_a_large_body_in_the_same_read_are_serv
     protocol2.data_received(_big_header_request(60_000))  # under the 65,536 cap, in one read
     await _until(lambda: protocol2.cycle is not None and protocol2.cycle.response_complete)
     assert transport2.written.startswith(b"HTTP/1.1 200 ")
+
+
+async def _answer_unread(scope: Any, receive: Any, send: Any) -> None:
+    """Answers 413 at once, the body unread, as the body and budget limits refuse a declared size."""
+    body = b'{"detail": "too large"}'
+    headers = [(b"content-length", b"%d" % len(body)), (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def test_an_answer_given_before_the_body_arrived_is_followed_by_a_lingering_close(protocol_class: Any) -> None:
+    """Closing at once with the body unread reset the connection: behind HAProxy (``--workers 2``) the client got
+    "server disconnected" instead of the 413. Now the server ends its side, drops the rest of the body, and closes
+    when the client is done."""
+    protocol, transport = _connection(_answer_unread, protocol_class, MemoryTransport(can_write_eof=True))
+    protocol.data_received(_head(1_000_000) + b"x" * 1000)
+    await _until(lambda: transport.eof or transport.closed)
+    assert transport.written.startswith(b"HTTP/1.1 413 ")
+    assert transport.eof and not transport.closed
+    for _ in range(10):  # the rest of the body: dropped, never read as a request (no 400, no 431)
+        protocol.data_received(b"x" * 99_900)
+    assert transport.written.count(b"HTTP/1.1 ") == 1 and not transport.closed
+    protocol.connection_lost(None)  # the client closed its side: the linger timer goes with the connection
+
+
+async def test_a_lingering_close_ends_past_its_byte_bound_or_its_time(
+    protocol_class: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_protocol, "LINGER_BYTES", 150_000)
+    protocol, transport = _connection(_answer_unread, protocol_class, MemoryTransport(can_write_eof=True))
+    protocol.data_received(_head(1_000_000) + b"x" * 1000)
+    await _until(lambda: transport.eof)
+    protocol.data_received(b"x" * 100_000)
+    assert not transport.closed
+    protocol.data_received(b"x" * 100_000)
+    assert transport.closed
+    monkeypatch.setattr(http_protocol, "LINGER_SECONDS", 0.01)
+    protocol, transport = _connection(_answer_unread, protocol_class, MemoryTransport(can_write_eof=True))
+    protocol.data_received(_head(1_000_000) + b"x" * 1000)
+    await _until(lambda: transport.closed)  # the client never sends the rest: closed when the linger ends
+    assert transport.eof and transport.written.count(b"HTTP/1.1 ") == 1
+
+
+async def test_a_body_answered_unread_on_a_kept_connection_is_not_counted_as_headers(protocol_class: Any) -> None:
+    """An answer that keeps the connection (a 404 for an unknown route) before the body came: the rest of the body
+    is that request's, not a header block (it was counted as one and answered 431 past 64 KiB)."""
+
+    async def not_found(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, transport = _connection(not_found, protocol_class, MemoryTransport(can_write_eof=True))
+    protocol.data_received(_head(300_000) + b"x" * 1000)
+    await _until(lambda: protocol.cycle.response_complete)
+    for _ in range(3):
+        protocol.data_received(b"x" * 99_000)
+    protocol.data_received(b"x" * 2000)  # the body's last bytes: the request is complete
+    assert b"431" not in transport.written, bytes(transport.written)
+
+
+async def test_a_connection_whose_early_answered_body_has_all_arrived_closes_at_once(protocol_class: Any) -> None:
+    """Once the rest of a body answered early has all come, nothing is left to drop: a later close (shutdown, the
+    keep-alive timeout) is immediate, not a linger."""
+
+    async def not_found(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, transport = _connection(not_found, protocol_class, MemoryTransport(can_write_eof=True))
+    protocol.data_received(_head(200_000) + b"x" * 1000)
+    await _until(lambda: protocol.cycle.response_complete)
+    protocol.data_received(b"x" * 199_000)  # the body's last bytes
+    protocol.shutdown()
+    assert transport.closed and not transport.eof

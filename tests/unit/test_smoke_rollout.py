@@ -23,3 +23,22 @@ def test_the_smoke_rollout_prefers_a_row_recorded_at_one_and_says_what_it_checke
     assert said.startswith("smoke rollout: example_rollouts.jsonl line 2 replayed in the container (seed → verify)")
     assert said.endswith(": reward 1.0, as recorded")
     assert "MISMATCH" in _smoke_summary({"reward": 0.0, "expected_reward": 1.0, "example_line": 2, "path": "p"})
+
+
+def test_the_smoke_container_gets_a_made_up_secret_only_when_none_is_given() -> None:
+    """A secret file named with ``NGYM_SESSION_SECRET_FILE`` is the container's secret: a made-up
+    ``NGYM_SESSION_SECRET`` beside it would win over it (and show in ``docker inspect``)."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from ngym.containerize.smoke import start_container
+
+    runs: list[dict[str, Any]] = []
+    client: Any = SimpleNamespace(containers=SimpleNamespace(run=lambda *a, **kw: runs.append(kw["environment"])))
+    start_container(client, "img")
+    start_container(client, "img", environment={"NGYM_SESSION_SECRET_FILE": "/run/secrets/s"})
+    start_container(client, "img", environment={"NGYM_SESSION_SECRET": "mine"})
+    made, from_file, given = runs
+    assert set(made) == {"NGYM_SESSION_SECRET"} and len(made["NGYM_SESSION_SECRET"]) >= 32
+    assert from_file == {"NGYM_SESSION_SECRET_FILE": "/run/secrets/s"}
+    assert given == {"NGYM_SESSION_SECRET": "mine"}

@@ -142,3 +142,26 @@ def test_workers_of_one_run_share_a_made_up_secret(monkeypatch: pytest.MonkeyPat
     assert len(made) >= 32
     share_secret_between_workers(ServeSpec(target="x:Y", name="x"), workers=3)
     assert os.environ["NGYM_SESSION_SECRET"] == made  # an existing one is kept
+
+
+def test_the_session_secret_can_come_from_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """``NGYM_SESSION_SECRET_FILE`` (a Docker or Kubernetes secret mounted read-only) gives the secret without
+    putting it in any process environment (``docker inspect`` shows a container's); ``--workers`` keeps it."""
+    from ngym.errors import ConfigError
+    from ngym.server.sessions.cookies import resolve_secret
+
+    monkeypatch.delenv("NGYM_SESSION_SECRET", raising=False)
+    secret_file = tmp_path / "session_secret"
+    secret_file.write_text("from-a-mounted-file-0123456789\n")
+    monkeypatch.setenv("NGYM_SESSION_SECRET_FILE", str(secret_file))
+    assert resolve_secret(None) == ("from-a-mounted-file-0123456789", True)
+    assert resolve_secret("configured-wins") == ("configured-wins", True)
+    share_secret_between_workers(ServeSpec(target="x:Y", name="x"), workers=2)
+    assert "NGYM_SESSION_SECRET" not in os.environ  # the workers read the same file
+    for content, problem in (("  \n", "is empty"), (None, "cannot read it")):
+        if content is None:
+            secret_file.unlink()
+        else:
+            secret_file.write_text(content)
+        with pytest.raises(ConfigError, match=f"NGYM_SESSION_SECRET_FILE=.*{problem}"):
+            resolve_secret(None)

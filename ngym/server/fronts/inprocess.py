@@ -23,6 +23,7 @@ import pydantic_core
 from starlette.types import ASGIApp, Message
 
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY
+from ngym.server.pipeline.routes import verify_echo_left_out
 
 _HOST = b"ngym-front.internal"
 _SERVER = ("ngym-front.internal", 80)
@@ -171,9 +172,18 @@ class RolloutSession:
         """The tool route ``/<tool>`` with its arguments (a JSON object)."""
         return await self.post(f"/{tool}", arguments)
 
-    async def verify(self, body: Any) -> Answer:
-        """``/verify`` with the row and the rollout's Responses trajectory."""
-        return await self.post("/verify", body)
+    async def verify(self, body: Any, *, echo: bool = True) -> Answer:
+        """``/verify`` with the row and the rollout's Responses trajectory. ``echo=False``: the caller reads only
+        what verify adds (reward, outcome fields): when the environment's verify answers its declared model, the
+        answer leaves out the row parameters and trajectory it would echo (``VERIFY_ECHO``); any other answer
+        comes whole."""
+        if echo:
+            return await self.post("/verify", body)
+        token = verify_echo_left_out.set(True)
+        try:
+            return await self.post("/verify", body)
+        finally:
+            verify_echo_left_out.reset(token)
 
     async def close(self) -> Answer | None:
         """``/close_session`` when a session is held (None when none is); the session is let go either way."""

@@ -3,15 +3,17 @@
 uvicorn's own workers share one socket and the kernel hands each connection to any of them, so a rollout's
 requests would reach workers that do not hold its session. Environments whose state cannot leave the process
 (NeMo Gym's ``self.sessions[...]``, math_with_code's live sandbox, workplace_assistant's databases) and every
-environment on the memory store therefore run as N single-worker processes, each on its own loopback socket,
-behind HAProxy, which sends every request of a rollout to the worker its session id names (worker I is routing
-slot I of N, ``NGYM_ROUTE_SLOT``; ``ngym.server.sessions.routing``, ``ngym.server.hosting.haproxy``).
+environment on the memory store therefore run as N single-worker processes behind HAProxy, which sends every
+request of a rollout to the worker its session id names (worker I is routing slot I of N, ``NGYM_ROUTE_SLOT``;
+``ngym.server.sessions.routing``, ``ngym.server.hosting.haproxy``). Each worker listens on its own unix socket in
+the supervisor's private folder (mode 0700; a loopback TCP port where such a path cannot be used): the hop from
+HAProxy costs both sides less than loopback TCP, and nothing else on the machine reaches a worker directly.
 
 This process is the supervisor: it binds the public socket (so ``--port 0`` works and the port is known before
-anything starts) and each worker's socket, hands them to HAProxy and the workers as inherited descriptors,
-restarts a worker that dies (its sessions are lost: their verifies are masked ``session_lost``), and on
-SIGINT/SIGTERM stops them all. Children get SIGTERM if this process dies (``PR_SET_PDEATHSIG``), so none is
-left behind.
+anything starts) and each worker's socket, hands the public one to HAProxy and each worker its own as inherited
+descriptors, restarts a worker that dies (its sessions are lost: their verifies are masked ``session_lost``), and
+on SIGINT/SIGTERM stops them all. Children get SIGTERM if this process dies (``PR_SET_PDEATHSIG``), so none is left
+behind.
 """
 
 from __future__ import annotations
@@ -62,26 +64,59 @@ def _die_with_parent() -> None:
         pass
 
 
-def _loopback_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+#: The longest unix socket path every platform binds (``sun_path``: 108 bytes on Linux, 104 on macOS).
+_UNIX_PATH_MAX = 100
+
+
+def _worker_socket(folder: Path, index: int) -> tuple[socket.socket, str | None]:
+    """Worker ``index``'s listening socket: a unix socket in ``folder`` (the supervisor's own, mode 0700), else
+    (no unix sockets, or a path too long or one HAProxy's configuration cannot quote) a loopback TCP port.
+
+    A unix socket because HAProxy's hop to a worker costs both sides less over it than over loopback TCP (no TCP
+    stack and no packet filter per request: ``bench/bench_workers.py``), and no other user of the machine can
+    reach a worker around HAProxy's checks on the session cookie. Returns the socket and its path (None: TCP)."""
+    path: str | None = str(folder / f"w{index}.sock")
+    if hasattr(socket, "AF_UNIX") and path and len(path.encode()) <= _UNIX_PATH_MAX and "'" not in path:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
+    else:
+        path = None
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
     sock.listen(1024)  # listening before any worker runs: a connection made during a restart waits, not refused
     sock.set_inheritable(True)
-    return sock
+    return sock, path
 
 
 @dataclass
 class _Worker:
     index: int
     sock: socket.socket
+    #: the path of its unix socket, None when it listens on a loopback port
+    unix_socket: str | None
+    port: int = 0
     process: subprocess.Popen[bytes] | None = None
     deaths: deque[float] = field(default_factory=deque)
     given_up: bool = False
 
-    @property
-    def port(self) -> int:
-        return int(self.sock.getsockname()[1])
+    @classmethod
+    def listening(cls, folder: Path, index: int) -> _Worker:
+        sock, unix = _worker_socket(folder, index)
+        return cls(index, sock, unix, 0 if unix else int(sock.getsockname()[1]))
+
+    def backend(self) -> Backend:
+        """It as HAProxy's ``server w<index>``."""
+        name = f"w{self.index}"
+        return (
+            Backend(name, unix_socket=self.unix_socket) if self.unix_socket else Backend(name, "127.0.0.1", self.port)
+        )
+
+    def livez(self) -> tuple[str, str | None]:
+        """Its ``/livez`` URL and the unix socket to reach it through (None: over TCP)."""
+        if self.unix_socket:
+            return "http://localhost/livez", self.unix_socket
+        return f"http://127.0.0.1:{self.port}/livez", None
 
 
 class AffineWorkers:
@@ -102,12 +137,12 @@ class AffineWorkers:
         self.public = public
         self.access_log = access_log
         self.haproxy_bin = haproxy_binary()  # ConfigError with the install hint, before anything starts
-        self.workers = [_Worker(i, _loopback_socket()) for i in range(workers)]
+        self._dir = Path(tempfile.mkdtemp(prefix="ngym-haproxy-"))  # mode 0700: the workers' sockets are in it
+        self.workers = [_Worker.listening(self._dir, i) for i in range(workers)]
         #: this set's place in an outer one (a Ray replica running --workers): its workers' slots nest inside it
         self.outer_slot = RouteSlot.from_env()
         self.haproxy: subprocess.Popen[bytes] | None = None
         self._stopping = False
-        self._dir = Path(tempfile.mkdtemp(prefix="ngym-haproxy-"))
         self.config_path = self._dir / "haproxy.cfg"
         #: HAProxy's runtime API (``show stat``: which workers it counts up), mode 0600
         self.stats_socket = self._dir / "haproxy.sock"
@@ -115,7 +150,7 @@ class AffineWorkers:
         self.config_path.write_text(
             haproxy_config(
                 listen_fd=public.fileno(),
-                backends=[Backend(f"w{w.index}", "127.0.0.1", w.port) for w in self.workers],
+                backends=[w.backend() for w in self.workers],
                 cookie_name=cookie_name,
                 session_ttl_seconds=session_ttl_seconds,
                 max_sessions=max_sessions,
@@ -168,9 +203,10 @@ class AffineWorkers:
         deadline = time.monotonic() + READY_TIMEOUT_S
         for worker in self.workers:
             assert worker.process is not None
+            url, unix = worker.livez()
             ready = processes.wait_healthy(
-                f"http://127.0.0.1:{worker.port}/livez", worker.process, max(0.0, deadline - time.monotonic()),
-                interval=0.1, error=WorkerFailed, what=f"worker {worker.index}", abandon=lambda: self._stopping,
+                url, worker.process, max(0.0, deadline - time.monotonic()), interval=0.1, error=WorkerFailed,
+                what=f"worker {worker.index}", abandon=lambda: self._stopping, unix_socket=unix,
             )  # fmt: skip
             if not ready:
                 return
@@ -240,6 +276,8 @@ class AffineWorkers:
             self.stop()
             for worker in self.workers:
                 worker.sock.close()
+                if worker.unix_socket:
+                    Path(worker.unix_socket).unlink(missing_ok=True)
             self.config_path.unlink(missing_ok=True)
             self.stats_socket.unlink(missing_ok=True)
             self._dir.rmdir()

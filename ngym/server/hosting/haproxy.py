@@ -21,6 +21,13 @@ Why HAProxy (Debian's ``haproxy`` package): it reads a cookie, a path segment an
 hashes them with converters in its configuration (``req.cook``, ``field``, ``json_query``, ``crc32``, ``mod``),
 checks health and answers 503 at once when no worker is left.
 
+What it costs: about a quarter of what the counter example's worker takes per request
+(``bench/bench_workers.py``). A profile of HAProxy under load (``perf``) puts two thirds of it in the kernel
+(reading the client's request and writing the answer back over TCP, the hop to the worker, being woken per
+request) and under 3 % in the routing rules below; dropping rules, ``field`` for ``regsub``, no response header
+or no body buffering measured no difference. So the hop to a local worker is a unix socket (``Backend.unix_socket``;
+cheaper for HAProxy and the worker than loopback TCP), and the rules stay written for what they route.
+
 The ORS front's sessions are routed the same way: the front makes each ORS session id on the worker that answers
 ``/create_session``, drawn to hash to that worker's slot, and every later request carries it in ``X-Session-ID``.
 So are the OpenEnv front's episodes held between HTTP requests: their id (drawn the same way) comes back in the
@@ -35,7 +42,7 @@ import shutil
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
-from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE
+from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE, ORS_MOUNT_PATH, ORS_ROOT_SEGMENTS
 
 HAPROXY_INSTALL_HINT = "apt-get install haproxy (Debian/Ubuntu) or dnf install haproxy"
 #: The HAProxy executable to use instead of the one on ``PATH``.
@@ -61,13 +68,25 @@ def haproxy_binary() -> str:
 
 @dataclass(frozen=True)
 class Backend:
-    """One worker HAProxy sends requests to."""
+    """One worker HAProxy sends requests to: at ``host:port``, or on the unix socket ``unix_socket``."""
 
     name: str
-    host: str
-    port: int
+    host: str = ""
+    port: int = 0
     #: a slot whose process never came up (a Ray replica that was not placed): kept so the slots stay numbered
     disabled: bool = False
+    #: a worker on this machine: the path of its listening unix socket (``host`` and ``port`` then unused)
+    unix_socket: str | None = None
+
+    @property
+    def address(self) -> str:
+        """The address as HAProxy's ``server`` line takes it (a path in single quotes: HAProxy reads nothing in
+        them, not spaces, ``#`` or ``$``; a path holding a single quote is refused)."""
+        if self.unix_socket is not None:
+            if "'" in self.unix_socket or "\n" in self.unix_socket:
+                raise ValueError(f"a unix socket path HAProxy's configuration cannot quote: {self.unix_socket!r}")
+            return f"'unix@{self.unix_socket}'"
+        return f"{self.host}:{self.port}"
 
 
 #: On ``GET /health`` only: the slot (0..N-1) of the worker that should answer (``ngym status``, per worker).
@@ -110,8 +129,7 @@ def haproxy_config(
     # server; the checks alone still take a dead one out within ~2 s (fall 2, inter 1s).
     observe = " observe layer4 error-limit 1 on-error mark-down" if len(backends) > 1 else ""
     servers = "\n".join(
-        f"    server {b.name} {b.host}:{b.port} check inter 1s fall 2 rise 1{observe}"
-        + (" disabled" if b.disabled else "")
+        f"    server {b.name} {b.address} check inter 1s fall 2 rise 1{observe}" + (" disabled" if b.disabled else "")
         for b in backends
     )
     duplicate = f"if {{ req.cook_cnt({cookie_name}) gt 1 }}"
@@ -119,6 +137,7 @@ def haproxy_config(
     routing = ""
     stride_op = f"div({stride})," if stride > 1 else ""
     episode, openenv = OPENENV_EPISODE_COOKIE, OPENENV_PATH
+    ors, ors_roots = ORS_MOUNT_PATH, " ".join(sorted(ORS_ROOT_SEGMENTS))
     if count > 1:
         routing = "\n".join(
             [
@@ -129,8 +148,14 @@ def haproxy_config(
                 f"if {{ req.cook_cnt({cookie_name}) eq 1 }}",
                 "    http-request set-var(txn.ngym_key) req.body,json_query('$.resources_session_id') "
                 f"if {{ {typed_paths} }} {{ req.body,json_query('$.resources_session_id') -m found }}",
-                "    # an ORS session's requests carry the id the worker's ORS front made (ngym.server.fronts.ors)",
-                "    http-request set-var(txn.ngym_key) req.hdr(x-session-id) if { req.hdr(x-session-id) -m found }",
+                "    # an ORS session's requests carry the id the worker's ORS front made (ngym.server.fronts.ors) in",
+                "    # X-Session-ID; only ORS requests are routed by it (under /ors, or an ORS route at the root), as",
+                "    # only they are read by it: a stray X-Session-ID beside a session cookie never moves a request",
+                f"    acl ors_request path {ors}",
+                f"    acl ors_request path_beg {ors}/",
+                f"    acl ors_request path,field(2,/) -m str {ors_roots}",
+                "    http-request set-var(txn.ngym_key) req.fhdr(x-session-id,1) "
+                "if ors_request { req.fhdr(x-session-id,1) -m found }",
                 "    # an OpenEnv episode held between HTTP requests (ngym.server.fronts.openenv): its cookie, the",
                 "    # WebSocket that attaches to it (?session_id=), an MCP call naming it (params.session_id)",
                 f"    http-request set-var(txn.ngym_key) req.cook({episode}) "

@@ -35,7 +35,7 @@ from ngym.server.pipeline import http_protocol
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.pipeline.base import CLASS_OVERRIDES_ENV
 from ngym.server.pipeline.resources import SimpleResourcesServer
-from ngym.server.sessions.cookies import SESSION_SECRET_ENV
+from ngym.server.sessions.cookies import SESSION_SECRET_ENV, secret_configured
 
 log = logging.getLogger("ngym.serve")
 
@@ -51,6 +51,12 @@ def _bind(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.set_inheritable(True)
     return sock
+
+
+# _serving_only: the process that serves a listening socket makes it not inheritable before the environment runs.
+# It is inheritable only to be handed on (to HAProxy, to the workers of a set, by pass_fds). uvloop's
+# create_subprocess_exec ignores close_fds, so every child an environment starts with asyncio (an inner server, a
+# worker, a sandbox command) got it and could accept() the server's connections and answer them.
 
 
 def _listen_line(spec: ServeSpec, host: str, port: int, domain: str | None, workers: int) -> str:
@@ -92,7 +98,7 @@ def _graceful_server(config: Any) -> Any:
 def share_secret_between_workers(spec: ServeSpec, workers: int) -> None:
     """The workers of one ``ngym run`` must accept each other's cookies: with no configured secret, make one
     for all of them (through the environment the workers inherit). Replicas must still be given one."""
-    if workers <= 1 or spec.fields.get("session_secret") or os.environ.get(SESSION_SECRET_ENV):
+    if workers <= 1 or spec.fields.get("session_secret") or secret_configured():
         return
     os.environ[SESSION_SECRET_ENV] = secrets.token_urlsafe(32)
     log.info(
@@ -117,6 +123,7 @@ def serve_one(
     inherited = os.environ.pop(LISTEN_FD_ENV, None)  # a worker of an affine set: its socket comes from the supervisor
     if inherited is not None:
         sock = socket.socket(fileno=int(inherited))
+        sock.set_inheritable(False)  # see _serving_only
         server.before_serving()
         prepare_fork_template()  # each affine worker is a template for the children its environment forks
         config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
@@ -155,6 +162,7 @@ def serve_one(
         else:  # newer uvicorn builds each worker's server from the config itself
             Multiprocess(config, sockets=[sock]).run()
         return
+    sock.set_inheritable(False)  # see _serving_only
     server.before_serving()
     prepare_fork_template()  # after the environment is built, before it serves: its forked children start warm
     config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
@@ -170,7 +178,8 @@ def enter_working_directory(target: str) -> None:
 
 def uvicorn_config(server: SimpleResourcesServer, app: Any, **options: Any) -> uvicorn.Config:
     """uvicorn's config for a server, with its HTTP limits: keep-alive, header deadline and size (the body
-    limits live in the app itself, see ``ngym.server.pipeline.request_limits``)."""
+    limits live in the app itself, see ``ngym.server.pipeline.request_limits``), and WebSocket compression only
+    when the config asks for it (``websocket_compression``)."""
     settings = server.config
     config = uvicorn.Config(
         app,
@@ -178,6 +187,7 @@ def uvicorn_config(server: SimpleResourcesServer, app: Any, **options: Any) -> u
         http=http_protocol.protocol_class(),
         timeout_keep_alive=settings.keep_alive_timeout_seconds,  # type: ignore[arg-type]  # uvicorn says int
         h11_max_incomplete_event_size=settings.max_request_header_bytes,
+        ws_per_message_deflate=settings.websocket_compression,
         **options,
     )
     http_protocol.configure(

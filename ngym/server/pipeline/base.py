@@ -64,6 +64,13 @@ class BaseServerConfig(BaseModel):
         gt=0,
         description="Idle keep-alive connections are closed after this.",
     )
+    websocket_compression: bool = Field(
+        default=False,
+        description=(
+            "Accept permessage-deflate on WebSockets (OpenEnv's /openenv/ws). Off: messages travel uncompressed, "
+            "as NeMo Gym's HTTP bodies do, and cost no compression CPU (a dataset row is kilobytes per reset)."
+        ),
+    )
 
 
 class BaseServer(BaseModel):

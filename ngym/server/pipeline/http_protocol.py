@@ -14,6 +14,13 @@ processes too.
 
 The protocol also puts in the scope the size of a request body that arrived whole with its headers, before the
 app runs (``ngym.server.pipeline.request_limits.BODY_BYTES_KEY``): the body limits have nothing left to do for it.
+
+An answer given before its request's body has all arrived (a 413 for a body over a limit, which the app refuses
+unread) is followed by a lingering close, as nginx does: the server ends its side (FIN) after the answer, then
+reads and drops what the client still sends, for at most ``LINGER_SECONDS`` and ``LINGER_BYTES``, before it
+closes. Closing at once with unread bytes makes the kernel reset the connection, and a peer still sending (HAProxy
+in front of ``--workers N``, relaying the body) then loses the answer it had not yet read: the client got
+"server disconnected" instead of the 413 that names the setting.
 """
 
 from __future__ import annotations
@@ -27,6 +34,11 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
 
 log = logging.getLogger("ngym.server")
+
+#: How long a connection answered before its request's body arrived keeps reading (and dropping) that body.
+LINGER_SECONDS = 5.0
+#: How many bytes of such a body it reads and drops at most before it closes anyway.
+LINGER_BYTES = 64 * 1024 * 1024
 
 _TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -56,6 +68,11 @@ class HeaderDeadline:
         # BaseTransport, as asyncio.BaseProtocol declares it, so the mixin fits both bases; the mixin's own
         # base is object, hence the ignore on the cooperative call into uvicorn's protocol.
         super().connection_made(transport)  # type: ignore[misc]
+        # the request cycles write to (and close) this wrapper; flow control keeps the raw transport
+        self.transport = LingeringClose(transport, self)  # type: ignore[assignment]
+        self._ngym_lingering = False
+        self._ngym_in_message = False  # httptools: between a request's first byte and its body's last
+        self._ngym_body_wait = False  # answered before its body came: armed again once that body is in
         self._ngym_timer: asyncio.TimerHandle | None = None
         self._ngym_seconds = getattr(self.config, "ngym_header_timeout", DEFAULT_HEADER_TIMEOUT_SECONDS)
         self._ngym_max_bytes = getattr(self.config, "ngym_max_header_bytes", DEFAULT_MAX_HEADER_BYTES)
@@ -70,8 +87,14 @@ class HeaderDeadline:
             self._ngym_timer = self.loop.call_at(self._ngym_deadline, self._header_timed_out)
 
     def data_received(self, data: bytes) -> None:
+        if self._ngym_lingering:  # the rest of a body that was answered unread: dropped
+            self.transport.dropped(len(data))  # type: ignore[attr-defined]
+            return
         if not self._ngym_armed:  # a request's body, or a pipelined request behind one in progress
             super().data_received(data)  # type: ignore[misc]
+            if self._ngym_body_wait and not self._body_pending():
+                self._ngym_body_wait = False
+                self._rearm()
             return
         before = self._ngym_header_bytes
         self._ngym_header_bytes += len(data)
@@ -106,6 +129,27 @@ class HeaderDeadline:
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
+        if self._body_pending():  # answered before its body came: what comes next is that body, not headers
+            self._ngym_armed, self._ngym_body_wait = False, True
+            return
+        self._rearm()
+
+    def _body_pending(self) -> bool:
+        """The current request's body is still arriving (its answer may already be sent)."""
+        conn = getattr(self, "conn", None)  # h11's connection state (its states are named classes); httptools has none
+        if conn is not None:
+            return bool(getattr(conn.their_state, "__name__", "") == "SEND_BODY")
+        return self._ngym_in_message
+
+    def on_message_begin(self) -> None:  # httptools' parser callback (h11 has none)
+        self._ngym_in_message = True
+        super().on_message_begin()  # type: ignore[misc]
+
+    def on_message_complete(self) -> None:  # httptools' parser callback
+        self._ngym_in_message = False
+        super().on_message_complete()  # type: ignore[misc]
+
+    def _rearm(self) -> None:
         cycle = self.cycle
         # Armed again unless closing or a pipelined request is starting (its headers are in).
         if (cycle is None or cycle.response_complete) and not self.transport.is_closing():
@@ -123,6 +167,8 @@ class HeaderDeadline:
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._ngym_armed = False
+        if isinstance(self.transport, LingeringClose):
+            self.transport.lost()
         if self._ngym_timer is not None:
             self._ngym_timer.cancel()
             self._ngym_timer = None
@@ -139,6 +185,62 @@ class HeaderDeadline:
             return  # a request is in progress
         log.info("%s: no complete request headers in time; connection closed", _peer(self.client))
         self.transport.close()
+
+
+class LingeringClose:
+    """The connection's transport as uvicorn's request cycles see it: ``close()`` while the request's body is still
+    arriving ends the server's side (the answer is complete), then lets the protocol drop what comes, and closes
+    when the client ends its side, or after ``LINGER_SECONDS`` or ``LINGER_BYTES``. Everything else is the
+    transport's own."""
+
+    def __init__(self, transport: Any, protocol: Any) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._timer: asyncio.TimerHandle | None = None
+        self._dropped = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def _body_still_arriving(self) -> bool:
+        owner = getattr(self._transport, "get_protocol", None)
+        return (
+            self._protocol.cycle is not None
+            and self._protocol._body_pending()
+            and (owner is None or owner() is self._protocol)  # not after a WebSocket upgrade
+            and not self._transport.is_closing()
+            and self._transport.can_write_eof()
+        )
+
+    def close(self) -> None:
+        if self._protocol._ngym_lingering:
+            return
+        if not self._body_still_arriving():
+            self._transport.close()
+            return
+        self._protocol._ngym_lingering = True
+        self._protocol._ngym_armed = False
+        try:
+            self._transport.write_eof()
+            self._transport.resume_reading()
+        except (OSError, RuntimeError):
+            self._transport.close()
+            return
+        self._timer = self._protocol.loop.call_later(LINGER_SECONDS, self._transport.close)
+
+    def is_closing(self) -> bool:
+        return bool(self._protocol._ngym_lingering or self._transport.is_closing())
+
+    def dropped(self, size: int) -> None:
+        """``size`` more bytes of the unread body were dropped; past ``LINGER_BYTES`` the connection closes."""
+        self._dropped += size
+        if self._dropped > LINGER_BYTES:
+            self._transport.close()
+
+    def lost(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 def _header_block_end(data: bytes, *, skip_blank_lines: bool = False) -> int:

@@ -14,6 +14,7 @@ import functools
 import logging
 import typing
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -63,6 +64,14 @@ MCP_SEED_KEY = "mcp"  # where a row seed's answer advertises the MCP endpoint (N
 _FAILURE_REASON_MAX = 2000
 #: ``app.state`` attribute holding the standard routes' ``AuthorCalls`` (where an app extension finds them).
 AUTHOR_CALLS_STATE = "ngym_author_calls"
+#: What a verify answer echoes of its request: the rollout's row parameters and trajectory.
+VERIFY_ECHO = frozenset({"responses_create_params", "response"})
+#: True while an in-process caller that reads only what verify adds (a protocol front: the reward, the outcome's
+#: own fields) calls ``/verify`` (``ngym.server.fronts.inprocess.RolloutSession.verify``): an answer that is the
+#: declared model leaves out ``VERIFY_ECHO`` (tens of kilobytes for a tool environment's row, encoded only to be
+#: parsed and dropped). A context variable of the call, never set by an HTTP request: the wire's answer is whole.
+verify_echo_left_out: ContextVar[bool] = ContextVar("ngym_verify_echo_left_out", default=False)
+_ECHO_LEFT_OUT = set(VERIFY_ECHO)
 
 
 def add_standard_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
@@ -294,7 +303,8 @@ def verify_endpoint(server: SimpleResourcesServer, author: AuthorCalls | None = 
                 # Score with bare names, echo what the model emitted (the rollout's record stays true).
                 for call in result.response.function_calls():
                     call.name = emitted.get(call.call_id, call.name)
-            result = declared_model_response(result, declared) or result
+            lean = _ECHO_LEFT_OUT if verify_echo_left_out.get() else None
+            result = declared_model_response(result, declared, exclude=lean) or result
         except JudgeError as exc:
             body = next((v for v in (*args, *kwargs.values()) if isinstance(v, BaseVerifyRequest)), None)
             log.warning("judge failed in verify: %s", exc)

@@ -9,10 +9,17 @@ import logging
 import os
 import secrets
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote_to_bytes
 
+from ngym.errors import ConfigError
+
 SESSION_SECRET_ENV = "NGYM_SESSION_SECRET"
+#: A file holding the signing secret (a Docker or Kubernetes secret mounted read-only), read when
+#: ``NGYM_SESSION_SECRET`` is not set: the secret is then in no process environment (``docker inspect`` shows a
+#: container's environment to anyone who may use the Docker daemon).
+SESSION_SECRET_FILE_ENV = "NGYM_SESSION_SECRET_FILE"
 # RFC 6265 cookie-octets (no control characters, space, '"', ',', ';' or '\\'), less '%', the escape itself:
 # these stay as they are in a cookie value, anything else is percent-encoded.
 _COOKIE_SAFE = "!#$&'()*+-./:<=>?@[]^_`{|}~"
@@ -25,10 +32,30 @@ def resolve_secret(configured: str | None) -> tuple[str, bool]:
     A made-up secret is random per process: fine for one worker, wrong for replicas or several workers,
     which must share one secret to accept each other's cookies.
     """
-    secret = configured or os.environ.get(SESSION_SECRET_ENV)
+    secret = configured or os.environ.get(SESSION_SECRET_ENV) or _secret_from_file()
     if secret:
         return secret, True
     return secrets.token_urlsafe(32), False
+
+
+def secret_configured() -> bool:
+    """Whether this process's environment gives a signing secret (``NGYM_SESSION_SECRET`` or its file)."""
+    return bool(os.environ.get(SESSION_SECRET_ENV) or os.environ.get(SESSION_SECRET_FILE_ENV))
+
+
+def _secret_from_file() -> str | None:
+    """The secret in ``NGYM_SESSION_SECRET_FILE`` (surrounding whitespace dropped), None when it is not set;
+    ``ConfigError`` naming the variable when the file cannot be read or is empty."""
+    path = os.environ.get(SESSION_SECRET_FILE_ENV)
+    if not path:
+        return None
+    try:
+        secret = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{SESSION_SECRET_FILE_ENV}={path}: cannot read it ({exc.strerror})") from None
+    if not secret:
+        raise ConfigError(f"{SESSION_SECRET_FILE_ENV}={path}: the file is empty")
+    return secret
 
 
 class CookieSigner:

@@ -31,6 +31,17 @@ ROUTE_SLOT_ENV = "NGYM_ROUTE_SLOT"
 #: The cookie naming an OpenEnv episode held between HTTP requests (``/openenv/reset`` sets it); its value is an id
 #: drawn like a session id, so the proxy routes by it (``ngym.server.fronts.openenv``).
 OPENENV_EPISODE_COOKIE = "ngym-openenv-episode"
+#: Where every app serves ORS (``ngym.server.fronts.ors.mount``), and the first path segments of the ORS routes
+#: the ``openreward`` SDK sends at the root (with an ``X-Session-ID`` header or asking for an event stream). Only
+#: these requests are ORS's: the proxy routes them by ``X-Session-ID`` exactly when the server reads it, so a
+#: stray ``X-Session-ID`` (a gateway's tracing header) beside a session cookie never sends a request elsewhere.
+ORS_MOUNT_PATH = "/ors"
+ORS_ROOT_SEGMENTS = frozenset(
+    {
+        "create_session", "delete_session", "create", "delete", "ping", "call", "prompt", "messages", "task_tools",
+        "tools", "splits", "tasks", "num_tasks", "task", "task_range", "score_group", "list_environments", "version",
+    }
+)  # fmt: skip
 
 
 def route_hash(session_id: str) -> int:
@@ -112,4 +123,12 @@ class RouteSlot:
         return " within ".join(f"slot {index} of {count}" for index, count in reversed(self.levels)) or "the only slot"
 
 
-__all__ = ["OPENENV_EPISODE_COOKIE", "ROUTE_SLOT_ENV", "RouteSlot", "route_hash", "slot_of"]
+__all__ = [
+    "OPENENV_EPISODE_COOKIE",
+    "ORS_MOUNT_PATH",
+    "ORS_ROOT_SEGMENTS",
+    "ROUTE_SLOT_ENV",
+    "RouteSlot",
+    "route_hash",
+    "slot_of",
+]

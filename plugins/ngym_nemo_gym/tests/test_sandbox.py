@@ -32,6 +32,19 @@ async def test_local_sandbox_runs_commands_with_files_env_and_timeouts(tmp_path:
     assert list(tmp_path.iterdir()) == [tmp_path / "copy.txt"]  # the workspace it made is gone
 
 
+async def test_local_commands_do_not_inherit_the_session_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NGYM_SESSION_SECRET", "planted-session-secret-1234")
+    monkeypatch.setenv("NGYM_SESSION_SECRET_FILE", "/run/secrets/planted-session-secret-file")
+    monkeypatch.setenv("NGYM_SANDBOX_PROBE", "kept")
+    async with AsyncSandbox({"local": {"workspace_root": str(tmp_path)}}, SandboxSpec()) as sandbox:
+        await sandbox.start()
+        result = await sandbox.exec('echo "[$NGYM_SESSION_SECRET][$NGYM_SANDBOX_PROBE]"; cat /proc/self/environ')
+    assert result.stdout.splitlines()[0] == "[][kept]"
+    assert "planted-session-secret" not in result.stdout
+
+
 async def test_a_sandbox_must_be_started_before_use() -> None:
     sandbox = AsyncSandbox({"local": {}})
     with pytest.raises(RuntimeError, match="not been started"):

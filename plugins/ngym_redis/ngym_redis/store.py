@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
@@ -42,7 +41,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
 
 from ngym import ConfigError
-from ngym.plugin_api import SESSION_SECRET_ENV, SessionLimitReached, SessionRecord, SessionStore, SessionStoreError
+from ngym.plugin_api import (
+    SessionLimitReached,
+    SessionRecord,
+    SessionStore,
+    SessionStoreError,
+    secret_configured,
+)
 from ngym.plugin_api import redact_url as redacted
 
 if TYPE_CHECKING:
@@ -398,4 +403,4 @@ def _raise_swallowed_cancel() -> None:
 
 
 def _secret_configured(server: SimpleResourcesServer) -> bool:
-    return bool(server.config.session_secret) or bool(os.environ.get(SESSION_SECRET_ENV))
+    return bool(server.config.session_secret) or secret_configured()

@@ -223,21 +223,10 @@ class SandboxSession:
                 if isinstance(exc, ProtocolError) and not isinstance(exc, ConnectionClosed):
                     malformed = f"the sandbox's answer was malformed ({exc}); {STATE_LOST}"
                     return ExecutionResult(False, error_message=malformed, state_lost=True)
-                how = f" ({status})" if status else ""
-                return ExecutionResult(
-                    False,
-                    error_message=f"the Python process died{how}, most likely on a resource limit "
-                    f"(memory {self.pool.limits.memory_mb} MB, CPU {self.pool.limits.cpu_time_s} s); {STATE_LOST}",
-                    state_lost=True,
-                )
+                return ExecutionResult(False, error_message=self._died(status), state_lost=True)
             if reply["died"] is not None:
                 await self._replace()
-                return ExecutionResult(
-                    False,
-                    error_message=f"the Python process died ({reply['died']}), most likely on a resource limit "
-                    f"(memory {self.pool.limits.memory_mb} MB, CPU {self.pool.limits.cpu_time_s} s); {STATE_LOST}",
-                    state_lost=True,
-                )
+                return ExecutionResult(False, error_message=self._died(reply["died"]), state_lost=True)
             result = ExecutionResult(
                 success=bool(reply.get("success")),
                 stdout=reply.get("stdout") or "",
@@ -249,6 +238,18 @@ class SandboxSession:
                 await self._replace()
                 result.state_lost = True
             return result
+
+    def _died(self, status: str | None) -> str:
+        """What the model is told when its process ended during a call: an exit it made itself (``os._exit``,
+        ``sys.exit`` in a thread) is named as such; only a signal is put down to a resource limit."""
+        if status is not None and status.startswith("exit code"):
+            return f"the Python process exited ({status}) during this call; {STATE_LOST}"
+        limits = self.pool.limits
+        how = f" ({status})" if status else ""
+        return (
+            f"the Python process died{how}, most likely on a resource limit (memory {limits.memory_mb} MB, "
+            f"CPU {limits.cpu_time_s} s); {STATE_LOST}"
+        )
 
     async def _replace(self) -> None:
         """Kill the current worker and everything it started, then start a fresh one (lazily if that fails)."""

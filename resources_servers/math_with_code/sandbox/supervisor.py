@@ -36,6 +36,9 @@ from .seccomp import deny_user_namespaces, supported
 from .worker import children, close_fds, user_main
 
 PR_SET_DUMPABLE = 4
+#: Seconds the supervisor waits for the user-code process to finish exiting once its reply pipe closed without a
+#: reply: a process that exits closes its descriptors before its exit status can be read.
+EXIT_GRACE_S = 2.0
 MALFORMED = (
     "the sandbox refused this call's reply ({reason}): the code wrote to the sandbox's internal channel. "
     "The Python process is restarted after this call and all variables are lost"
@@ -99,7 +102,7 @@ class UserProcess:
                 continue
             chunk = os.read(fd, min(want - len(data), 1 << 16))
             if not chunk:
-                if self._exited():
+                if self._exited(EXIT_GRACE_S):  # it exited (os._exit, a crash): said so, not "malformed"
                     return None
                 raise Malformed(f"the reply pipe was closed after {len(data)} bytes")
             data += chunk
@@ -110,8 +113,9 @@ class UserProcess:
                 want, data = length, b""
         return data
 
-    def _exited(self) -> bool:
-        return bool(select.select([self.pidfd], [], [], 0)[0])
+    def _exited(self, wait: float = 0.0) -> bool:
+        """The process has exited (waiting up to `wait` seconds for it)."""
+        return bool(select.select([self.pidfd], [], [], wait)[0])
 
     def wait(self) -> str:
         """How the process ended (it has, or is killed now)."""

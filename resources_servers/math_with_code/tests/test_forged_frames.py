@@ -108,3 +108,32 @@ async def test_a_user_process_that_dies_between_calls_ends_the_next_call_and_onl
         reply = await session.call("/execute_python", {"code": "x"})
         assert reply["success"] is False and "the Python process died (killed by SIGKILL)" in reply["error_message"]
         assert (await session.call("/execute_python", {"code": "'fresh'"}))["result"] == "fresh"
+
+
+#: Code that ends its own process mid-call: plainly, and after closing the pipe its reply goes to (a process that
+#: exits closes its descriptors before its exit status can be read).
+EXITS = {
+    "exit": "import os\nos._exit(3)",
+    "close_then_exit": (
+        "import os\nfor fd in os.listdir('/proc/self/fd'):\n"
+        "    try:\n        link = os.readlink(f'/proc/self/fd/{fd}')\n    except OSError:\n        continue\n"
+        "    if link.startswith('pipe:'):\n        os.close(int(fd))\nos._exit(3)"
+    ),
+}
+
+
+@root_only
+@pytest.mark.parametrize("kind", sorted(EXITS))
+async def test_code_that_exits_its_process_is_told_it_exited(kind: str) -> None:
+    """Before, the closed reply pipe was often read first and the call was answered as a forged frame ("the code
+    wrote to the sandbox's internal channel"), or put down to a resource limit."""
+    app = make_app()
+    async with serve_in_process(app) as http:
+        session = RolloutClient(http)
+        await session.call("/seed_session", ROW)
+        for _ in range(3):
+            reply = await session.call("/execute_python", {"code": EXITS[kind]})
+            assert reply["success"] is False, reply
+            assert reply["error_message"].startswith("the Python process exited (exit code 3)"), reply
+            assert "every variable" in reply["error_message"] and "resource limit" not in reply["error_message"]
+            assert (await session.call("/execute_python", {"code": "'fresh'"}))["result"] == "fresh"

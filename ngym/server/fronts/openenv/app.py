@@ -160,7 +160,8 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
         else:
             async with episode.lock:
                 await episode.close()
-    with contextlib.suppress(RuntimeError):  # already closed by the client
+    # already closed by the client: a close frame sent (RuntimeError) or the connection dropped (WebSocketDisconnect)
+    with contextlib.suppress(RuntimeError, WebSocketDisconnect):
         await socket.close()
 
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ngym.server.fronts import gymnasium
+from ngym.server.fronts import gymnasium, held
 from ngym.server.fronts.inprocess import Answer, RolloutSession, encode, with_field
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
@@ -72,6 +72,7 @@ class Episode:
         self.task_index: int | None = None
         self.resets = 0
         self.output: list[dict[str, Any]] = []
+        self.held = 0  #: bytes of the calls' arguments and answers in ``output`` (``ngym.server.fronts.held``)
         self.step_count = 0
         self.done = False
         self.reward: float | None = None
@@ -103,7 +104,7 @@ class Episode:
         self.row, self.task_index, self.resets = seeded, index, self.resets + 1
         self.declared = self.front.declared_tools(seeded)
         self.seed_body = body if seeded and "response" not in seeded else None
-        self.output, self.step_count, self.done, self.reward = [], 0, False, None
+        self.output, self.held, self.step_count, self.done, self.reward = [], 0, 0, False, None
         params = row.get("responses_create_params") or {}
         prompt = params.get("input")
         observation = {
@@ -144,15 +145,26 @@ class Episode:
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Outcome:
         """Run the tool's route in this episode's session; the trajectory gets the call and its output."""
         self._require_running()
+        if self.gym is not None:
+            self.step_count += 1
+            call = gymnasium.call_item(name, arguments, f"call_{self.step_count}")
+            return await self._gym_step([call], {"tool_name": name})
+        config = self.front.server.config
+        call_text = held.arguments_text(arguments)
+        size = held.size_of(call_text)
+        refused = held.call_refused(self.held, size, config)
+        if refused is not None:  # not run, not kept
+            return Outcome(
+                {"tool_name": name, "result": None, "error": {"error_type": "execution_error", "message": refused}}
+            )
+        self.held += size
         self.step_count += 1
         call_id = f"call_{self.step_count}"
-        if self.gym is not None:
-            return await self._gym_step([gymnasium.call_item(name, arguments, call_id)], {"tool_name": name})
         self.output.append(
             {
                 "type": "function_call",
                 "name": name,
-                "arguments": json.dumps(arguments),
+                "arguments": call_text,
                 "call_id": call_id,
                 "id": f"fc_{self.step_count}",
                 "status": "completed",
@@ -170,7 +182,9 @@ class Episode:
             if status >= 400:  # the model sees what the tool said, whatever the status (as NeMo Gym stores it)
                 kind = "invalid_args" if status == 422 else "execution_error"
                 error = {"error_type": kind, "message": f"HTTP {status}: {text[:500]}"}
-        self.output.append({"type": "function_call_output", "call_id": call_id, "output": text})
+        kept = held.answer_kept(self.held, text, config)
+        self.held += held.size_of(kept)
+        self.output.append({"type": "function_call_output", "call_id": call_id, "output": kept})
         return Outcome({"tool_name": name, "result": result, "error": error})
 
     async def finish(self, text: str) -> Outcome:
@@ -209,7 +223,7 @@ class Episode:
             if self.seed_body is not None
             else encode({**self.row, "response": response})
         )
-        status, answer, raw = _read(await self.session.verify(body))
+        status, answer, raw = _read(await self.session.verify(body, echo=False))
         self.done = True
         if status >= 400 or not isinstance(answer, dict):
             self.reward = None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic_core
 
 from ngym.server.fronts import gymnasium as shared_gym
+from ngym.server.fronts import held
 from ngym.server.fronts.inprocess import RolloutSession
 from ngym.server.fronts.ors import gymnasium, trajectory, wire
 from ngym.server.fronts.ors.rows import RowFacts
@@ -65,6 +66,8 @@ class Episode:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: a Gymnasium-style environment's episode (``/reset`` + ``/step``), None on NeMo Gym's seed/verify wire
     gym: shared_gym.GymEpisode | None = None
+    #: bytes of the calls' arguments and answers in ``steps`` (``ngym.server.fronts.held``)
+    held: int = 0
 
     @property
     def observation(self) -> str:
@@ -121,10 +124,16 @@ class Episodes:
         return episode
 
     def get(self, sid: str) -> Episode:
-        episode = self._live.get(sid)
+        episode = self.find(sid)
         if episode is None:
             raise FrontError(404, f"no ORS session {sid!r}: POST /create first (it may have been deleted or expired)")
-        episode.last_used = time.monotonic()
+        return episode
+
+    def find(self, sid: str) -> Episode | None:
+        """The live episode ``sid`` (marked used now), or None."""
+        episode = self._live.get(sid)
+        if episode is not None:
+            episode.last_used = time.monotonic()
         return episode
 
     async def delete(self, sid: str) -> None:
@@ -183,6 +192,11 @@ class Episodes:
         if episode.gym is not None:
             item = shared_gym.call_item(name, arguments, f"call_{episode.gym.steps}")
             return await self._gym_step(episode, [item])
+        config = self.server.config
+        size = held.size_of(held.arguments_text(arguments))
+        refused = held.call_refused(episode.held, size, config)
+        if refused is not None:  # not run, not kept
+            return wire.tool_error(refused, "input_validation")
         answer = await episode.session.call(name, arguments)
         if answer.status == 410:  # the session's state is gone: the rollout cannot be scored
             episode.finished = True
@@ -191,7 +205,9 @@ class Episodes:
                 answer.text, reward=None, finished=True, metadata=trajectory.lost_metadata(_detail(answer.text))
             )
         # NeMo Gym's agent keeps every answer, errors included, as the call's output: so does the trajectory.
-        episode.steps.append(trajectory.Step(name, arguments, answer.text))
+        kept = held.answer_kept(episode.held + size, answer.text, config)
+        episode.held += size + held.size_of(kept)
+        episode.steps.append(trajectory.Step(name, arguments, kept))
         if answer.status == 422:
             return wire.tool_error(answer.text, "input_validation")
         return wire.tool_success(answer.text, reward=None, finished=False, metadata=None)
@@ -209,7 +225,7 @@ class Episodes:
             return await self._gym_step(episode, [shared_gym.message_item(final_text, episode.gym.steps)])
         row = episode.row
         response = trajectory.response(episode.steps, final_text, row, f"resp_ors_{episode.sid}")
-        answer = await episode.session.verify(episode.facts.verify_body(response))
+        answer = await episode.session.verify(episode.facts.verify_body(response), echo=False)
         episode.finished = True
         if answer.status >= 400:
             await self._close(episode)

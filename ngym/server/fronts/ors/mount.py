@@ -18,45 +18,54 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ngym.server.sessions.routing import ORS_MOUNT_PATH, ORS_ROOT_SEGMENTS
+
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from ngym.server.pipeline.resources import SimpleResourcesServer
 
-MOUNT_PATH = "/ors"
+MOUNT_PATH = ORS_MOUNT_PATH
 #: First path segments of the ORS routes a root request may be (``/<env_name>/...`` forms aside: the SDK sends
-#: bare paths for an environment named by a base URL).
-ROOT_SEGMENTS = frozenset(
-    {
-        "create_session", "delete_session", "create", "delete", "ping", "call", "prompt", "messages", "task_tools",
-        "tools", "splits", "tasks", "num_tasks", "task", "task_range", "score_group", "list_environments", "version",
-    }
-)  # fmt: skip
+#: bare paths for an environment named by a base URL); shared with the proxy's routing rule.
+ROOT_SEGMENTS = ORS_ROOT_SEGMENTS
 
 
 class _LazyFront:
-    """The ORS router of one server, built on the first request to it, behind the server's request limits."""
+    """The ORS router of one server, built on the first request to it, behind the server's request limits, and
+    its plain-ASGI answers to the requests that run no environment code (``fast.FastRoutes``)."""
 
     def __init__(self, server: SimpleResourcesServer, app: FastAPI) -> None:
         self._server = server
         self._app = app
         self._router: Any = None
+        self._fast: Any = None
 
     @property
     def router(self) -> Any:
         if self._router is None:
             # Imported here: the front (its modules, pydantic models, the tool harvest) is loaded only by servers
             # an ORS client talks to.
+            from ngym.server.fronts.ors.fast import FastRoutes
             from ngym.server.fronts.ors.front import build_front
             from ngym.server.pipeline.request_limits import RequestLimitsMiddleware
 
             config = self._server.config
+            front = build_front(self._server, self._app)
+            self._fast = FastRoutes(front)
             self._router = RequestLimitsMiddleware(
-                build_front(self._server, self._app).router(),
+                front.router(),
                 max_body_bytes=config.max_request_body_bytes,
                 body_timeout_seconds=config.request_body_timeout_seconds,
             )
         return self._router
+
+    @property
+    def fast(self) -> Any:
+        """``FastRoutes`` of the front (built now when no request has come yet)."""
+        if self._fast is None:
+            self.router  # noqa: B018 - builds both
+        return self._fast
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.router(scope, receive, send)
@@ -76,7 +85,8 @@ def is_ors_request(scope: Any) -> bool:
 class ORSRequests:
     """Plain-ASGI middleware, outermost on the app: ORS requests (``/ors/...``, and the SDK's at the root) go
     straight to the front, past the app's session middleware and routes (the front's own calls into the app go
-    through them all); every other request passes on after one prefix check and one set lookup."""
+    through them all), those that run no environment code answered at once from ready-made bytes
+    (``fast.FastRoutes``); every other request passes on after one prefix check and one set lookup."""
 
     def __init__(self, app: Any, front: _LazyFront) -> None:
         self.app = app
@@ -85,12 +95,16 @@ class ORSRequests:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             path: str = scope["path"]
+            route: str | None = None
             if path.startswith(MOUNT_PATH) and (len(path) == len(MOUNT_PATH) or path[len(MOUNT_PATH)] == "/"):
                 # "/ors//ping": the SDK's "{base_url}/ping" with a base URL ending in "/"
-                await self.front(_relative(scope, "/" + path[len(MOUNT_PATH) :].lstrip("/")), receive, send)
-                return
-            if is_ors_request(scope):
-                await self.front(_relative(scope, path), receive, send)
+                route = "/" + path[len(MOUNT_PATH) :].lstrip("/")
+            elif is_ors_request(scope):
+                route = path
+            if route is not None:
+                left = await self.front.fast(route, scope, receive, send)
+                if left is not None:  # not a plain case: the router answers (the body, if read, given again)
+                    await self.front(_relative(scope, route), left, send)
                 return
         await self.app(scope, receive, send)
 

@@ -88,11 +88,16 @@ class ORSFront:
     async def list_environments(self, request: Request) -> Response:
         return _json([self.name])
 
-    async def list_tools(self, request: Request) -> Response:
-        self._check_env(request)
+    @property
+    def listing(self) -> bytes:
+        """``GET /tools``'s answer: the environment's tools and the final-answer tool."""
         if self._listing is None:
             self._listing = pydantic_core.to_json(self.toolbox.listing())
-        return _raw(self._listing)
+        return self._listing
+
+    async def list_tools(self, request: Request) -> Response:
+        self._check_env(request)
+        return _raw(self.listing)
 
     async def list_splits(self, request: Request) -> Response:
         self._check_env(request)
@@ -143,13 +148,16 @@ class ORSFront:
         if body.toolset_name is not None:
             raise FrontError(400, f"unknown toolset {body.toolset_name!r}: ngym environments serve their own tools")
         if body.task_spec is not None:
-            facts = self.rows.of_spec(dict(body.task_spec))
+            await self.episodes.create(sid, self.rows.of_spec(dict(body.task_spec)))
         else:
             assert body.split is not None and body.index is not None  # the body model checked it
-            index = self._index(body.split, body.index)
-            facts = self.rows.of_split(body.split, index, self._split(body.split).rows[index])
-        await self.episodes.create(sid, facts)
+            await self.open_episode(sid, body.split, body.index)
         return _json({"sid": sid})
+
+    async def open_episode(self, sid: str, split: str, index: int) -> None:
+        """``/create`` by split and index: seed the episode ``sid`` with that row (``FrontError`` when refused)."""
+        index = self._index(split, index)
+        await self.episodes.create(sid, self.rows.of_split(split, index, self._split(split).rows[index]))
 
     async def delete(self, request: Request) -> Response:
         sid = _sid(request)
@@ -191,14 +199,20 @@ class ORSFront:
                 return sse.finished(body.task_id, None, "unknown task_id")
             return await sse.respond(body.task_id, task)
         task_id = uuid.uuid4().hex
-        running: asyncio.Future[str] = asyncio.ensure_future(self._call_text(episode, body.name, dict(body.input)))
-        episode.results[task_id] = running
-        while len(episode.results) > KEPT_RESULTS:
-            del episode.results[next(iter(episode.results))]
+        running: asyncio.Future[str] = asyncio.ensure_future(self.call_text(episode, body.name, dict(body.input)))
+        self.keep_result(episode, task_id, running)
         return await sse.respond(task_id, running)
 
-    async def _call_text(self, episode: Episode, name: str, arguments: dict[str, Any]) -> str:
+    async def call_text(self, episode: Episode, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool call of ``episode``: its ``RunToolOutput`` answer as JSON text."""
         return pydantic_core.to_json(await self.episodes.call(episode, name, arguments)).decode()
+
+    @staticmethod
+    def keep_result(episode: Episode, task_id: str, result: asyncio.Future[str]) -> None:
+        """Keep a call's result under its task id for a client resuming its cut stream (the last few only)."""
+        episode.results[task_id] = result
+        while len(episode.results) > KEPT_RESULTS:
+            del episode.results[next(iter(episode.results))]
 
     async def score_group(self, request: Request) -> Response:
         self._check_env(request)
@@ -311,18 +325,28 @@ async def _body(request: Request, model: type[M]) -> M:
         raise FrontError(422, errors) from None
 
 
+def refusal(exc: Exception) -> Response | None:
+    """The answer to a route's ``FrontError`` (or the request limits' refusal): its status with a JSON ``detail``;
+    None for any other exception."""
+    if isinstance(exc, FrontError):
+        return _json({"detail": exc.detail}, exc.status)
+    if isinstance(exc, ConfigError):  # the server's own data (a split's file) is broken: say which
+        return _json({"detail": str(exc)}, 500)
+    if isinstance(exc, HTTPException):  # the request limits' 413 and 408
+        return _json({"detail": exc.detail}, exc.status_code, dict(exc.headers or {}))
+    return None
+
+
 def _guard(handler: Handler) -> Handler:
-    """A route answering a ``FrontError`` (or the request limits' refusal) as its status with a JSON ``detail``."""
+    """A route answering its refusals (``refusal``) as their status with a JSON ``detail``."""
 
     async def guarded(request: Request) -> Response:
         try:
             return await handler(request)
-        except FrontError as exc:
-            return _json({"detail": exc.detail}, exc.status)
-        except ConfigError as exc:  # the server's own data (a split's file) is broken: say which
-            return _json({"detail": str(exc)}, 500)
-        except HTTPException as exc:  # the request limits' 413 and 408
-            return _json({"detail": exc.detail}, exc.status_code, dict(exc.headers or {}))
+        except (FrontError, ConfigError, HTTPException) as exc:
+            answer = refusal(exc)
+            assert answer is not None
+            return answer
 
     guarded.__name__ = getattr(handler, "__name__", "route")
     return guarded

@@ -9,15 +9,18 @@ A call that finishes within ``PING_SECONDS`` (nearly all) is answered as one pla
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Message, Send
 
 CHUNK_CHARS = 4096
 PING_SECONDS = 10.0
-_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-_MEDIA_TYPE = "text/event-stream"
+#: The headers of every ORS event stream (besides its length and type).
+HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+MEDIA_TYPE = "text/event-stream"
 
 
 def event(name: str, data: str) -> str:
@@ -46,9 +49,14 @@ def result_events(result: str | None, error: str | None) -> str:
     return "".join(event("chunk", part) for part in parts[:-1]) + event("end", parts[-1])
 
 
+def finished_text(task_id: str, result: str | None, error: str | None = None) -> str:
+    """The whole stream of a finished task."""
+    return event("task_id", task_id) + result_events(result, error)
+
+
 def finished(task_id: str, result: str | None, error: str | None = None) -> Response:
     """The whole stream of a finished task as one response."""
-    return Response(event("task_id", task_id) + result_events(result, error), media_type=_MEDIA_TYPE, headers=_HEADERS)
+    return Response(finished_text(task_id, result, error), media_type=MEDIA_TYPE, headers=HEADERS)
 
 
 async def respond(task_id: str, task: asyncio.Future[Any]) -> Response:
@@ -67,7 +75,77 @@ async def respond(task_id: str, task: asyncio.Future[Any]) -> Response:
             yield ": ping\r\n\r\n"
         yield result_events(*_outcome(task))
 
-    return StreamingResponse(body(), media_type=_MEDIA_TYPE, headers=_HEADERS)
+    return StreamingResponse(body(), media_type=MEDIA_TYPE, headers=HEADERS)
+
+
+async def answer_inline(task_id: str, work: Awaitable[str], result: asyncio.Future[str], send: Send) -> None:
+    """Run ``work`` (the JSON answer text of a call) in this task and send its stream as plain ASGI, as
+    ``respond`` would with ``work`` in a task of its own: one response when it is done within ``PING_SECONDS``
+    (nearly every call), else the stream starts (its ``task_id``, then a ping every ``PING_SECONDS``) from a timer
+    and ends with the answer. ``result`` gets the outcome, for a client resuming a cut stream by ``task_id``.
+    Running ``work`` here costs a timer; a task and a wait for it cost about ten times that."""
+    loop = asyncio.get_running_loop()
+    late = _LateStream(task_id, send)
+    timer = loop.call_later(PING_SECONDS, late.start)
+    try:
+        result.set_result(await work)
+    except Exception as exc:  # the call's own failure: the client reads it as the stream's error event
+        result.set_exception(exc)
+        result.exception()  # retrieved: a failure the client was told of is not "never retrieved"
+    finally:
+        timer.cancel()
+    events = result_events(*_outcome(result))
+    if late.pinger is None:
+        body = (event("task_id", task_id) + events).encode()
+        headers = [*_RAW_HEADERS, (b"content-length", b"%d" % len(body)), _RAW_TYPE]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
+    await late.finish(events)
+
+
+_RAW_HEADERS = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
+_RAW_TYPE = (b"content-type", f"{MEDIA_TYPE}; charset=utf-8".encode())
+
+
+class _LateStream:
+    """The stream of a call still running after ``PING_SECONDS``: started by a timer, pinged until finished."""
+
+    def __init__(self, task_id: str, send: Send) -> None:
+        self.task_id = task_id
+        self.send = send
+        self.pinger: asyncio.Task[None] | None = None
+        self.head_sent = self.id_sent = False
+
+    def start(self) -> None:
+        self.pinger = asyncio.ensure_future(self._ping())
+
+    async def _open(self) -> None:
+        """The response's start and its ``task_id`` event, each sent once (the pinger may be cut between them)."""
+        if not self.head_sent:
+            self.head_sent = True
+            await self.send({"type": "http.response.start", "status": 200, "headers": [*_RAW_HEADERS, _RAW_TYPE]})
+        if not self.id_sent:
+            self.id_sent = True
+            await self.send(_chunk(event("task_id", self.task_id)))
+
+    async def _ping(self) -> None:
+        await self._open()
+        while True:
+            await asyncio.sleep(PING_SECONDS)
+            await self.send(_chunk(": ping\r\n\r\n"))
+
+    async def finish(self, events: str) -> None:
+        assert self.pinger is not None
+        self.pinger.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.pinger
+        await self._open()
+        await self.send({"type": "http.response.body", "body": events.encode(), "more_body": False})
+
+
+def _chunk(text: str) -> Message:
+    return {"type": "http.response.body", "body": text.encode(), "more_body": True}
 
 
 def _outcome(task: asyncio.Future[Any]) -> tuple[str | None, str | None]:

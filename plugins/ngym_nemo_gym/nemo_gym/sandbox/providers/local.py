@@ -14,11 +14,20 @@ import uuid
 from pathlib import Path
 
 from nemo_gym.sandbox.providers.base import SandboxExecResult, SandboxHandle, SandboxSpec, SandboxStatus
+from ngym.plugin_api import SESSION_SECRET_ENV, SESSION_SECRET_FILE_ENV
 
 log = logging.getLogger(__name__)
 
+#: What a command never inherits from the server: the key that signs every session's cookie, or the path of the
+#: file holding it (with it, a command could forge another rollout's session).
+WITHHELD_ENV = frozenset({SESSION_SECRET_ENV, SESSION_SECRET_FILE_ENV})
 #: The return code of a command the runtime could not finish (timeout): no process exit code exists.
 SANDBOX_RUNTIME_RETURN_CODE = 125
+
+
+def command_environment() -> dict[str, str]:
+    """The server's environment less what a command must not see (``WITHHELD_ENV``)."""
+    return {k: v for k, v in os.environ.items() if k not in WITHHELD_ENV}
 
 
 class LocalProvider:
@@ -54,7 +63,7 @@ class LocalProvider:
             "-c",
             command,
             cwd=cwd or handle.raw["workspace"],
-            env={**os.environ, **handle.raw["env"], **(env or {})},
+            env={**command_environment(), **handle.raw["env"], **(env or {})},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its own process group: a timeout kills the command's children too
