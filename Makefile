@@ -39,9 +39,10 @@ install: $(STAMP)
 demo: install
 	@$(PY) -m ngym.demo
 
-# -rs: every skipped test is listed with its reason (CI=true runs them all; see README "Tests").
+# -rs: every skipped test is listed with its reason (CI=true runs them all; see README "Tests"); --durations=25: the
+# slowest 25 tests, where the time of the longest CI stage goes.
 test: install
-	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster --ignore=tests/ors \
+	NGYM_STRICT_PLUGINS=1 $(PY) -m pytest -q -rs --durations=25 -m "not fuzz" --ignore=tests/conformance --ignore=tests/cluster --ignore=tests/ors \
 	  --ignore=plugins/ngym_openenv/tests/test_commands.py --ignore=plugins/ngym_ors/tests/test_ors_install.py \
 	  --ignore=tests/docker/test_fleet_compose_nemo.py --ignore=tests/verl --ignore=tests/trainers
 

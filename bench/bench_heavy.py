@@ -43,8 +43,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ngym.config import cache_root
+
 ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("NGYM_NEMO_ENVS_DIR", str(Path.home() / ".cache" / "ngym" / "bench-heavy"))
+os.environ.setdefault("NGYM_NEMO_ENVS_DIR", str(cache_root() / "bench-heavy"))
 sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402

@@ -134,6 +134,13 @@ def cache_dir() -> Path:
     explicit = os.environ.get(CACHE_ENV)
     if explicit:
         return Path(explicit)
+    return cache_root()
+
+
+def cache_root() -> Path:
+    """The machine's ngym cache, ``$XDG_CACHE_HOME/ngym``, else ``~/.cache/ngym``: what is made once per machine and
+    reused (NeMo Gym's wheel, the fleet's and the test suites' virtualenvs), whatever ``$NGYM_CACHE_DIR`` says.
+    Pointing ``XDG_CACHE_HOME`` at an empty folder starts from nothing (pip's cache moves with it)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ngym"
 
 

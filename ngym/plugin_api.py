@@ -30,7 +30,8 @@ is here keeps its name and meaning across releases; what is not may move.
   under them), ``run_pip`` / ``pip_uninstall_args`` (pip in ngym's own
   interpreter), the registry of installed environments (``get_registry``, ``reset_registry`` after an install,
   ``Register`` for the registration hook), ``needs_of`` (what an environment still needs before it serves),
-  ``did_you_mean``, ``cache_dir`` (``~/.cache/ngym``, ``NGYM_CACHE_DIR``).
+  ``did_you_mean``, ``cache_dir`` (``~/.cache/ngym``, ``NGYM_CACHE_DIR``), ``cache_root`` (the machine's
+  ``$XDG_CACHE_HOME/ngym``, for what is made once and reused: wheels, virtualenvs).
 - **Ecosystems installed outside pip** (``ngym-ors``, ``ngym-verifiers``): ``Ecosystem`` (the two registrations),
   ``InstalledServer`` (one installed environment's server class), ``RecordShelf`` (its records),
   ``installed_classes`` (``<package>.installed:<name>``), ``InstalledRecord``.
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from ngym import envtest as _envtest
     from ngym.child_server import free_port as free_port
     from ngym.config import cache_dir as cache_dir
+    from ngym.config import cache_root as cache_root
     from ngym.containerize.errors import PluginSourceError as PluginSourceError
     from ngym.containerize.payload import ContainerPayload as ContainerPayload
     from ngym.containerize.payload import EnvironmentVenv as EnvironmentVenv

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ngym.config import cache_root
 from ngym.testing import app_for, serve_in_process
 
 
@@ -49,7 +50,7 @@ def nemo_python() -> Path:
     failure to make it fails the test: conformance is never skipped there.
     """
     in_ci = os.environ.get("CI", "").lower() == "true"
-    venv = Path(os.environ.get("NGYM_NEMO_VENV") or Path.home() / ".cache/ngym/nemo-gym-0.7.0-py313")
+    venv = Path(os.environ.get("NGYM_NEMO_VENV") or (cache_root() / "nemo-gym-0.7.0-py313"))
     python = venv / "bin" / "python"
     if not in_ci and not (python.is_file() and _imports_nemo(python)):
         pytest.skip(f"no NeMo Gym 0.7.0 venv at {venv} (make it with tools/nemo_venv.sh or set NGYM_NEMO_VENV)")

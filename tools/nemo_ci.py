@@ -25,9 +25,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ngym.config import cache_root
+
 REPO = Path(__file__).resolve().parent.parent
 EXPECTED = REPO / "tools" / "nemo_ci_expected.json"
-MEASUREMENT = Path.home() / ".cache" / "ngym" / "nemo-envs"
+MEASUREMENT = cache_root() / "nemo-envs"
 
 #: name → why it is in the subset.
 CI_ENVIRONMENTS: dict[str, str] = {
@@ -117,7 +119,7 @@ def main() -> int:
     if args.write_expected:
         write_expected()
         return 0
-    os.environ.setdefault("NGYM_NEMO_ENVS_DIR", str(Path.home() / ".cache" / "ngym" / "nemo-ci"))
+    os.environ.setdefault("NGYM_NEMO_ENVS_DIR", str(cache_root() / "nemo-ci"))
     sys.path.insert(0, str(REPO))
     from tools import nemo_ci_deploy, nemo_envs, nemo_envs_base
 

@@ -32,9 +32,10 @@ from ngym_nemo_gym.catalogue.folder import (  # noqa: E402
     read_environment,
 )
 
+from ngym.config import cache_root  # noqa: E402
 from ngym.examples import match_row  # noqa: E402
 
-WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or Path.home() / ".cache" / "ngym" / "nemo-envs")
+WORK = Path(os.environ.get("NGYM_NEMO_ENVS_DIR") or cache_root() / "nemo-envs")
 
 
 @functools.cache

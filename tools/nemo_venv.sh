@@ -3,11 +3,11 @@
 #
 # NeMo Gym 0.7.0 declares Python >= 3.12 and pulls ~200 packages, so it lives in its own venv outside the
 # repository and ngym never imports it: the tests drive it in a subprocess. The venv is cached at
-# ${NGYM_NEMO_VENV:-$HOME/.cache/ngym/nemo-gym-0.7.0-py313} and reused while `import nemo_gym` works there.
+# ${NGYM_NEMO_VENV:-${XDG_CACHE_HOME:-~/.cache}/ngym/nemo-gym-0.7.0-py313} and reused while `import nemo_gym` works there.
 set -euo pipefail
 
 NEMO_VERSION="0.7.0"
-VENV="${NGYM_NEMO_VENV:-$HOME/.cache/ngym/nemo-gym-${NEMO_VERSION}-py313}"
+VENV="${NGYM_NEMO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ngym/nemo-gym-${NEMO_VERSION}-py313}"
 
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import nemo_gym, mcp" >/dev/null 2>&1; then
   echo "$VENV"

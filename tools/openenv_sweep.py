@@ -31,6 +31,8 @@ from typing import Any
 import yaml
 from ngym_openenv.catalog import FOLDER_DOMAINS
 
+from ngym.config import cache_root
+
 STEP_TIMEOUT = 1800  # seconds for one command (an install makes a virtualenv)
 
 
@@ -174,7 +176,7 @@ def main() -> None:
     parser.add_argument("--envs", type=Path, help="a folder of OpenEnv environment folders (a checkout's envs/)")
     parser.add_argument("--git", type=Path, help="a clone of OpenEnv (bare is fine): its HEAD's envs/")
     parser.add_argument("--only", default="", help="comma-separated folder names")
-    parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ngym" / "openenv-sweep")
+    parser.add_argument("--work", type=Path, default=cache_root() / "openenv-sweep")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     envs = args.envs or os.environ.get("NGYM_OPENENV_ENVS")

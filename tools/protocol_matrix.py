@@ -39,10 +39,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from ngym.config import cache_root  # noqa: E402
 from tools.protocol_matrix_cells import PROTOCOLS, Cell, run_cells  # noqa: E402
 from tools.protocol_matrix_subjects import SUBJECTS, Subject, prepare, served  # noqa: E402
 
-WORK = Path(os.environ.get("NGYM_MATRIX_DIR") or Path.home() / ".cache" / "ngym" / "protocol-matrix")
+WORK = Path(os.environ.get("NGYM_MATRIX_DIR") or cache_root() / "protocol-matrix")
 DOCS = REPO / "docs" / "training.md"
 SECTION = "## Which environments speak which protocol"
 COMMAND = "python tools/protocol_matrix.py --docs"

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from ngym.config import cache_root
 from ngym.examples import dataset_row, recorded_tool_calls
 from ngym.rollout.gymnasium import Recording, drive, episode, split_turns
 from ngym.train.wire import Rollout, SyncWire, reward_of
@@ -63,7 +64,7 @@ def client_pythons(ors: str | None, openenv: str | None, work: Path) -> dict[str
 
 def openenv_python() -> str:
     """OpenEnv's interpreter: the cached venv OpenEnv's own tests use (``~/.cache/ngym/openenv-0.10.0-py311``)."""
-    where = Path(os.environ.get("NGYM_OPENENV_TEST_VENVS") or Path.home() / ".cache" / "ngym") / "openenv-0.10.0-py311"
+    where = Path(os.environ.get("NGYM_OPENENV_TEST_VENVS") or cache_root()) / "openenv-0.10.0-py311"
     python = where / "bin" / "python"
     check = [str(python), "-c", "import openenv.core, uvicorn"]
     if (where / ".ngym-ready").is_file() and subprocess.run(check, capture_output=True).returncode == 0:

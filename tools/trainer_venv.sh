@@ -3,7 +3,7 @@
 # skyrl-gym and the openreward SDK, resolved together on Python 3.12.
 #
 # Trainers pull torch, transformers and Ray (~6 GB, ~8 min the first time), so they live in one venv outside the
-# repository, cached at ${NGYM_TRAINER_VENV:-$HOME/.cache/ngym/trainers/<key>}, key = hash of the requirements file
+# repository, cached at ${NGYM_TRAINER_VENV:-${XDG_CACHE_HOME:-~/.cache}/ngym/trainers/<key>}, key = hash of the requirements file
 # and the interpreter: editing the requirements makes a new venv, an unchanged file reuses the old one. ngym's own
 # venv never imports a trainer; `make trainers`, `make trainers-verl` and `make ors` run the trainers in this venv as
 # subprocesses, with the checkout on PYTHONPATH for the client helpers in ngym/train/ (httpx only).
@@ -25,7 +25,7 @@ if [ -z "$PYTHON" ]; then
 fi
 
 KEY="$( { cat "$REQS"; "$PYTHON" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-16)"
-VENV="${NGYM_TRAINER_VENV:-$HOME/.cache/ngym/trainers/$KEY}"
+VENV="${NGYM_TRAINER_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ngym/trainers/$KEY}"
 CHECK="import trl, trl.experimental.openreward, torch, transformers, datasets, accelerate, openreward, \
 openreward.api.environments.client, verl.tools.base_tool, verl.tools.tool_registry, skyrl_gym, httpx, yaml"
 

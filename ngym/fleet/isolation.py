@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ngym.child_python import python_module
+from ngym.config import cache_root
 from ngym.errors import ConfigError
 from ngym.fleet.spec import NEMO_PREFIX, requirements_key
 from ngym.processes import spawn, stop
@@ -37,7 +38,7 @@ _READY = ".ngym-ready"
 
 
 def venv_root() -> Path:
-    return Path(os.environ.get(VENVS_ENV) or Path.home() / ".cache" / "ngym" / "fleet-venvs")
+    return Path(os.environ.get(VENVS_ENV) or cache_root() / "fleet-venvs")
 
 
 def venv_python(venv: Path) -> Path:

@@ -42,6 +42,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 from nemo_envs import verify_payloads  # noqa: E402 (moved here from nemo_replay_inprocess by i23-small)
 
+from ngym.config import cache_root  # noqa: E402
+
 FLEET = "i20r-fleet"
 RESPONSE = {
     "id": "r", "created_at": 0, "model": "m", "object": "response", "output": [],
@@ -65,7 +67,7 @@ def cluster() -> Iterator[Cluster]:
 
 def code_gen_cases() -> list[tuple[dict[str, Any], float]]:
     """NeMo Gym 0.7.0's recorded code_gen rollouts as verify bodies, each with the reward NeMo gave it."""
-    wheel = next((Path.home() / ".cache/ngym/nemo-wheel").glob("nemo_gym-0.7.0-*.whl"))
+    wheel = next((cache_root() / "nemo-wheel").glob("nemo_gym-0.7.0-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
 
         def rows(name: str) -> list[dict[str, Any]]:

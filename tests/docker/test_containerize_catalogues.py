@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from ngym.child_server import free_port
+from ngym.config import cache_root
 from ngym.containerize.smoke import ExampleRollout, drive_rollout
 from ngym.examples import dataset_row, read_example_rollouts
 from ngym.fleet.state import FleetState
@@ -140,7 +141,7 @@ def test_an_openenv_folder_environment_is_served_by_its_image(
         "-o", f"python={openenv_python}",
     )  # fmt: skip
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    env["NGYM_CACHE_DIR"] = str(Path.home() / ".cache" / "ngym")  # the wheelhouse cache, kept between runs
+    env["NGYM_CACHE_DIR"] = str(cache_root())  # the wheelhouse cache, kept between runs
     data = next((tmp_path / "venv").glob("lib/python*/site-packages/ngym_openenv_env_cmd_echo/data"))
     answers = _containerize_and_compare(
         python, env, work, "cmd_echo", image_tag, data / "example_rollouts.jsonl", remove_containers

@@ -30,13 +30,15 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 from nemo_envs import verify_payloads  # noqa: E402 (moved here from nemo_replay_inprocess by i23-small)
 
+from ngym.config import cache_root  # noqa: E402
+
 FLEET = "i20r-fleet-compose-nemo"
 ENV_NAME = "example_multi_step"
 
 
 def recorded_cases() -> list[tuple[dict[str, Any], float]]:
     """NeMo Gym 0.7.0's recorded rollouts of the environment as verify bodies, each with NeMo's reward."""
-    wheel = next((Path.home() / ".cache/ngym/nemo-wheel").glob("nemo_gym-0.7.0-*.whl"))
+    wheel = next((cache_root() / "nemo-wheel").glob("nemo_gym-0.7.0-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
 
         def rows(name: str) -> list[dict[str, Any]]:

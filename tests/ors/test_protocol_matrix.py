@@ -18,12 +18,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from ngym.config import cache_root  # noqa: E402
 from tools.protocol_matrix import DOCS, PROTOCOLS, markdown  # noqa: E402
 
 CHECKED = ["example_single_tool_call", "example_session_state_mgmt"]
-OPENENV_VENV = (
-    Path(os.environ.get("NGYM_OPENENV_TEST_VENVS") or Path.home() / ".cache" / "ngym") / "openenv-0.10.0-py311"
-)
+OPENENV_VENV = Path(os.environ.get("NGYM_OPENENV_TEST_VENVS") or cache_root()) / "openenv-0.10.0-py311"
 
 
 def test_the_table_rows_of_two_environments_are_measured_again(ors_python: Path, tmp_path: Path) -> None:

@@ -68,3 +68,46 @@ def test_a_failed_stage_stops_a_background_stage_still_running(tmp_path: Path) -
     while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]:
         assert time.monotonic() < deadline, "the background stage outlived the run"
         time.sleep(0.05)
+
+
+def test_a_lane_runs_its_stages_in_turn_beside_the_next_and_times_each(tmp_path: Path) -> None:
+    order = tmp_path / "order"
+    done = ci(
+        f"stage_lane side lint 'echo lint >> {order}; echo 3 passed' conformance 'echo conformance >> {order}'\n"
+        "stage test true\n"
+        "stage_wait side\n"
+        f"stage after test -s {order}",
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert order.read_text().split() == ["lint", "conformance"]
+    assert "ci:   lint: 3 passed" in done.stdout  # each stage's last lines, printed when the lane is waited for
+    rows = [line.split(" (")[0] for line in summary(done)]
+    assert rows == ["test ok", "lint ok", "conformance ok", "side ok", "after ok"]
+    assert "(lane side)" in summary(done)[1]
+
+
+def test_a_failed_stage_in_a_lane_stops_the_lane_and_the_run_before_the_next_stage(tmp_path: Path) -> None:
+    later = tmp_path / "later"
+    done = ci(
+        f"stage_lane side lint 'echo E501 line too long; exit 4' fuzz 'touch {later}'\n"
+        'stage test bash -c \'while [ ! -f "$0"/side.done ]; do sleep 0.05; done\' "$bg_dir"\n'
+        "stage never_reached true",
+        tmp_path,
+    )
+    assert done.returncode == 4
+    assert not later.exists(), "the lane went on past its failed stage"
+    assert "ci:   lint: E501 line too long" in done.stdout and "never_reached" not in done.stdout
+    rows = [line.split(" (")[0] for line in summary(done)]
+    assert rows == ["test ok", "lint FAILED", "side FAILED"]
+
+
+def test_a_run_that_fails_while_a_lane_runs_keeps_the_times_of_the_lane_stages_that_finished(tmp_path: Path) -> None:
+    done = ci(
+        "stage_lane side lint 'echo 3 passed' fleet 'exec sleep 300'\n"
+        'stage test bash -c \'while [ ! -s "$0"/side.stages ]; do sleep 0.05; done; exit 2\' "$bg_dir"',
+        tmp_path,
+    )
+    assert done.returncode == 2
+    assert [line.split(" (")[0] for line in summary(done)] == ["test FAILED", "lint exit 0"]
+    assert "ci:   side" in done.stdout and "(stopped: the run ended before it did)" in done.stdout

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ngym.config import cache_root
+
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = sorted(path.parent for path in REPO.glob("plugins/*/pyproject.toml"))
 
@@ -44,7 +46,7 @@ def test_a_scaffolded_environment_passes_mypy_strict(tmp_path: Path) -> None:
     from ngym.scaffold import scaffold
 
     path = scaffold("typed_tool", parent=tmp_path)
-    cache = Path.home() / ".cache/ngym/mypy-scaffold" / hashlib.sha256(str(REPO).encode()).hexdigest()[:16]
+    cache = (cache_root() / "mypy-scaffold") / hashlib.sha256(str(REPO).encode()).hexdigest()[:16]
     command = [sys.executable, "-m", "mypy", "--config-file", "pyproject.toml", "--cache-dir", str(cache), str(path)]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr

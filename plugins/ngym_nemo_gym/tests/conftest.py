@@ -22,9 +22,10 @@ import pytest
 from ngym_nemo_gym.envtests import referenced_environments
 
 from ngym import envtest
+from ngym.config import cache_root
 from ngym.rollout.thread_server import serve_app_in_thread
 
-WHEEL_DIR = Path.home() / ".cache" / "ngym" / "nemo-wheel"
+WHEEL_DIR = cache_root() / "nemo-wheel"
 WHEEL_NAME = "nemo_gym-0.7.0-py3-none-any.whl"
 #: What environments read from NeMo Gym's root besides resources_servers/: the test runner's one list.
 SHARED_ROOT_FOLDERS = tuple(f"{folder}/" for folder in envtest.SHARED_ROOT_FOLDERS)

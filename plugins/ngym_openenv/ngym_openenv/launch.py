@@ -34,6 +34,7 @@ from typing import IO, Any
 import httpx
 
 from ngym import NgymError
+from ngym.plugin_api import cache_dir
 
 
 class LaunchError(NgymError):
@@ -45,9 +46,8 @@ PROGRESS_EVERY_S = 15.0
 
 
 def log_folder() -> Path:
-    """Where OpenEnv servers' logs go (``NGYM_CACHE_DIR``, else ``~/.cache/ngym``, then ``openenv-logs``)."""
-    base = os.environ.get("NGYM_CACHE_DIR") or str(Path.home() / ".cache" / "ngym")
-    return Path(base) / "openenv-logs"
+    """Where OpenEnv servers' logs go (``NGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/ngym``, then ``openenv-logs``)."""
+    return cache_dir() / "openenv-logs"
 
 
 @dataclass

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from ngym.config import cache_root
+
 #: The OpenEnv releases the fidelity tests are pinned to (the newest on the index when written).
 OPENENV = "openenv==0.10.0"  # the framework's distribution since 0.4 (was openenv-core); `openenv init` is its CLI
 DIPG = "openenv-dipg-safety==0.1.67"  # requires openenv-core>=0.2.0, which resolves to openenv-core 0.3.0
@@ -26,7 +28,7 @@ DRIVER = Path(__file__).with_name("openenv_driver.py")
 
 
 def _venv_folder() -> Path:
-    return Path(os.environ.get("NGYM_OPENENV_TEST_VENVS") or Path.home() / ".cache" / "ngym")
+    return Path(os.environ.get("NGYM_OPENENV_TEST_VENVS") or cache_root())
 
 
 def cached_venv(name: str, requirements: list[str], check: str) -> str:

@@ -29,7 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_pandas_reference import WORKBENCH, Reference  # noqa: E402
 
-CACHE = Path.home() / ".cache" / "ngym" / "workbench_results"
+from ngym.config import cache_root
+
+CACHE = cache_root() / "workbench_results"
 RUN_NAME = re.compile(r"^(?P<model>.+?)_(?P<tools>all|domains)_(?P<when>\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2})\.csv$")
 DOMAINS = ["multi_domain", "email", "calendar", "analytics", "project_management", "customer_relationship_manager"]
 

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from ngym.config import cache_root
+
 try:
     import pytest
 except ImportError:  # running as a script
@@ -277,7 +279,7 @@ def _pandas2() -> bool:
 
 #: WorkBench's pandas (its requirements pin 2.1.4; numpy 1.x is what that pandas was built against)
 PANDAS2_REQUIREMENTS = ("pandas==2.1.4", "numpy<2", "regex>=2022.1.18")  # regex: the engine's searches
-PANDAS2_VENV = Path.home() / ".cache" / "ngym" / "pandas-2.1.4-venv"
+PANDAS2_VENV = cache_root() / "pandas-2.1.4-venv"
 
 
 def _pandas2_python() -> Path | None:

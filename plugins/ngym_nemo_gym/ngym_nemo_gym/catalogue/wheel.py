@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from ngym import NgymError
-from ngym.plugin_api import did_you_mean
+from ngym.plugin_api import cache_root, did_you_mean
 
 NEMO_GYM_VERSION = "0.7.0"
 WHEEL_DIR_ENV = "NGYM_NEMO_WHEEL_DIR"
@@ -32,7 +32,7 @@ class NemoGymSourceError(NgymError):
 
 
 def wheel_dir() -> Path:
-    return Path(os.environ.get(WHEEL_DIR_ENV) or Path.home() / ".cache" / "ngym" / "nemo-wheel")
+    return Path(os.environ.get(WHEEL_DIR_ENV) or cache_root() / "nemo-wheel")
 
 
 def nemo_gym_wheel(version: str = NEMO_GYM_VERSION, *, download: bool = True) -> Path:
