@@ -80,12 +80,28 @@ def started(state: FleetState) -> list[ProcessRecord]:
     return [r.process for r in [state.head, *state.servers.values()] if r.process is not None]
 
 
-def wait_until_started(root: Path, name: str, up: subprocess.Popen[str], server: str = "sleeper") -> FleetState:
-    """Wait until the running ``up`` has recorded ``server``'s process (it has started everything before it)."""
+def command_line(pid: int) -> list[str]:
+    """A process's arguments (empty once it has ended)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def wait_until_started(
+    root: Path,
+    name: str,
+    up: subprocess.Popen[str],
+    server: str = "sleeper",
+    running: Callable[[list[str]], bool] = lambda args: True,
+) -> FleetState:
+    """Wait until the running ``up`` has recorded ``server``'s process (it has started everything before it), one
+    whose arguments ``running`` accepts (a virtualenv's install records each of its commands in turn)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         state = state_of(root, name)
-        if state is not None and server in state.servers and state.servers[server].process is not None:
+        record = state.servers[server].process if state is not None and server in state.servers else None
+        if state is not None and record is not None and running(command_line(record.pid)):
             return state
         assert up.poll() is None, up.communicate()
         time.sleep(0.1)
@@ -258,7 +274,8 @@ def test_down_stops_a_virtualenv_install_an_up_left_running(
         write_fleet(tmp_path, f"venv-{kill}", environments={"weather": weather})
         up = start_up(tmp_path, env)
         try:
-            state = wait_until_started(tmp_path, f"venv-{kill}", up, server="weather")  # its venv's install
+            # its venv's pip install, held on the index (the venv's creation before it ends on its own)
+            state = wait_until_started(tmp_path, f"venv-{kill}", up, "weather", lambda args: "pip" in args)
             if kill == "sigterm":
                 up.send_signal(signal.SIGTERM)
                 assert up.wait(timeout=120) == 130
