@@ -83,8 +83,14 @@ def serve() -> Iterator:
     yield _serve
     for served in started:
         if served.proc.poll() is None:
-            served.proc.kill()
-            served.proc.wait()
+            # SIGTERM first: a supervisor of --workers N stops its workers and HAProxy and removes its folder
+            # (a SIGKILL leaves the folder behind); SIGKILL only for one that does not stop
+            served.proc.terminate()
+            try:
+                served.proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                served.proc.kill()
+                served.proc.communicate()
 
 
 class HandCookieClient:
