@@ -183,7 +183,10 @@ class Episodes:
         """Run one ORS tool call; the ``RunToolOutput`` answer (as a dict)."""
         async with episode.lock:  # one step at a time: the trajectory keeps the order the tools ran in
             if episode.finished:
-                done = f"{name!r} was not run: the episode has finished, so no further tool calls are accepted"
+                done = (
+                    f"{name!r} was not run: the episode has finished (a tool returned finished=True), "
+                    "so no further tool calls are accepted."
+                )
                 return wire.tool_error(done, "episode_finished")
             if name == self.toolbox.submit_name:
                 answer = arguments.get(SUBMIT_ARGUMENT)
