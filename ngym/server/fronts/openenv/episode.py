@@ -33,6 +33,20 @@ RESERVED_ROUTES = frozenset(
 _ECHOED = ("responses_create_params", "response")
 
 
+#: the fields of an action (OpenEnv's ``CallToolAction``/``ListToolsAction`` and ngym's final answer)
+ACTION_FIELDS = frozenset({"type", "tool_name", "arguments", "message", "metadata"})
+
+
+def action_errors(action: dict[str, Any]) -> list[dict[str, Any]]:
+    """An action's unknown fields as pydantic errors (OpenEnv's actions forbid extra fields: its server answers
+    422 ``extra_forbidden`` over HTTP, ``VALIDATION_ERROR`` over its WebSocket); empty when there is none."""
+    return [
+        {"type": "extra_forbidden", "loc": [key], "msg": "Extra inputs are not permitted", "input": action[key]}
+        for key in action
+        if key not in ACTION_FIELDS
+    ]
+
+
 class EpisodeError(ValueError):
     """An action this episode cannot take now (step before reset, after the end, a malformed action), or a seed
     the server refused: ``status`` is the HTTP status to answer with (the seed route's own, e.g. 503 when the
@@ -121,6 +135,9 @@ class Episode:
 
     async def step(self, action: dict[str, Any]) -> Outcome:
         """A tool call (``tool_name`` + ``arguments``), a final answer (``message``), or ``list_tools``."""
+        errors = action_errors(action)
+        if errors:
+            raise EpisodeError(f"the action has fields no action takes: {[e['loc'][-1] for e in errors]}", 422)
         if action.get("type") == "list_tools":
             return Outcome({"tools": self.front.mcp_tool_list()})
         message = action.get("message")
