@@ -97,8 +97,6 @@ class NgymEnvironment:
         rollout = self._rollout
         if rollout is None:
             raise RuntimeError(f"{tool} called before reset: no session")
-        if not rollout.open and rollout.failed is not None:
-            raise WireError(f"tool {tool} not run: {rollout.failed}")
         return self._wire.call(rollout, tool, arguments)
 
     def _finish(self, completion: str | Sequence[Mapping[str, Any]]) -> float | None:

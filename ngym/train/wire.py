@@ -199,6 +199,13 @@ class Rollout:
         return True
 
 
+def _check_seeded(rollout: Rollout, tool: str) -> None:
+    """A rollout whose seed failed has no session: its tools are not run (a cookie-less call would run them
+    outside any session)."""
+    if rollout.failed is not None and not rollout.open:
+        raise WireError(f"tool {tool} not run: {rollout.failed}")
+
+
 def _seeded(rollout: Rollout, base_url: str, response: httpx.Response) -> dict[str, Any]:
     if response.status_code >= 400:
         refused = f"{base_url}/seed_session answered HTTP {response.status_code}: {response.text[:300]}"
@@ -267,7 +274,9 @@ class AsyncWire:
         return _seeded(rollout, self.base_url, response)
 
     async def call(self, rollout: Rollout, tool: str, arguments: dict[str, Any], call_id: str | None = None) -> str:
-        """Run one tool in the rollout's session; its answer's body (recorded in the trajectory)."""
+        """Run one tool in the rollout's session; its answer's body (recorded in the trajectory). ``WireError`` when
+        the environment cannot be reached or the rollout has no session because its seed failed (not run)."""
+        _check_seeded(rollout, tool)
         try:
             response = await self._post(rollout, f"/{tool}", arguments)
             text = response.text
@@ -327,7 +336,9 @@ class SyncWire:
         return _seeded(rollout, self.base_url, response)
 
     def call(self, rollout: Rollout, tool: str, arguments: dict[str, Any], call_id: str | None = None) -> str:
-        """Run one tool in the rollout's session; its answer's body (recorded in the trajectory)."""
+        """Run one tool in the rollout's session; its answer's body (recorded in the trajectory). ``WireError`` when
+        the environment cannot be reached or the rollout has no session because its seed failed (not run)."""
+        _check_seeded(rollout, tool)
         try:
             text = self._post(rollout, f"/{tool}", arguments).text
         except httpx.TimeoutException as exc:
