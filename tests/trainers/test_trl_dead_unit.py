@@ -67,7 +67,10 @@ def test_a_dead_or_full_environment_is_no_reward_and_training_goes_on(
     run: dict[str, Any] = {
         "label": "dead-unit",
         "fleet": head,
-        "environments": {"weather": {"rollouts": str(WEATHER_ROLLOUTS)}, "workplace": {"rollouts": str(WORKPLACE_ROLLOUTS)}},
+        "environments": {
+            "weather": {"rollouts": str(WEATHER_ROLLOUTS)},
+            "workplace": {"rollouts": str(WORKPLACE_ROLLOUTS)},
+        },
         "interleave": True,  # steps 1, 3: weather; 2, 4: workplace
         "max_steps": 4,
         "kill": {"step": 1, "pid": victim.pid},  # after step 2's sessions are seeded

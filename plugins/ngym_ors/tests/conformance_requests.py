@@ -134,7 +134,13 @@ def _sessions(p: Prober) -> None:
     p.send("create index out of range", "POST", "/create", sid=sid, body={"split": "train", "index": 99})
     p.send("create neither task nor index", "POST", "/create", sid=sid, body={"split": "train"})
     p.send("create body not JSON", "POST", "/create", sid=sid, raw=b"nope")
-    p.send("create unknown environment", "POST", "/create", sid=sid, body={"env_name": "nosuch", "split": "train", "index": 0})
+    p.send(
+        "create unknown environment",
+        "POST",
+        "/create",
+        sid=sid,
+        body={"env_name": "nosuch", "split": "train", "index": 0},
+    )
     p.send("create", "POST", "/create", sid=sid, body={"split": "train", "index": 0})
     p.send("create again", "POST", "/create", sid=sid, body={"split": "train", "index": 0})
     p.send("ping", "POST", "/ping", sid=sid)

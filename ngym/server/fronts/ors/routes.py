@@ -349,7 +349,13 @@ def _json_invalid(raw: bytes) -> dict[str, Any]:
         position, reason = getattr(exc, "pos", 0), getattr(exc, "msg", str(exc))
     else:  # valid for json, not for the stricter parser (e.g. nesting beyond its limit)
         position, reason = 0, "the body nests too deeply or is not UTF-8"
-    return {"type": "json_invalid", "loc": ["body", position], "msg": "JSON decode error", "input": {}, "ctx": {"error": reason}}
+    return {
+        "type": "json_invalid",
+        "loc": ["body", position],
+        "msg": "JSON decode error",
+        "input": {},
+        "ctx": {"error": reason},
+    }
 
 
 def refusal(exc: Exception) -> Response | None:
