@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-#: the environment's tools, in the order they are called
+#: the environment's ORS name (``Environment.name().lower()``)
 ENV = "ledgerenvironment"
 
 
@@ -101,6 +101,7 @@ def probe(base: str) -> list[dict[str, Any]]:
 
 def _environment_level(p: Prober) -> None:
     p.send("health", "GET", "/health")
+    p.send("list_environments", "GET", "/list_environments")
     p.send("tools bare", "GET", "/tools")
     p.send("tools named", "GET", f"/{ENV}/tools")
     p.send("tools unknown environment", "GET", "/nosuchenv/tools")
