@@ -178,6 +178,7 @@ def _sessions(p: Prober) -> None:
     p.send("delete 2", "POST", "/delete", sid=raised)
     spec = p.new_session("create_session 3")
     p.send("create task_spec", "POST", "/create", sid=spec, body={"task_spec": {"id": "x", "target": 1}})
+    p.send("prompt of task_spec", "GET", "/prompt", sid=spec)
     p.send("call on task_spec", "POST", "/call", sid=spec, body={"name": "deposit", "input": {"amount": 1}})
     p.send("close on task_spec", "POST", "/call", sid=spec, body={"name": "close", "input": {}})
     p.send("delete 3", "POST", "/delete", sid=spec)
