@@ -138,8 +138,7 @@ class NgymTool(BaseTool):  # type: ignore[misc]
         if held is not None:
             held.refs += 1
             await held.seeded.wait()  # another tool of this rollout may still be seeding it
-            if not held.rollout.open and held.rollout.failed is None:
-                held.refs -= 1
+            if _instances.get(key) is not held:  # that seed raised (the row refused): so does this create
                 raise WireError(f"ngym tool {self.name}: instance {instance_id!r} failed to seed")
             return instance_id, ToolResponse()
         create_kwargs = kwargs.get("create_kwargs")
