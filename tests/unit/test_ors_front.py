@@ -223,6 +223,7 @@ async def test_bad_input_is_a_4xx_that_says_what_to_fix() -> None:
         real = await ors.session(split="example", index=0)
         bad = await ors.call(real, "get_weather", {"town": "Oslo"})
         assert bad["ok"] is False and bad["reason"] == "input_validation" and "city" in bad["error"]
+        assert bad["error"].startswith("Tool input validation error: ")  # as openreward's server words it
         unknown = await ors.call(real, "launch", {})
         assert unknown["ok"] is False and unknown["reason"] == "not_found" and "get_weather" in unknown["error"]
         await ors.delete(real)

@@ -222,8 +222,8 @@ class Episodes:
             outcome = outcomes.read(answer.text)
             if outcome is not None:
                 return await self._outcome(episode, outcome)
-        if answer.status == 422:
-            return wire.tool_error(answer.text, "input_validation")
+        if answer.status == 422:  # worded as openreward's server words it (its SDK reads the reason from the prefix)
+            return wire.tool_error(f"Tool input validation error: {answer.text}", "input_validation")
         return wire.tool_success(answer.text, reward=None, finished=False, metadata=None)
 
     async def _outcome(self, episode: Episode, outcome: outcomes.Outcome) -> dict[str, Any]:
