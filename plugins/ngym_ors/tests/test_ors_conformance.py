@@ -182,3 +182,29 @@ def test_openreward_s_client_methods_get_what_the_reference_gives(both: tuple[Pa
         else:
             assert got == expected, (key, expected, got)
     assert mine["listed task close"] == {"text": "closed at 7", "reward": 1.0, "finished": True}
+
+
+def test_over_openenv_the_environment_s_own_tools_end_its_episode(both: tuple[Path, str, str]) -> None:
+    """The same installed environment over ngym's OpenEnv front: a tool's output is the observation's result, a
+    refused call its error, and the tool that finishes the episode ends it there with the environment's reward."""
+    _, _, ors = both
+    with httpx.Client(base_url=ors.removesuffix("/ors") + "/openenv", timeout=60) as http:
+        first = http.post("/reset", json={"task_index": 0}).json()  # train-0: the target is 2
+        assert "balance is 2" in json.dumps(first["observation"]["prompt"])
+
+        def step(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            answer: dict[str, Any] = http.post(
+                "/step", json={"action": {"tool_name": name, "arguments": arguments}}
+            ).json()
+            return answer
+
+        refused = step("deposit", {"amount": "two"})
+        assert refused["observation"]["error"]["error_type"] == "invalid_args"
+        assert "Tool input validation error" in refused["observation"]["error"]["message"]
+        assert step("deposit", {"amount": 2})["observation"]["result"] == "balance: 2"
+        closed = step("close", {})
+        assert closed["done"] is True and closed["reward"] == 1.0, closed
+        assert closed["observation"]["result"] == "closed at 2"
+        assert http.post("/step", json={"action": {"tool_name": "balance", "arguments": {}}}).status_code == 409
+    health = httpx.get(ors.removesuffix("/ors") + "/health", timeout=30).json()
+    assert health["live_sessions"] == 0, health

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ngym.server.fronts import gymnasium, held
+from ngym.server.fronts import gymnasium, held, outcomes
 from ngym.server.fronts.inprocess import Answer, RolloutSession, encode, with_field
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
@@ -202,7 +202,22 @@ class Episode:
         kept = held.answer_kept(self.held, text, config)
         self.held += held.size_of(kept)
         self.output.append({"type": "function_call_output", "call_id": call_id, "output": kept})
+        told = outcomes.read(text) if error is None and self.front.server.tool_outcomes else None
+        if told is not None:  # the tool's answer carries its outcome (an installed ORS environment's)
+            return await self._told(name, told)
         return Outcome({"tool_name": name, "result": result, "error": error})
+
+    async def _told(self, name: str, told: outcomes.Outcome) -> Outcome:
+        """A call whose answer carries its outcome: its output as the result, a refusal as the error, and an output
+        that ends the episode ends it here, with ``/verify``'s reward."""
+        if told.refused is not None:
+            kind = "invalid_args" if told.refused == "input_validation" else "execution_error"
+            return Outcome({"tool_name": name, "result": None, "error": {"error_type": kind, "message": told.text}})
+        if not told.finished:
+            return Outcome({"tool_name": name, "result": told.text, "error": None})
+        ended = await self.finish("")
+        ended.observation = {"tool_name": name, "result": told.text, "error": None, **ended.observation}
+        return ended
 
     async def finish(self, text: str) -> Outcome:
         """The final answer: verify the trajectory; the reward is verify's, ``None`` when masked or failed. (A

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, cast
 import pydantic_core
 
 from ngym.server.fronts import gymnasium as shared_gym
-from ngym.server.fronts import held
+from ngym.server.fronts import held, outcomes
 from ngym.server.fronts.inprocess import RolloutSession
-from ngym.server.fronts.ors import gymnasium, outcomes, tasks, trajectory, wire
+from ngym.server.fronts.ors import gymnasium, sse, tasks, trajectory, wire
 from ngym.server.fronts.ors.rows import RowFacts
 from ngym.server.fronts.ors.tools import SUBMIT_ARGUMENT, Toolbox, ToolSpec
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
@@ -229,7 +229,7 @@ class Episodes:
     async def _outcome(self, episode: Episode, outcome: outcomes.Outcome) -> dict[str, Any]:
         """A call whose answer carries its outcome (``outcomes``), as ``openreward``'s server answers it."""
         if outcome.refused == outcomes.RAISED:
-            raise outcomes.ToolRaised(outcome.text)
+            raise sse.ToolRaised(outcome.text)
         if outcome.refused is not None:
             return wire.tool_error(outcome.text, cast("wire.ErrorReason", outcome.refused))
         if outcome.finished:

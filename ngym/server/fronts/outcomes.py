@@ -1,25 +1,22 @@
-"""Tool answers that carry their own outcome, read for the ORS front.
+"""Tool answers that carry their own outcome, read for the ORS and OpenEnv fronts.
 
 A server with ``tool_outcomes`` (an installed ORS environment: ``ngym install ors:``) answers each tool route with
 ``{"output": text, "reward": r, "finished": f}``, or ``{"output": text, "is_error": true, "reason": why}`` for a
 call the environment refused (``reason``: ORS's ``not_found`` / ``input_validation`` / ``episode_finished``, or
 ``raised`` for a tool that raised). Over ORS such a call is what ``openreward``'s own server answers: the output
-as text, a refusal as ``RunToolError`` with its reason, a tool that raised as the stream's error event, and a
-``finished`` output ends the episode (its reward is then ``/verify``'s: one reward path).
+as text, a refusal as ``RunToolError`` with its reason, a tool that raised as the stream's error event; over
+OpenEnv the output is the observation's result, a refusal its error. On both, a ``finished`` output ends the
+episode (its reward is then ``/verify``'s: one reward path).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import get_args
 
-from ngym.server.fronts.ors.sse import ToolRaised
-from ngym.server.fronts.ors.wire import ErrorReason
-
-REASONS: frozenset[str] = frozenset(get_args(ErrorReason))
+#: ORS's reasons for a refused call (``RunToolError.reason``)
+REASONS = frozenset({"not_found", "name_collision", "input_validation", "episode_finished"})
 RAISED = "raised"
-__all__ = ["RAISED", "REASONS", "Outcome", "ToolRaised", "read"]
 
 
 @dataclass
