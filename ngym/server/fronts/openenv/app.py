@@ -79,10 +79,15 @@ def create_front_app(server: Any, parent: FastAPI) -> FastAPI:
     @app.post("/reset", response_model=StepAnswer, tags=["Environment Control"])
     async def reset(request: Request, body: ResetBody = Body(default_factory=ResetBody)) -> Any:
         held = front.find_episode(request.cookies.get(EPISODE_COOKIE))
-        episode = held or await front.open_episode()
+        try:
+            episode = held or await front.open_episode()
+        except SessionLimitReached as exc:
+            return _at_capacity(exc)
         async with episode.lock:
             answer = await _guarded_http(episode.reset(_reset_arguments(body.model_dump(exclude_none=True))))
         if isinstance(answer, Response):
+            if held is None:  # the episode opened for this reset holds nothing: not kept
+                front.episodes.pop(episode.episode_id, None)
             return answer
         response = JSONResponse(answer)
         response.set_cookie(EPISODE_COOKIE, episode.episode_id, httponly=True, samesite="lax")
@@ -126,8 +131,12 @@ async def _guarded_http(work: Any) -> Any:
     except RowError as exc:
         return JSONResponse({"detail": str(exc)}, status_code=422)
     except SessionLimitReached as exc:
-        return JSONResponse({"detail": f"server is at its session limit ({exc})"}, status_code=503)
+        return _at_capacity(exc)
     return outcome.wire()
+
+
+def _at_capacity(exc: SessionLimitReached) -> JSONResponse:
+    return JSONResponse({"detail": f"server is at its session limit ({exc})"}, status_code=503)
 
 
 async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
