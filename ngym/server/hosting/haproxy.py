@@ -96,6 +96,11 @@ _DUPLICATE_COOKIE_BODY = (
     '{"detail":"this request carries more than one session cookie; send exactly one (the one its seed set)"}'
 )
 
+_DUPLICATE_EPISODE_BODY = (
+    f'{{"detail":"this request carries more than one {OPENENV_EPISODE_COOKIE} cookie; send exactly one (the one '
+    '/reset set)"}'
+)
+
 
 def proxy_threads(backends: int, cpus: int | None = None) -> int:
     """HAProxy's threads for ``backends`` workers: one per four workers, at most one per CPU. HAProxy takes about a
@@ -133,6 +138,7 @@ def haproxy_config(
         for b in backends
     )
     duplicate = f"if {{ req.cook_cnt({cookie_name}) gt 1 }}"
+    duplicate_episode = f"if {{ path_beg {OPENENV_PATH}/ }} {{ req.cook_cnt({OPENENV_EPISODE_COOKIE}) gt 1 }}"
     stats = f"\n    stats socket {stats_socket} mode 600 level user" if stats_socket else ""
     routing = ""
     stride_op = f"div({stride})," if stride > 1 else ""
@@ -198,6 +204,7 @@ frontend ngym
     option http-buffer-request
     # two session cookies: the proxy and the server could read different sessions from one request
     http-request return status 400 content-type application/json string '{_DUPLICATE_COOKIE_BODY}' {duplicate}
+    http-request return status 400 content-type application/json string '{_DUPLICATE_EPISODE_BODY}' {duplicate_episode}
     default_backend workers
 
 backend workers
