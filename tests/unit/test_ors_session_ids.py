@@ -1,0 +1,41 @@
+"""Which ORS session ids a worker takes: its own (by their hash) and well-formed ones, as a typed seed's."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
+from ngym.testing import app_for, serve_in_process
+
+CREATE = {"split": "example", "index": 0}
+
+
+async def _create(http: httpx.AsyncClient, sid: str) -> httpx.Response:
+    return await http.post("/ors/create", json=CREATE, headers={"x-session-id": sid})
+
+
+async def test_a_worker_refuses_a_create_for_another_workers_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind ``--workers 2`` a ``/create`` reaches the worker its id hashes to, unless that one is down: then the
+    other one refuses it (503) instead of seeding a session no later request of that id reaches (it held one until
+    the TTL, and the owner answered 404 once back)."""
+    monkeypatch.setenv(ROUTE_SLOT_ENV, "0/2")
+    mine, theirs = RouteSlot.parse("0/2").new_id(), RouteSlot.parse("1/2").new_id()
+    async with serve_in_process(app_for("example_single_tool_call")) as http:
+        assert (await _create(http, mine)).status_code == 200
+        refused = await _create(http, theirs)
+        assert refused.status_code == 503 and "belongs to another worker" in refused.json()["detail"]
+        call = {"name": "get_weather", "input": {"city": "Oslo"}}
+        elsewhere = await http.post("/ors/call", json=call, headers={"x-session-id": theirs})
+        assert elsewhere.status_code == 503 and "belongs to another worker" in elsewhere.json()["detail"]
+        assert (await http.get("/health")).json()["live_sessions"] == 1
+
+
+@pytest.mark.parametrize("sid", ["a\tb", "x" * 300, "semi;colon", "<script>"])
+async def test_an_ors_session_id_follows_the_servers_session_id_rule(sid: str) -> None:
+    """An ORS session id is held in the server's table and logged, as a typed seed's id is: it follows the same
+    rule (``session_id_max_length``, ``session_id_pattern``), a 400 naming them (any string was taken)."""
+    async with serve_in_process(app_for("example_single_tool_call")) as http:
+        refused = await _create(http, sid)
+        assert refused.status_code == 400 and "session_id_max_length" in refused.json()["detail"], refused.text
+        assert (await http.get("/health")).json()["live_sessions"] == 0
