@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -372,3 +373,18 @@ def test_abandoned_http_episodes_are_let_go_after_the_session_ttl() -> None:
         client.post(f"{MOUNT_PATH}/reset", json={"task_index": 0})
         assert len(front.episodes) == 2 and kept["ngym-openenv-episode"] in front.episodes
         assert _live_sessions(app) == 2
+
+
+def test_abandoned_http_episodes_are_let_go_by_the_servers_sweep() -> None:
+    """The server's session sweep lets go of the held episodes it expired, though no new episode opens."""
+    with _environment("example_single_tool_call", session_ttl_seconds=60) as app, TestClient(app) as client:
+        client.post(f"{MOUNT_PATH}/reset", json={"task_index": 0})
+        front = _front(app).app.state.front  # type: ignore[attr-defined]
+        sessions = front.server.sessions
+        later = time.monotonic() + 120
+        sessions.store._clock = lambda: later
+        for episode in front.episodes.values():
+            episode.last_used -= 120
+        assert client.portal is not None
+        client.portal.call(sessions.sweep)
+        assert len(front.episodes) == 0 and _live_sessions(app) == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -38,4 +40,24 @@ async def test_an_ors_session_id_follows_the_servers_session_id_rule(sid: str) -
     async with serve_in_process(app_for("example_single_tool_call")) as http:
         refused = await _create(http, sid)
         assert refused.status_code == 400 and "session_id_max_length" in refused.json()["detail"], refused.text
+        assert (await http.get("/health")).json()["live_sessions"] == 0
+
+
+async def test_an_abandoned_episode_is_let_go_with_its_expired_session() -> None:
+    """An ORS session a client leaves (no ``/delete``, no more requests) is let go, its row and trajectory with
+    it, by the server's own session sweep: no new ``/create`` is needed (its trajectory stayed until one came:
+    6 abandoned episodes of 9 MB each kept 290 MB after their sessions expired, 173 MB once let go)."""
+    app = app_for("example_single_tool_call", session_ttl_seconds=60)
+    async with serve_in_process(app) as http:
+        sid = RouteSlot().new_id()
+        assert (await _create(http, sid)).status_code == 200
+        call = {"name": "get_weather", "input": {"city": "Oslo"}}
+        assert (await http.post("/ors/call", json=call, headers={"x-session-id": sid})).status_code == 200
+        episodes = app.state.ngym_fronts["ors"].episodes
+        sessions = episodes.server.sessions
+        later = time.monotonic() + 120  # two TTLs from now, for the store and the episode alike
+        sessions.store._clock = lambda: later
+        episodes.find(sid).last_used -= 120
+        await sessions.sweep()
+        assert len(episodes) == 0
         assert (await http.get("/health")).json()["live_sessions"] == 0

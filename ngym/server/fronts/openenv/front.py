@@ -53,6 +53,7 @@ class OpenEnvFront:
         #: this process's place behind ``--workers`` (HAProxy): a held episode's id is drawn to route back here
         self.slot = RouteSlot.from_env()
         self._swept = time.monotonic()
+        server.sessions.after_sweep(self._reclaim_after_sweep)
 
     # ---- tools -------------------------------------------------------------------------------------------------
 
@@ -119,9 +120,19 @@ class OpenEnvFront:
             return
         self._swept = now
         ttl = self.server.config.session_ttl_seconds
-        idle = [key for key, held in self.episodes.items() if key not in self.attached and now - held.last_used > ttl]
+        idle = [
+            key
+            for key, held in self.episodes.items()
+            if key not in self.attached and now - held.last_used > ttl and not held.lock.locked()
+        ]
         for key in idle:
             await self.drop_episode(key)
+
+    async def _reclaim_after_sweep(self) -> None:
+        """After the server's session sweep (it closed the sessions idle past the TTL): let go of their episodes,
+        even when no new one opens."""
+        self._swept = 0.0
+        await self._reclaim_idle()
 
     async def drop_episode(self, episode_id: str) -> bool:
         """Close a held episode's session and forget it; False when there is none."""

@@ -97,6 +97,7 @@ class Episodes:
         #: this process's place behind ``--workers`` (HAProxy routes an ORS request by its ``X-Session-ID``)
         self.slot = RouteSlot.from_env()
         self.id_rule = SessionIdRule(server.config.session_id_max_length, server.config.session_id_pattern)
+        server.sessions.after_sweep(self._forget_idle)
         self._swept = time.monotonic()
 
     def __len__(self) -> int:
@@ -183,14 +184,22 @@ class Episodes:
             del self._live[sid]
 
     def _sweep(self) -> None:
-        """Forget episodes idle longer than the server's session TTL (the server expired their sessions)."""
+        """Forget episodes idle longer than the server's session TTL (the server expired their sessions), at most
+        every ``_SWEEP_SECONDS`` on a ``/create``; the server's own sweep does it too (``_forget_idle``)."""
         now = time.monotonic()
         if now - self._swept < _SWEEP_SECONDS:
             return
         self._swept = now
         ttl = self.server.config.session_ttl_seconds
-        for sid in [sid for sid, e in self._live.items() if now - e.last_used > ttl]:
+        for sid in [sid for sid, e in self._live.items() if now - e.last_used > ttl and not e.lock.locked()]:
             del self._live[sid]
+
+    async def _forget_idle(self) -> None:
+        """After the server's session sweep: forget the episodes it expired, their rows and trajectories with
+        them (an abandoned episode held its trajectory, up to ``max_session_tool_bytes``, until the next
+        ``/create``)."""
+        self._swept = 0.0
+        self._sweep()
 
     # ---- steps -------------------------------------------------------------------------------------
 
