@@ -388,3 +388,30 @@ def test_abandoned_http_episodes_are_let_go_by_the_servers_sweep() -> None:
         assert client.portal is not None
         client.portal.call(sessions.sweep)
         assert len(front.episodes) == 0 and _live_sessions(app) == 0
+
+
+def test_an_episode_of_another_worker_is_not_answered_as_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind ``--workers 2`` a request for an episode reaches another worker only while its own is down: it is
+    answered 503 "retry" (``/step``, ``/state``; an error naming it on the WebSocket and over MCP), never 409 "no
+    episode, POST /reset first", which would have the client give up a live episode."""
+    from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
+
+    monkeypatch.setenv(ROUTE_SLOT_ENV, "0/2")
+    theirs, unknown = RouteSlot.parse("1/2").new_id(), RouteSlot.parse("0/2").new_id()
+    step = {"action": {"tool_name": "get_weather", "arguments": {"city": "Oslo"}}}
+    with _environment("example_single_tool_call") as app, TestClient(app) as client:
+        client.cookies.set("ngym-openenv-episode", theirs)
+        for answer in (client.post(f"{MOUNT_PATH}/step", json=step), client.get(f"{MOUNT_PATH}/state")):
+            assert answer.status_code == 503 and "belongs to another worker" in answer.json()["detail"]
+        client.cookies.set("ngym-openenv-episode", unknown)
+        assert client.post(f"{MOUNT_PATH}/step", json=step).status_code == 409  # this worker's own: no such episode
+        client.cookies.clear()
+        with client.websocket_connect(f"{MOUNT_PATH}/ws?session_id={theirs}") as socket:
+            assert "belongs to another worker" in socket.receive_json()["data"]["message"]
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "get_weather", "session_id": theirs},
+        }
+        assert "belongs to another worker" in client.post(f"{MOUNT_PATH}/mcp", json=call).json()["error"]["message"]

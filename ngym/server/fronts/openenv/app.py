@@ -100,16 +100,24 @@ def create_front_app(server: Any, parent: FastAPI) -> FastAPI:
 
     @app.post("/step", response_model=StepAnswer, tags=["Environment Control"])
     async def step(request: Request, body: StepBody) -> Any:
-        episode = front.find_episode(_named(request))
+        named = _named(request)
+        episode = front.find_episode(named)
         if episode is None:
+            elsewhere = front.elsewhere(named)
+            if elsewhere is not None:
+                return JSONResponse({"detail": elsewhere}, status_code=503, headers={"retry-after": "1"})
             detail = "no episode: POST /reset first (it sets the episode cookie), or use the /ws WebSocket"
             return JSONResponse({"detail": detail}, status_code=409)
         async with episode.lock:
             return await _guarded_http(episode.step(body.action))
 
     @app.get("/state", response_model=EpisodeState, tags=["State Management"])
-    async def state(request: Request) -> dict[str, Any]:
-        episode = front.find_episode(_named(request))
+    async def state(request: Request) -> Any:
+        named = _named(request)
+        episode = front.find_episode(named)
+        elsewhere = front.elsewhere(named) if episode is None else None
+        if elsewhere is not None:
+            return JSONResponse({"detail": elsewhere}, status_code=503, headers={"retry-after": "1"})
         return episode.state() if episode is not None else EpisodeState().model_dump()
 
     @app.post("/mcp", tags=["MCP"])
@@ -161,8 +169,11 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
     if attached:
         held = front.find_episode(attached)
         if held is None or attached in front.attached:
-            why = "is already attached to a WebSocket" if held is not None else "is unknown"
-            await socket.send_text(json.dumps(ws_error(f"session_id {attached} {why}", SESSION_ERROR)))
+            if held is not None:
+                message = f"session_id {attached} is already attached to a WebSocket"
+            else:
+                message = front.elsewhere(attached) or f"session_id {attached} is unknown"
+            await socket.send_text(json.dumps(ws_error(message, SESSION_ERROR)))
             await socket.close()
             return
         front.attached.add(attached)

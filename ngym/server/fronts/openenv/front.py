@@ -112,6 +112,18 @@ class OpenEnvFront:
             episode.last_used = time.monotonic()
         return episode
 
+    def elsewhere(self, episode_id: str | None) -> str | None:
+        """Why an episode id this process does not hold is not served here when another process of its routing set
+        holds it (that one is down, or the request went around the proxy): None for an id of this process's own.
+        Such a request is never answered as "no episode, reset first": the episode is alive, on a worker that will
+        answer again."""
+        if not episode_id or self.slot.owns(episode_id):
+            return None
+        return (
+            f"episode {episode_id!r} belongs to another worker of this server (this is {self.slot.describe()}); that "
+            "worker is down or restarting, or the request went around the proxy: retry through the server's address"
+        )
+
     async def _reclaim_idle(self) -> None:
         """Let go of held episodes idle longer than the server's session TTL (at most every ``_SWEEP_SECONDS``):
         the server has expired their sessions, and an abandoned episode's trajectory is freed with them."""

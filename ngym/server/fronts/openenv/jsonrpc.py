@@ -86,7 +86,7 @@ def _held(front: OpenEnvFront, session_id: Any) -> Episode:
         raise _RpcFailure(INVALID_PARAMS, "tools/call needs a session_id: call openenv/session/create first")
     episode = front.find_episode(str(session_id))
     if episode is None:
-        raise _RpcFailure(INVALID_PARAMS, f"Unknown session_id: {session_id}")
+        raise _RpcFailure(INVALID_PARAMS, front.elsewhere(str(session_id)) or f"Unknown session_id: {session_id}")
     return episode
 
 
