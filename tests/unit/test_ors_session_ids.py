@@ -7,6 +7,7 @@ import time
 import httpx
 import pytest
 
+from ngym.server.fronts.ors.episodes import RESUMABLE_BYTES
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
 from ngym.testing import app_for, serve_in_process
 
@@ -61,3 +62,24 @@ async def test_an_abandoned_episode_is_let_go_with_its_expired_session() -> None
         await sessions.sweep()
         assert len(episodes) == 0
         assert (await http.get("/health")).json()["live_sessions"] == 0
+
+
+async def test_an_episode_keeps_only_its_last_large_answer_for_a_resumed_call() -> None:
+    """A call's answer is kept for a client resuming its cut stream; an earlier one past ``RESUMABLE_BYTES`` is let
+    go when the next call starts (four answers of up to 16 MiB each were kept beside the trajectory: three sessions
+    of large searches grew the server by 60-130 MB each)."""
+    app = app_for("workplace_assistant")
+    async with serve_in_process(app) as http:
+        sid = RouteSlot().new_id()
+        assert (await _create(http, sid)).status_code == 200
+        headers = {"x-session-id": sid}
+        email = {"recipient": "a@b.com", "subject": "s", "body": "x" * 100_000}
+        await http.post("/ors/call", json={"name": "email_send_email", "input": email}, headers=headers)
+        search = {"name": "email_search_emails", "input": {"query": "x"}}
+        answers = [await http.post("/ors/call", json=search, headers=headers) for _ in range(3)]
+        episode = app.state.ngym_fronts["ors"].episodes.find(sid)
+        sizes = [len(result.result()) for result in episode.results.values()]
+        assert len(sizes) == 2 and sum(size > RESUMABLE_BYTES for size in sizes) == 1, sizes
+        task_id = answers[-1].text.split("\r\n")[1][6:]
+        again = await http.post("/ors/call", json={**search, "task_id": task_id}, headers=headers)
+        assert again.text.split("\r\n")[4:] == answers[-1].text.split("\r\n")[4:]  # the same answer, resumed

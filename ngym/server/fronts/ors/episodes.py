@@ -43,6 +43,8 @@ log = logging.getLogger("ngym.ors")
 
 #: Results kept per episode for clients that resume a cut ``/call`` stream by its task id.
 KEPT_RESULTS = 4
+#: An earlier call's result larger than this is let go when the next call starts (the last one is always kept).
+RESUMABLE_BYTES = 64 * 1024
 _SWEEP_SECONDS = 30.0
 
 
