@@ -42,6 +42,7 @@ import shutil
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
+from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE, ORS_MOUNT_PATH, ORS_ROOT_SEGMENTS
 
 HAPROXY_INSTALL_HINT = "apt-get install haproxy (Debian/Ubuntu) or dnf install haproxy"
@@ -102,6 +103,15 @@ _DUPLICATE_EPISODE_BODY = (
 )
 
 
+def proxy_bufsize(max_header_bytes: int) -> int:
+    """HAProxy's buffer for a set whose workers take request headers up to ``max_header_bytes``: the headers fit
+    (less HAProxy's 1,024 bytes kept for rewriting), so the proxy refuses no request its workers would take, and
+    the typed seed's ``resources_session_id`` is read in that much of the body. HAProxy's default, 16,384, refused
+    headers over about 15 KB that one worker takes (a reset, under load, instead of an answer) and routed a typed
+    seed by the least-loaded worker when its id came after 15 KB of ``task_data`` (half of them then 503)."""
+    return max(16384, max_header_bytes + 2048)
+
+
 def proxy_threads(backends: int, cpus: int | None = None) -> int:
     """HAProxy's threads for ``backends`` workers: one per four workers, at most one per CPU. HAProxy takes about a
     fifth of what its workers take per request (``bench/bench_workers.py``), so one thread keeps up with four;
@@ -120,6 +130,7 @@ def haproxy_config(
     server_timeout_seconds: float = 3600.0,
     stats_socket: str | None = None,
     stride: int = 1,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
 ) -> str:
     """The HAProxy configuration: listen on the inherited socket ``listen_fd``, route each request to the slot its
     session id names (backend I is slot I; nothing is stored per session: ``session_ttl_seconds`` and
@@ -182,6 +193,7 @@ def haproxy_config(
 global
     log stderr format short local0 warning{stats}
     nbthread {proxy_threads(count)}
+    tune.bufsize {proxy_bufsize(max_header_bytes)}
 
 defaults
     mode http

@@ -164,6 +164,7 @@ def serve_one(
             session_ttl_seconds=settings.session_ttl_seconds,
             max_sessions=settings.max_sessions,
             access_log=access_log,
+            max_header_bytes=settings.max_request_header_bytes,
         )
         line = _listen_line(spec, host, port, domain.value if domain else None, workers)
         print(f"{line}  [session-affine: HAProxy in front of {workers} single-worker processes]", flush=True)
