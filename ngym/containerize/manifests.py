@@ -72,7 +72,8 @@ REPLAYABLE_CALLS = ("seed_session", "close_session")
 
 
 def render_nginx_conf(spec: DeploySpec) -> str:
-    """nginx in front of the replicas: round robin (shared store), or hashed per rollout (affinity).
+    """nginx in front of the replicas: any replica for NeMo Gym's wire (shared store; ORS sessions and OpenEnv
+    episodes held over HTTP, which live in one replica's memory, still pinned), or hashed per rollout (affinity).
 
     A replica that dies is skipped: a refused connection or a connect timeout (a killed container's address
     stops answering without refusing, hence the short ``proxy_connect_timeout``) passes the call to the next
@@ -89,8 +90,18 @@ def render_nginx_conf(spec: DeploySpec) -> str:
             "  }\n"
         )
     else:
-        balance = "    # round robin: every replica serves any request of any rollout (state lives in Redis)\n"
-        mapping = ""
+        balance = "    hash $ngym_key consistent;  # any replica, but an ORS session or OpenEnv episode on its own\n"
+        mapping = (
+            "  # Sessions live in Redis, so any replica serves any request of NeMo Gym's wire (a random key per\n"
+            "  # request). An ORS session or an OpenEnv episode held between HTTP requests lives in the replica\n"
+            "  # that opened it: an ORS request goes by its X-Session-ID, an OpenEnv one by the client's address\n"
+            "  # (its episode ids are made by the replica).\n"
+            '  map "$http_x_session_id|$uri" $ngym_key {\n'
+            '    "~^(?<ors>[^|]+)\\|" $ors;\n'
+            '    "~^\\|/openenv/" $remote_addr;\n'
+            "    default $request_id;\n"
+            "  }\n"
+        )
 
     def location(match: str, next_upstream: str, comment: str) -> str:
         return (

@@ -109,7 +109,10 @@ def test_compose_has_replicas_redis_secret_env_file_and_healthchecks() -> None:
     assert services["redis"]["build"]["args"]["BASE_IMAGE"] == SHARED.base_image
     assert services["lb"]["ports"] == ["${NGYM_BIND:-0.0.0.0}:${NGYM_PORT:-8000}:8000"] and "ports" not in env
     assert "FROM ${BASE_IMAGE}" in files["redis/Dockerfile"] and "redis-server" in files["redis/Dockerfile"]
-    assert "server env:8000" in files["lb/nginx.conf"] and "hash" not in files["lb/nginx.conf"]
+    conf = files["lb/nginx.conf"]
+    assert "server env:8000" in conf and "hash $ngym_key consistent;" in conf
+    # any replica for NeMo Gym's wire (a random key per request); ORS sessions by id, OpenEnv by client address
+    assert "default $request_id;" in conf and '"~^(?<ors>[^|]+)\\|" $ors;' in conf and "$remote_addr;" in conf
 
 
 def test_compose_for_an_affinity_env_pins_rollouts_and_has_no_redis() -> None:
