@@ -332,6 +332,19 @@ def main() -> None:
         print("\n".join(line for line in lines if line.startswith("|")))
         summaries.extend(line for line in lines if not line.startswith("|"))
     print("\n".join(summaries))
+    if "affinity" in paths:
+        print(result_line(results["affinity"]))
+
+
+def result_line(results: dict[int, list[dict[str, float]]]) -> str:
+    """The one line that says whether in-process state scales: the affinity path's 2 workers over 1 with the load
+    generator's cost set apart (2 x the median of the rounds' rollouts per server CPU-second, 2 over 1)."""
+    pairs = [b["rollouts_per_cpu_s"] / a["rollouts_per_cpu_s"] for a, b in zip(results[1], results[2], strict=True)]
+    one, (two, proxy) = per_rollout_us(results[1])[0], per_rollout_us(results[2])
+    return (
+        f"result: affinity --workers 2 / 1, load generator set apart: {2 * statistics.median(pairs):.2f}x "
+        f"(1.70x wanted; server CPU per rollout {one:.0f} -> {two:.0f} us, HAProxy {proxy:.0f} us of it)"
+    )
 
 
 if __name__ == "__main__":
