@@ -8,14 +8,21 @@ CPU 1, bench/rollout.lua: the counter's rollouts as ``bench_workers.py`` sends t
 * **self**: HAProxy answering every request itself (``http-request return``): a proxy's client side alone;
 * **relay**: HAProxy relaying to two backends on unix sockets with no rule at all (``balance leastconn``);
 * **ngym**: the same two backends behind ngym's own configuration (``haproxy_config(...)``, every rule);
-* any ``--variant`` (below): ngym's configuration changed in one way, in front of two backends of its own.
+* any ``--variant`` (``bench/haproxy_variants.py``; by default ``nice0``, HAProxy at the backends' priority):
+  ngym's configuration or HAProxy's start changed in one way, in front of two backends of its own.
+
+Every HAProxy runs ``NGYM_HAPROXY_NICE`` (default 10) nice levels below the backends, as ``ngym run --workers N``
+starts it, unless its variant says otherwise.
 
 The backends (``bench/ready_backend.py``) answer every request with the same ready-made bytes (a 200 carrying a
 session cookie that routes back to them), after spending ``--burn-us`` of CPU, so HAProxy sees the pace of a
 worker (the counter's takes about 110 us per request; ``--burn-us 0`` drives HAProxy as fast as it goes).
-HAProxy's and the backends' CPU time come from ``/proc``; printed per request and per rollout.
+HAProxy's and the backends' CPU time come from ``/proc``; printed per request and per rollout. The last line
+sets them against what 1.7x at ``--workers 2`` leaves HAProxy (``--one-worker-us``: what a counter rollout costs
+one worker, ``bench_workers.py``; 1.7x needs the two workers' rollout at most 2/1.7 of it).
 
     .venv/bin/python bench/bench_haproxy_floor.py [--rounds 5] [--seconds 4] [--burn-us 100] [--variant NAME ...]
+        [--modes direct,self,relay,ngym] [--one-worker-us 455]
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from bench.bench_workers import ROLLOUTS  # noqa: E402
 from bench.haproxy_variants import VARIANTS, Variant, variant  # noqa: E402
 from bench.ready_backend import answer  # noqa: E402
 from ngym.child_server import free_port, stop_process  # noqa: E402
-from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config  # noqa: E402
+from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config, haproxy_nice, lower_priority  # noqa: E402
 
 COOKIE = "ngym_session"
 TIMEOUTS = """defaults
@@ -59,7 +66,7 @@ def self_config(fd: int) -> str:
     cookie = answer(0, 1).split(b"set-cookie: ", 1)[1].split(b"\r\n", 1)[0].decode()
     return (
         f"global\n    nbthread 1\n\n{TIMEOUTS}\nfrontend floor\n    bind fd@{fd}\n"
-        f"    http-request return status 200 content-type application/json string '{{\"status\":\"ok\"}}' "
+        f'    http-request return status 200 content-type application/json string \'{{"status":"ok"}}\' '
         f'hdr set-cookie "{cookie}"\n'
     )
 
@@ -104,7 +111,11 @@ def start_backend(where: list[str], slot: str, burn_us: float) -> subprocess.Pop
     return proc
 
 
-def start_haproxy(config: str, sock: socket.socket, scratch: Path, name: str, prefix: list[str]) -> subprocess.Popen[bytes]:
+def start_haproxy(
+    config: str, sock: socket.socket, scratch: Path, name: str, variant: Variant | None = None
+) -> subprocess.Popen[bytes]:
+    """HAProxy with ``config``, listening on the inherited ``sock``, at the priority ``ngym run --workers N`` gives
+    it (``haproxy_nice()`` levels below this process) unless ``variant`` says otherwise."""
     path = scratch / f"{name}.cfg"
     path.write_text(config)
     cmd = [haproxy_binary(), "-db", "-f", str(path)]
@@ -112,7 +123,11 @@ def start_haproxy(config: str, sock: socket.socket, scratch: Path, name: str, pr
     if check.returncode != 0:
         raise RuntimeError(f"HAProxy refused the {name} configuration: {check.stderr.decode().strip()}\n{config}")
     log = (scratch / f"{name}.log").open("wb")
-    return subprocess.Popen([*prefix, *cmd], pass_fds=(sock.fileno(),), stdout=log, stderr=log)
+    levels = variant.nice if variant is not None and variant.nice is not None else haproxy_nice()
+    prefix = variant.prefix if variant is not None else []
+    return subprocess.Popen(
+        [*prefix, *cmd], pass_fds=(sock.fileno(),), stdout=log, stderr=log, preexec_fn=lambda: lower_priority(levels)
+    )
 
 
 def listening_socket() -> tuple[socket.socket, str]:
@@ -144,7 +159,7 @@ def proxied(
     if variant is not None:
         config = variant.change(config)
     mode = Mode(name, url, backends=procs)
-    mode.haproxy = start_haproxy(config, sock, scratch, name, variant.prefix if variant else [])
+    mode.haproxy = start_haproxy(config, sock, scratch, name, variant)
     sock.close()
     return mode
 
@@ -184,7 +199,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--burn-us", type=float, default=100.0, help="backend CPU per request before answering")
-    parser.add_argument("--variant", action="append", default=[], help=f"one of {sorted(VARIANTS)}, or several joined by +")
+    parser.add_argument(
+        "--variant", action="append", help=f"one of {sorted(VARIANTS)}, or several joined by + (default: nice0)"
+    )
+    parser.add_argument("--one-worker-us", type=float, default=455.0, help="a counter rollout's cost at 1 worker")
     parser.add_argument("--modes", default="direct,self,relay,ngym")
     args = parser.parse_args()
     wanted = [m for m in args.modes.split(",") if m]
@@ -198,14 +216,15 @@ def main() -> None:
                 modes.append(Mode("direct", f"http://127.0.0.1:{port}", backends=[direct]))
             if "self" in wanted:
                 sock, url = listening_socket()
-                modes.append(Mode("self", url, haproxy=start_haproxy(self_config(sock.fileno()), sock, scratch,
-                                                                     "self", [])))  # fmt: skip
+                modes.append(
+                    Mode("self", url, haproxy=start_haproxy(self_config(sock.fileno()), sock, scratch, "self"))
+                )
                 sock.close()
             if "relay" in wanted:
                 modes.append(proxied("relay", scratch, args.burn_us, relay_config, None))
             if "ngym" in wanted:
                 modes.append(proxied("ngym", scratch, args.burn_us, ngym_config, None))
-            for name in args.variant:
+            for name in args.variant or ["nice0"]:
                 modes.append(proxied(name, scratch, args.burn_us, ngym_config, variant(name)))
             time.sleep(1.5)  # HAProxy's first health checks
             plan = scratch / "plan.tsv"
@@ -228,7 +247,8 @@ def report(modes: list[Mode], steps: int, args: argparse.Namespace) -> str:
         f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f}); wrk pinned to CPU 1, {args.connections} "
         f"connections; {args.rounds} alternating rounds of {args.seconds:.0f}s; backends burn {args.burn_us:.0f} us "
         f"per request; a rollout is {steps} requests",
-        "| mode | requests/s | HAProxy us/request | HAProxy us/rollout | backend us/request | wrk cores | rounds with non-2xx |",
+        "| mode | requests/s | HAProxy us/request | HAProxy us/rollout | backend us/request | wrk cores | "
+        "rounds with non-2xx |",
         "|---|---|---|---|---|---|---|",
     ]
     med: dict[str, dict[str, float]] = {}
@@ -239,30 +259,31 @@ def report(modes: list[Mode], steps: int, args: argparse.Namespace) -> str:
             f"| {mode.name} | {m['requests_per_s']:.0f} | {proxy} | {m['backend_us']:.1f} | {m['wrk_cores']:.2f} | "
             f"{sum(int(r['errors']) for r in mode.rounds)} |"
         )
+    base = {m.name: m for m in modes}.get("ngym")
     for mode in modes:
-        if mode.name not in ('direct', 'self', 'relay', 'ngym') and "ngym" in med:
-            pairs = sorted(v["proxy_us"] / n["proxy_us"] for v, n in zip(mode.rounds, modes_by(modes)["ngym"].rounds))
-            lines.append(f"{mode.name} ({variant(mode.name).what}): HAProxy per request {med[mode.name]['proxy_us']:.1f} "
-                         f"us vs ngym's {med['ngym']['proxy_us']:.1f}: {statistics.median(pairs):.2f}x "
-                         f"(pairs {pairs[0]:.2f}-{pairs[-1]:.2f})")  # fmt: skip
+        if mode.name in ("direct", "self", "relay", "ngym") or base is None:
+            continue
+        pairs = sorted(v["proxy_us"] / n["proxy_us"] for v, n in zip(mode.rounds, base.rounds, strict=True))
+        lines.append(
+            f"{mode.name} ({variant(mode.name).what}): HAProxy per request {med[mode.name]['proxy_us']:.1f} us vs "
+            f"ngym's {med['ngym']['proxy_us']:.1f}: {statistics.median(pairs):.2f}x (pairs {pairs[0]:.2f}-"
+            f"{pairs[-1]:.2f})"
+        )
     parts = [f"{name} {med[name]['proxy_us']:.1f}" for name in ("self", "relay", "ngym") if name in med]
     if parts:
-        line = "floor: HAProxy us per request: " + ", ".join(parts)
+        allowed = 2 * args.one_worker_us / 1.7 - args.one_worker_us  # HAProxy's room when workers cost what one does
+        line = f"floor: HAProxy (at nice +{haproxy_nice()}) us per request: " + ", ".join(parts)
+        if "nice0" in med:
+            line += f" (ngym's at the backends' priority: {med['nice0']['proxy_us']:.1f})"
         if "relay" in med and "ngym" in med:
             added = med["ngym"]["proxy_us"] - med["relay"]["proxy_us"]
-            line += f"; ngym's rules add {added:.1f} us per request ({added * steps:.0f} per rollout)"
-        floor = med.get("relay", med.get("self", {})).get("proxy_us")
-        if floor is not None:
-            line += (
-                f"; a bare relay costs {floor * steps:.0f} us per rollout of {steps} requests, against ~{19 * steps} "
-                f"(19 us/request) that 1.7x at --workers 2 leaves HAProxy when the workers cost what one does"
-            )
+            line += f"; ngym's rules add {added:.1f}"
+        line += (
+            f"; 1.7x at --workers 2 leaves HAProxy {allowed / steps:.0f} us per request ({allowed:.0f} per rollout of "
+            f"{steps}) when a rollout costs a worker {args.one_worker_us:.0f} us"
+        )
         lines.append(line)
     return "\n".join(lines)
-
-
-def modes_by(modes: list[Mode]) -> dict[str, Mode]:
-    return {m.name: m for m in modes}
 
 
 if __name__ == "__main__":

@@ -58,8 +58,10 @@ class Variant:
     change: Callable[[str], str] = _same
     #: the backends listen on abstract unix sockets (``abns@``) instead of paths
     abstract: bool = False
-    #: a command HAProxy is started under (``nice``, ``chrt``)
+    #: a command HAProxy is started under (``chrt``)
     prefix: list[str] = field(default_factory=list)
+    #: nice levels below the bench (None: as ``ngym run --workers N`` starts it, ``haproxy_nice()``)
+    nice: int | None = None
 
 
 VARIANTS: dict[str, Variant] = {
@@ -83,9 +85,10 @@ VARIANTS: dict[str, Variant] = {
     "recv-enough": Variant("tune.recv_enough 65536", _global("tune.recv_enough 65536")),
     "cpu-map": Variant("its thread pinned to CPU 0 (cpu-map 1/1 0)", _global("cpu-map 1/1 0")),
     "reuse-always": Variant("http-reuse always", _defaults("http-reuse always")),
-    "nice5": Variant("HAProxy at nice 5", prefix=["nice", "-n", "5"]),
-    "nice": Variant("HAProxy at nice 10", prefix=["nice", "-n", "10"]),
-    "nice19": Variant("HAProxy at nice 19", prefix=["nice", "-n", "19"]),
+    "nice0": Variant("HAProxy at the backends' priority (NGYM_HAPROXY_NICE=0)", nice=0),
+    "nice5": Variant("HAProxy 5 nice levels below the backends", nice=5),
+    "nice10": Variant("HAProxy 10 nice levels below the backends", nice=10),
+    "nice19": Variant("HAProxy 19 nice levels below the backends", nice=19),
     "batch": Variant("HAProxy in SCHED_BATCH", prefix=["chrt", "-b", "0"]),
     "idle": Variant("HAProxy in SCHED_IDLE", prefix=["chrt", "-i", "0"]),
 }
@@ -107,4 +110,5 @@ def variant(names: str) -> Variant:
         change,
         abstract=any(p.abstract for p in parts),
         prefix=[word for p in parts for word in p.prefix],
+        nice=next((p.nice for p in reversed(parts) if p.nice is not None), None),
     )
