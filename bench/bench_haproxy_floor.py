@@ -8,8 +8,9 @@ CPU 1, bench/rollout.lua: the counter's rollouts as ``bench_workers.py`` sends t
 * **self**: HAProxy answering every request itself (``http-request return``): a proxy's client side alone;
 * **relay**: HAProxy relaying to two backends on unix sockets with no rule at all (``balance leastconn``);
 * **ngym**: the same two backends behind ngym's own configuration (``haproxy_config(...)``, every rule);
-* any ``--variant`` (``bench/haproxy_variants.py``; by default ``nice0``, HAProxy at the backends' priority):
-  ngym's configuration or HAProxy's start changed in one way, in front of two backends of its own.
+* any ``--variant`` (``bench/haproxy_variants.py``; by default ``nice0`` and ``relay:nice0``, HAProxy at the
+  backends' priority): ngym's configuration (or with ``relay:``, the bare relay's) or HAProxy's start changed in
+  one way, in front of two backends of its own.
 
 Every HAProxy runs ``NGYM_HAPROXY_NICE`` (default 10) nice levels below the backends, as ``ngym run --workers N``
 starts it, unless its variant says otherwise.
@@ -224,8 +225,10 @@ def main() -> None:
                 modes.append(proxied("relay", scratch, args.burn_us, relay_config, None))
             if "ngym" in wanted:
                 modes.append(proxied("ngym", scratch, args.burn_us, ngym_config, None))
-            for name in args.variant or ["nice0"]:
-                modes.append(proxied(name, scratch, args.burn_us, ngym_config, variant(name)))
+            for name in args.variant or ["nice0", "relay:nice0"]:
+                base, _, changes = name.rpartition(":")  # "relay:NAME": the bare relay changed so
+                write = relay_config if base == "relay" else ngym_config
+                modes.append(proxied(name.replace(":", "-"), scratch, args.burn_us, write, variant(changes)))
             time.sleep(1.5)  # HAProxy's first health checks
             plan = scratch / "plan.tsv"
             steps = write_plan(plan, ROLLOUTS)
@@ -259,22 +262,26 @@ def report(modes: list[Mode], steps: int, args: argparse.Namespace) -> str:
             f"| {mode.name} | {m['requests_per_s']:.0f} | {proxy} | {m['backend_us']:.1f} | {m['wrk_cores']:.2f} | "
             f"{sum(int(r['errors']) for r in mode.rounds)} |"
         )
-    base = {m.name: m for m in modes}.get("ngym")
+    by_name = {m.name: m for m in modes}
+    base = by_name.get("ngym")
     for mode in modes:
         if mode.name in ("direct", "self", "relay", "ngym") or base is None:
             continue
-        pairs = sorted(v["proxy_us"] / n["proxy_us"] for v, n in zip(mode.rounds, base.rounds, strict=True))
+        against = by_name["relay"] if mode.name.startswith("relay-") and "relay" in by_name else base
+        pairs = sorted(v["proxy_us"] / n["proxy_us"] for v, n in zip(mode.rounds, against.rounds, strict=True))
         lines.append(
-            f"{mode.name} ({variant(mode.name).what}): HAProxy per request {med[mode.name]['proxy_us']:.1f} us vs "
-            f"ngym's {med['ngym']['proxy_us']:.1f}: {statistics.median(pairs):.2f}x (pairs {pairs[0]:.2f}-"
-            f"{pairs[-1]:.2f})"
+            f"{mode.name} ({variant(mode.name.removeprefix('relay-')).what}): HAProxy per request "
+            f"{med[mode.name]['proxy_us']:.1f} us vs {against.name}'s {med[against.name]['proxy_us']:.1f}: "
+            f"{statistics.median(pairs):.2f}x (pairs {pairs[0]:.2f}-{pairs[-1]:.2f})"
         )
     parts = [f"{name} {med[name]['proxy_us']:.1f}" for name in ("self", "relay", "ngym") if name in med]
     if parts:
         allowed = 2 * args.one_worker_us / 1.7 - args.one_worker_us  # HAProxy's room when workers cost what one does
         line = f"floor: HAProxy (at nice +{haproxy_nice()}) us per request: " + ", ".join(parts)
-        if "nice0" in med:
-            line += f" (ngym's at the backends' priority: {med['nice0']['proxy_us']:.1f})"
+        pairs_at_workers = (("relay", "relay-nice0"), ("ngym", "nice0"))
+        at_workers = [f"{name} {med[key]['proxy_us']:.1f}" for name, key in pairs_at_workers if key in med]
+        if at_workers:
+            line += " (at the backends' priority: " + ", ".join(at_workers) + ")"
         if "relay" in med and "ngym" in med:
             added = med["ngym"]["proxy_us"] - med["relay"]["proxy_us"]
             line += f"; ngym's rules add {added:.1f}"
