@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -165,9 +166,17 @@ def proxied(
     return mode
 
 
+def latency_ms(out: str, percentile: str) -> float:
+    """A percentile of wrk's latency distribution (``--latency``), in milliseconds."""
+    match = re.search(rf"^\s+{percentile}\s+([\d.]+)(us|ms|s)\s*$", out, re.MULTILINE)
+    if match is None:
+        return float("nan")
+    return float(match.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[match.group(2)]
+
+
 def drive(mode: Mode, plan: Path, steps: int, seconds: float, connections: int) -> dict[str, float]:
     """One round of wrk against ``mode``: requests/s and every side's CPU per request."""
-    cmd = pinned(1, ["wrk", f"-t{connections}", f"-c{connections}", f"-d{seconds:.0f}s", "-s",
+    cmd = pinned(1, ["wrk", "--latency", f"-t{connections}", f"-c{connections}", f"-d{seconds:.0f}s", "-s",
                      str(ROOT / "bench/rollout.lua"), mode.url, "--", str(plan)])  # fmt: skip
 
     def cpu(procs: list[subprocess.Popen[bytes]]) -> float:
@@ -191,6 +200,8 @@ def drive(mode: Mode, plan: Path, steps: int, seconds: float, connections: int) 
         "backend_us": (cpu(mode.backends) - backend_before) / requests * 1e6,
         "wrk_cores": wrk_cpu / elapsed,
         "errors": float(bad),
+        "p50_ms": latency_ms(out, "50%"),
+        "p99_ms": latency_ms(out, "99%"),
     }
 
 
@@ -250,16 +261,17 @@ def report(modes: list[Mode], steps: int, args: argparse.Namespace) -> str:
         f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f}); wrk pinned to CPU 1, {args.connections} "
         f"connections; {args.rounds} alternating rounds of {args.seconds:.0f}s; backends burn {args.burn_us:.0f} us "
         f"per request; a rollout is {steps} requests",
-        "| mode | requests/s | HAProxy us/request | HAProxy us/rollout | backend us/request | wrk cores | "
-        "rounds with non-2xx |",
-        "|---|---|---|---|---|---|---|",
+        "| mode | requests/s | p50 / p99 ms | HAProxy us/request | HAProxy us/rollout | backend us/request | "
+        "wrk cores | rounds with non-2xx |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     med: dict[str, dict[str, float]] = {}
     for mode in modes:
         m = med[mode.name] = {k: statistics.median(r[k] for r in mode.rounds) for k in mode.rounds[0]}
         proxy = f"{m['proxy_us']:.1f} | {m['proxy_us'] * steps:.0f}" if mode.haproxy else "- | -"
         lines.append(
-            f"| {mode.name} | {m['requests_per_s']:.0f} | {proxy} | {m['backend_us']:.1f} | {m['wrk_cores']:.2f} | "
+            f"| {mode.name} | {m['requests_per_s']:.0f} | {m['p50_ms']:.2f} / {m['p99_ms']:.1f} | {proxy} | "
+            f"{m['backend_us']:.1f} | {m['wrk_cores']:.2f} | "
             f"{sum(int(r['errors']) for r in mode.rounds)} |"
         )
     by_name = {m.name: m for m in modes}
