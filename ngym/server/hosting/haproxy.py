@@ -25,8 +25,10 @@ What it costs: about a quarter of what the counter example's worker takes per re
 (``bench/bench_workers.py``). A profile of HAProxy under load (``perf``) puts two thirds of it in the kernel
 (reading the client's request and writing the answer back over TCP, the hop to the worker, being woken per
 request) and under 3 % in the routing rules below; dropping rules, ``field`` for ``regsub``, no response header
-or no body buffering measured no difference. So the hop to a local worker is a unix socket (``Backend.unix_socket``;
-cheaper for HAProxy and the worker than loopback TCP), and the rules stay written for what they route.
+or no body buffering measured no difference (``bench/bench_haproxy_floor.py``: a bare relay with no rule costs
+nearly what this configuration does). So the hop to a local worker is a unix socket (``Backend.unix_socket``;
+cheaper for HAProxy and the worker than loopback TCP), HAProxy runs below the workers' priority
+(``DEFAULT_HAPROXY_NICE``: fewer wake-ups per request), and the rules stay written for what they route.
 
 The ORS front's sessions are routed the same way: the front makes each ORS session id on the worker that answers
 ``/create_session``, drawn to hash to that worker's slot, and every later request carries it in ``X-Session-ID``.
