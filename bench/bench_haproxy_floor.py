@@ -218,6 +218,12 @@ def main() -> None:
     parser.add_argument("--modes", default="direct,self,relay,ngym")
     args = parser.parse_args()
     wanted = [m for m in args.modes.split(",") if m]
+    if not set(wanted) <= {"direct", "self", "relay", "ngym"}:
+        sys.exit("bench_haproxy_floor: --modes takes direct, self, relay, ngym")
+    for name in args.variant or []:
+        unknown = [part for part in name.removeprefix("relay:").split("+") if part not in VARIANTS]
+        if unknown:
+            sys.exit(f"bench_haproxy_floor: no variant {unknown[0]!r}; the variants: {', '.join(VARIANTS)}")
     modes: list[Mode] = []
     with tempfile.TemporaryDirectory(prefix="ngym-floor-") as folder:
         scratch = Path(folder)
