@@ -97,8 +97,8 @@ HAPROXY_NICE_ENV = "NGYM_HAPROXY_NICE"
 #: HAProxy's default: 10 levels below the workers. At the workers' level, HAProxy woken by each request preempts
 #: a worker to relay one or two requests and sleeps again; below them it runs when a worker yields the core (or a
 #: core is idle) and relays what came in meanwhile, so it wakes less often per request. What that saves per
-#: request is in docs/performance.md (``bench/bench_haproxy_floor.py --variant nice``). It cannot starve: the
-#: workers get requests only through HAProxy, so when they wait for work a core is free and HAProxy runs at once.
+#: request is in docs/performance.md (``bench/bench_haproxy_floor.py``, ``--variant nice0`` beside it). The workers
+#: cannot starve it: they get requests only through HAProxy, so when they wait for work it runs.
 DEFAULT_HAPROXY_NICE = 10
 
 
