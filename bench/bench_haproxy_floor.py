@@ -109,6 +109,7 @@ def start_backend(where: list[str], slot: str, burn_us: float) -> subprocess.Pop
     )
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != b"ready":
+        stop_process(proc)
         raise RuntimeError(f"the backend {where} did not start")
     return proc
 
@@ -121,9 +122,10 @@ def start_haproxy(
     path = scratch / f"{name}.cfg"
     path.write_text(config)
     cmd = [haproxy_binary(), "-db", "-f", str(path)]
-    check = subprocess.run([*cmd[:1], "-c", "-q", "-f", str(path)], pass_fds=(sock.fileno(),), capture_output=True)
+    check = subprocess.run([*cmd[:1], "-c", "-f", str(path)], pass_fds=(sock.fileno(),), capture_output=True)
     if check.returncode != 0:
-        raise RuntimeError(f"HAProxy refused the {name} configuration: {check.stderr.decode().strip()}\n{config}")
+        alerts = [line for line in (check.stderr + check.stdout).decode().splitlines() if "ALERT" in line]
+        raise RuntimeError(f"HAProxy refused {path}: {' '.join(alerts) or check.returncode}")
     log = (scratch / f"{name}.log").open("wb")
     levels = variant.nice if variant is not None and variant.nice is not None else haproxy_nice()
     prefix = variant.prefix if variant is not None else []
@@ -141,29 +143,37 @@ def listening_socket() -> tuple[socket.socket, str]:
 
 
 def proxied(
-    name: str, scratch: Path, burn_us: float, write: Callable[[int, list[Backend]], str], variant: Variant | None
-) -> Mode:
-    """HAProxy (configured by ``write``, changed by ``variant``) in front of two backends of its own."""
-    backends, procs = [], []
+    modes: list[Mode],
+    name: str,
+    scratch: Path,
+    burn_us: float,
+    write: Callable[[int, list[Backend]], str],
+    variant: Variant | None,
+) -> None:
+    """HAProxy (configured by ``write``, changed by ``variant``) in front of two backends of its own, added to
+    ``modes`` before anything starts (so the caller stops whatever did start if a later step fails)."""
+    mode = Mode(name, "")
+    modes.append(mode)
+    backends = []
     for i in range(2):
         if variant is not None and variant.abstract:
             label = f"ngym-floor-{os.getpid()}-{name}-{i}"
-            procs.append(start_backend(["--abns", label], f"{i}/2", burn_us))
+            mode.backends.append(start_backend(["--abns", label], f"{i}/2", burn_us))
             backends.append(Backend(f"w{i}", host=f"abns@{label}", port=0))  # its ":0" dropped below
         else:
             path = str(scratch / f"{name}-{i}.sock")
-            procs.append(start_backend(["--unix", path], f"{i}/2", burn_us))
+            mode.backends.append(start_backend(["--unix", path], f"{i}/2", burn_us))
             backends.append(Backend(f"w{i}", unix_socket=path))
-    sock, url = listening_socket()
-    config = write(sock.fileno(), backends)
-    if variant is not None and variant.abstract:
-        config = config.replace(":0 check", " check").replace(":0\n", "\n")
-    if variant is not None:
-        config = variant.change(config)
-    mode = Mode(name, url, backends=procs)
-    mode.haproxy = start_haproxy(config, sock, scratch, name, variant)
-    sock.close()
-    return mode
+    sock, mode.url = listening_socket()
+    try:
+        config = write(sock.fileno(), backends)
+        if variant is not None and variant.abstract:
+            config = config.replace(":0 check", " check").replace(":0\n", "\n")
+        if variant is not None:
+            config = variant.change(config)
+        mode.haproxy = start_haproxy(config, sock, scratch, name, variant)
+    finally:
+        sock.close()
 
 
 def latency_ms(out: str, percentile: str) -> float:
@@ -239,13 +249,13 @@ def main() -> None:
                 )
                 sock.close()
             if "relay" in wanted:
-                modes.append(proxied("relay", scratch, args.burn_us, relay_config, None))
+                proxied(modes, "relay", scratch, args.burn_us, relay_config, None)
             if "ngym" in wanted:
-                modes.append(proxied("ngym", scratch, args.burn_us, ngym_config, None))
+                proxied(modes, "ngym", scratch, args.burn_us, ngym_config, None)
             for name in args.variant or ["nice0", "relay:nice0"]:
                 base, _, changes = name.rpartition(":")  # "relay:NAME": the bare relay changed so
                 write = relay_config if base == "relay" else ngym_config
-                modes.append(proxied(name.replace(":", "-"), scratch, args.burn_us, write, variant(changes)))
+                proxied(modes, name.replace(":", "-"), scratch, args.burn_us, write, variant(changes))
             time.sleep(1.5)  # HAProxy's first health checks
             plan = scratch / "plan.tsv"
             steps = write_plan(plan, ROLLOUTS)
@@ -254,6 +264,8 @@ def main() -> None:
             for _ in range(args.rounds):
                 for mode in modes:
                     mode.rounds.append(drive(mode, plan, steps, args.seconds, args.connections))
+        except RuntimeError as error:  # HAProxy refused a configuration, a backend did not start
+            sys.exit(f"bench_haproxy_floor: {error}")
         finally:
             for mode in modes:
                 for proc in mode.processes():

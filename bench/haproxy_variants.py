@@ -83,6 +83,12 @@ VARIANTS: dict[str, Variant] = {
     "low-latency": Variant("tune.sched.low-latency on", _global("tune.sched.low-latency on")),
     "maxpollevents": Variant("tune.maxpollevents 16", _global("tune.maxpollevents 16")),
     "recv-enough": Variant("tune.recv_enough 65536", _global("tune.recv_enough 65536")),
+    "edge-triggered": Variant(
+        "tune.fd.edge-triggered on (experimental in HAProxy 2.6)",
+        _global("expose-experimental-directives\n    tune.fd.edge-triggered on"),
+    ),
+    "bufsize": Variant("tune.bufsize 8192 (half the default)", _global("tune.bufsize 8192")),
+    "profiling-off": Variant("profiling.tasks off", _global("profiling.tasks off")),
     "cpu-map": Variant("its thread pinned to CPU 0 (cpu-map 1/1 0)", _global("cpu-map 1/1 0")),
     "reuse-always": Variant("http-reuse always", _defaults("http-reuse always")),
     "nice0": Variant("HAProxy at the backends' priority (NGYM_HAPROXY_NICE=0)", nice=0),
