@@ -42,6 +42,13 @@ def _replace(old: str, new: str) -> Callable[[str], str]:
     return change
 
 
+def _bufsize(config: str, size: int) -> str:
+    """``tune.bufsize`` set to ``size`` (replacing the configuration's own, if any)."""
+    if re.search(r"\n    tune\.bufsize \d+\n", config):
+        return re.sub(r"\n    tune\.bufsize \d+\n", f"\n    tune.bufsize {size}\n", config)
+    return _global(f"tune.bufsize {size}")(config)
+
+
 def _same(config: str) -> str:
     return config
 
@@ -87,7 +94,8 @@ VARIANTS: dict[str, Variant] = {
         "tune.fd.edge-triggered on (experimental in HAProxy 2.6)",
         _global("expose-experimental-directives\n    tune.fd.edge-triggered on"),
     ),
-    "bufsize": Variant("tune.bufsize 8192 (half the default)", _global("tune.bufsize 8192")),
+    "bufsize16k": Variant("tune.bufsize 16384 (HAProxy's default)", lambda c: _bufsize(c, 16384)),
+    "bufsize8k": Variant("tune.bufsize 8192", lambda c: _bufsize(c, 8192)),
     "profiling-off": Variant("profiling.tasks off", _global("profiling.tasks off")),
     "cpu-map": Variant("its thread pinned to CPU 0 (cpu-map 1/1 0)", _global("cpu-map 1/1 0")),
     "reuse-always": Variant("http-reuse always", _defaults("http-reuse always")),
