@@ -286,7 +286,8 @@ async def _soundness(
             if full and exempt:
                 detail += ", 1.0 allowed (always_full_reward)"
             elif full:
-                warnings.append(f"scored 1.0 on row(s) {[i + 1 for i in full]}: fine only if doing nothing is right there")
+                shown = [index + 1 for index in full]
+                warnings.append(f"scored 1.0 on row(s) {shown}: fine only if doing nothing is right there")
         report.add(f"soundness: {probe}", ok, detail, warnings)
 
 

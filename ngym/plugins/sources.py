@@ -212,7 +212,8 @@ class InstallSources:
         # index for a name nobody publishes (or someone squats).
         plugin = "" if hint else f"; ecosystem plugins are named ngym-<ecosystem>: pip install ngym-{prefix}"
         raise NgymError(
-            f"{prefix}: no installed plugin installs '{prefix}:' environments{hint} (installed sources: {known}){plugin}"
+            f"{prefix}: no installed plugin installs '{prefix}:' environments{hint} (installed sources: {known})"
+            + plugin
         )
 
     def for_source(self, text: str) -> InstallSource | None:
