@@ -355,6 +355,9 @@ def test_ngym_uninstall_works_with_a_broken_plugin_installed(site: Path, tmp_pat
         assert done.returncode == 2, done.stderr
         assert "'ngym-not-installed-anywhere' is neither an installed distribution" in done.stderr
         assert "importerror_env" in done.stderr and "Traceback" not in done.stderr
+        # one line, as every other ngym error (not click's usage block: "Usage: ...", "Try ...", "Error: ...")
+        assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
+        assert done.stderr.startswith("ngym: error: "), done.stderr
     listed = subprocess.run(  # the same site is broken for the commands that do load plugins
         [sys.executable, "-m", "ngym.cli", "list"],
         env={**env, STRICT_ENV: "1"},
