@@ -162,6 +162,8 @@ def url_status(url: str, interval: float = 1.0) -> list[ServerStatus]:
     rows = status_rows({url: record}, interval)
     for row in rows:
         row.url = url
+        if row.health == "down" and not row.reason:  # say why: a mistyped port reads as an environment that died
+            row.reason = "nothing answers GET /health there: is `ngym run` serving at this URL?"
     return rows
 
 

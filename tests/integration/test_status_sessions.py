@@ -101,3 +101,6 @@ def test_status_of_a_url_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     assert status.returncode != 0 and "Traceback" not in status.stderr
     down = ngym("status", f"http://127.0.0.1:{free_port()}", "--json", "--interval", "0", cwd=tmp_path)
     assert down.returncode == 1 and json.loads(down.stdout)[0]["health"] == "down"
+    # and the table says why, not only "down" (a mistyped port reads as an environment that died)
+    table = ngym("status", f"http://127.0.0.1:{free_port()}", "--interval", "0", cwd=tmp_path)
+    assert table.returncode == 1 and "nothing answers GET /health there" in table.stdout, table.stdout
