@@ -46,7 +46,8 @@ def install(
     replace: bool,
     verbose: bool,
 ) -> None:
-    """Install plugins (PyPI names, folders, wheels) or NeMo Gym environments where ngym will find them.
+    """Install plugins (PyPI names, folders, wheels) or NeMo Gym, OpenEnv, verifiers and ORS environments where ngym
+    will find them.
 
     \b
     Examples:
