@@ -142,7 +142,7 @@ class SessionManager:
         #: out, so whatever the environment keyed by it can be freed (``forget_unseeded_session``)
         self.on_unseeded_done = on_unseeded_done
         #: responses counted for ``/health`` (rollouts/s and errors in ``ngym status``)
-        self.traffic = Traffic()
+        self.traffic = Traffic.for_this_process()  # shared by uvicorn's workers of one port (traffic.py)
         self._on_closed = on_closed
         self._sweeper: asyncio.Task[None] | None = None
         self._seeding: set[str] = set()

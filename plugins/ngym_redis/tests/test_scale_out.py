@@ -198,6 +198,10 @@ def test_two_workers_on_redis_serve_full_rollouts(redis_url: str, launch) -> Non
             rollout.call(f"/{name}", args)
         verified = rollout.call("/verify", {**row_of(example), "response": example["response"]})
         assert verified["reward"] == example["reward"]
+    # whichever worker a GET /health reaches (a new connection each: the kernel spreads them) reports the
+    # rollouts of both: `ngym status` showed one worker's share, and a rate between two workers' readings
+    readings = [httpx.get(f"{served.url}/health", timeout=10).json()["traffic"]["verified"] for _ in range(20)]
+    assert set(readings) == {len(examples) * 2}, readings
     children = subprocess.run(
         ["ps", "-o", "pid=", "--ppid", str(served.proc.pid)], capture_output=True, text=True, check=False
     ).stdout.split()
