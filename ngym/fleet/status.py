@@ -196,7 +196,8 @@ def status_rows(records: dict[str, ServerRecord], interval: float) -> list[Serve
             started, (_, before) = first.get(name, (time.monotonic(), ("", {})))
             earlier = (before.get("traffic") or {}).get("verified")
             elapsed = time.monotonic() - started
-            if isinstance(earlier, int) and isinstance(row.verified, int) and elapsed > 0:
+            # --interval 0 reads once: no rate to show ("-"), not a 0.0 that reads as an idle server
+            if interval > 0 and isinstance(earlier, int) and isinstance(row.verified, int) and elapsed > 0:
                 row.rollouts_per_second = round((row.verified - earlier) / elapsed, 2)
             if "replicas" in body:
                 row.reason = f"{body['replicas_up']}/{body['replicas']} replicas answer; counts summed over them"

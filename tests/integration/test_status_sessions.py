@@ -88,6 +88,7 @@ def test_status_of_an_ngym_run_url_reads_each_worker(two_workers: str, tmp_path:
     assert status.returncode == 0, status.stderr
     (row,) = json.loads(status.stdout)
     check_parts(row, sessions, sent)
+    assert row["rollouts_per_second"] is None  # one reading: no rate (it read 0.0, as an idle server would)
     human = ngym("status", two_workers, "--interval", "0", cwd=tmp_path).stdout.splitlines()
     assert human[0].split()[:6] == ["server", "kind", "health", "sessions", "session", "bytes"]
     assert [line.split()[:4] for line in human[2:]] == [
