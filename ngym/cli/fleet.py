@@ -128,7 +128,11 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
 @click.command("status", short_help="Health, sessions, rollouts/s and errors of a fleet.")
 @click.argument("fleet_file", default="fleet.yaml", metavar="FLEET_FILE|URL")
 @click.option(
-    "--interval", type=float, default=1.0, show_default=True, help="Seconds between the two readings of a rate (0: one reading, no rate)."
+    "--interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between the two readings of a rate (0: one reading, no rate).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON list of rows.")
 def status(fleet_file: str, interval: float, as_json: bool) -> None:
