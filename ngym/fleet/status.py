@@ -167,6 +167,13 @@ def url_status(url: str, interval: float = 1.0) -> list[ServerStatus]:
     return rows
 
 
+def live_sessions_at(url: str) -> int | None:
+    """The live sessions of the `ngym run` at ``url``: every worker's of a ``--workers N`` set (its ``/health``
+    answers for the one worker it reaches), None when it does not say."""
+    (row, *_) = url_status(url, interval=0)
+    return row.live_sessions
+
+
 def status_rows(records: dict[str, ServerRecord], interval: float) -> list[ServerStatus]:
     """A row per record, in order."""
     first = {n: (time.monotonic(), read_environment(r)) for n, r in records.items() if r.kind == "environment" and r.ok}

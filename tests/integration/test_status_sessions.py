@@ -105,3 +105,16 @@ def test_status_of_a_url_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     # and the table says why, not only "down" (a mistyped port reads as an environment that died)
     table = ngym("status", f"http://127.0.0.1:{free_port()}", "--interval", "0", cwd=tmp_path)
     assert table.returncode == 1 and "nothing answers GET /health there" in table.stdout, table.stdout
+
+
+def test_profile_counts_the_sessions_of_every_worker(two_workers: str) -> None:
+    """`ngym profile` reads the sessions a run left live from every worker of a `--workers N` server
+    (`live_sessions_at`); one `GET /health` answers for the one worker it reaches, so a run's leaked sessions on
+    the other worker read as none."""
+    from ngym.fleet.status import live_sessions_at
+
+    sessions, _ = open_sessions(two_workers, 8)
+    assert set(sessions) == {"w0", "w1"}
+    assert live_sessions_at(two_workers) == 8
+    one = httpx.get(f"{two_workers}/health", timeout=30).json()["live_sessions"]
+    assert one in (sessions["w0"], sessions["w1"]) and one < 8  # what profile read before
