@@ -237,6 +237,8 @@ def test_an_env_that_needs_affinity_is_refused_at_startup_naming_it(tmp_path: Pa
     assert done.returncode == 2
     assert "live_env: LiveProcessServer keeps live per-session state" in done.stderr + done.stdout
     assert "session affinity is required" in done.stderr + done.stdout
+    # the way out it names is the one that works: --workers N on the memory store (behind HAProxy)
+    assert "unset NGYM_SESSION_STORE" in done.stderr and "--workers N" in done.stderr, done.stderr
 
 
 def test_memory_store_with_workers_needs_haproxy_not_redis(tmp_path: Path) -> None:
