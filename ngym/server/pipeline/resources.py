@@ -157,8 +157,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
       soundness pass then skips its "must not score 1.0" checks).
     - ``reward_range``: the ``(low, high)`` a ``/verify`` reward must lie in (checked by ``validate``, ``rollout``,
       ``profile``; in ``/health``); default ``(0.0, 1.0)``; None for another ecosystem's rewards at their own scale.
-    - ``tool_outcomes``: True when each tool route answers ``{"output", "finished"}`` (``"is_error"``, ``"reason"``
-      for a call refused): the ORS front gives the output as text and ends the episode, through ``/verify``, there.
+    - ``tool_outcomes``: tool routes answer ``{"output", "finished"}`` or a refusal (``ngym.server.fronts.outcomes``).
     - ``required_env``: the environment variables the server cannot start without, each with what it is
       (``{"DIPG_DATASET_PATH": "a JSONL file of dataset rows"}``); ``ngym run``, ``validate``, ``prepare`` and
       ``containerize --run`` (whose ``-e`` gives them to the container) stop with one line naming a missing one.
