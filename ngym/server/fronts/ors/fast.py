@@ -30,7 +30,7 @@ import pydantic_core
 from ngym.errors import ConfigError
 from ngym.server.fronts.ors import sse
 from ngym.server.fronts.ors.episodes import FrontError
-from ngym.server.fronts.ors.mount import ors_route
+from ngym.server.fronts.ors.paths import ors_route
 from ngym.server.fronts.ors.routes import refusal
 from ngym.server.pipeline.intake import parse_json
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY
