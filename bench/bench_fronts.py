@@ -36,6 +36,11 @@ plus a floor server's CPU for ORS's extra requests (one row per floor), against 
 
     .venv/bin/python bench/bench_fronts.py [--seconds 3] [--rounds 5] [--concurrency 8] [--rate 0]
         [--protocols nemo,ors,openenv] [--environments weather,workplace_assistant] [--floors bare,ready,haproxy]
+        [--low-load]
+
+``--low-load`` adds the same rounds one rollout at a time and paced at 100 rollouts/s (rows named so): at a low
+load every request is about one wake-up of the server's event loop, the case where a protocol's per-message cost
+shows most.
 """
 
 from __future__ import annotations
@@ -367,8 +372,17 @@ FLOOR_NAMES = {
 }
 
 
+#: ``--low-load``: the loads run after the free-running one: (label, rollouts in flight, rollouts/s or 0).
+LOW_LOADS = [("one at a time", 1, 0.0), ("paced 100/s", 8, 100.0)]
+
+
 def bench_environment(
-    label: str, environment: str, drivers: list[Driver], floors: dict[str, tuple[str, int]], args: argparse.Namespace
+    label: str,
+    environment: str,
+    drivers: list[Driver],
+    floors: dict[str, tuple[str, int]],
+    args: argparse.Namespace,
+    load: tuple[int, float],
 ) -> None:
     folder = ROOT / "resources_servers" / environment / "data"
     rollouts = read_example_rollouts(folder / "example_rollouts.jsonl")
@@ -382,12 +396,10 @@ def bench_environment(
     try:
         for _ in range(args.rounds):
             for driver in drivers:
-                measure = one_round(url, proc.pid, driver, environment, plan, args.seconds, args.concurrency, args.rate)
+                measure = one_round(url, proc.pid, driver, environment, plan, args.seconds, *load)
                 results[driver.name].append(asyncio.run(measure))
             for name, (floor_url, floor_pid) in floors.items():
-                floor = one_round(
-                    floor_url, floor_pid, floor_driver, environment, plan, args.seconds, args.concurrency, args.rate
-                )
+                floor = one_round(floor_url, floor_pid, floor_driver, environment, plan, args.seconds, *load)
                 results[name].append(asyncio.run(floor))
         live = asyncio.run(_live_sessions(url))
     finally:
@@ -439,6 +451,11 @@ def main() -> None:
     parser.add_argument("--protocols", default="nemo,ors,openenv", help=f"from {sorted(DRIVERS)}, nemo first")
     parser.add_argument("--environments", default=",".join(ENVIRONMENTS), help=f"from {sorted(ENVIRONMENTS)}")
     parser.add_argument("--floors", default=",".join(FLOOR_NAMES), help=f"from {sorted(FLOOR_NAMES)}")
+    parser.add_argument(
+        "--low-load",
+        action="store_true",
+        help="then the same at low loads: one rollout at a time, and 8 clients paced at 100 rollouts/s together",
+    )
     args = parser.parse_args()
     names = args.protocols.split(",")
     if names[0] != "nemo" or any(name not in DRIVERS for name in names):
@@ -457,8 +474,11 @@ def main() -> None:
         if "haproxy" in args.floors:
             floors["haproxy"] = stack.enter_context(haproxy_bare(Path(tempfile.gettempdir()) / "ngym-haproxy-bare.log"))
         floors = {name: found for name, found in floors.items() if name in args.floors}
-        for label in args.environments.split(","):
-            bench_environment(label, ENVIRONMENTS[label], drivers, floors, args)
+        loads = [("", args.concurrency, args.rate), *(LOW_LOADS if args.low_load else [])]
+        for how, concurrency, rate in loads:
+            for label in args.environments.split(","):
+                named = f"{label}, {how}" if how else label
+                bench_environment(named, ENVIRONMENTS[label], drivers, floors, args, (concurrency, rate))
     print()
     for line in FLOORS:
         print(line)
