@@ -147,6 +147,7 @@ async def test_the_header_deadline_holds_around_ready_answers() -> None:
     assert bytes(transport.written) == ANSWER
     await _until(lambda: transport.closed)  # nothing more within the deadline after the answer: closed
     protocol, transport = _connection(app, header_timeout=0.2)
-    protocol.data_received(_request("/r", b"content-length: 10\r\n") + b"ab")  # its body never all comes
+    protocol.data_received(_request("/r", b"content-length: 10\r\n") + b"ab")  # its body does not all come in time
     await _until(lambda: transport.closed)
+    protocol.data_received(b"cdefghij")  # the rest, after the close: nothing is written to a closed connection
     assert transport.written == b""

@@ -212,6 +212,8 @@ class HeaderDeadline:
     def _answer_ready(self, answer: bytes) -> None:
         """Write a ready answer, then what uvicorn does when a response is complete (count it, the keep-alive
         timer) and wait for the next request's headers."""
+        if self.transport.is_closing():  # the client went away (or a close is under way): nothing to answer
+            return
         state = self.server_state
         defaults = state.default_headers
         if defaults is not self._ngym_defaults:  # uvicorn renews the list (its date header) once a second
