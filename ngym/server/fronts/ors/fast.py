@@ -7,7 +7,10 @@ or drop an entry of the episode table. All are answered here, before the front's
 route table, no response object, no body model. The five answer ready-made bytes (a session's prompt and tool
 listing are kept per row, see ``rows.RowFacts``) with ready-made headers, so they cost the HTTP server's own work
 and a dictionary lookup; ``/create`` and ``/call`` run the same episode code as the router's routes (``/call`` in
-this task, with a timer for a call still running after ``sse.PING_SECONDS``: ``sse.answer_inline``).
+this task, with a timer for a call still running after ``sse.PING_SECONDS``: ``sse.answer_inline``). The five are
+also answered before any ASGI work, from the HTTP parser's callbacks (``FastRoutes.ready``, given to the server's
+protocol through ``ngym.server.pipeline.ready_answers``); the ASGI answers here remain for requests the protocol
+does not answer that way (pipelined behind another, ``Connection: close``, the h11 parser, the access log on).
 
 Only the plain case is answered here: the bare route (``/ping``, not ``/<env_name>/ping``), its method, an
 ``X-Session-ID`` naming a live episode where one is needed, a row without a Gymnasium observation for the prompt,
@@ -112,7 +115,7 @@ class FastRoutes:
         handlers: dict[tuple[str, str], Callable[[_Plain, Receive, Send], Awaitable[Outcome]]] = {
             ("POST", "/create"): self.create,
             ("POST", "/call"): self.call,
-            ("POST", "/delete"): self.delete,
+            ("POST", "/delete"): self.delete,  # closes a session still open (``forget`` is the ready case)
         }
         self.handlers = handlers
         opened = sse.finished_text("\0", "").encode()
@@ -141,7 +144,7 @@ class FastRoutes:
 
     def ready(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
         """The plain cases of the requests that run no environment code as the HTTP protocol writes them
-        (``ngym.server.pipeline.http_protocol.ReadyAnswers``): the headers and body after the status line and
+        (``ngym.server.pipeline.ready_answers``): the headers and body after the status line and
         the server's default headers; None for any other request (it goes on to the app as usual)."""
         if b"?" in url or b"%" in url:
             return None
