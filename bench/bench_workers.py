@@ -2,8 +2,9 @@
 request parsed, validated, its state read and written in Python) at ``ngym run --workers 2`` vs ``--workers 1``,
 side by side in one run, on both of ngym's multi-worker paths:
 
-* **redis**: sessions in a real ``redis-server`` (its own port and folder); uvicorn's workers share one socket and
-  any worker serves any request of any rollout;
+* **redis**: sessions in a real ``redis-server`` (its own port and folder); any worker serves any request of NeMo
+  Gym's wire; ``--workers 2`` runs behind HAProxy too when it is installed (ORS sessions and OpenEnv's HTTP
+  episodes stay in the worker that opened them), else as uvicorn's workers sharing one socket;
 * **affinity**: sessions in each process's memory (``NGYM_SESSION_STORE=memory``); ``--workers 2`` is HAProxy
   (``ngym/server/hosting/haproxy.py``) in front of two single-worker processes, routing every rollout by its session
   cookie to the process holding it. ``--workers 1`` is one process, no proxy (what a user would run).

@@ -36,6 +36,7 @@ from ngym import processes
 from ngym.child_python import python_module
 from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
+from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
 
 log = logging.getLogger("ngym.serve")
@@ -132,6 +133,7 @@ class AffineWorkers:
         session_ttl_seconds: float,
         max_sessions: int,
         access_log: bool = False,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     ) -> None:
         self.spec = spec
         self.public = public
@@ -156,6 +158,7 @@ class AffineWorkers:
                 max_sessions=max_sessions,
                 stats_socket=str(self.stats_socket),
                 stride=self.outer_slot.stride,
+                max_header_bytes=max_header_bytes,
             )
         )
 

@@ -42,6 +42,7 @@ import shutil
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
+from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE, ORS_MOUNT_PATH, ORS_ROOT_SEGMENTS
 
 HAPROXY_INSTALL_HINT = "apt-get install haproxy (Debian/Ubuntu) or dnf install haproxy"
@@ -96,6 +97,20 @@ _DUPLICATE_COOKIE_BODY = (
     '{"detail":"this request carries more than one session cookie; send exactly one (the one its seed set)"}'
 )
 
+_DUPLICATE_EPISODE_BODY = (
+    f'{{"detail":"this request carries more than one {OPENENV_EPISODE_COOKIE} cookie; send exactly one (the one '
+    '/reset set)"}'
+)
+
+
+def proxy_bufsize(max_header_bytes: int) -> int:
+    """HAProxy's buffer for a set whose workers take request headers up to ``max_header_bytes``: the headers fit
+    (less HAProxy's 1,024 bytes kept for rewriting), so the proxy refuses no request its workers would take, and
+    the typed seed's ``resources_session_id`` is read in that much of the body. HAProxy's default, 16,384, refused
+    headers over about 15 KB that one worker takes (a reset, under load, instead of an answer) and routed a typed
+    seed by the least-loaded worker when its id came after 15 KB of ``task_data`` (half of them then 503)."""
+    return max(16384, max_header_bytes + 2048)
+
 
 def proxy_threads(backends: int, cpus: int | None = None) -> int:
     """HAProxy's threads for ``backends`` workers: one per four workers, at most one per CPU. HAProxy takes about a
@@ -115,6 +130,7 @@ def haproxy_config(
     server_timeout_seconds: float = 3600.0,
     stats_socket: str | None = None,
     stride: int = 1,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
 ) -> str:
     """The HAProxy configuration: listen on the inherited socket ``listen_fd``, route each request to the slot its
     session id names (backend I is slot I; nothing is stored per session: ``session_ttl_seconds`` and
@@ -133,6 +149,7 @@ def haproxy_config(
         for b in backends
     )
     duplicate = f"if {{ req.cook_cnt({cookie_name}) gt 1 }}"
+    duplicate_episode = f"if {{ path_beg {OPENENV_PATH}/ }} {{ req.cook_cnt({OPENENV_EPISODE_COOKIE}) gt 1 }}"
     stats = f"\n    stats socket {stats_socket} mode 600 level user" if stats_socket else ""
     routing = ""
     stride_op = f"div({stride})," if stride > 1 else ""
@@ -176,6 +193,7 @@ def haproxy_config(
 global
     log stderr format short local0 warning{stats}
     nbthread {proxy_threads(count)}
+    tune.bufsize {proxy_bufsize(max_header_bytes)}
 
 defaults
     mode http
@@ -198,6 +216,7 @@ frontend ngym
     option http-buffer-request
     # two session cookies: the proxy and the server could read different sessions from one request
     http-request return status 400 content-type application/json string '{_DUPLICATE_COOKIE_BODY}' {duplicate}
+    http-request return status 400 content-type application/json string '{_DUPLICATE_EPISODE_BODY}' {duplicate_episode}
     default_backend workers
 
 backend workers

@@ -31,6 +31,7 @@ from ngym.errors import ConfigError, run_guarded
 from ngym.server.hosting.affinity import LISTEN_FD_ENV, AffineWorkers
 from ngym.server.hosting.cpu_priority import apply_cpu_priorities
 from ngym.server.hosting.fork_template import prepare_fork_template
+from ngym.server.hosting.haproxy import HAPROXY_INSTALL_HINT, haproxy_binary
 from ngym.server.pipeline import http_protocol
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.pipeline.base import CLASS_OVERRIDES_ENV
@@ -70,12 +71,32 @@ def _listen_line(spec: ServeSpec, host: str, port: int, domain: str | None, work
 def needs_affine_workers(server: SimpleResourcesServer, workers: int) -> bool:
     """Whether ``workers`` > 1 must be separate processes behind a session-affine proxy
     (``ngym.server.hosting.affinity``): the sessions stay in each process (the memory store, or live state that
-    cannot be serialised). With a store the workers share (Redis), uvicorn's own workers serve any request of any
-    rollout."""
+    cannot be serialised).
+
+    With a store the workers share (Redis) any worker could serve NeMo Gym's wire, but the ORS and OpenEnv fronts
+    keep each episode (its row and trajectory) in the process that opened it, and their clients send each request
+    on a connection of its own: on uvicorn's own workers half an ORS session's calls reached a worker that did not
+    hold it (404). So the workers are affine whenever HAProxy is installed (a session whose worker is down is
+    still served from the shared store by another); without HAProxy, uvicorn's workers serve and a warning says
+    what does not work."""
     if workers <= 1:
         return False
     store = server.sessions.store
-    return not store.shared_between_processes or type(server).session_affinity_required
+    if not store.shared_between_processes or type(server).session_affinity_required:
+        return True
+    try:
+        haproxy_binary()
+    except ConfigError:
+        log.warning(
+            "HAProxy is not installed: %d uvicorn workers serve NeMo Gym's wire from the shared session store, but "
+            "an ORS session (/ors) or an OpenEnv episode held over HTTP (/openenv/reset, openenv/session/create) "
+            "is kept by the worker that opened it, and its later requests may reach another one (404/409). "
+            "Install HAProxy (%s) or run one worker",
+            workers,
+            HAPROXY_INSTALL_HINT,
+        )
+        return False
+    return True
 
 
 def _graceful_server(config: Any) -> Any:
@@ -143,6 +164,7 @@ def serve_one(
             session_ttl_seconds=settings.session_ttl_seconds,
             max_sessions=settings.max_sessions,
             access_log=access_log,
+            max_header_bytes=settings.max_request_header_bytes,
         )
         line = _listen_line(spec, host, port, domain.value if domain else None, workers)
         print(f"{line}  [session-affine: HAProxy in front of {workers} single-worker processes]", flush=True)

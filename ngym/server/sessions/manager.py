@@ -144,6 +144,9 @@ class SessionManager:
         self.traffic = Traffic()
         self._on_closed = on_closed
         self._sweeper: asyncio.Task[None] | None = None
+        #: called after every sweep: what a protocol front keeps per session beside the store (its episodes' rows
+        #: and trajectories) is let go with the sessions the sweep expired (``after_sweep``)
+        self._after_sweep: list[Callable[[], Awaitable[None]]] = []
         self._seeding: set[str] = set()
 
     async def bind(self, cookie_header: bytes | None, load: bool) -> RequestSession:
@@ -338,7 +341,17 @@ class SessionManager:
             await self._run_hook_logged(session_id, record)
         if expired:
             log.info("closed %d idle session(s) after %.0fs", len(expired), self.store.ttl_seconds)
+        for listener in self._after_sweep:
+            try:
+                await listener()
+            except Exception:
+                log.exception("a front's sweep failed")
         return len(expired)
+
+    def after_sweep(self, listener: Callable[[], Awaitable[None]]) -> None:
+        """Run ``listener`` after every sweep (every quarter of the TTL, at most 30 s apart): a protocol front lets
+        go of the episodes idle past the TTL, whose sessions the sweep closed, even when no new episode opens."""
+        self._after_sweep.append(listener)
 
     async def _run_hook_logged(self, session_id: str, record: SessionRecord) -> None:
         try:

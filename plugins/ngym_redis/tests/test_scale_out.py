@@ -204,6 +204,54 @@ def test_two_workers_on_redis_serve_full_rollouts(redis_url: str, launch) -> Non
     assert len(children) >= 2, "expected two uvicorn worker processes"
 
 
+def _ors_and_openenv_rollouts(url: str, count: int) -> dict[tuple[str, int], int]:
+    """``count`` ORS sessions and ``count`` OpenEnv HTTP episodes, each request on a connection of its own (as the
+    ``openreward`` SDK and a plain HTTP client send them): statuses by step."""
+    seen: dict[tuple[str, int], int] = {}
+
+    def post(step: str, path: str, **options: Any) -> httpx.Response:
+        answer = httpx.post(f"{url}{path}", timeout=30, **options)
+        seen[(step, answer.status_code)] = seen.get((step, answer.status_code), 0) + 1
+        return answer
+
+    for _ in range(count):
+        opened = post("create_session", "/ors/create_session")
+        sid = next(line[6:].strip() for line in opened.text.splitlines() if line.startswith("data: "))
+        header = {"x-session-id": sid}
+        post("ors", "/ors/create", headers=header, json={"split": "example", "index": 0})
+        for _ in range(2):
+            post("ors", "/ors/call", headers=header, json={"name": "increment_counter", "input": {"count": 1}})
+        post("ors", "/ors/call", headers=header, json={"name": "submit_answer", "input": {"answer": "2"}})
+        cookies = dict(post("openenv", "/openenv/reset", json={}).cookies)
+        for _ in range(2):
+            action = {"tool_name": "increment_counter", "arguments": {"count": 1}}
+            post("openenv", "/openenv/step", json={"action": action}, cookies=cookies)
+    return seen
+
+
+def test_two_workers_on_redis_keep_ors_sessions_and_openenv_episodes_on_their_worker(redis_url: str, launch) -> None:  # type: ignore[no-untyped-def]
+    """An ORS session or an OpenEnv episode held over HTTP lives in the worker that opened it, whatever the store:
+    with Redis, ``--workers 2`` is HAProxy in front of the workers too (on uvicorn's own workers 10 of 20 ORS calls
+    were 404 and 13 of 30 OpenEnv steps 409)."""
+    (served,) = launch(redis_url, workers=2, env={"NGYM_SESSION_SECRET": ""})
+    assert _ors_and_openenv_rollouts(served.url, 8) == {
+        ("create_session", 200): 8,
+        ("ors", 200): 32,
+        ("openenv", 200): 24,
+    }
+
+
+def test_two_workers_on_redis_without_haproxy_serve_and_warn(tmp_path: Path, redis_url: str, launch) -> None:  # type: ignore[no-untyped-def]
+    """Without HAProxy, uvicorn's workers serve NeMo Gym's wire from Redis; the log says ORS and OpenEnv's HTTP
+    episodes need HAProxy."""
+    (served,) = launch(redis_url, workers=2, env={"NGYM_SESSION_SECRET": "", "NGYM_HAPROXY": str(tmp_path / "none")})
+    rollout = Rollout([served.url])
+    example = example_rollouts()[0]
+    rollout.call("/seed_session", row_of(example))
+    assert rollout.call("/verify", {**row_of(example), "response": example["response"]})["reward"] is not None
+    assert "an ORS session (/ors) or an OpenEnv episode held over HTTP" in served.log.read_text()
+
+
 def _run_refused(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [NGYM, "run", *args, "--port", "0"], capture_output=True, text=True, timeout=60, env={**os.environ, **env}
