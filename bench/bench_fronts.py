@@ -15,10 +15,12 @@ requests its real client makes for one rollout, no more, no fewer:
 - ``openenv``: OpenEnv's ``GenericEnvClient``: one WebSocket to ``/openenv/ws`` per concurrent client, reused
   across episodes, offering permessage-deflate as the client does: ``reset`` with the row → a ``step`` per tool
   call → a ``step`` with the final message (which verifies);
-- ``bare``: the HTTP floor: the requests ORS makes beyond NeMo Gym's (``/create_session``, ``/ping``,
-  ``/prompt``, ``/delete``, ``/delete_session``, with their methods, headers and bodies) sent to a bare uvicorn app
-  answering ready-made bytes (``bench/bare_http.py``, configured as ``ngym run`` configures uvicorn): what those
-  round trips cost any server at the least.
+- the floors: the requests ORS makes beyond NeMo Gym's (``/create_session``, ``/ping``, ``/prompt``, ``/delete``,
+  ``/delete_session``, with their methods, headers and bodies) sent to a server answering ready-made bytes: what
+  those round trips cost at the least. ``bare``: a bare ASGI app on uvicorn (``bench/bare_http.py``, configured
+  as ``ngym run`` configures uvicorn); ``ready``: the same uvicorn answering from its HTTP parser's callbacks, as
+  ngym answers those five ORS requests (``bare_http.py PORT ready``); ``haproxy``: HAProxy, one thread, a server
+  written in C (``bench/haproxy_bare.py``).
 
 Rounds alternate between the protocols; per round, ``--concurrency`` rollouts in flight for ``--seconds``, the
 client in this process: rollouts/s and the server's CPU per rollout (its process tree's CPU time over the round,
@@ -30,20 +32,27 @@ end.
 
 Printed: per protocol the median of the rounds and its CPU per rollout ÷ NeMo Gym's wire in the same round (median
 and range), then per environment what the extra round trips cost at the least: ``ors floor`` = NeMo Gym's rollout
-plus the bare app's CPU for ORS's extra requests, against the 10 % a front may add.
+plus a floor server's CPU for ORS's extra requests (one row per floor), against the 10 % a front may add.
 
     .venv/bin/python bench/bench_fronts.py [--seconds 3] [--rounds 5] [--concurrency 8] [--rate 0]
-        [--protocols nemo,ors,openenv] [--environments weather,workplace_assistant]
+        [--protocols nemo,ors,openenv] [--environments weather,workplace_assistant] [--floors bare,ready,haproxy]
+        [--low-load]
+
+``--low-load`` adds the same rounds one rollout at a time and paced at 100 rollouts/s (rows named so): at a low
+load every request is about one wake-up of the server's event loop, the case where a protocol's per-message cost
+shows most.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +65,7 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.haproxy_bare import haproxy_bare  # noqa: E402
 from ngym.child_server import LOOPBACK, free_port, stop_process, wait_healthy  # noqa: E402
 from ngym.examples import dataset_row, read_example_rollouts, read_jsonl, recorded_tool_calls  # noqa: E402
 
@@ -354,8 +364,25 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f}x ({min(values):.2f}–{max(values):.2f})"
 
 
+#: The floors: the servers answering ORS's extra requests from ready-made bytes (name → what serves them).
+FLOOR_NAMES = {
+    "bare": "bare uvicorn (ASGI)",
+    "ready": "uvicorn, answered in the HTTP parser",
+    "haproxy": "HAProxy (C)",
+}
+
+
+#: ``--low-load``: the loads run after the free-running one: (label, rollouts in flight, rollouts/s or 0).
+LOW_LOADS = [("one at a time", 1, 0.0), ("paced 100/s", 8, 100.0)]
+
+
 def bench_environment(
-    label: str, environment: str, drivers: list[Driver], bare: tuple[str, int], args: argparse.Namespace
+    label: str,
+    environment: str,
+    drivers: list[Driver],
+    floors: dict[str, tuple[str, int]],
+    args: argparse.Namespace,
+    load: tuple[int, float],
 ) -> None:
     folder = ROOT / "resources_servers" / environment / "data"
     rollouts = read_example_rollouts(folder / "example_rollouts.jsonl")
@@ -365,17 +392,15 @@ def bench_environment(
     url = f"http://{LOOPBACK}:{port}"
     proc = start([sys.executable, "-m", "ngym.cli", "run", environment, "--port", str(port)], url, "/")
     floor_driver = BareHTTP()
-    results: dict[str, list[Round]] = {d.name: [] for d in [*drivers, floor_driver]}
+    results: dict[str, list[Round]] = {name: [] for name in [*(d.name for d in drivers), *floors]}
     try:
         for _ in range(args.rounds):
             for driver in drivers:
-                measure = one_round(url, proc.pid, driver, environment, plan, args.seconds, args.concurrency, args.rate)
+                measure = one_round(url, proc.pid, driver, environment, plan, args.seconds, *load)
                 results[driver.name].append(asyncio.run(measure))
-            bare_url, bare_pid = bare
-            floor = one_round(
-                bare_url, bare_pid, floor_driver, environment, plan, args.seconds, args.concurrency, args.rate
-            )
-            results["bare"].append(asyncio.run(floor))
+            for name, (floor_url, floor_pid) in floors.items():
+                floor = one_round(floor_url, floor_pid, floor_driver, environment, plan, args.seconds, *load)
+                results[name].append(asyncio.run(floor))
         live = asyncio.run(_live_sessions(url))
     finally:
         stop_process(proc)
@@ -390,20 +415,21 @@ def bench_environment(
             f" {statistics.median(r.rate for r in rounds):.0f} | {statistics.median(r.cpu_ms for r in rounds):.3f} |"
             f" {spread(ratios) if driver.name != 'nemo' else '1.00x'} |"
         )
-    floor_ms = [b.cpu_ms for b in results["bare"]]
-    floor_ratios = [(n.cpu_ms + b) / n.cpu_ms for n, b in zip(nemo, floor_ms, strict=True)]
     extra = EXTRA_ORS_REQUESTS
     nemo_ms = statistics.median(n.cpu_ms for n in nemo)
-    print(
-        f"| {label} | ors floor: nemo + {extra} bare requests | {nemo[0].requests + extra:.0f} HTTP requests | |"
-        f" {nemo_ms + statistics.median(floor_ms):.3f} | {spread(floor_ratios)} |"
-    )
-    per_request = 1000 * statistics.median(floor_ms) / extra
     allowed = 1000 * (TARGET - 1) * nemo_ms
-    FLOORS.append(
-        f"{label}: a bare request {per_request:.0f} µs × {extra} = {per_request * extra:.0f} µs per rollout;"
-        f" 10 % of NeMo Gym's rollout = {allowed:.0f} µs"
-    )
+    FLOORS.append(f"{label}: 10 % of NeMo Gym's rollout = {allowed:.0f} µs; {extra} extra requests cost")
+    for name, served_by in FLOOR_NAMES.items():
+        if name not in floors:
+            continue
+        floor_ms = [b.cpu_ms for b in results[name]]
+        floor_ratios = [(n.cpu_ms + b) / n.cpu_ms for n, b in zip(nemo, floor_ms, strict=True)]
+        print(
+            f"| {label} | ors floor: nemo + {extra} requests to {served_by} | {nemo[0].requests + extra:.0f} HTTP"
+            f" requests | | {nemo_ms + statistics.median(floor_ms):.3f} | {spread(floor_ratios)} |"
+        )
+        per_request = 1000 * statistics.median(floor_ms) / extra
+        FLOORS.append(f"  {served_by}: {per_request:.0f} µs a request, {per_request * extra:.0f} µs per rollout")
 
 
 FLOORS: list[str] = []
@@ -424,21 +450,35 @@ def main() -> None:
     )
     parser.add_argument("--protocols", default="nemo,ors,openenv", help=f"from {sorted(DRIVERS)}, nemo first")
     parser.add_argument("--environments", default=",".join(ENVIRONMENTS), help=f"from {sorted(ENVIRONMENTS)}")
+    parser.add_argument("--floors", default=",".join(FLOOR_NAMES), help=f"from {sorted(FLOOR_NAMES)}")
+    parser.add_argument(
+        "--low-load",
+        action="store_true",
+        help="then the same at low loads: one rollout at a time, and 8 clients paced at 100 rollouts/s together",
+    )
     args = parser.parse_args()
     names = args.protocols.split(",")
     if names[0] != "nemo" or any(name not in DRIVERS for name in names):
         parser.error(f"--protocols: names from {sorted(DRIVERS)}, nemo first")
     drivers = [DRIVERS[name]() for name in names]
-    bare_port = free_port()
-    bare_url = f"http://{LOOPBACK}:{bare_port}"
-    bare = start([sys.executable, str(ROOT / "bench" / "bare_http.py"), str(bare_port)], bare_url, "/")
     print("| environment | protocol | per rollout | rollouts/s | server CPU ms/rollout | CPU ÷ nemo (median, range) |")
     print("|---|---|---|---:|---:|---|")
-    try:
-        for label in args.environments.split(","):
-            bench_environment(label, ENVIRONMENTS[label], drivers, (bare_url, bare.pid), args)
-    finally:
-        stop_process(bare)
+    with contextlib.ExitStack() as stack:
+        floors: dict[str, tuple[str, int]] = {}
+        for name, mode in (("bare", []), ("ready", ["ready"])):
+            port = free_port()
+            url = f"http://{LOOPBACK}:{port}"
+            process = start([sys.executable, str(ROOT / "bench" / "bare_http.py"), str(port), *mode], url, "/")
+            stack.callback(stop_process, process)
+            floors[name] = (url, process.pid)
+        if "haproxy" in args.floors:
+            floors["haproxy"] = stack.enter_context(haproxy_bare(Path(tempfile.gettempdir()) / "ngym-haproxy-bare.log"))
+        floors = {name: found for name, found in floors.items() if name in args.floors}
+        loads = [("", args.concurrency, args.rate), *(LOW_LOADS if args.low_load else [])]
+        for how, concurrency, rate in loads:
+            for label in args.environments.split(","):
+                named = f"{label}, {how}" if how else label
+                bench_environment(named, ENVIRONMENTS[label], drivers, floors, args, (concurrency, rate))
     print()
     for line in FLOORS:
         print(line)

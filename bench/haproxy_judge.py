@@ -69,37 +69,43 @@ def write_config(text: str, folder: Path, port: int, threads: int) -> Path:
 @contextlib.contextmanager
 def haproxy_judge(text: str, log: Path, threads: int = 1) -> Iterator[tuple[str, int]]:
     """HAProxy answering ``text`` on a free port: ``(base URL, HAProxy's pid)``; stopped on exit."""
-    haproxy = shutil.which("haproxy")
-    if haproxy is None:
-        raise SystemExit("the HAProxy judge needs haproxy (Debian package 'haproxy'): apt-get install -y haproxy")
     with tempfile.TemporaryDirectory(prefix="ngym-haproxy-judge-") as scratch:
         port = free_port()
         config = write_config(text, Path(scratch), port, threads)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w") as out:
-            process = subprocess.Popen(
-                [haproxy, "-db", "-f", str(config)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        url = f"http://127.0.0.1:{port}"
+        with run_haproxy(config, f"http://127.0.0.1:{port}", "/v1/models", log) as pid:
+            yield f"http://127.0.0.1:{port}", pid
+
+
+@contextlib.contextmanager
+def run_haproxy(config: Path, url: str, probe: str, log: Path) -> Iterator[int]:
+    """HAProxy serving ``config`` until the block ends, once ``url + probe`` answers 200: its pid."""
+    haproxy = shutil.which("haproxy")
+    if haproxy is None:
+        raise SystemExit("this bench needs haproxy (Debian package 'haproxy'): apt-get install -y haproxy")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [haproxy, "-db", "-f", str(config)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                raise SystemExit(f"haproxy exited with {process.returncode}: see {log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + probe, timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"haproxy not up after 30 s: see {log}")
+            time.sleep(0.1)
+        yield process.pid
+    finally:
+        process.send_signal(signal.SIGTERM)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                if process.poll() is not None:
-                    raise SystemExit(f"haproxy judge exited with {process.returncode}: see {log}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"haproxy judge not up after 30 s: see {log}")
-                time.sleep(0.1)
-            yield url, process.pid
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 if __name__ == "__main__":

@@ -21,16 +21,24 @@ reads and drops what the client still sends, for at most ``LINGER_SECONDS`` and 
 closes. Closing at once with unread bytes makes the kernel reset the connection, and a peer still sending (HAProxy
 in front of ``--workers N``, relaying the body) then loses the answer it had not yet read: the client got
 "server disconnected" instead of the 413 that names the setting.
+
+A request the application can answer from its method, URL and headers alone, with bytes it has ready (the ORS
+front's ``/ping``, ``/prompt``, ``/create_session``, ``/delete``, ``/delete_session``), is answered from the
+parser's callbacks (httptools): no ASGI scope, cycle, task or middleware. The application says which by putting
+a ``ReadyAnswers`` on its ``state`` (``ngym.server.pipeline.ready_answers``); any request it declines takes the
+usual path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ngym.server.pipeline.ready_answers import READY_MAX_BODY, ReadyAnswers
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
 
 log = logging.getLogger("ngym.server")
@@ -44,6 +52,22 @@ _TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"connection: close\r\ncontent-length: 36\r\n\r\nrequest line and headers are too big"
 )
+
+
+def _find_ready_answers(app: Any) -> ReadyAnswers | None:
+    """The ``ReadyAnswers`` of the app uvicorn serves, under its wrappers (proxy headers, message logger)."""
+    for _ in range(6):
+        state = getattr(app, "state", None)
+        found = getattr(state, "ngym_ready_answers", None) if state is not None else None
+        if isinstance(found, ReadyAnswers):
+            return found
+        app = getattr(app, "app", None)
+        if app is None:
+            return None
+    return None
+
+
+_STATUS_200 = b"HTTP/1.1 200 OK\r\n"
 
 
 class HeaderDeadline:
@@ -60,6 +84,14 @@ class HeaderDeadline:
 
     cycle: Any
     config: Any
+    server_state: Any
+    parser: Any
+    headers: list[tuple[bytes, bytes]]
+    url: bytes
+    expect_100_continue: bool
+    timeout_keep_alive: int
+    timeout_keep_alive_task: asyncio.TimerHandle | None
+    timeout_keep_alive_handler: Callable[[], None]
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     client: Any
@@ -76,6 +108,12 @@ class HeaderDeadline:
         self._ngym_timer: asyncio.TimerHandle | None = None
         self._ngym_seconds = getattr(self.config, "ngym_header_timeout", DEFAULT_HEADER_TIMEOUT_SECONDS)
         self._ngym_max_bytes = getattr(self.config, "ngym_max_header_bytes", DEFAULT_MAX_HEADER_BYTES)
+        self._ngym_ready: ReadyAnswers | None = None
+        self._ngym_answer: bytes | None = None  # the ready answer of the request being parsed
+        self._ngym_defaults: Any = None
+        self._ngym_head = b""
+        if not self.config.access_log:  # the access log lines are written by the request cycle
+            self._ngym_ready = _find_ready_answers(getattr(self, "app", None))
         self._arm()
 
     def _arm(self) -> None:
@@ -147,7 +185,44 @@ class HeaderDeadline:
 
     def on_message_complete(self) -> None:  # httptools' parser callback
         self._ngym_in_message = False
+        answer = self._ngym_answer
+        if answer is not None:
+            self._ngym_answer = None
+            self._answer_ready(answer)
+            return
         super().on_message_complete()  # type: ignore[misc]
+
+    def on_headers_complete(self) -> None:  # httptools' parser callback
+        ready = self._ngym_ready
+        if ready is not None and ready.answer is not None and self._idle() and not self.expect_100_continue:
+            parser = self.parser
+            if parser.should_keep_alive() and not parser.should_upgrade() and parser.get_http_version() == "1.1":
+                headers = self.headers
+                if _body_is_small(headers):
+                    answer = ready.answer(parser.get_method(), self.url, headers)
+                    if answer is not None:
+                        self._ngym_answer = answer
+                        return
+        super().on_headers_complete()  # type: ignore[misc]
+
+    def on_body(self, body: bytes) -> None:  # httptools' parser callback
+        if self._ngym_answer is None:  # a ready answer's body (at most READY_MAX_BODY bytes) is dropped
+            super().on_body(body)  # type: ignore[misc]
+
+    def _answer_ready(self, answer: bytes) -> None:
+        """Write a ready answer, then what uvicorn does when a response is complete (count it, the keep-alive
+        timer) and wait for the next request's headers."""
+        if self.transport.is_closing():  # the client went away (or a close is under way): nothing to answer
+            return
+        state = self.server_state
+        defaults = state.default_headers
+        if defaults is not self._ngym_defaults:  # uvicorn renews the list (its date header) once a second
+            self._ngym_defaults = defaults
+            self._ngym_head = _STATUS_200 + b"".join(b"%s: %s\r\n" % pair for pair in defaults)
+        self.transport.write(self._ngym_head + answer)
+        state.total_requests += 1
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        self._rearm()
 
     def _rearm(self) -> None:
         cycle = self.cycle
@@ -250,6 +325,17 @@ def _header_block_end(data: bytes, *, skip_blank_lines: bool = False) -> int:
     start = len(data) - len(data.lstrip(b"\r\n")) if skip_blank_lines else 0
     ends = [i + len(blank) for blank in (b"\n\r\n", b"\n\n") if (i := data.find(blank, start)) >= 0]
     return min(ends, default=-1)
+
+
+def _body_is_small(headers: list[tuple[bytes, bytes]]) -> bool:
+    """No chunked body, and a declared one (if any) of at most ``READY_MAX_BODY`` bytes."""
+    for name, value in headers:
+        if name == b"content-length":
+            if not value.isdigit() or int(value) > READY_MAX_BODY:
+                return False
+        elif name == b"transfer-encoding":
+            return False
+    return True
 
 
 def _peer(client: Any) -> str:

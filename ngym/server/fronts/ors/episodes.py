@@ -172,6 +172,16 @@ class Episodes:
         if episode is not None:
             await self._close(episode)
 
+    def forget_closed(self, sid: str) -> bool:
+        """``delete`` when nothing is left to close: forget the episode if it is closed (or unknown) and say True;
+        False for an open one (``delete`` closes it)."""
+        episode = self._live.get(sid)
+        if episode is not None:
+            if not episode.closed:
+                return False
+            del self._live[sid]
+        return True
+
     async def _close(self, episode: Episode) -> None:
         if episode.closed:
             return

@@ -7,7 +7,10 @@ or drop an entry of the episode table. All are answered here, before the front's
 route table, no response object, no body model. The five answer ready-made bytes (a session's prompt and tool
 listing are kept per row, see ``rows.RowFacts``) with ready-made headers, so they cost the HTTP server's own work
 and a dictionary lookup; ``/create`` and ``/call`` run the same episode code as the router's routes (``/call`` in
-this task, with a timer for a call still running after ``sse.PING_SECONDS``: ``sse.answer_inline``).
+this task, with a timer for a call still running after ``sse.PING_SECONDS``: ``sse.answer_inline``). The five are
+also answered before any ASGI work, from the HTTP parser's callbacks (``FastRoutes.ready``, given to the server's
+protocol through ``ngym.server.pipeline.ready_answers``); the ASGI answers here remain for requests the protocol
+does not answer that way (pipelined behind another, ``Connection: close``, the h11 parser, the access log on).
 
 Only the plain case is answered here: the bare route (``/ping``, not ``/<env_name>/ping``), its method, an
 ``X-Session-ID`` naming a live episode where one is needed, a row without a Gymnasium observation for the prompt,
@@ -30,6 +33,7 @@ import pydantic_core
 from ngym.errors import ConfigError
 from ngym.server.fronts.ors import sse
 from ngym.server.fronts.ors.episodes import FrontError
+from ngym.server.fronts.ors.paths import ors_route
 from ngym.server.fronts.ors.routes import refusal
 from ngym.server.pipeline.intake import parse_json
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY
@@ -42,6 +46,8 @@ Send = Callable[[Any], Awaitable[None]]
 Receive = Callable[[], Awaitable[Any]]
 #: What a handler gives back: None when it answered, else the ``receive`` the router reads the body from.
 Outcome = Receive | None
+#: A 200's headers and body.
+Answer = tuple[list[tuple[bytes, bytes]], bytes]
 
 _JSON_TYPE = (b"content-type", b"application/json")
 _SSE_HEADERS = [(k.encode(), v.encode()) for k, v in sse.HEADERS.items()]
@@ -56,10 +62,9 @@ def _length(body: bytes) -> tuple[bytes, bytes]:
     return (b"content-length", b"%d" % len(body))
 
 
-async def _json(send: Send, body: bytes) -> None:
-    """A 200 with a JSON body, the headers Starlette's ``Response(body, media_type="application/json")`` sends."""
-    await send({"type": "http.response.start", "status": 200, "headers": [_length(body), _JSON_TYPE]})
-    await send({"type": "http.response.body", "body": body})
+def _json(body: bytes) -> Answer:
+    """A JSON body with the headers Starlette's ``Response(body, media_type="application/json")`` sends."""
+    return [_length(body), _JSON_TYPE], body
 
 
 class _Plain:
@@ -87,23 +92,30 @@ class _Plain:
 
 
 class FastRoutes:
-    """The plain cases of ``/create_session``, ``/ping``, ``/prompt``, ``/task_tools``, ``/tools``, ``/delete``
-    and ``/delete_session`` of one front."""
+    """The plain cases of ``/create_session``, ``/create``, ``/call``, ``/ping``, ``/prompt``, ``/task_tools``,
+    ``/tools``, ``/delete`` and ``/delete_session`` of one front, as ASGI; those that run no environment code also
+    as ready bytes for the HTTP protocol (``ready``)."""
 
     def __init__(self, front: ORSFront) -> None:
         self.front = front
         self.episodes = front.episodes
         self.max_body = front.episodes.server.config.max_request_body_bytes
-        handlers: dict[tuple[str, str], Callable[[_Plain, Receive, Send], Awaitable[Outcome]]] = {
+        #: the requests that run no environment code: the session id (or None) → the answer, or None when the
+        #: router must answer (``delete`` of a session still open: closing it runs the environment's close)
+        self.at_once: dict[tuple[str, str], Callable[[str | None], Answer | None]] = {
             ("POST", "/create_session"): self.create_session,
-            ("POST", "/create"): self.create,
-            ("POST", "/call"): self.call,
             ("POST", "/ping"): self.ping,
             ("GET", "/prompt"): self.prompt,
             ("GET", "/task_tools"): self.task_tools,
             ("GET", "/tools"): self.tools,
-            ("POST", "/delete"): self.delete,
+            ("POST", "/delete"): self.forget,
             ("POST", "/delete_session"): self.delete_session,
+        }
+        self._by_bytes = {(method.encode(), route): answer for (method, route), answer in self.at_once.items()}
+        handlers: dict[tuple[str, str], Callable[[_Plain, Receive, Send], Awaitable[Outcome]]] = {
+            ("POST", "/create"): self.create,
+            ("POST", "/call"): self.call,
+            ("POST", "/delete"): self.delete,  # closes a session still open (``forget`` is the ready case)
         }
         self.handlers = handlers
         opened = sse.finished_text("\0", "").encode()
@@ -112,14 +124,52 @@ class FastRoutes:
     async def __call__(self, route: str, scope: Any, receive: Receive, send: Send) -> Outcome:
         """Answer ``route`` (the path below the mount) when it is a plain case (None); else the ``receive`` the
         router must read the request's body from."""
-        handler = self.handlers.get((scope["method"], route))
-        if handler is None:
+        key = (scope["method"], route)
+        handler = self.handlers.get(key)
+        at_once = self.at_once.get(key) if handler is None else None
+        if handler is None and at_once is None:
             return receive
         plain = _Plain(scope, self.max_body)
-        return await handler(plain, receive, send) if plain.ok else receive
+        if not plain.ok:
+            return receive
+        if handler is not None:
+            return await handler(plain, receive, send)
+        answer = at_once(plain.sid)  # type: ignore[misc]
+        if answer is None:
+            return receive
+        headers, body = answer
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return None
 
-    def _episode(self, plain: _Plain) -> Episode | None:
-        return self.episodes.find(plain.sid) if plain.sid is not None else None
+    def ready(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
+        """The plain cases of the requests that run no environment code as the HTTP protocol writes them
+        (``ngym.server.pipeline.ready_answers``): the headers and body after the status line and
+        the server's default headers; None for any other request (it goes on to the app as usual)."""
+        if b"?" in url or b"%" in url:
+            return None
+        route = ors_route(url.decode("latin-1"), headers)
+        if route is None:
+            return None
+        at_once = self._by_bytes.get((method, route))
+        if at_once is None:
+            return None
+        sid: str | None = None
+        seen_sid = False
+        for name, value in headers:
+            if name == _SESSION_HEADER and not seen_sid:
+                seen_sid = True
+                sid = value.decode("latin-1").strip() or None
+            elif name == b"content-length" and int(value) > self.max_body:  # the protocol checked it is digits
+                return None
+        answer = at_once(sid)
+        if answer is None:
+            return None
+        fields, body = answer
+        return b"".join(b"%s: %s\r\n" % field for field in fields) + b"\r\n" + body
+
+    def _episode(self, sid: str | None) -> Episode | None:
+        return self.episodes.find(sid) if sid is not None else None
 
     async def _object(self, plain: _Plain, receive: Receive, keys: frozenset[str]) -> tuple[Any, Receive]:
         """The body as a JSON object with exactly ``keys`` (None when it is not one), and the ``receive`` that
@@ -145,12 +195,36 @@ class FastRoutes:
             return None, again
         return (data if type(data) is dict and data.keys() == keys else None), again
 
-    async def create_session(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
+    # ---- the requests that run no environment code: answers made at once ----------------------------------
+
+    def create_session(self, sid: str | None) -> Answer:
         body = self._opened_head + self.front.slot.new_id().encode() + self._opened_tail
-        headers = [*_SSE_HEADERS, _length(body), _SSE_TYPE]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        return None
+        return [*_SSE_HEADERS, _length(body), _SSE_TYPE], body
+
+    def ping(self, sid: str | None) -> Answer | None:
+        return None if self._episode(sid) is None else _json(_PING_OK)
+
+    def prompt(self, sid: str | None) -> Answer | None:
+        episode = self._episode(sid)
+        return None if episode is None or episode.observation else _json(episode.facts.prompt)
+
+    def task_tools(self, sid: str | None) -> Answer | None:
+        episode = self._episode(sid)
+        return None if episode is None else _json(episode.facts.listing)
+
+    def tools(self, sid: str | None) -> Answer:
+        return _json(self.front.listing)
+
+    def forget(self, sid: str | None) -> Answer | None:
+        """``/delete`` of a session that is unknown or closed already (its verify closed it): forgotten."""
+        if sid is None or not self.episodes.forget_closed(sid):
+            return None
+        return _json(pydantic_core.to_json({"sid": sid}))
+
+    def delete_session(self, sid: str | None) -> Answer | None:
+        return None if sid is None else _json(pydantic_core.to_json({"sid": sid}))
+
+    # ---- the requests that run environment code --------------------------------------------------------
 
     async def create(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
         if plain.sid is None:
@@ -166,11 +240,13 @@ class FastRoutes:
             await send({"type": "http.response.start", "status": refused.status_code, "headers": refused.raw_headers})
             await send({"type": "http.response.body", "body": bytes(refused.body)})
             return None
-        await _json(send, pydantic_core.to_json({"sid": plain.sid}))
+        headers, body = _json(pydantic_core.to_json({"sid": plain.sid}))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
         return None
 
     async def call(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
-        episode = self._episode(plain)
+        episode = self._episode(plain.sid)
         if episode is None:
             return receive
         data, receive = await self._object(plain, receive, _CALL_KEYS)
@@ -182,39 +258,12 @@ class FastRoutes:
         await sse.answer_inline(task_id, self.front.call_text(episode, data["name"], data["input"]), result, send)
         return None
 
-    async def ping(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
-        if self._episode(plain) is None:
-            return receive
-        await _json(send, _PING_OK)
-        return None
-
-    async def prompt(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
-        episode = self._episode(plain)
-        if episode is None or episode.observation:
-            return receive
-        await _json(send, episode.facts.prompt)
-        return None
-
-    async def task_tools(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
-        episode = self._episode(plain)
-        if episode is None:
-            return receive
-        await _json(send, episode.facts.listing)
-        return None
-
-    async def tools(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
-        await _json(send, self.front.listing)
-        return None
-
     async def delete(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
+        """``/delete`` of a session still open: closed (the environment's close), then forgotten."""
         if plain.sid is None:
             return receive
         await self.episodes.delete(plain.sid)
-        await _json(send, pydantic_core.to_json({"sid": plain.sid}))
-        return None
-
-    async def delete_session(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
-        if plain.sid is None:
-            return receive
-        await _json(send, pydantic_core.to_json({"sid": plain.sid}))
+        headers, body = _json(pydantic_core.to_json({"sid": plain.sid}))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
         return None

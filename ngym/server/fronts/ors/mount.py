@@ -18,28 +18,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ngym.server.sessions.routing import ORS_MOUNT_PATH, ORS_ROOT_SEGMENTS
+from ngym.server.fronts.ors.paths import MOUNT_PATH, ROOT_SEGMENTS, is_ors_request, ors_route
+from ngym.server.pipeline.ready_answers import ready_answers
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from ngym.server.pipeline.resources import SimpleResourcesServer
 
-MOUNT_PATH = ORS_MOUNT_PATH
-#: First path segments of the ORS routes a root request may be (``/<env_name>/...`` forms aside: the SDK sends
-#: bare paths for an environment named by a base URL); shared with the proxy's routing rule.
-ROOT_SEGMENTS = ORS_ROOT_SEGMENTS
+__all__ = ["MOUNT_PATH", "ROOT_SEGMENTS", "ORSRequests", "is_ors_request", "mount_ors"]
 
 
 class _LazyFront:
     """The ORS router of one server, built on the first request to it, behind the server's request limits, and
-    its plain-ASGI answers to the requests that run no environment code (``fast.FastRoutes``)."""
+        its plain-ASGI answers (``fast.FastRoutes``), and those of the requests that run no environment code as ready
+    bytes for the HTTP protocol (``ngym.server.pipeline.http_protocol.ReadyAnswers``), from when it is built."""
 
     def __init__(self, server: SimpleResourcesServer, app: FastAPI) -> None:
         self._server = server
         self._app = app
         self._router: Any = None
         self._fast: Any = None
+        # made now, so the protocol finds it on connections opened before the front is built
+        self._ready = ready_answers(app)
 
     @property
     def router(self) -> Any:
@@ -53,6 +54,7 @@ class _LazyFront:
             config = self._server.config
             front = build_front(self._server, self._app)
             self._fast = FastRoutes(front)
+            self._ready.answer = self._fast.ready
             self._router = RequestLimitsMiddleware(
                 front.router(),
                 max_body_bytes=config.max_request_body_bytes,
@@ -71,17 +73,6 @@ class _LazyFront:
         await self.router(scope, receive, send)
 
 
-def is_ors_request(scope: Any) -> bool:
-    """Whether a root request is the ``openreward`` SDK's (see the module docstring)."""
-    path: str = scope["path"]
-    if path.partition("/")[2].partition("/")[0] not in ROOT_SEGMENTS:
-        return False
-    for name, value in scope.get("headers", ()):
-        if name == b"x-session-id" or (name == b"accept" and b"text/event-stream" in value):
-            return True
-    return False
-
-
 class ORSRequests:
     """Plain-ASGI middleware, outermost on the app: ORS requests (``/ors/...``, and the SDK's at the root) go
     straight to the front, past the app's session middleware and routes (the front's own calls into the app go
@@ -94,13 +85,7 @@ class ORSRequests:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            path: str = scope["path"]
-            route: str | None = None
-            if path.startswith(MOUNT_PATH) and (len(path) == len(MOUNT_PATH) or path[len(MOUNT_PATH)] == "/"):
-                # "/ors//ping": the SDK's "{base_url}/ping" with a base URL ending in "/"
-                route = "/" + path[len(MOUNT_PATH) :].lstrip("/")
-            elif is_ors_request(scope):
-                route = path
+            route = ors_route(scope["path"], scope["headers"])
             if route is not None:
                 left = await self.front.fast(route, scope, receive, send)
                 if left is not None:  # not a plain case: the router answers (the body, if read, given again)

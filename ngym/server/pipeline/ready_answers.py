@@ -1,0 +1,40 @@
+"""Requests an application answers from their method, URL and headers alone, with bytes it has ready.
+
+The HTTP protocol (``ngym.server.pipeline.http_protocol``, httptools) asks an application's ``ReadyAnswers``
+before it starts any ASGI work for a request: an answer is written from the parser's callbacks (no scope, request
+cycle, task or middleware), a request declined goes on to the application as usual. The ORS front answers its
+requests that run no environment code this way (``ngym.server.fronts.ors.fast``). This module imports nothing:
+an app puts its ``ReadyAnswers`` on its ``state`` when it is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+#: A request's method, URL (path and query, as sent) and headers (lower-case names) → the rest of a 200 answer
+#: after the status line and the server's default headers (its own headers, the blank line, the body), or None to
+#: let the application answer it.
+Answerer = Callable[[bytes, bytes, list[tuple[bytes, bytes]]], "bytes | None"]
+
+#: The largest body (declared ``content-length``) a ready answer may leave unread; larger ones go to the app.
+READY_MAX_BODY = 4096
+
+
+class ReadyAnswers:
+    """Where an application puts its ``Answerer`` (``answer``; None until it has one, e.g. until a front that is
+    built on its first request is built). The protocol asks it only for keep-alive HTTP/1.1 requests with no
+    request in progress on the connection, no ``Expect: 100-continue``, no upgrade, no chunked body and a declared
+    body of at most ``READY_MAX_BODY`` bytes; the answer is written when the request's body has arrived (dropped
+    unread)."""
+
+    def __init__(self) -> None:
+        self.answer: Answerer | None = None
+
+
+def ready_answers(app: Any) -> ReadyAnswers:
+    """The ``ReadyAnswers`` of an application (a Starlette/FastAPI app: on its ``state``), made on first use."""
+    found: ReadyAnswers | None = getattr(app.state, "ngym_ready_answers", None)
+    if found is None:
+        found = app.state.ngym_ready_answers = ReadyAnswers()
+    return found

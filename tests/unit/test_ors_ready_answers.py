@@ -1,0 +1,144 @@
+"""The ORS requests that run no environment code, answered from the HTTP parser's callbacks
+(``FastRoutes.ready``), are byte for byte what the same request gets through the app (ASGI), on one connection of
+uvicorn's own protocol serving the whole app; the cases they leave to the app (an unknown session, ``/delete`` of
+a session still open) are answered by the app."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from ngym.server.pipeline import http_protocol
+from ngym.server.pipeline.ready_answers import ReadyAnswers, ready_answers
+from ngym.testing import app_for
+from ngym.testing.memory_transport import MemoryTransport
+
+pytestmark = pytest.mark.skipif(http_protocol.GuardedHttpToolsProtocol is None, reason="httptools not installed")
+
+SDK = b"user-agent: openreward-sdk/0.1.167\r\naccept: */*\r\naccept-encoding: gzip, deflate\r\nx-api-key: \r\n"
+NO_BODY = b"content-type: application/octet-stream\r\ncontent-length: 0\r\n"
+
+
+class Connection:
+    """One keep-alive connection of ngym's httptools protocol to the app; counts the ready answers given."""
+
+    def __init__(self, app: Any) -> None:
+        config = uvicorn.Config(
+            app, http=http_protocol.GuardedHttpToolsProtocol, lifespan="off", log_level="warning", access_log=False
+        )
+        http_protocol.configure(config, header_timeout=30, max_header_bytes=65536)
+        config.load()
+        state = ServerState()
+        state.default_headers = [(b"date", b"Sun, 29 Nov 2026 10:00:00 GMT"), (b"server", b"uvicorn")]
+        self.protocol = config.http_protocol_class(
+            config=config, server_state=state, app_state={}, _loop=asyncio.get_running_loop()
+        )
+        self.transport = MemoryTransport()
+        self.protocol.connection_made(self.transport)
+        self.ready: ReadyAnswers = ready_answers(app)
+        self.answered = 0
+
+    def count(self, answer: Any) -> Any:
+        def counted(method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
+            found: bytes | None = answer(method, url, headers)
+            self.answered += found is not None
+            return found
+
+        return counted
+
+    async def send(
+        self, method: str, path: str, headers: bytes = b"", body: bytes = b"", *, ready: bool = True
+    ) -> bytes:
+        """The whole answer to one request (by a ready answer when the front has one and ``ready``)."""
+        front = self.ready.answer
+        if front is not None:
+            self.ready.answer = self.count(front) if ready else None
+        try:
+            self.transport.written.clear()
+            length = b"content-length: %d\r\n" % len(body) if body else b""
+            self.protocol.data_received(
+                b"%s %s HTTP/1.1\r\nhost: t\r\n%s%s\r\n%s" % (method.encode(), path.encode(), headers, length, body)
+            )
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + 10
+            while not _complete(bytes(self.transport.written)):
+                assert loop.time() < give_up, bytes(self.transport.written)
+                await asyncio.sleep(0.002)
+            return bytes(self.transport.written)
+        finally:
+            if front is not None:  # (else the front was built by this request, and its answerer stays)
+                self.ready.answer = front
+
+
+def _complete(answer: bytes) -> bool:
+    head, blank, body = answer.partition(b"\r\n\r\n")
+    found = re.search(rb"content-length: (\d+)", head)
+    return bool(blank and found and len(body) >= int(found.group(1)))
+
+
+@pytest.fixture
+async def connection() -> AsyncIterator[Connection]:
+    app = app_for("example_single_tool_call")
+    async with app.router.lifespan_context(app):
+        yield Connection(app)
+
+
+async def _open(connection: Connection) -> str:
+    opened = await connection.send("POST", "/ors/create_session", SDK + b"accept: text/event-stream\r\n", b"{}")
+    sid = re.search(rb"data: ([0-9a-f]{32})\r\n", opened)
+    assert sid is not None
+    own = b"x-session-id: " + sid.group(1) + b"\r\ncontent-type: application/json\r\n"
+    assert (await connection.send("POST", "/create", SDK + own, b'{"split": "example", "index": 0}')).startswith(
+        b"HTTP/1.1 200 OK\r\n"
+    )
+    return sid.group(1).decode()
+
+
+async def test_ready_answers_are_the_apps_byte_for_byte(connection: Connection) -> None:
+    assert connection.ready.answer is None  # the front is built on its first request
+    sid = await _open(connection)
+    assert connection.ready.answer is not None and connection.answered == 0
+    own = SDK + b"x-session-id: %s\r\n" % sid.encode()
+    requests = [
+        ("POST", "/ors//ping", own + NO_BODY),
+        ("POST", "/ping", own + NO_BODY),
+        ("GET", "/prompt", own),
+        ("GET", "/ors/prompt", own),
+        ("GET", "/ors/task_tools", own),
+        ("GET", "/ors/tools", own),
+        ("POST", "/delete_session", own + NO_BODY),
+    ]
+    for method, path, headers in requests:
+        answered = connection.answered
+        fast = await connection.send(method, path, headers)
+        assert connection.answered == answered + 1, path
+        assert fast == await connection.send(method, path, headers, ready=False), path
+        assert fast.startswith(b"HTTP/1.1 200 OK\r\ndate: Sun, 29 Nov 2026 10:00:00 GMT\r\nserver: uvicorn\r\n")
+    stream = SDK + b"accept: text/event-stream\r\n"
+    fast = await connection.send("POST", "/create_session", stream + b"content-type: application/json\r\n", b"{}")
+    slow = await connection.send(
+        "POST", "/create_session", stream + b"content-type: application/json\r\n", b"{}", ready=False
+    )
+    assert connection.answered == len(requests) + 1
+    assert re.sub(rb"[0-9a-f]{32}", b"ID", fast) == re.sub(rb"[0-9a-f]{32}", b"ID", slow) and fast != slow
+
+
+async def test_what_ready_answers_leave_to_the_app(connection: Connection) -> None:
+    sid = await _open(connection)
+    own = SDK + b"x-session-id: %s\r\n" % sid.encode()
+    unknown = SDK + b"x-session-id: %s\r\n" % (b"0" * 32)
+    for method, path, headers in [("POST", "/ping", unknown + NO_BODY), ("GET", "/prompt", unknown)]:
+        assert (await connection.send(method, path, headers)).startswith(b"HTTP/1.1 404 ")
+    assert (await connection.send("POST", "/tools", own + NO_BODY)).startswith(b"HTTP/1.1 405 ")  # GET only
+    assert connection.answered == 0
+    deleted = await connection.send("POST", "/delete", own + NO_BODY)  # still open: the app closes its session
+    assert deleted.endswith(b'{"sid":"%s"}' % sid.encode()) and connection.answered == 0
+    assert (await connection.send("POST", "/ping", own + NO_BODY)).startswith(b"HTTP/1.1 404 ")
+    again = await connection.send("POST", "/delete", own + NO_BODY)  # unknown now: nothing to close
+    assert connection.answered == 1 and again == await connection.send("POST", "/delete", own + NO_BODY, ready=False)
