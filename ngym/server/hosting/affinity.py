@@ -34,7 +34,7 @@ from typing import Any
 
 from ngym import processes
 from ngym.child_python import python_module
-from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config, haproxy_nice, lower_priority
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
 from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
@@ -139,6 +139,7 @@ class AffineWorkers:
         self.public = public
         self.access_log = access_log
         self.haproxy_bin = haproxy_binary()  # ConfigError with the install hint, before anything starts
+        self.haproxy_nice = haproxy_nice()  # ConfigError naming NGYM_HAPROXY_NICE, before anything starts
         self._dir = Path(tempfile.mkdtemp(prefix="ngym-haproxy-"))  # mode 0700: the workers' sockets are in it
         self.workers = [_Worker.listening(self._dir, i) for i in range(workers)]
         #: this set's place in an outer one (a Ray replica running --workers): its workers' slots nest inside it
@@ -189,8 +190,13 @@ class AffineWorkers:
             raise RuntimeError(f"HAProxy refused ngym's configuration: {check.stderr.strip() or check.stdout.strip()}")
         self.haproxy = processes.spawn(
             [self.haproxy_bin, "-db", "-f", str(self.config_path)], processes.INHERIT,
-            pass_fds=(self.public.fileno(),), new_session=False, preexec_fn=_die_with_parent,
+            pass_fds=(self.public.fileno(),), new_session=False, preexec_fn=self._haproxy_child,
         )  # fmt: skip
+
+    def _haproxy_child(self) -> None:
+        """In HAProxy's process before exec: SIGTERM when the supervisor dies; below the workers' priority."""
+        _die_with_parent()
+        lower_priority(self.haproxy_nice)
 
     def start(self) -> None:
         """Start the workers, wait until each answers ``/livez``, then start HAProxy in front of them."""

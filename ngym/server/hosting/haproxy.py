@@ -29,8 +29,10 @@ What it costs: about a quarter of what the counter example's worker takes per re
 (``bench/bench_workers.py``). A profile of HAProxy under load (``perf``) puts two thirds of it in the kernel
 (reading the client's request and writing the answer back over TCP, the hop to the worker, being woken per
 request) and under 3 % in the routing rules below; dropping rules, ``field`` for ``regsub``, no response header
-or no body buffering measured no difference. So the hop to a local worker is a unix socket (``Backend.unix_socket``;
-cheaper for HAProxy and the worker than loopback TCP), and the rules stay written for what they route.
+or no body buffering measured no difference (``bench/bench_haproxy_floor.py``: a bare relay with no rule costs
+nearly what this configuration does). So the hop to a local worker is a unix socket (``Backend.unix_socket``;
+cheaper for HAProxy and the worker than loopback TCP), HAProxy runs below the workers' priority
+(``DEFAULT_HAPROXY_NICE``: fewer wake-ups per request), and the rules stay written for what they route.
 
 The ORS front's sessions are routed the same way: the front makes each ORS session id on the worker that answers
 ``/create_session``, drawn to hash to that worker's slot, and every later request carries it in ``X-Session-ID``.
@@ -41,6 +43,7 @@ anything.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -92,6 +95,34 @@ class Backend:
                 raise ValueError(f"a unix socket path HAProxy's configuration cannot quote: {self.unix_socket!r}")
             return f"'unix@{self.unix_socket}'"
         return f"{self.host}:{self.port}"
+
+
+#: How many nice levels below the supervisor ``ngym run --workers N`` starts HAProxy (0: at the supervisor's level).
+HAPROXY_NICE_ENV = "NGYM_HAPROXY_NICE"
+#: HAProxy's default: 10 levels below the workers. At the workers' level, HAProxy woken by each request preempts
+#: a worker to relay one or two requests and sleeps again; below them it runs when a worker yields the core (or a
+#: core is idle) and relays what came in meanwhile, so it wakes less often per request. What that saves per
+#: request is in docs/performance.md (``bench/bench_haproxy_floor.py``, ``--variant nice0`` beside it). The workers
+#: cannot starve it: they get requests only through HAProxy, so when they wait for work it runs.
+DEFAULT_HAPROXY_NICE = 10
+
+
+def haproxy_nice() -> int:
+    """The nice levels HAProxy runs below the supervisor (``NGYM_HAPROXY_NICE``, 0-19; default
+    ``DEFAULT_HAPROXY_NICE``); ``ConfigError`` naming the variable when it is not such a number."""
+    text = os.environ.get(HAPROXY_NICE_ENV, "").strip()
+    if not text:
+        return DEFAULT_HAPROXY_NICE
+    if not text.isdigit() or int(text) > 19:
+        raise ConfigError(f"{HAPROXY_NICE_ENV}={text!r}: expected a number of nice levels from 0 to 19 (e.g. 10)")
+    return int(text)
+
+
+def lower_priority(levels: int) -> None:
+    """In HAProxy's process before exec: run ``levels`` nice levels below the parent (no privilege needed)."""
+    if levels:
+        with contextlib.suppress(OSError):
+            os.nice(levels)
 
 
 #: On ``GET /health`` only: the slot (0..N-1) of the worker that should answer (``ngym status``, per worker).
@@ -246,8 +277,12 @@ __all__ = [
     "Backend",
     "HAPROXY_ENV",
     "HAPROXY_INSTALL_HINT",
+    "HAPROXY_NICE_ENV",
+    "DEFAULT_HAPROXY_NICE",
     "HEALTH_SLOT_HEADER",
     "haproxy_binary",
     "haproxy_config",
+    "haproxy_nice",
+    "lower_priority",
     "proxy_threads",
 ]

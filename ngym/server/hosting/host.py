@@ -18,7 +18,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -36,6 +38,7 @@ from ngym.server.pipeline import http_protocol
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.pipeline.base import CLASS_OVERRIDES_ENV
 from ngym.server.pipeline.resources import SimpleResourcesServer
+from ngym.server.pipeline.traffic import TRAFFIC_FILE_ENV, make_traffic_file
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV, secret_configured
 
 log = logging.getLogger("ngym.serve")
@@ -179,10 +182,15 @@ def serve_one(
         config = uvicorn_config(
             server, "ngym.server.hosting.worker:app_from_env", factory=True, workers=workers, access_log=access_log
         )
-        if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.30
-            Multiprocess(config, target=_graceful_server(config).run, sockets=[sock]).run()  # type: ignore[call-arg]
-        else:  # newer uvicorn builds each worker's server from the config itself
-            Multiprocess(config, sockets=[sock]).run()
+        # the workers share one socket, so /health reaches any of them: they count in one file (traffic.py)
+        with tempfile.TemporaryDirectory(prefix="ngym-traffic-") as folder:
+            counters = Path(folder) / "traffic"
+            make_traffic_file(counters)
+            os.environ[TRAFFIC_FILE_ENV] = str(counters)
+            if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.30
+                Multiprocess(config, target=_graceful_server(config).run, sockets=[sock]).run()  # type: ignore[call-arg]
+            else:  # newer uvicorn builds each worker's server from the config itself
+                Multiprocess(config, sockets=[sock]).run()
         return
     sock.set_inheritable(False)  # see _serving_only
     server.before_serving()
