@@ -152,7 +152,9 @@ def test_a_down_replica_still_gets_its_sessions_and_only_a_refused_one_redispatc
         with proxy([backends[0], never]) as (url, _stats):
             assert get(url, 1).headers["x-ngym-worker"] == "r0"
 
-    # one replica, dead (the ray engine's front over one replica whose node died): 503 at once, an HTTP answer
-    with proxy([Backend("r0", "127.0.0.1", refused_port())]) as (url, stats):
-        wait(lambda: state(stats, "r0") == "DOWN")
-        assert get(url, 1).status_code == 503
+    # no replica left (the ray engine's front over one replica whose node died, or over two): 503 at once, an
+    # HTTP answer (never a refused connection)
+    for count in (1, 2):
+        with proxy([Backend(f"r{i}", "127.0.0.1", refused_port()) for i in range(count)]) as (url, stats):
+            wait(lambda: {row["status"].split()[0] for row in haproxy_stats(stats).values()} == {"DOWN"})
+            assert get(url, 1).status_code == get(url, 0).status_code == 503
