@@ -35,7 +35,7 @@ from ngym.server.pipeline import http_protocol
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.pipeline.base import CLASS_OVERRIDES_ENV
 from ngym.server.pipeline.resources import SimpleResourcesServer
-from ngym.server.sessions.cookies import SESSION_SECRET_ENV, secret_configured
+from ngym.server.sessions.cookies import SESSION_SECRET_ENV, secret_configured, withhold_secret_from_children
 
 log = logging.getLogger("ngym.serve")
 
@@ -124,6 +124,7 @@ def serve_one(
     if inherited is not None:
         sock = socket.socket(fileno=int(inherited))
         sock.set_inheritable(False)  # see _serving_only
+        withhold_secret_from_children()
         server.before_serving()
         prepare_fork_template()  # each affine worker is a template for the children its environment forks
         config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
@@ -163,6 +164,7 @@ def serve_one(
             Multiprocess(config, sockets=[sock]).run()
         return
     sock.set_inheritable(False)  # see _serving_only
+    withhold_secret_from_children()  # the app has its secret: what the environment starts never inherits it
     server.before_serving()
     prepare_fork_template()  # after the environment is built, before it serves: its forked children start warm
     config = uvicorn_config(server, app, access_log=access_log, lifespan="on")

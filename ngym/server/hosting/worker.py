@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from ngym.server.hosting.cpu_priority import apply_cpu_priorities
 from ngym.server.hosting.fork_template import prepare_fork_template
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec, build_app, build_server
+from ngym.server.sessions.cookies import withhold_secret_from_children
 
 
 def app_from_env() -> FastAPI:
@@ -17,6 +18,7 @@ def app_from_env() -> FastAPI:
     spec = ServeSpec.from_json(os.environ[SPEC_ENV])
     server = build_server(spec)
     app = build_app(server, app_plugins=spec.app_plugins)
+    withhold_secret_from_children()  # the app has its secret: what the environment starts never inherits it
     server.before_serving()
     prepare_fork_template()  # each worker is a template for the children its environment forks
     return app
