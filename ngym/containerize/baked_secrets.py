@@ -2,7 +2,8 @@
 
 What ``ngym containerize`` packages (the code wheels it builds: the environment's, ngym's and local dependencies';
 the wheels of an environment venv built from local folders; the payload files an installed environment adds) is
-read before the build context is written: every YAML, JSON or ``.env`` file in them is parsed, and a literal value
+read before the build context is written: every YAML or ``.env`` file in them is parsed (and a JSON file named or placed as config: ``configs/``,
+``*config*``, ``*settings*``), and a literal value
 under a key ``ngym.redact`` treats as a secret (``api_key``, ``openai_api_key``, ``session_secret``, ``hf_token``,
 ``password``...; same words, same rule: a non-empty text) stops the command with one line naming the file and
 the key. An image's layers and a wheel are readable by anyone who can pull them; a secret belongs in the
@@ -86,9 +87,18 @@ def _parse(name: str, data: bytes) -> Any:
         return None  # not config this check can read; the server reports it if it is its config
 
 
+#: a JSON file is read as config only when its name or folder says so (else it is data: a dataset row's ``"key"``
+#: field, a tool schema's ``"token"`` property, is no secret)
+_CONFIG_JSON = re.compile(r"(^|/)configs?/|config|settings|secret|credential", re.IGNORECASE)
+
+
 def _is_config(name: str, size: int) -> bool:
     base = name.rsplit("/", 1)[-1]
-    return size <= _MAX_CONFIG_BYTES and (base.endswith(CONFIG_SUFFIXES) or base == ".env" or base.endswith(".env"))
+    if size > _MAX_CONFIG_BYTES:
+        return False
+    if base.endswith(".json"):
+        return _CONFIG_JSON.search(name) is not None
+    return base.endswith(CONFIG_SUFFIXES) or base == ".env" or base.endswith(".env")
 
 
 def findings_in_wheel(wheel: Path) -> list[Finding]:

@@ -55,6 +55,7 @@ def test_wheels_and_payload_files_are_read_and_the_refusal_is_one_line(tmp_path:
     payload.mkdir()
     (payload / ".env").write_text(f"# comment\nexport HF_TOKEN='{PLANTED}'\nPORT=8000\n")
     (payload / "settings.json").write_text('{"password": "${oc.env:PW}"}')
+    (payload / "rows.json").write_text('[{"key": "a dataset field, not config"}]')  # data: not read
     assert [f.key for f in findings_in_files(payload)] == ["HF_TOKEN"]
     with pytest.raises(BakedSecret) as caught:
         refuse_baked_secrets([wheel], [payload])
