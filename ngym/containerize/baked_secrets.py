@@ -1,15 +1,15 @@
 """Secrets written into an environment's packaged config are refused before they are baked into an image.
 
-What ``ngym containerize`` packages (the code wheels it builds: the environment's, ngym's and local dependencies';
-the wheels of an environment venv built from local folders; the payload files an installed environment adds) is
-read before the build context is written: every YAML or ``.env`` file in them is parsed (and a JSON file named or placed as config: ``configs/``,
-``*config*``, ``*settings*``), and a literal value
-under a key ``ngym.redact`` treats as a secret (``api_key``, ``openai_api_key``, ``session_secret``, ``hf_token``,
-``password``...; same words, same rule: a non-empty text) stops the command with one line naming the file and
-the key. An image's layers and a wheel are readable by anyone who can pull them; a secret belongs in the
-environment at run time (``docker run -e``, ``NGYM_SESSION_SECRET_FILE``) or in a reference the config resolves
-when the server starts (``${oc.env:OPENAI_API_KEY}``, any ``${...}``). ``--allow-baked-secrets`` packages them
-anyway.
+What ``ngym containerize`` packages of the environment itself (its own distribution's code wheel, built here, also
+from an environment venv; the payload files an installed environment adds) is read before the build context is
+written: every YAML or ``.env`` file, and every JSON file named or placed as config (``configs/``, ``*config*``,
+``*settings*``). A literal value under a key ``ngym.redact`` treats as a secret (``api_key``, ``openai_api_key``,
+``session_secret``, ``hf_token``, ``password``...; same words, same rule: a non-empty text) stops the command
+with one line naming the file and the key. Its dependencies' wheels (ngym's, NeMo Gym's) are not read: their
+configs are not the environment's to fix. An image's layers and a wheel are readable by anyone who can pull
+them; a secret belongs in the environment at run time (``docker run -e``, ``NGYM_SESSION_SECRET_FILE``) or in a
+reference the config resolves when the server starts (``${oc.env:OPENAI_API_KEY}``, any ``${...}``).
+``--allow-baked-secrets`` packages them anyway.
 """
 
 from __future__ import annotations
