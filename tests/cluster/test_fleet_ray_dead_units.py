@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -205,3 +206,8 @@ def test_a_dead_part_of_a_unit_ends_its_rollouts_loudly_and_down_leaves_nothing(
     assert down.returncode == 0, down.stderr
     left = {name: [cmdline(p) for p in alive(pids)] for name, pids in units.items() if alive(pids)}
     assert left == {}, left
+    # nor the HAProxy folders of the units (the killed one's supervisor never removed its own)
+    folders = [
+        f for pids in units.values() for pid in pids for f in Path(tempfile.gettempdir()).glob(f"ngym-haproxy-{pid}-*")
+    ]
+    assert folders == [], folders

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -53,6 +54,44 @@ READY_TIMEOUT_S = 300.0  # an environment may load models or data at start-up
 
 class WorkerFailed(processes.StartError):
     """A worker could not start: ``ngym run`` reports it in one line."""
+
+
+#: the folder of one supervisor's HAProxy configuration and sockets: ``<tmp>/ngym-haproxy-<supervisor pid>-<random>``
+FOLDER_PREFIX = "ngym-haproxy-"
+
+
+def sweep_stale_folders(root: Path | None = None) -> list[Path]:
+    """Remove this user's HAProxy folders whose supervisor is gone (killed outright, e.g. a fleet unit SIGKILLed
+    with its node's actor): nothing else would, and each holds a configuration and dead sockets. A folder whose
+    supervisor still runs, or of another user, is kept. Returns the folders removed."""
+    removed = []
+    for folder in (root or Path(tempfile.gettempdir())).glob(f"{FOLDER_PREFIX}*-*"):
+        pid_text = folder.name[len(FOLDER_PREFIX) :].split("-", 1)[0]
+        try:
+            if not pid_text.isdigit() or folder.stat().st_uid != os.getuid() or _alive(int(pid_text)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def _die_with_parent() -> None:
@@ -137,7 +176,9 @@ class AffineWorkers:
         self.public = public
         self.access_log = access_log
         self.haproxy_bin = haproxy_binary()  # ConfigError with the install hint, before anything starts
-        self._dir = Path(tempfile.mkdtemp(prefix="ngym-haproxy-"))  # mode 0700: the workers' sockets are in it
+        sweep_stale_folders()  # what supervisors killed outright left
+        # mode 0700 (the workers' sockets are in it), named by this process so a later sweep knows when it is gone
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
         self.workers = [_Worker.listening(self._dir, i) for i in range(workers)]
         #: this set's place in an outer one (a Ray replica running --workers): its workers' slots nest inside it
         self.outer_slot = RouteSlot.from_env()
