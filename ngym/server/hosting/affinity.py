@@ -68,30 +68,13 @@ def sweep_stale_folders(root: Path | None = None) -> list[Path]:
     for folder in (root or Path(tempfile.gettempdir())).glob(f"{FOLDER_PREFIX}*-*"):
         pid_text = folder.name[len(FOLDER_PREFIX) :].split("-", 1)[0]
         try:
-            if not pid_text.isdigit() or folder.stat().st_uid != os.getuid() or _alive(int(pid_text)):
+            if not pid_text.isdigit() or folder.stat().st_uid != os.getuid() or processes.start_time(int(pid_text)):
                 continue
         except OSError:
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 def _die_with_parent() -> None:
