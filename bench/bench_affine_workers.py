@@ -38,6 +38,9 @@ from ngym.child_server import free_port, start_environment, stop_process, wait_h
 from ngym.server.hosting.haproxy import Backend
 from ngym.targets import resolve
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.entry, when run as a script
+from bench.entry import prepare  # noqa: E402
+
 SECONDS = float(os.environ.get("NGYM_BENCH_SECONDS", "5"))
 ROUNDS = int(os.environ.get("NGYM_BENCH_ROUNDS", "2"))
 CONCURRENCY = int(os.environ.get("NGYM_BENCH_CONCURRENCY", "16"))
@@ -231,6 +234,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare(__doc__)
     if sys.argv[1:2] == ["--serve-proxied"]:
         serve_proxied(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "table")
     else:

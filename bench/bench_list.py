@@ -25,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.entry, when run as a script
+from bench.entry import prepare  # noqa: E402
+
 PLUGINS = 30
 RUNS = 7
 
@@ -122,4 +125,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare(__doc__)
     main()

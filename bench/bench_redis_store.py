@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +27,9 @@ import aiohttp
 from ngym_redis.testing import RedisServer
 
 from ngym.child_server import free_port, start_environment, stop_process, wait_healthy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.entry, when run as a script
+from bench.entry import prepare  # noqa: E402
 
 ENV = "example_session_state_mgmt"
 DURATION = float(os.environ.get("NGYM_BENCH_SECONDS", "3"))
@@ -154,4 +158,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare(__doc__)
     main()

@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.bench_core, when run as a script
 
 from bench.bench_core import cpu_seconds, start  # noqa: E402
+from bench.entry import prepare  # noqa: E402
 from ngym.child_server import stop_process
 
 RUNS = 7
@@ -69,4 +70,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare(__doc__)
     main()

@@ -2,8 +2,9 @@
 request parsed, validated, its state read and written in Python) at ``ngym run --workers 2`` vs ``--workers 1``,
 side by side in one run, on both of ngym's multi-worker paths:
 
-* **redis**: sessions in a real ``redis-server`` (its own port and folder); uvicorn's workers share one socket and
-  any worker serves any request of any rollout;
+* **redis**: sessions in a real ``redis-server`` (its own port and folder); any worker serves any request of NeMo
+  Gym's wire; ``--workers 2`` runs behind HAProxy too when it is installed (ORS sessions and OpenEnv's HTTP
+  episodes stay in the worker that opened them), else as uvicorn's workers sharing one socket;
 * **affinity**: sessions in each process's memory (``NGYM_SESSION_STORE=memory``); ``--workers 2`` is HAProxy
   (``ngym/server/hosting/haproxy.py``) in front of two single-worker processes, routing every rollout by its session
   cookie to the process holding it. ``--workers 1`` is one process, no proxy (what a user would run).
@@ -30,7 +31,7 @@ both (HAProxy's and the workers' parts) is printed side by side: a change to the
 the code before it under the same load.
 
     .venv/bin/python bench/bench_workers.py [--seconds 4] [--rounds 5] [--connections 32] [--paths redis,affinity]
-        [--baseline DIR]
+        [--baseline DIR] [--environment NAME]
 """
 
 from __future__ import annotations
@@ -80,14 +81,16 @@ def machine_busy() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def start(workers: int, store: str, tree: Path = ROOT) -> tuple[subprocess.Popen[bytes], str]:
+def start(
+    workers: int, store: str, tree: Path = ROOT, environment: str = ENVIRONMENT
+) -> tuple[subprocess.Popen[bytes], str]:
     """``ngym run ENVIRONMENT --workers N`` with sessions in ``store`` (a redis URL, or ``memory``), from the ngym
     source tree ``tree`` (this one by default; another one's code comes first on ``PYTHONPATH``)."""
     port = free_port()
     env = {**os.environ, "NGYM_SESSION_STORE": store, "NGYM_SESSION_SECRET": "bench-workers"}
     if tree != ROOT:
         env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
-    cmd = [sys.executable, "-m", "ngym.cli", "run", ENVIRONMENT, "--port", str(port)]
+    cmd = [sys.executable, "-m", "ngym.cli", "run", environment, "--port", str(port)]
     proc = subprocess.Popen(
         [*cmd, "--workers", str(workers)], cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -275,6 +278,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--paths", default=",".join(PATHS), help="redis, affinity, or both")
     parser.add_argument("--baseline", type=Path, help="also serve the affinity path's --workers 2 from this tree")
+    parser.add_argument("--environment", default=ENVIRONMENT, help="a built-in with recorded example rollouts")
     args = parser.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     if not set(paths) <= set(PATHS):
@@ -297,11 +301,11 @@ def main() -> None:
             for path in paths:
                 for n in (1, 2):
                     store = redis.url if path == "redis" and redis is not None else "memory"
-                    servers[path, n] = start(n, store)
+                    servers[path, n] = start(n, store, environment=args.environment)
             if baseline is not None:
-                servers["baseline", 2] = start(2, "memory", baseline)
+                servers["baseline", 2] = start(2, "memory", baseline, args.environment)
             plan = Path(scratch) / "plan.tsv"
-            steps = write_plan(plan, ROLLOUTS)
+            steps = write_plan(plan, ROOT / "resources_servers" / args.environment / "data" / "example_rollouts.jsonl")
             for (path, _), (proc, url) in servers.items():  # warm-up
                 wrk(url, proc.pid, redis_pid if path == "redis" else None, plan, steps, 2, args.connections)
             for _ in range(args.rounds):
@@ -315,7 +319,7 @@ def main() -> None:
                 redis.stop()
     print(f"machine: {os.cpu_count()} cores, shared with other users (load average {os.getloadavg()[0]:.1f}); "
           f"wrk pinned to CPU 1, servers free; {args.rounds} alternating rounds of {args.seconds:.0f}s, "
-          f"{args.connections} connections; {ENVIRONMENT}")  # fmt: skip
+          f"{args.connections} connections; {args.environment}")  # fmt: skip
     print(
         "| sessions | workers | rollouts/s | server cores | of which HAProxy | rollouts per server CPU-s | "
         "redis cores | wrk cores | other tenants' cores | load average | non-2xx |\n" + "|---" * 11 + "|"
@@ -332,6 +336,19 @@ def main() -> None:
         print("\n".join(line for line in lines if line.startswith("|")))
         summaries.extend(line for line in lines if not line.startswith("|"))
     print("\n".join(summaries))
+    if "affinity" in paths:
+        print(result_line(results["affinity"]))
+
+
+def result_line(results: dict[int, list[dict[str, float]]]) -> str:
+    """The one line that says whether in-process state scales: the affinity path's 2 workers over 1 with the load
+    generator's cost set apart (2 x the median of the rounds' rollouts per server CPU-second, 2 over 1)."""
+    pairs = [b["rollouts_per_cpu_s"] / a["rollouts_per_cpu_s"] for a, b in zip(results[1], results[2], strict=True)]
+    one, (two, proxy) = per_rollout_us(results[1])[0], per_rollout_us(results[2])
+    return (
+        f"result: affinity --workers 2 / 1, load generator set apart: {2 * statistics.median(pairs):.2f}x "
+        f"(1.70x wanted; server CPU per rollout {one:.0f} -> {two:.0f} us, HAProxy {proxy:.0f} us of it)"
+    )
 
 
 if __name__ == "__main__":

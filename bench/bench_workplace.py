@@ -23,6 +23,9 @@ from workplace_assistant.workspace import WorkBenchData
 
 from ngym.testing import RolloutClient, app_for_class, serve_in_process
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.entry, when run as a script
+from bench.entry import prepare  # noqa: E402
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "workbench"
 DATA_DIR = os.environ.get("NGYM_WORKBENCH_DIR") or (str(SHARED) if (SHARED / "processed").is_dir() else None)
 N = int(os.environ.get("BENCH_N", "2000"))
@@ -91,4 +94,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    prepare(__doc__)
     sys.exit(main())

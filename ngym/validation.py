@@ -181,10 +181,11 @@ async def _replay_episode(http: Any, rollout: dict[str, Any]) -> dict[str, Any]:
 
 def by_failure(problems: list[tuple[int, str]]) -> str:
     """Row failures grouped by what failed: one entry per distinct message with its row count, so 25 rows
-    failing the same way (a missing data file) read as one line, not 25."""
+    failing the same way (a missing data file) read as one line, not 25. ``problems`` hold 0-based indices; rows
+    are shown numbered from 1, as the progress line and the file's lines count them."""
     rows_of: dict[str, list[int]] = {}
     for index, message in problems:
-        rows_of.setdefault(message, []).append(index)
+        rows_of.setdefault(message, []).append(index + 1)
     parts = []
     for message, rows in rows_of.items():
         shown = ", ".join(map(str, rows[:8])) + (", …" if len(rows) > 8 else "")
@@ -219,7 +220,7 @@ async def _replay(
         unscored = _unscored(verified)
         if unscored is not None:
             # Not a wrong reward but no reward: every other row would wait for the same dead service.
-            detail = f"row {index}: /verify could not score it ({unscored}); other rows not tried: is it running?"
+            detail = f"row {index + 1}: /verify could not score it ({unscored}); other rows not tried: is it running?"
             report.add("examples", False, detail)
             return unscored
         reward = verified.get("reward")
@@ -285,7 +286,8 @@ async def _soundness(
             if full and exempt:
                 detail += ", 1.0 allowed (always_full_reward)"
             elif full:
-                warnings.append(f"scored 1.0 on row(s) {full}: fine only if doing nothing is right there")
+                shown = [index + 1 for index in full]
+                warnings.append(f"scored 1.0 on row(s) {shown}: fine only if doing nothing is right there")
         report.add(f"soundness: {probe}", ok, detail, warnings)
 
 

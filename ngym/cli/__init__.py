@@ -91,7 +91,8 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ngym")
 def cli() -> None:
-    """ngym: build, serve, validate, containerize and load-test RL environments for LLM agents."""
+    """ngym: build, serve, validate, scale out and containerize the RL environments LLM agents train in, and train
+    on them with TRL, verl or SkyRL (docs/training.md)."""
 
 
 def main(args: list[str] | None = None) -> Any:

@@ -108,14 +108,17 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
     failed = {n: r for n, r in state.servers.items() if not r.ok}
     head = f"http://{state.head.host}:{state.head.port}"
     click.echo(f"global config: {spec.state_dir() / 'global_config.yaml'}")
-    click.echo(
-        f"head server:   {head}  (NeMo Gym: +head_server.host={state.head.host} +head_server.port={state.head.port})"
-    )
+    if state.head.ok:
+        nemo = f"+head_server.host={state.head.host} +head_server.port={state.head.port}"
+        click.echo(f"head server:   {head}  (NeMo Gym: {nemo})")
+    else:  # NeMo Gym's clients find every server through it: the fleet is not usable without it
+        click.echo(f"head server:   FAILED  {head}  {state.head.reason}")
     for name, record in state.servers.items():
         click.echo(f"  {name:<24} {'up' if record.ok else 'FAILED':<7} http://{record.host}:{record.port}")
-    if failed:
+    if failed or not state.head.ok:
+        names = [*([] if state.head.ok else ["(head)"]), *failed]
         click.echo(
-            f"ngym up: {len(failed)} of {len(state.servers)} failed: {', '.join(failed)} "
+            f"ngym up: {len(names)} of {len(state.servers) + 1} failed: {', '.join(names)} "
             f"(the others are up; `ngym down {fleet_file}` stops them)",
             err=True,
         )
@@ -125,7 +128,11 @@ def up(fleet_file: Path, startup_seconds: float) -> None:
 @click.command("status", short_help="Health, sessions, rollouts/s and errors of a fleet.")
 @click.argument("fleet_file", default="fleet.yaml", metavar="FLEET_FILE|URL")
 @click.option(
-    "--interval", type=float, default=1.0, show_default=True, help="Seconds between the two readings of a rate."
+    "--interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between the two readings of a rate (0: one reading, no rate).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON list of rows.")
 def status(fleet_file: str, interval: float, as_json: bool) -> None:

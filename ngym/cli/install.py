@@ -13,7 +13,7 @@ import click
 
 from ngym import installer
 from ngym.cli.progress import Ticker
-from ngym.errors import NgymError
+from ngym.errors import ConfigError, NgymError
 from ngym.plugins.entrypoints import ENVIRONMENT_GROUP, installed_entry_points
 from ngym.plugins.registry import reset_registry
 from ngym.plugins.sources import InstallSource, install_sources
@@ -46,7 +46,8 @@ def install(
     replace: bool,
     verbose: bool,
 ) -> None:
-    """Install plugins (PyPI names, folders, wheels) or NeMo Gym environments where ngym will find them.
+    """Install plugins (PyPI names, folders, wheels) or NeMo Gym, OpenEnv, verifiers and ORS environments where ngym
+    will find them.
 
     \b
     Examples:
@@ -213,7 +214,7 @@ def distribution_to_uninstall(package: str) -> str:
         return providers[0]
     environments = sorted(ep.name for ep in installed_entry_points(ENVIRONMENT_GROUP))
     hint = did_you_mean(package.partition(":")[2] or package.replace("-", "_"), environments)
-    raise click.UsageError(
+    raise ConfigError(  # the `ngym: error:` line, exit 2 (not click's usage block: the arguments were well formed)
         f"{package!r} is neither an installed distribution nor an installed environment{hint}"
         f" (environments: {', '.join(environments) or 'none'})"
     )

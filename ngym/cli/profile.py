@@ -39,7 +39,7 @@ def _fleet_target(target: str, fleet: str | None) -> str:
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="uvicorn workers of the environment ngym starts (NAME targets only).",
+    help="Workers of the environment ngym starts, as `ngym run --workers` (NAME targets only).",
 )
 @click.option(
     "--data",

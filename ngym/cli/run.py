@@ -182,7 +182,14 @@ def _spread_default_ports(specs: list[ServeSpec]) -> None:
 @click.argument("targets", nargs=-1, required=True)
 @click.option("--host", default=None, help="Interface to listen on (default from config, else 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default from config, else 8000; 0 picks a free one).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="uvicorn worker processes.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes serving one port: with sessions in Redis, uvicorn workers; else one process per worker behind "
+    "HAProxy, which keeps each rollout on the worker that seeded it.",
+)
 @click.option("--access-log/--no-access-log", default=False, help="Log every request.")
 @click.option(
     "--model-url",

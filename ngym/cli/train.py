@@ -40,6 +40,9 @@ def verl_tools(target: str, url: str | None, data: Path | None, timeout: float |
     is_url = target.startswith(("http://", "https://"))
     served_at = url or (target if is_url else None)
     if served_at is None:
+        from ngym.targets import resolve
+
+        resolve(target)  # a misspelt name is "no environment named ...; did you mean ...", not a missing --url
         raise ConfigError(f"{target} is not a URL: say where it is served with --url http://HOST:PORT")
     if not served_at.startswith(("http://", "https://")):
         raise ConfigError(f"--url {served_at}: not an http(s) URL")

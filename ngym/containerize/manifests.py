@@ -71,8 +71,16 @@ CMD ["nginx", "-g", "daemon off;"]
 REPLAYABLE_CALLS = ("seed_session", "close_session")
 
 
+#: Why the hash is not ``consistent``: nginx's consistent hash places its points by each ``server`` line's name, and
+#: ``env:PORT`` is one name for every replica (Compose's DNS gives all their addresses), so it picked the name and
+#: then went round robin over the addresses: half of a 2-replica rollout's calls reached the other replica (410).
+#: The plain hash picks an address (nginx resolves the replicas once, at start: there is nothing to keep consistent).
+_NOT_CONSISTENT = "\n    # (not `consistent`: one server name for every replica, see ngym.containerize.manifests)"
+
+
 def render_nginx_conf(spec: DeploySpec) -> str:
-    """nginx in front of the replicas: round robin (shared store), or hashed per rollout (affinity).
+    """nginx in front of the replicas: any replica for NeMo Gym's wire (shared store; ORS sessions and OpenEnv
+    episodes held over HTTP, which live in one replica's memory, still pinned), or hashed per rollout (affinity).
 
     A replica that dies is skipped: a refused connection or a connect timeout (a killed container's address
     stops answering without refusing, hence the short ``proxy_connect_timeout``) passes the call to the next
@@ -80,7 +88,7 @@ def render_nginx_conf(spec: DeploySpec) -> str:
     ``REPLAYABLE_CALLS`` with the shared store, which the next replica serves (docs/scale-out.md).
     """
     if spec.affinity:
-        balance = "    hash $ngym_affinity consistent;  # one rollout (or client) -> one replica\n"
+        balance = f"    hash $ngym_affinity;  # one rollout (or client) -> one replica{_NOT_CONSISTENT}\n"
         mapping = (
             "  # /ng-rollout/<id>/... pins a rollout to one replica; other requests are pinned by client address.\n"
             "  map $uri $ngym_affinity {\n"
@@ -89,8 +97,18 @@ def render_nginx_conf(spec: DeploySpec) -> str:
             "  }\n"
         )
     else:
-        balance = "    # round robin: every replica serves any request of any rollout (state lives in Redis)\n"
-        mapping = ""
+        balance = f"    hash $ngym_key;  # any replica; an ORS session or OpenEnv episode on its own{_NOT_CONSISTENT}\n"
+        mapping = (
+            "  # Sessions live in Redis, so any replica serves any request of NeMo Gym's wire (a random key per\n"
+            "  # request). An ORS session or an OpenEnv episode held between HTTP requests lives in the replica\n"
+            "  # that opened it: an ORS request goes by its X-Session-ID, an OpenEnv one by the client's address\n"
+            "  # (its episode ids are made by the replica).\n"
+            '  map "$http_x_session_id|$uri" $ngym_key {\n'
+            '    "~^(?<ors>[^|]+)\\|" $ors;\n'
+            '    "~^\\|/openenv/" $remote_addr;\n'
+            "    default $request_id;\n"
+            "  }\n"
+        )
 
     def location(match: str, next_upstream: str, comment: str) -> str:
         return (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -125,8 +126,13 @@ def finish(
             head_host,
             str(head_port),
         )
-        with recorded(state, state_dir):
-            state.head.process = spawn_server(head_cmd, logs / "head_server.log", cwd=spec.base_dir)
+        taken = port_taken(head_host, head_port)
+        if taken:  # else whatever listens there answers the readiness poll, and is reported as the head server
+            state.head.reason = taken
+            report.line(f"(head): FAILED: {taken}")
+        else:
+            with recorded(state, state_dir):
+                state.head.process = spawn_server(head_cmd, logs / "head_server.log", cwd=spec.base_dir)
     else:
         head.start(text)
         state.save(state_dir)
@@ -138,6 +144,11 @@ def finish(
             record.ok, record.reason = True, "external (not started by the fleet)"
             continue
         cmd, cwd = server_command(server, record.host, record.port, spec.base_dir)
+        taken = port_taken(record.host, record.port)
+        if taken:
+            record.reason = taken
+            report.line(f"{name}: FAILED: {taken}")
+            continue
         try:
             with recorded(state, state_dir):
                 record.process = spawn_server(cmd, logs / f"{name}.log", cwd=cwd, env=server_env(text, name))
@@ -231,6 +242,20 @@ def spawn_server(cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | Non
 
 def _health(record: ServerRecord, path: str = "/health", timeout: float = 2.0) -> dict[str, object]:
     return fetch_json(f"http://{record.host}:{record.port}{path}", timeout) or {}
+
+
+def port_taken(host: str, port: int) -> str:
+    """Why a server cannot listen on ``host:port`` (something else does), or "" when it can. Checked before a
+    server is started on a port the fleet file fixed: readiness is "anything answers there", which the other
+    process would pass (a head server reported up at a port another server held, `ngym up` exiting 0)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return f"cannot listen on {host}:{port}: {exc.strerror} (another process listens there)"
+    return ""
 
 
 def answers(record: ServerRecord, path: str) -> bool:

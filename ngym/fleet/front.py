@@ -22,14 +22,23 @@ from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
 def affinity_settings(env: EnvironmentSpec) -> tuple[str, float, int]:
     """The session cookie's name, the session TTL and the session cap a front's HAProxy needs (the
     environment's overrides, else the defaults of ``BaseResourcesServerConfig``)."""
+    return (
+        str(_setting(env, "session_cookie_name")),
+        float(_setting(env, "session_ttl_seconds")),
+        int(_setting(env, "max_sessions")),
+    )
+
+
+def header_limit(env: EnvironmentSpec) -> int:
+    """The largest request headers the environment's unit takes (``max_request_header_bytes``): its front's HAProxy
+    takes as much (``proxy_bufsize``)."""
+    return int(_setting(env, "max_request_header_bytes"))
+
+
+def _setting(env: EnvironmentSpec, key: str) -> Any:
     from ngym.server.pipeline.resources import BaseResourcesServerConfig
 
-    fields = BaseResourcesServerConfig.model_fields
-
-    def pick(key: str) -> Any:
-        return env.config.get(key, fields[key].default)
-
-    return str(pick("session_cookie_name")), float(pick("session_ttl_seconds")), int(pick("max_sessions"))
+    return env.config.get(key, BaseResourcesServerConfig.model_fields[key].default)
 
 
 def start_front(
@@ -52,6 +61,7 @@ def start_front(
                 cookie_name=cookie_name,
                 session_ttl_seconds=ttl,
                 max_sessions=max_sessions,
+                max_header_bytes=header_limit(env),
             )
         )
         log = folder / f"{name}.front.log"

@@ -19,6 +19,7 @@ from ngym.fleet.bringup import (
     Reporter,
     finish,
     new_state,
+    port_taken,
     record_maker,
     recorded,
     spawn_server,
@@ -63,6 +64,11 @@ def up(spec: FleetSpec, reporter: Reporter | None = None, startup_seconds: float
             record.process = None
             record.reason = str(exc)
             report.line(f"{name}: FAILED: {exc}")
+            continue
+        taken = "" if fronted else port_taken(unit_host, unit_port)  # a front binds the port itself, below
+        if taken:
+            record.reason = taken
+            report.line(f"{name}: FAILED: {taken}")
             continue
         with recorded(state, state_dir):
             record.process = spawn_server(cmd, log, cwd=spec.base_dir, env={**os.environ, **environment_env(env)})

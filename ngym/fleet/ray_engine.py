@@ -28,6 +28,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -38,7 +39,7 @@ from typing import Any
 
 from ngym.errors import NgymError
 from ngym.fleet.bringup import Reporter, answers, finish, new_state, stop_processes
-from ngym.fleet.front import affinity_settings
+from ngym.fleet.front import affinity_settings, header_limit
 from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.launch import environment_args, environment_env
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec
@@ -120,19 +121,39 @@ def actor_name(fleet: str, env: str, replica: int | None = None) -> str:
     return f"{fleet}/{env}" if replica is None else f"{fleet}/{env}#{replica}"
 
 
+def check_reachable(address: str) -> None:
+    """One clear error at once when nothing answers at a ``HOST:PORT`` Ray address: Ray's own client retries
+    without end (``ngym up`` and ``ngym down`` printed Ray's warnings for minutes). ``auto`` and ``ray://`` addresses
+    are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            return
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise NgymError(
+            f"no Ray cluster answers at {address} ({why}): start one there (ray start --head --port={port}), or "
+            "name where one runs (ray: {address: HOST:PORT} in the fleet file, or RAY_ADDRESS)"
+        ) from None
+
+
 def _connect(address: str | None) -> Any:
+    address = address or os.environ.get("RAY_ADDRESS") or "auto"
     try:
         import ray
     except ImportError:
         raise NgymError("the ray engine needs Ray: pip install 'ngym[ray]' (or `ray>=2.40`) on every node") from None
     if not ray.is_initialized():
+        check_reachable(address)
         # ray.init replaces the caller's SIGTERM handler with one that exits at once (`ngym up`'s turns SIGTERM
         # into the clean-up Ctrl-C gets): the caller's is put back
         main = threading.current_thread() is threading.main_thread()
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if main else {}
         try:
             ray.init(
-                address=address or os.environ.get("RAY_ADDRESS") or "auto",
+                address=address,
                 namespace=NAMESPACE,
                 log_to_driver=False,
                 logging_level=logging.WARNING,  # not Ray's "Connecting to existing Ray cluster" lines
@@ -319,7 +340,7 @@ def _front_environment(
     try:
         record.host, record.port = ray.get(front.reserve.remote(name, env.port or 0), timeout=60)
         cookie, ttl, cap = affinity_settings(env)
-        ray.get(front.route.remote(name, slots, cookie, ttl, cap), timeout=60)
+        ray.get(front.route.remote(name, slots, cookie, ttl, cap, header_limit(env)), timeout=60)
     except Exception as exc:
         record.reason = f"its HAProxy on the head node did not start: {_cause(exc)}"
         report.line(f"{name}: FAILED: {record.reason}")

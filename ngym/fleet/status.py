@@ -162,7 +162,16 @@ def url_status(url: str, interval: float = 1.0) -> list[ServerStatus]:
     rows = status_rows({url: record}, interval)
     for row in rows:
         row.url = url
+        if row.health == "down" and not row.reason:  # say why: a mistyped port reads as an environment that died
+            row.reason = "nothing answers GET /health there: is `ngym run` serving at this URL?"
     return rows
+
+
+def live_sessions_at(url: str) -> int | None:
+    """The live sessions of the `ngym run` at ``url``: every worker's of a ``--workers N`` set (its ``/health``
+    answers for the one worker it reaches), None when it does not say."""
+    (row, *_) = url_status(url, interval=0)
+    return row.live_sessions
 
 
 def status_rows(records: dict[str, ServerRecord], interval: float) -> list[ServerStatus]:
@@ -194,7 +203,8 @@ def status_rows(records: dict[str, ServerRecord], interval: float) -> list[Serve
             started, (_, before) = first.get(name, (time.monotonic(), ("", {})))
             earlier = (before.get("traffic") or {}).get("verified")
             elapsed = time.monotonic() - started
-            if isinstance(earlier, int) and isinstance(row.verified, int) and elapsed > 0:
+            # --interval 0 reads once: no rate to show ("-"), not a 0.0 that reads as an idle server
+            if interval > 0 and isinstance(earlier, int) and isinstance(row.verified, int) and elapsed > 0:
                 row.rollouts_per_second = round((row.verified - earlier) / elapsed, 2)
             if "replicas" in body:
                 row.reason = f"{body['replicas_up']}/{body['replicas']} replicas answer; counts summed over them"

@@ -268,7 +268,8 @@ class Registry:
             entry.error = f"{entry.name}: cannot load {entry.target}: {describe_exception(exc)}"
             return None
         server_class = cast("type[SimpleResourcesServer]", cls)  # validate_server_class checked it
-        description = entry.declared_description or server_class.describe() or ""
+        # a NeMo Gym environment says what it is in its YAML's `description:`, not in a docstring
+        description = entry.declared_description or server_class.describe() or str(fields.get("description") or "")
         entry.spec = ServerSpec(
             entry.name, server_class, domain, config_class, entry.distribution, entry.version, description
         )

@@ -208,9 +208,12 @@ class InstallSources:
             return found
         known = ", ".join(self.prefixes()) or "none"
         hint = did_you_mean(prefix, self.prefixes())
+        # A likely typo gets only its correction: "pip install ngym-<the typo>" would send the user to the package
+        # index for a name nobody publishes (or someone squats).
+        plugin = "" if hint else f"; ecosystem plugins are named ngym-<ecosystem>: pip install ngym-{prefix}"
         raise NgymError(
-            f"{prefix}: no installed plugin installs '{prefix}:' environments{hint} (installed sources: {known});"
-            f" ecosystem plugins are named ngym-<ecosystem>: pip install ngym-{prefix}"
+            f"{prefix}: no installed plugin installs '{prefix}:' environments{hint} (installed sources: {known})"
+            + plugin
         )
 
     def for_source(self, text: str) -> InstallSource | None:

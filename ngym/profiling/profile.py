@@ -11,7 +11,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ngym.errors import ConfigError
 from ngym.profiling.report import ProfileResult
@@ -63,18 +62,13 @@ def parse_duration(text: str) -> float:
     return int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0)
 
 
-def live_sessions(health: dict[str, Any] | None) -> int | None:
-    """``/health``'s ``live_sessions`` (None when the server does not say)."""
-    value = (health or {}).get("live_sessions")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def profile(
     options: ProfileOptions, progress: Callable[[str], None] | None = None
 ) -> tuple[ProfileResult | None, SweepResult | None]:
     """Run ``ngym profile``: one load run (``ProfileResult``) or a sweep (``SweepResult``)."""
     from ngym.profiling import runner  # noqa: I001 - first: Locust gevent-patches the process
     from ngym.child_server import fetch_health, serve_environment
+    from ngym.fleet.status import live_sessions_at
     from ngym.profiling.scenario import load_rows, resolve_scenario
     from ngym.profiling.sweep import run_sweep, user_steps, write_json, write_plot
     from ngym.profiling.target import resolve_target, resolve_url_target
@@ -106,7 +100,7 @@ def profile(
         def run_once(users: int, report_dir: Path | None, prefix: str) -> ProfileResult:
             spawn_rate = options.spawn_rate or float(users)
             say(f"ngym profile: {users} users (spawn rate {spawn_rate:g}/s) for {options.duration_s:g}s → {url}")
-            before = live_sessions(fetch_health(url, timeout=10.0))
+            before = live_sessions_at(url)  # every worker's: one /health answers for the worker it reaches
             result = runner.run_load(
                 host=url,
                 rows=rows,
@@ -121,7 +115,7 @@ def profile(
                 progress=progress,
                 reward_range=reward_range,
             )
-            after = live_sessions(fetch_health(url, timeout=10.0))
+            after = live_sessions_at(url)
             if before is not None and after is not None:
                 result.sessions_left_live = after - before
             return result

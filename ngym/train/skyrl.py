@@ -26,8 +26,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import skyrl_gym
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from ngym.train.needs import trainer_missing
+
+try:
+    import skyrl_gym
+    from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+except ModuleNotFoundError as missing:
+    raise trainer_missing(missing, "ngym.train.skyrl", "'skyrl-gym>=0.4'") from None
 
 from ngym.train.wire import Rollout, dataset_row, reward_of, sync_wire, visible_text
 

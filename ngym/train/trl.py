@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ngym.train.needs import trainer_missing
 from ngym.train.rows import declared_tools, load_rows, prompt_messages, responses_trajectory
 from ngym.train.tools import openapi_tools, tool_function
 from ngym.train.wire import DEFAULT_TIMEOUT, Rollout, reward_of, sync_wire
@@ -146,7 +147,11 @@ class TRLSlots:
         """The examples as a ``datasets.Dataset`` (imported here: only the trainer's venv needs ``datasets``)."""
         import importlib
 
-        return importlib.import_module("datasets").Dataset.from_list(self.examples)
+        try:
+            datasets = importlib.import_module("datasets")
+        except ModuleNotFoundError as missing:
+            raise trainer_missing(missing, "ngym.train.trl's train_dataset", "trl (it brings datasets)") from None
+        return datasets.Dataset.from_list(self.examples)
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """``train_dataset``, ``environment_factory`` and ``reward_funcs``, for ``GRPOTrainer(**...)``."""

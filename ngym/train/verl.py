@@ -35,8 +35,13 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
 
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+from ngym.train.needs import trainer_missing
+
+try:
+    from verl.tools.base_tool import BaseTool
+    from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+except ModuleNotFoundError as missing:
+    raise trainer_missing(missing, "ngym.train.verl", "'verl>=0.9.1'") from None
 
 from ngym.train.wire import (
     AsyncWire,

@@ -351,6 +351,29 @@ async def test_a_taskset_wide_toolset_is_served_with_each_rollouts_state(notes_r
 #: What a model may send for ``add(a: int, b: int)``: numbers as strings, an integral float, a fractional one.
 TYPED_CALLS = [{"a": 3, "b": 4}, {"a": "3", "b": "4"}, {"a": 3.0, "b": 4}, {"a": 3.7, "b": 4}, {"a": 3}]
 
+#: What a model may send for ``label(flag: bool, tags: list[int], where: Point, note: str | None = None, times:
+#: int = 2)``: bools as strings and numbers, lists of other types, a nested object with extra or missing fields,
+#: optional and defaulted parameters left out or null, extra and missing arguments.
+LABEL_CALLS = [
+    {"flag": True, "tags": [1, 2], "where": {"x": 1}},
+    {"flag": "true", "tags": ["1", 2.0], "where": {"x": "3", "y": "1.5"}},
+    {"flag": 1, "tags": [], "where": {"x": 1, "y": 2}, "note": "n", "times": 5},
+    {"flag": "yes", "tags": [1], "where": {"x": 1}, "note": None},
+    {"flag": 2, "tags": [1], "where": {"x": 1}},
+    {"flag": True, "tags": "1,2", "where": {"x": 1}},
+    {"flag": True, "tags": [1.5], "where": {"x": 1}},
+    {"flag": True, "tags": [1], "where": {"x": 1, "z": 9}},
+    {"flag": True, "tags": [1], "where": {"y": 1}},
+    {"flag": True, "tags": [1], "where": [1, 2]},
+    {"flag": True, "tags": [1], "where": '{"x": 1}'},
+    {"flag": True, "tags": [1], "where": {"x": 1}, "times": None},
+    {"flag": True, "tags": [1], "where": {"x": 1}, "extra": 1},
+    {"flag": True, "where": {"x": 1}},
+    {"flag": None, "tags": [1], "where": {"x": 1}},
+    {},
+]
+TYPED_CALLS_BY_TOOL = {"add": TYPED_CALLS, "label": LABEL_CALLS}
+
 #: verifiers' own tool server (MCPServer with the toolset registered, as ``Toolset._serve`` does), called in process
 #: in the environment's venv; the text is what verifiers' harness shows the model (``mcp_content_to_chat_content``).
 VERIFIERS_TOOL_SERVER = """
@@ -364,9 +387,9 @@ async def main():
     server = MCPServer("calc")
     toolset.register(server)
     out = []
-    for arguments in json.loads(sys.argv[1]):
+    for tool, arguments in json.loads(sys.argv[1]):
         try:
-            result = await server.call_tool("add", arguments)
+            result = await server.call_tool(tool, arguments)
             out.append([mcp_content_to_chat_content(result.content), bool(result.is_error)])
         except Exception as exc:  # what MCPServer's call handler turns into an error result
             out.append([str(exc), True])
@@ -378,21 +401,26 @@ asyncio.run(main())
 
 async def test_tool_arguments_are_validated_as_verifiers_validates_them(notes_record: Any) -> None:
     """Numbers as strings are coerced, an integral float is an int, a fractional float and a missing argument are
-    the same errors, with the same text, as verifiers' own tool server gives the model."""
+    the same errors, with the same text, as verifiers' own tool server gives the model; so are bools, lists, a
+    nested object, optional and defaulted parameters, extra and missing arguments."""
     from ngym_verifiers.install import copy_module
     from ngym_verifiers.process import Worker
 
     copy_module(Path(notes_record.python), FIXTURES / "vf_typed.py")
-    theirs = run_in_venv(notes_record.python, "-c", VERIFIERS_TOOL_SERVER, json.dumps(TYPED_CALLS))
+    calls = [(tool, arguments) for tool, listed in TYPED_CALLS_BY_TOOL.items() for arguments in listed]
+    theirs = run_in_venv(notes_record.python, "-c", VERIFIERS_TOOL_SERVER, json.dumps(calls))
     worker = await Worker.start(notes_record.python, "vf_typed")
     try:
         await worker.ask("seed", session="s", row={"idx": 0})
         ours = []
-        for arguments in TYPED_CALLS:
-            answer = await worker.ask("tool", session="s", name="calc_add", arguments=arguments)
+        for tool, arguments in calls:
+            answer = await worker.ask("tool", session="s", name=f"calc_{tool}", arguments=arguments)
             ours.append([answer["output"], bool(answer.get("is_error"))])
     finally:
         await worker.stop()
     assert [o[0] for o in ours[:3]] == ["7", "7", "7"]  # "3" + "4" is 7, not "34"; 3.0 is 3, not "7.0"
     assert ours[3][1] and "int_from_float" in ours[3][0]
-    assert ours == theirs
+    differing = [
+        f"{c}\n  ngym:      {o}\n  verifiers: {t}" for c, o, t in zip(calls, ours, theirs, strict=False) if o != t
+    ]
+    assert ours == theirs, "\n".join(differing)

@@ -168,6 +168,29 @@ def project(
         assert project.containers(docker_client) == []
 
 
+def held_episodes(url: str, count: int) -> dict[str, dict[int, int]]:
+    """``count`` counter episodes over ORS and over OpenEnv's HTTP ``/reset`` + ``/step``, each request on a
+    connection of its own: statuses by front."""
+    seen: dict[str, dict[int, int]] = {"ors": {}, "openenv": {}}
+
+    def post(front: str, path: str, **options: Any) -> httpx.Response:
+        answer = httpx.post(f"{url}{path}", timeout=30, **options)
+        seen[front][answer.status_code] = seen[front].get(answer.status_code, 0) + 1
+        return answer
+
+    row = {"responses_create_params": {"input": "count"}, "initial_count": 0, "expected_count": 2}
+    for _ in range(count):
+        opened = httpx.post(f"{url}/ors/create_session", timeout=30)
+        sid = next(line[6:].strip() for line in opened.text.splitlines() if line.startswith("data: "))
+        post("ors", "/ors/create", headers={"x-session-id": sid}, json={"task_spec": row})
+        for name, arguments in (("increment_counter", {"count": 1}),) * 2 + (("submit_answer", {"answer": "2"}),):
+            post("ors", "/ors/call", headers={"x-session-id": sid}, json={"name": name, "input": arguments})
+        cookies = dict(post("openenv", "/openenv/reset", json={"row": row}).cookies)
+        for action in ({"tool_name": "increment_counter", "arguments": {"count": 1}},) * 2 + ({"message": "2"},):
+            post("openenv", "/openenv/step", json={"action": action}, cookies=cookies)
+    return seen
+
+
 def test_compose_project_serves_profile_load_and_survives_a_killed_replica(
     project: Project, docker_client: Any
 ) -> None:
@@ -193,6 +216,10 @@ def test_compose_project_serves_profile_load_and_survives_a_killed_replica(
     served = {c.name: rx_bytes(c) - before[c.name] for c in replicas}
     total = sum(served.values())
     assert all(share > total / (3 * REPLICAS) for share in served.values()), served  # round robin, not one replica
+
+    # 1b. an ORS session and an OpenEnv episode held over HTTP live in one replica's memory: every request of
+    # each (a connection of its own, as their clients send them) reaches it (round robin: 10 of 20 ORS calls 404)
+    assert held_episodes(project.url, 6) == {"ors": {200: 24}, "openenv": {200: 24}}
 
     # 2. kill one replica under load: the survivors serve every later call of every rollout
     victim, survivors = replicas[1], [replicas[0], replicas[2]]

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from ngym.child_server import free_port
+from ngym.server.hosting.haproxy import DEFAULT_HAPROXY_NICE
 from ngym.testing import make_response
 from tests.integration.conftest import VENV_BIN, HandCookieClient
 
@@ -44,6 +45,11 @@ def counter_rollout(url: str, i: int, steps: int = 3, pause: float = 0.0) -> dic
             return {"worker": worker, "tool_status": step.status_code, "tool_answer": step.text[:300]}
     verified = client.post("/verify", {**row, "response": make_response()})
     return {"worker": worker, "verify_status": verified.status_code, **(verified.json() if verified.is_success else {})}
+
+
+def nice_of(pid: int) -> int:
+    """The nice value of ``pid`` (``/proc/PID/stat``, field 19)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[16])
 
 
 def children(pid: int) -> list[int]:
@@ -115,6 +121,10 @@ def test_two_workers_of_a_stateful_environment_score_every_rollout_right(serve) 
     ]
     assert all(stat.S_ISSOCK((folder / f"w{i}.sock").stat().st_mode) for i in range(2))
     assert not tcp_listeners(workers), "a worker listens on a TCP port"
+    # HAProxy runs below the workers' priority (it relays several requests per wake-up); the workers at the
+    # supervisor's own
+    assert nice_of(proxy[0]) == min(19, nice_of(served.proc.pid) + DEFAULT_HAPROXY_NICE)
+    assert [nice_of(w) for w in workers] == [nice_of(served.proc.pid)] * 2
     code, out = served.stop(signal.SIGTERM)
     assert code == 0, out
     time.sleep(0.5)

@@ -7,10 +7,12 @@ others come up; ``status`` counts rollouts; ``down`` leaves no process (uvicorn 
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -190,3 +192,29 @@ def _response() -> dict[str, Any]:
         "id": "r", "created_at": 0, "model": "m", "object": "response", "output": [],
         "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
     }  # fmt: skip
+
+
+def test_a_head_server_port_another_process_holds_fails_up(tmp_path: Path, env: dict[str, str]) -> None:
+    """`head_server: {port: P}` with another server on P: the head server could not listen, but that server answered
+    the readiness poll, so `up` said the head was up there and exited 0, and `status` showed it ok, while NeMo Gym's
+    clients pointed at it got the other server's 404s. Now the head is named FAILED with why, and `up` exits 1."""
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()  # answers GET / with 200, as a server would
+    port = other.server_address[1]
+    fleet = {"name": "taken", "head_server": {"port": port}, "environments": {"weather": "example_single_tool_call"}}
+    (tmp_path / "fleet.yaml").write_text(json.dumps(fleet))
+    try:
+        up = ngym("up", "fleet.yaml", cwd=tmp_path, env=env)
+        try:
+            assert up.returncode == 1 and "Traceback" not in up.stderr, up.stdout + up.stderr
+            assert f"(head): FAILED: cannot listen on 127.0.0.1:{port}" in up.stderr, up.stderr
+            assert "head server:   FAILED" in up.stdout, up.stdout
+            status = ngym("status", "fleet.yaml", "--json", "--interval", "0", cwd=tmp_path, env=env)
+            rows = {r["name"]: r["health"] for r in json.loads(status.stdout)}
+            assert rows == {"(head)": "failed", "weather": "ok"} and status.returncode == 1, status.stdout
+        finally:
+            down = ngym("down", "fleet.yaml", cwd=tmp_path, env=env)
+        assert down.returncode == 0, down.stderr
+    finally:
+        other.shutdown()
+        other.server_close()

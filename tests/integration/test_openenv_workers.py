@@ -84,3 +84,26 @@ def test_openenv_http_episodes_stay_on_their_worker(serve) -> None:  # type: ign
     assert all(set(r["statuses"]) == {200} and r["errors"] == [None] * 3 for r in by_id), by_id
     assert all(r["socket"]["type"] == "observation" for r in by_id), [r["socket"] for r in by_id]
     assert all(len(r["workers"]) == 1 for r in by_id)
+    assert twice_named(served.url) == {"one header": 400, "two headers": 400, "query": "SESSION_ERROR", "mcp": 400}
+
+
+def twice_named(url: str) -> dict[str, Any]:
+    """Requests naming two episodes, one held by each worker: refused, by the proxy or the worker (each used to be
+    routed by the first name and served by the last: a 409 "no episode", or a new episode for a reset)."""
+    held: dict[str, str] = {}
+    with httpx.Client(base_url=f"{url}/openenv", timeout=60) as http:
+        while len(held) < 2:
+            reset = http.post("/reset", json={})
+            held[reset.headers["x-ngym-worker"]] = reset.cookies["ngym-openenv-episode"]
+            http.cookies.clear()
+        first, second = held["w0"], held["w1"]
+        name = "ngym-openenv-episode"
+        step = {"action": {"tool_name": "get_counter_value", "arguments": {}}}
+        one = http.post("/step", json=step, headers={"cookie": f"{name}={first}; {name}={second}"})
+        two = http.post("/step", json=step, headers=[("cookie", f"{name}={first}"), ("cookie", f"{name}={second}")])
+        body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_counter_value","session_id":"%s",'
+        mcp = http.post("/mcp", content=body % first + f'"session_id":"{second}"}}}}')
+    ws_url = url.replace("http://", "ws://") + f"/openenv/ws?session_id={first}&session_id={second}"
+    with connect(ws_url, open_timeout=30) as socket:
+        query = json.loads(socket.recv(timeout=30))["data"]["code"]
+    return {"one header": one.status_code, "two headers": two.status_code, "query": query, "mcp": mcp.status_code}

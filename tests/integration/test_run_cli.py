@@ -138,6 +138,20 @@ def test_several_workers_on_the_memory_store_without_haproxy_is_one_clear_line(t
     assert "Traceback" not in result.stderr
 
 
+def test_a_bad_haproxy_nice_is_one_clear_line() -> None:
+    """NGYM_HAPROXY_NICE (how far below the workers HAProxy runs) that is not 0-19: one line naming it, exit 2."""
+    result = subprocess.run(
+        [str(VENV_BIN / "ngym"), "run", "example_session_state_mgmt", "--workers", "2", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "NGYM_HAPROXY_NICE": "ten", "NGYM_SESSION_STORE": "memory"},
+    )
+    assert result.returncode == 2, result.stderr
+    assert "NGYM_HAPROXY_NICE='ten': expected a number of nice levels from 0 to 19" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_health_names_the_plugin(serve) -> None:  # type: ignore[no-untyped-def]
     import httpx
 

@@ -88,6 +88,7 @@ def test_status_of_an_ngym_run_url_reads_each_worker(two_workers: str, tmp_path:
     assert status.returncode == 0, status.stderr
     (row,) = json.loads(status.stdout)
     check_parts(row, sessions, sent)
+    assert row["rollouts_per_second"] is None  # one reading: no rate (it read 0.0, as an idle server would)
     human = ngym("status", two_workers, "--interval", "0", cwd=tmp_path).stdout.splitlines()
     assert human[0].split()[:6] == ["server", "kind", "health", "sessions", "session", "bytes"]
     assert [line.split()[:4] for line in human[2:]] == [
@@ -101,3 +102,19 @@ def test_status_of_a_url_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     assert status.returncode != 0 and "Traceback" not in status.stderr
     down = ngym("status", f"http://127.0.0.1:{free_port()}", "--json", "--interval", "0", cwd=tmp_path)
     assert down.returncode == 1 and json.loads(down.stdout)[0]["health"] == "down"
+    # and the table says why, not only "down" (a mistyped port reads as an environment that died)
+    table = ngym("status", f"http://127.0.0.1:{free_port()}", "--interval", "0", cwd=tmp_path)
+    assert table.returncode == 1 and "nothing answers GET /health there" in table.stdout, table.stdout
+
+
+def test_profile_counts_the_sessions_of_every_worker(two_workers: str) -> None:
+    """`ngym profile` reads the sessions a run left live from every worker of a `--workers N` server
+    (`live_sessions_at`); one `GET /health` answers for the one worker it reaches, so a run's leaked sessions on
+    the other worker read as none."""
+    from ngym.fleet.status import live_sessions_at
+
+    sessions, _ = open_sessions(two_workers, 8)
+    assert set(sessions) == {"w0", "w1"}
+    assert live_sessions_at(two_workers) == 8
+    one = httpx.get(f"{two_workers}/health", timeout=30).json()["live_sessions"]
+    assert one in (sessions["w0"], sessions["w1"]) and one < 8  # what profile read before

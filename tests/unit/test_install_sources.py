@@ -71,8 +71,12 @@ def test_a_prefix_two_plugins_register_names_both() -> None:
 
 def test_an_unknown_prefix_is_one_line_naming_the_installed_sources() -> None:
     sources = sources_of(("fake", Recorder("fake")))
-    with pytest.raises(NgymError, match=r"fakr: no installed plugin installs 'fakr:'.*did you mean 'fake'.*ngym-fakr"):
+    with pytest.raises(NgymError, match=r"fakr: no installed plugin installs 'fakr:'.*did you mean 'fake'") as typo:
         sources.named("fakr")
+    # a typo is not sent to the package index for a plugin named after it
+    assert "pip install" not in str(typo.value)
+    with pytest.raises(NgymError, match=r"mycatalogue: no installed plugin.*pip install ngym-mycatalogue"):
+        sources.named("mycatalogue")
 
 
 @pytest.fixture

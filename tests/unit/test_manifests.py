@@ -109,7 +109,10 @@ def test_compose_has_replicas_redis_secret_env_file_and_healthchecks() -> None:
     assert services["redis"]["build"]["args"]["BASE_IMAGE"] == SHARED.base_image
     assert services["lb"]["ports"] == ["${NGYM_BIND:-0.0.0.0}:${NGYM_PORT:-8000}:8000"] and "ports" not in env
     assert "FROM ${BASE_IMAGE}" in files["redis/Dockerfile"] and "redis-server" in files["redis/Dockerfile"]
-    assert "server env:8000" in files["lb/nginx.conf"] and "hash" not in files["lb/nginx.conf"]
+    conf = files["lb/nginx.conf"]
+    assert "server env:8000" in conf and "hash $ngym_key;" in conf and " consistent;" not in conf
+    # any replica for NeMo Gym's wire (a random key per request); ORS sessions by id, OpenEnv by client address
+    assert "default $request_id;" in conf and '"~^(?<ors>[^|]+)\\|" $ors;' in conf and "$remote_addr;" in conf
 
 
 def test_compose_for_an_affinity_env_pins_rollouts_and_has_no_redis() -> None:
@@ -118,7 +121,8 @@ def test_compose_for_an_affinity_env_pins_rollouts_and_has_no_redis() -> None:
     assert "redis" not in services and "redis/Dockerfile" not in files
     assert services["env"]["environment"]["NGYM_SESSION_STORE"] == "memory"
     conf = render_nginx_conf(PINNED)
-    assert "hash $ngym_affinity consistent;" in conf and "~^/ng-rollout/(?<rollout>[^/]+)/ $rollout;" in conf
+    assert "hash $ngym_affinity;" in conf and " consistent;" not in conf  # consistent: round robin over replicas
+    assert "~^/ng-rollout/(?<rollout>[^/]+)/ $rollout;" in conf
 
 
 def test_nginx_skips_a_dead_replica_and_replays_only_calls_safe_to_repeat() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -314,3 +315,103 @@ def test_a_lost_session_is_no_reward_never_zero() -> None:
             final = socket.receive_json()["data"]
         assert final["reward"] is None and final["done"] is True
         assert final["metadata"] == {"masked": True, "failure_kind": "session_lost"}
+
+
+def test_a_flood_of_new_episodes_never_ends_one_in_progress() -> None:
+    """``openenv/session/create`` and cookie-less ``/reset`` requests past ``max_sessions`` let go of episodes that
+    hold no session (never reset, finished) and are refused past that; the episodes in progress carry on.
+    (Each new episode let go of the oldest held one, in progress or not: 30 creates ended 6 of 6.)"""
+    rollout = _rollouts("example_single_tool_call")[0]
+    step = {"action": {"tool_name": "get_weather", "arguments": {"city": "Oslo"}}}
+    with _environment("example_single_tool_call", max_sessions=4) as app, TestClient(app) as client:
+
+        def rpc(method: str, **params: Any) -> dict[str, Any]:
+            body = {"jsonrpc": "2.0", "method": method, "params": params, "id": 1}
+            answer: dict[str, Any] = client.post(f"{MOUNT_PATH}/mcp", json=body).json()
+            return answer
+
+        def reset() -> dict[str, str]:
+            answer = client.post(f"{MOUNT_PATH}/reset", json={"row": dataset_row(rollout)})
+            assert answer.status_code == 200
+            client.cookies.clear()
+            return dict(answer.cookies)
+
+        cookies = [reset(), reset()]
+        held = rpc("openenv/session/create")["result"]["session_id"]
+        assert rpc("tools/call", name="get_weather", arguments={"city": "Oslo"}, session_id=held)["result"]
+        done = client.post(f"{MOUNT_PATH}/step", json={"action": {"message": "hi"}}, cookies=reset())
+        assert done.json()["done"] is True
+        client.cookies.clear()
+        for _ in range(20):
+            assert "result" in rpc("openenv/session/create")  # each lets go of an empty or finished one
+        cookies.append(reset())  # a fourth session: the bound is max_sessions=4
+        for _ in range(5):
+            over = client.post(f"{MOUNT_PATH}/reset", json={})
+            assert over.status_code == 503 and "session limit" in over.json()["detail"]
+            client.cookies.clear()
+            assert "session limit" in rpc("openenv/session/create")["error"]["message"]
+        for jar in cookies:
+            answer = client.post(f"{MOUNT_PATH}/step", json=step, cookies=jar)
+            assert answer.status_code == 200 and answer.json()["observation"]["error"] is None, answer.text
+        assert "result" in rpc("tools/call", name="get_weather", arguments={"city": "x"}, session_id=held)
+
+
+def test_abandoned_http_episodes_are_let_go_after_the_session_ttl() -> None:
+    """An episode nobody names for longer than ``session_ttl_seconds`` is let go (its trajectory freed, its session
+    closed) when a new one opens; one named meanwhile is kept."""
+    with _environment("example_single_tool_call", session_ttl_seconds=60) as app, TestClient(app) as client:
+        kept = dict(client.post(f"{MOUNT_PATH}/reset", json={"task_index": 0}).cookies)
+        client.cookies.clear()
+        client.post(f"{MOUNT_PATH}/reset", json={"task_index": 0})
+        client.cookies.clear()
+        front = _front(app).app.state.front  # type: ignore[attr-defined]
+        for episode in front.episodes.values():
+            episode.last_used -= 120  # two TTLs ago
+        front._swept -= 120
+        assert client.get(f"{MOUNT_PATH}/state", cookies=kept).json()["step_count"] == 0  # named now: kept
+        client.cookies.clear()
+        client.post(f"{MOUNT_PATH}/reset", json={"task_index": 0})
+        assert len(front.episodes) == 2 and kept["ngym-openenv-episode"] in front.episodes
+        assert _live_sessions(app) == 2
+
+
+def test_abandoned_http_episodes_are_let_go_by_the_servers_sweep() -> None:
+    """The server's session sweep lets go of the held episodes it expired, though no new episode opens."""
+    with _environment("example_single_tool_call", session_ttl_seconds=60) as app, TestClient(app) as client:
+        client.post(f"{MOUNT_PATH}/reset", json={"task_index": 0})
+        front = _front(app).app.state.front  # type: ignore[attr-defined]
+        sessions = front.server.sessions
+        later = time.monotonic() + 120
+        sessions.store._clock = lambda: later
+        for episode in front.episodes.values():
+            episode.last_used -= 120
+        assert client.portal is not None
+        client.portal.call(sessions.sweep)
+        assert len(front.episodes) == 0 and _live_sessions(app) == 0
+
+
+def test_an_episode_of_another_worker_is_not_answered_as_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind ``--workers 2`` a request for an episode reaches another worker only while its own is down: it is
+    answered 503 "retry" (``/step``, ``/state``; an error naming it on the WebSocket and over MCP), never 409 "no
+    episode, POST /reset first", which would have the client give up a live episode."""
+    from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
+
+    monkeypatch.setenv(ROUTE_SLOT_ENV, "0/2")
+    theirs, unknown = RouteSlot.parse("1/2").new_id(), RouteSlot.parse("0/2").new_id()
+    step = {"action": {"tool_name": "get_weather", "arguments": {"city": "Oslo"}}}
+    with _environment("example_single_tool_call") as app, TestClient(app) as client:
+        client.cookies.set("ngym-openenv-episode", theirs)
+        for answer in (client.post(f"{MOUNT_PATH}/step", json=step), client.get(f"{MOUNT_PATH}/state")):
+            assert answer.status_code == 503 and "belongs to another worker" in answer.json()["detail"]
+        client.cookies.set("ngym-openenv-episode", unknown)
+        assert client.post(f"{MOUNT_PATH}/step", json=step).status_code == 409  # this worker's own: no such episode
+        client.cookies.clear()
+        with client.websocket_connect(f"{MOUNT_PATH}/ws?session_id={theirs}") as socket:
+            assert "belongs to another worker" in socket.receive_json()["data"]["message"]
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "get_weather", "session_id": theirs},
+        }
+        assert "belongs to another worker" in client.post(f"{MOUNT_PATH}/mcp", json=call).json()["error"]["message"]

@@ -208,6 +208,19 @@ def test_entry_point_environment_is_listed_without_import(site: Path) -> None:
     assert row.description == "Listed from its entry point."
 
 
+def test_an_environment_without_a_docstring_is_described_by_its_config(site: Path) -> None:
+    """A NeMo Gym environment installed by `ngym install nemo-gym:` says what it is in its YAML (`description:`),
+    not in a docstring: `ngym list` showed it with an empty description."""
+    env_dist(site, "yaml_described_env", doc="")
+    (site / "configs").mkdir()
+    (site / "configs" / "yaml_described_env.yaml").write_text(
+        "yaml_described_env:\n  resources_servers:\n    yaml_described_env:\n      entrypoint: app.py\n"
+        "      domain: agent\n      description: Described in its config.\n"
+    )
+    row = rows_by_name(build_registry(make_plugin_manager()))["yaml_described_env"]
+    assert (row.status, row.description) == ("ok", "Described in its config."), row
+
+
 def test_mathz_plugin_is_listed_broken_with_valid_domains(site: Path) -> None:
     env_dist(site, "mathz_env", domain='"mathz"')
     env_dist(site, "fine_env")
@@ -355,6 +368,9 @@ def test_ngym_uninstall_works_with_a_broken_plugin_installed(site: Path, tmp_pat
         assert done.returncode == 2, done.stderr
         assert "'ngym-not-installed-anywhere' is neither an installed distribution" in done.stderr
         assert "importerror_env" in done.stderr and "Traceback" not in done.stderr
+        # one line, as every other ngym error (not click's usage block: "Usage: ...", "Try ...", "Error: ...")
+        assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
+        assert done.stderr.startswith("ngym: error: "), done.stderr
     listed = subprocess.run(  # the same site is broken for the commands that do load plugins
         [sys.executable, "-m", "ngym.cli", "list"],
         env={**env, STRICT_ENV: "1"},

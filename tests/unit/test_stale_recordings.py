@@ -34,3 +34,13 @@ def test_rollout_with_the_replay_model_says_a_recording_may_be_stale(tmp_path: P
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "row 0: recorded" in done.stdout and "the recording may be stale" in done.stdout
+
+
+def test_validate_numbers_a_stale_recording_as_the_file_does(tmp_path: Path) -> None:
+    """The first recorded rollout is "row 1", as the progress line and the file's first line count it: "row 0"
+    sent a reader to the second line, whose recorded reward is not the one the message names."""
+    folder = fresh_environment(tmp_path)
+    _stale(folder)
+    done = run_ngym("validate", str(folder), cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "row 1: reward 1.0 != recorded 0.0" in done.stdout, done.stdout

@@ -108,6 +108,8 @@ def test_verl_tools_bad_input_is_one_line_and_nonzero() -> None:
         (["example_single_tool_call"], "--url"),
         (["http://127.0.0.1:9"], "cannot reach"),
         (["no_such_environment_anywhere", "--url", "http://x:1"], "no_such_environment_anywhere"),
+        # a misspelt name without --url: the name is what is wrong, not the missing --url
+        (["exmaple_single_tool_call"], "did you mean 'example_single_tool_call'"),
         (["example_single_tool_call", "--url", "ftp://x"], "not an http"),
         (["example_single_tool_call", "--url", "http://x:1", "--data", "/nonexistent.jsonl"], "nonexistent"),
     ]:

@@ -43,7 +43,7 @@ def test_validate_says_each_distinct_failure_once_without_tracebacks(tmp_path: P
     assert quiet.returncode == 1
     assert "Traceback" not in quiet.stdout + quiet.stderr
     assert quiet.stdout.count("words.txt not found") == 2, quiet.stdout  # examples + the first soundness probe
-    assert "5 rows (0, 1, 2, 3, 4)" in quiet.stdout and "the same failure as soundness: empty response" in quiet.stdout
+    assert "5 rows (1, 2, 3, 4, 5)" in quiet.stdout and "the same failure as soundness: empty response" in quiet.stdout
     assert len(quiet.stdout.splitlines()) <= 10
     verbose = subprocess.run(
         [sys.executable, "-m", "ngym.cli", "validate", "-v", str(config)], capture_output=True, text=True, timeout=120

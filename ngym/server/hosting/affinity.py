@@ -35,8 +35,9 @@ from typing import Any
 
 from ngym import processes
 from ngym.child_python import python_module
-from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config, haproxy_nice, lower_priority
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
+from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
 
 log = logging.getLogger("ngym.serve")
@@ -154,11 +155,13 @@ class AffineWorkers:
         session_ttl_seconds: float,
         max_sessions: int,
         access_log: bool = False,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     ) -> None:
         self.spec = spec
         self.public = public
         self.access_log = access_log
         self.haproxy_bin = haproxy_binary()  # ConfigError with the install hint, before anything starts
+        self.haproxy_nice = haproxy_nice()  # ConfigError naming NGYM_HAPROXY_NICE, before anything starts
         sweep_stale_folders()  # what supervisors killed outright left
         # mode 0700 (the workers' sockets are in it), named by this process so a later sweep knows when it is gone
         self._dir = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
@@ -180,6 +183,7 @@ class AffineWorkers:
                 max_sessions=max_sessions,
                 stats_socket=str(self.stats_socket),
                 stride=self.outer_slot.stride,
+                max_header_bytes=max_header_bytes,
             )
         )
 
@@ -210,8 +214,13 @@ class AffineWorkers:
             raise RuntimeError(f"HAProxy refused ngym's configuration: {check.stderr.strip() or check.stdout.strip()}")
         self.haproxy = processes.spawn(
             [self.haproxy_bin, "-db", "-f", str(self.config_path)], processes.INHERIT,
-            pass_fds=(self.public.fileno(),), new_session=False, preexec_fn=_die_with_parent,
+            pass_fds=(self.public.fileno(),), new_session=False, preexec_fn=self._haproxy_child,
         )  # fmt: skip
+
+    def _haproxy_child(self) -> None:
+        """In HAProxy's process before exec: SIGTERM when the supervisor dies; below the workers' priority."""
+        _die_with_parent()
+        lower_priority(self.haproxy_nice)
 
     def start(self) -> None:
         """Start the workers, wait until each answers ``/livez``, then start HAProxy in front of them."""

@@ -25,8 +25,10 @@ What it costs: about a quarter of what the counter example's worker takes per re
 (``bench/bench_workers.py``). A profile of HAProxy under load (``perf``) puts two thirds of it in the kernel
 (reading the client's request and writing the answer back over TCP, the hop to the worker, being woken per
 request) and under 3 % in the routing rules below; dropping rules, ``field`` for ``regsub``, no response header
-or no body buffering measured no difference. So the hop to a local worker is a unix socket (``Backend.unix_socket``;
-cheaper for HAProxy and the worker than loopback TCP), and the rules stay written for what they route.
+or no body buffering measured no difference (``bench/bench_haproxy_floor.py``: a bare relay with no rule costs
+nearly what this configuration does). So the hop to a local worker is a unix socket (``Backend.unix_socket``;
+cheaper for HAProxy and the worker than loopback TCP), HAProxy runs below the workers' priority
+(``DEFAULT_HAPROXY_NICE``: fewer wake-ups per request), and the rules stay written for what they route.
 
 The ORS front's sessions are routed the same way: the front makes each ORS session id on the worker that answers
 ``/create_session``, drawn to hash to that worker's slot, and every later request carries it in ``X-Session-ID``.
@@ -37,11 +39,13 @@ anything.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
+from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE, ORS_MOUNT_PATH, ORS_ROOT_SEGMENTS
 
 HAPROXY_INSTALL_HINT = "apt-get install haproxy (Debian/Ubuntu) or dnf install haproxy"
@@ -89,12 +93,54 @@ class Backend:
         return f"{self.host}:{self.port}"
 
 
+#: How many nice levels below the supervisor ``ngym run --workers N`` starts HAProxy (0: at the supervisor's level).
+HAPROXY_NICE_ENV = "NGYM_HAPROXY_NICE"
+#: HAProxy's default: 10 levels below the workers. At the workers' level, HAProxy woken by each request preempts
+#: a worker to relay one or two requests and sleeps again; below them it runs when a worker yields the core (or a
+#: core is idle) and relays what came in meanwhile, so it wakes less often per request. What that saves per
+#: request is in docs/performance.md (``bench/bench_haproxy_floor.py``, ``--variant nice0`` beside it). The workers
+#: cannot starve it: they get requests only through HAProxy, so when they wait for work it runs.
+DEFAULT_HAPROXY_NICE = 10
+
+
+def haproxy_nice() -> int:
+    """The nice levels HAProxy runs below the supervisor (``NGYM_HAPROXY_NICE``, 0-19; default
+    ``DEFAULT_HAPROXY_NICE``); ``ConfigError`` naming the variable when it is not such a number."""
+    text = os.environ.get(HAPROXY_NICE_ENV, "").strip()
+    if not text:
+        return DEFAULT_HAPROXY_NICE
+    if not text.isdigit() or int(text) > 19:
+        raise ConfigError(f"{HAPROXY_NICE_ENV}={text!r}: expected a number of nice levels from 0 to 19 (e.g. 10)")
+    return int(text)
+
+
+def lower_priority(levels: int) -> None:
+    """In HAProxy's process before exec: run ``levels`` nice levels below the parent (no privilege needed)."""
+    if levels:
+        with contextlib.suppress(OSError):
+            os.nice(levels)
+
+
 #: On ``GET /health`` only: the slot (0..N-1) of the worker that should answer (``ngym status``, per worker).
 HEALTH_SLOT_HEADER = "x-ngym-health-slot"
 
 _DUPLICATE_COOKIE_BODY = (
     '{"detail":"this request carries more than one session cookie; send exactly one (the one its seed set)"}'
 )
+
+_DUPLICATE_EPISODE_BODY = (
+    f'{{"detail":"this request carries more than one {OPENENV_EPISODE_COOKIE} cookie; send exactly one (the one '
+    '/reset set)"}'
+)
+
+
+def proxy_bufsize(max_header_bytes: int) -> int:
+    """HAProxy's buffer for a set whose workers take request headers up to ``max_header_bytes``: the headers fit
+    (less HAProxy's 1,024 bytes kept for rewriting), so the proxy refuses no request its workers would take, and
+    the typed seed's ``resources_session_id`` is read in that much of the body. HAProxy's default, 16,384, refused
+    headers over about 15 KB that one worker takes (a reset, under load, instead of an answer) and routed a typed
+    seed by the least-loaded worker when its id came after 15 KB of ``task_data`` (half of them then 503)."""
+    return max(16384, max_header_bytes + 2048)
 
 
 def proxy_threads(backends: int, cpus: int | None = None) -> int:
@@ -115,6 +161,7 @@ def haproxy_config(
     server_timeout_seconds: float = 3600.0,
     stats_socket: str | None = None,
     stride: int = 1,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
 ) -> str:
     """The HAProxy configuration: listen on the inherited socket ``listen_fd``, route each request to the slot its
     session id names (backend I is slot I; nothing is stored per session: ``session_ttl_seconds`` and
@@ -133,6 +180,7 @@ def haproxy_config(
         for b in backends
     )
     duplicate = f"if {{ req.cook_cnt({cookie_name}) gt 1 }}"
+    duplicate_episode = f"if {{ path_beg {OPENENV_PATH}/ }} {{ req.cook_cnt({OPENENV_EPISODE_COOKIE}) gt 1 }}"
     stats = f"\n    stats socket {stats_socket} mode 600 level user" if stats_socket else ""
     routing = ""
     stride_op = f"div({stride})," if stride > 1 else ""
@@ -176,6 +224,7 @@ def haproxy_config(
 global
     log stderr format short local0 warning{stats}
     nbthread {proxy_threads(count)}
+    tune.bufsize {proxy_bufsize(max_header_bytes)}
 
 defaults
     mode http
@@ -198,6 +247,7 @@ frontend ngym
     option http-buffer-request
     # two session cookies: the proxy and the server could read different sessions from one request
     http-request return status 400 content-type application/json string '{_DUPLICATE_COOKIE_BODY}' {duplicate}
+    http-request return status 400 content-type application/json string '{_DUPLICATE_EPISODE_BODY}' {duplicate_episode}
     default_backend workers
 
 backend workers
@@ -215,8 +265,12 @@ __all__ = [
     "Backend",
     "HAPROXY_ENV",
     "HAPROXY_INSTALL_HINT",
+    "HAPROXY_NICE_ENV",
+    "DEFAULT_HAPROXY_NICE",
     "HEALTH_SLOT_HEADER",
     "haproxy_binary",
     "haproxy_config",
+    "haproxy_nice",
+    "lower_priority",
     "proxy_threads",
 ]

@@ -18,7 +18,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -31,10 +33,12 @@ from ngym.errors import ConfigError, run_guarded
 from ngym.server.hosting.affinity import LISTEN_FD_ENV, AffineWorkers
 from ngym.server.hosting.cpu_priority import apply_cpu_priorities
 from ngym.server.hosting.fork_template import prepare_fork_template
+from ngym.server.hosting.haproxy import HAPROXY_INSTALL_HINT, haproxy_binary
 from ngym.server.pipeline import http_protocol
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.pipeline.base import CLASS_OVERRIDES_ENV
 from ngym.server.pipeline.resources import SimpleResourcesServer
+from ngym.server.pipeline.traffic import TRAFFIC_FILE_ENV, make_traffic_file
 from ngym.server.sessions.cookies import SESSION_SECRET_ENV, secret_configured, withhold_secret_from_children
 
 log = logging.getLogger("ngym.serve")
@@ -70,12 +74,32 @@ def _listen_line(spec: ServeSpec, host: str, port: int, domain: str | None, work
 def needs_affine_workers(server: SimpleResourcesServer, workers: int) -> bool:
     """Whether ``workers`` > 1 must be separate processes behind a session-affine proxy
     (``ngym.server.hosting.affinity``): the sessions stay in each process (the memory store, or live state that
-    cannot be serialised). With a store the workers share (Redis), uvicorn's own workers serve any request of any
-    rollout."""
+    cannot be serialised).
+
+    With a store the workers share (Redis) any worker could serve NeMo Gym's wire, but the ORS and OpenEnv fronts
+    keep each episode (its row and trajectory) in the process that opened it, and their clients send each request
+    on a connection of its own: on uvicorn's own workers half an ORS session's calls reached a worker that did not
+    hold it (404). So the workers are affine whenever HAProxy is installed (a session whose worker is down is
+    still served from the shared store by another); without HAProxy, uvicorn's workers serve and a warning says
+    what does not work."""
     if workers <= 1:
         return False
     store = server.sessions.store
-    return not store.shared_between_processes or type(server).session_affinity_required
+    if not store.shared_between_processes or type(server).session_affinity_required:
+        return True
+    try:
+        haproxy_binary()
+    except ConfigError:
+        log.warning(
+            "HAProxy is not installed: %d uvicorn workers serve NeMo Gym's wire from the shared session store, but "
+            "an ORS session (/ors) or an OpenEnv episode held over HTTP (/openenv/reset, openenv/session/create) "
+            "is kept by the worker that opened it, and its later requests may reach another one (404/409). "
+            "Install HAProxy (%s) or run one worker",
+            workers,
+            HAPROXY_INSTALL_HINT,
+        )
+        return False
+    return True
 
 
 def _graceful_server(config: Any) -> Any:
@@ -144,6 +168,7 @@ def serve_one(
             session_ttl_seconds=settings.session_ttl_seconds,
             max_sessions=settings.max_sessions,
             access_log=access_log,
+            max_header_bytes=settings.max_request_header_bytes,
         )
         line = _listen_line(spec, host, port, domain.value if domain else None, workers)
         print(f"{line}  [session-affine: HAProxy in front of {workers} single-worker processes]", flush=True)
@@ -158,10 +183,15 @@ def serve_one(
         config = uvicorn_config(
             server, "ngym.server.hosting.worker:app_from_env", factory=True, workers=workers, access_log=access_log
         )
-        if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.30
-            Multiprocess(config, target=_graceful_server(config).run, sockets=[sock]).run()  # type: ignore[call-arg]
-        else:  # newer uvicorn builds each worker's server from the config itself
-            Multiprocess(config, sockets=[sock]).run()
+        # the workers share one socket, so /health reaches any of them: they count in one file (traffic.py)
+        with tempfile.TemporaryDirectory(prefix="ngym-traffic-") as folder:
+            counters = Path(folder) / "traffic"
+            make_traffic_file(counters)
+            os.environ[TRAFFIC_FILE_ENV] = str(counters)
+            if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.30
+                Multiprocess(config, target=_graceful_server(config).run, sockets=[sock]).run()  # type: ignore[call-arg]
+            else:  # newer uvicorn builds each worker's server from the config itself
+                Multiprocess(config, sockets=[sock]).run()
         return
     sock.set_inheritable(False)  # see _serving_only
     withhold_secret_from_children()  # the app has its secret: what the environment starts never inherits it

@@ -477,6 +477,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
         await handlers(getattr(app.router, "on_startup", ()))
         assert self._ngym_sessions is not None
         self._ngym_sessions.start_sweeper()
+        await self._ngym_sessions.warn_if_store_is_down()
         try:
             yield
         finally:

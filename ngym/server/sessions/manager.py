@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from ngym.errors import SessionStoreError
 from ngym.server.pipeline.traffic import Traffic
 from ngym.server.sessions.cookies import CookieSigner, DuplicateSessionCookie
 from ngym.server.sessions.lazy_share import LazyShare
@@ -143,9 +144,12 @@ class SessionManager:
         #: out, so whatever the environment keyed by it can be freed (``forget_unseeded_session``)
         self.on_unseeded_done = on_unseeded_done
         #: responses counted for ``/health`` (rollouts/s and errors in ``ngym status``)
-        self.traffic = Traffic()
+        self.traffic = Traffic.for_this_process()  # shared by uvicorn's workers of one port (traffic.py)
         self._on_closed = on_closed
         self._sweeper: asyncio.Task[None] | None = None
+        #: called after every sweep: what a protocol front keeps per session beside the store (its episodes' rows
+        #: and trajectories) is let go with the sessions the sweep expired (``after_sweep``)
+        self._after_sweep: list[Callable[[], Awaitable[None]]] = []
         self._seeding: set[str] = set()
         #: the lazily started sessions this process holds, bounded apart from seeded ones (``lazy_share``)
         self.lazy = lazy if lazy is not None else LazyShare(store.max_sessions)
@@ -383,7 +387,17 @@ class SessionManager:
             await self._run_hook_logged(session_id, record)
         if expired:
             log.info("closed %d idle session(s) after %.0fs", len(expired), self.store.ttl_seconds)
+        for listener in self._after_sweep:
+            try:
+                await listener()
+            except Exception:
+                log.exception("a front's sweep failed")
         return len(expired)
+
+    def after_sweep(self, listener: Callable[[], Awaitable[None]]) -> None:
+        """Run ``listener`` after every sweep (every quarter of the TTL, at most 30 s apart): a protocol front lets
+        go of the episodes idle past the TTL, whose sessions the sweep closed, even when no new episode opens."""
+        self._after_sweep.append(listener)
 
     async def _run_hook_logged(self, session_id: str, record: SessionRecord) -> None:
         try:
@@ -391,6 +405,18 @@ class SessionManager:
                 await self._on_closed(session_id, record.state)
         except Exception:
             log.exception("closing session %s failed", session_id)
+
+    async def warn_if_store_is_down(self, timeout: float = 5.0) -> None:
+        """At startup: warn when a shared store (Redis) does not answer. The server still starts (a store may come
+        back, as after a Redis outage under a running server), but a store that was never started is then said once
+        in the server's log, not only as a 503 on every rollout."""
+        if self.store.shares_objects:  # in this process: nothing to reach
+            return
+        try:
+            await asyncio.wait_for(self.store.count(), timeout)
+        except (SessionStoreError, TimeoutError) as exc:
+            reason = str(exc) or f"no answer within {timeout:g} s"
+            log.warning("the session store does not answer (%s): every rollout gets HTTP 503 until it does", reason)
 
     def start_sweeper(self) -> None:
         interval = max(0.05, min(self.store.ttl_seconds / 4, 30.0))

@@ -6,8 +6,9 @@ none, and ngym does not know its tasks' right answers, so the rollout recorded f
 ends the episode, played on the environment's own server (``openreward.environments.Server``, as it is served):
 
 - with a ``@terminal`` tool: an empty final message, passed to it;
-- otherwise: the first tool that takes no required argument and answers ``finished: true`` with a reward (a
-  ``submit``), called alone on a fresh session.
+- otherwise: the first tool that answers ``finished: true`` with a reward, called alone on a fresh session: one
+  that takes no required argument (a ``submit``), else one whose required arguments are all strings, given empty
+  strings (``answer(answer="")``, as in the environment ``orwd init`` scaffolds).
 
 Its reward is what the environment gave that rollout (typically a failing grade): replaying it checks that
 serving through ngym scores as the environment does. A row with no such rollout has none. Only the first
@@ -43,27 +44,39 @@ def response(calls: list[tuple[str, dict[str, Any]]], outputs: list[str], final:
     }  # fmt: skip
 
 
-def _closers(record: Record) -> list[str]:
-    """The tools a rollout may call with no arguments (no required field in their input schema)."""
-    return [t["name"] for t in record.tools if not (t.get("input_schema") or {}).get("required")]
+def _closers(record: Record) -> list[tuple[str, dict[str, Any]]]:
+    """The tools a rollout may call with nothing to say, and their arguments: those with no required field in their
+    input schema (no arguments), then those whose required fields are all strings (each an empty string)."""
+    bare: list[tuple[str, dict[str, Any]]] = []
+    blank: list[tuple[str, dict[str, Any]]] = []
+    for tool in record.tools:
+        schema = tool.get("input_schema") or {}
+        required = schema.get("required") or []
+        properties = schema.get("properties") or {}
+        if not required:
+            bare.append((tool["name"], {}))
+        elif all((properties.get(field) or {}).get("type") == "string" for field in required):
+            blank.append((tool["name"], dict.fromkeys(required, "")))
+    return bare + blank
 
 
 async def _play(server: InnerServer, record: Record, row: dict[str, Any], number: int) -> dict[str, Any] | None:
     task = dict(row["ors"])
     terminal = record.terminal_tool
-    candidates: list[str | None] = [None] if terminal is not None else list(_closers(record))
-    for attempt, name in enumerate(candidates):
+    candidates: list[tuple[str, dict[str, Any]] | None] = [None] if terminal is not None else list(_closers(record))
+    for attempt, closer in enumerate(candidates):
         sid = f"ngym-install-{number}-{attempt}"
         try:
             await server.create(sid, task)
-            if name is None:
+            if closer is None:
                 assert terminal is not None
                 arguments = {terminal["arg"]: ""} if terminal.get("arg") else {}
                 result = await server.call(sid, terminal["name"], arguments)
                 recorded = response([], [], "")
             else:
-                result = await server.call(sid, name, {})
-                recorded = response([(name, {})], [result.text], None)
+                name, arguments = closer
+                result = await server.call(sid, name, arguments)
+                recorded = response([(name, arguments)], [result.text], None)
         finally:
             await server.delete(sid)
         if result.ok and result.finished and result.reward is not None:

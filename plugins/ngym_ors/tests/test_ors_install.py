@@ -220,6 +220,38 @@ def test_installed_environments_are_listed_with_their_rows_and_validate(installe
     assert validated.returncode == 0 and "4 rollouts replayed" in validated.stdout, validated.stdout + validated.stderr
 
 
+def test_the_environment_orwd_init_scaffolds_validates_once_installed(ors_python: Path, tmp_path: Path) -> None:
+    """openreward's own scaffold (`orwd init`), installed as the install's `try:` line then says: its one tool
+    needs an answer (`answer(answer: str)`), so the recorded rollout passes it an empty one; with no recording,
+    `ngym validate` of a fresh scaffold failed ("no rollouts to replay")."""
+    folder = tmp_path / "first_env"
+    made = subprocess.run(
+        [str(ors_python.parent / "orwd"), "init", "first_env", "--dir", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    # the requirements of the tally environment: its venv (made by the `installed` fixture) is reused
+    (folder / "requirements.txt").write_text((FOLDER / "requirements.txt").read_text())
+    done = ngym("install", f"ors:{folder}", "--as", "first_env")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 dataset rows, 2 recorded rollouts" in done.stdout + done.stderr, done.stdout + done.stderr
+    try:
+        recorded = [json.loads(line) for line in (records_of("first_env") / "example_rollouts.jsonl").open()]
+        assert [(r["response"]["output"][0]["name"], r["reward"]) for r in recorded] == [("answer", 0.0)] * 2
+        validated = ngym("validate", "first_env")
+        assert validated.returncode == 0, validated.stdout + validated.stderr
+        assert "2 rollouts replayed, rewards [0.0, 0.0]" in validated.stdout
+    finally:
+        ngym("uninstall", "first_env", "-y")
+
+
+def records_of(name: str) -> Path:
+    """The data folder ``ngym install ors:`` wrote for ``name``."""
+    return Path(os.environ["NGYM_ORS_RECORDS"]) / name / "data"
+
+
 def test_rewards_over_nemo_gyms_wire_equal_openreward_client_and_server(
     tally_url: str, expected_tally: list[dict[str, Any]]
 ) -> None:

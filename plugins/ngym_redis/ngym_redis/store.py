@@ -247,8 +247,9 @@ class RedisSessionStore(SessionStore):
         server_cls = type(server)
         env = server.config.name or server_cls.__name__
         affinity = (
-            "session affinity is required: keep the memory store, run one worker per replica and route each "
-            "session to one replica (see docs/scale-out.md)"
+            "session affinity is required: keep the memory store (unset NGYM_SESSION_STORE / session_store), with "
+            "which `ngym run NAME --workers N` keeps each rollout on its worker behind HAProxy, and route each "
+            "session to one replica across machines (see docs/scale-out.md)"
         )
         if server_cls.session_affinity_required:
             raise ConfigError(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import socket
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import httpx
+import pytest
 from fastapi import Request
 from ngym_redis.testing import RedisServer
 from pydantic import BaseModel
@@ -143,6 +146,20 @@ async def test_redis_down_is_a_clear_503_and_recovery_follows(own_redis: RedisSe
             assert await client.call("/get_counter_value") == {"count": 5}
     finally:
         server.stop()
+
+
+async def test_a_store_that_does_not_answer_at_startup_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """`NGYM_SESSION_STORE=redis://...` with no Redis there (never started): the server starts, as it does when
+    Redis goes away under it, and its log says so at once, not only each rollout's 503."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there
+    with caplog.at_level(logging.WARNING, logger="ngym"):
+        async with replicas(f"redis://127.0.0.1:{port}/0", 1) as (http,):
+            assert (await http.get("/livez")).status_code == 200
+    said = [r.getMessage() for r in caplog.records if "the session store does not answer" in r.getMessage()]
+    assert len(said) == 1 and f"127.0.0.1:{port}" in said[0] and "503" in said[0], caplog.text
 
 
 class Note(BaseModel):

@@ -22,6 +22,7 @@ import pytest
 from ngym_redis.testing import RedisServer
 
 from ngym.child_server import free_port, start_environment, stop_process, wait_healthy
+from ngym.fleet.status import url_status
 
 NGYM = str(Path(sys.executable).parent / "ngym")
 COUNTER = "example_session_state_mgmt"
@@ -198,10 +199,80 @@ def test_two_workers_on_redis_serve_full_rollouts(redis_url: str, launch) -> Non
             rollout.call(f"/{name}", args)
         verified = rollout.call("/verify", {**row_of(example), "response": example["response"]})
         assert verified["reward"] == example["reward"]
+    # `ngym status` counts every worker's verified rollouts
+    (row,) = url_status(served.url, interval=0)
+    assert row.verified == len(examples) * 2, row
     children = subprocess.run(
         ["ps", "-o", "pid=", "--ppid", str(served.proc.pid)], capture_output=True, text=True, check=False
     ).stdout.split()
     assert len(children) >= 2, "expected two uvicorn worker processes"
+
+
+def _ors_and_openenv_rollouts(url: str, count: int) -> dict[tuple[str, int], int]:
+    """``count`` ORS sessions and ``count`` OpenEnv HTTP episodes, each request on a connection of its own (as the
+    ``openreward`` SDK and a plain HTTP client send them): statuses by step."""
+    seen: dict[tuple[str, int], int] = {}
+
+    def post(step: str, path: str, **options: Any) -> httpx.Response:
+        answer = httpx.post(f"{url}{path}", timeout=30, **options)
+        seen[(step, answer.status_code)] = seen.get((step, answer.status_code), 0) + 1
+        return answer
+
+    for _ in range(count):
+        opened = post("create_session", "/ors/create_session")
+        sid = next(line[6:].strip() for line in opened.text.splitlines() if line.startswith("data: "))
+        header = {"x-session-id": sid}
+        post("ors", "/ors/create", headers=header, json={"split": "example", "index": 0})
+        for _ in range(2):
+            post("ors", "/ors/call", headers=header, json={"name": "increment_counter", "input": {"count": 1}})
+        post("ors", "/ors/call", headers=header, json={"name": "submit_answer", "input": {"answer": "2"}})
+        cookies = dict(post("openenv", "/openenv/reset", json={}).cookies)
+        for _ in range(2):
+            action = {"tool_name": "increment_counter", "arguments": {"count": 1}}
+            post("openenv", "/openenv/step", json={"action": action}, cookies=cookies)
+    return seen
+
+
+def test_two_workers_on_redis_keep_ors_sessions_and_openenv_episodes_on_their_worker(redis_url: str, launch) -> None:  # type: ignore[no-untyped-def]
+    """An ORS session or an OpenEnv episode held over HTTP lives in the worker that opened it, whatever the store:
+    with Redis, ``--workers 2`` is HAProxy in front of the workers too (on uvicorn's own workers 10 of 20 ORS calls
+    were 404 and 13 of 30 OpenEnv steps 409)."""
+    (served,) = launch(redis_url, workers=2, env={"NGYM_SESSION_SECRET": ""})
+    assert _ors_and_openenv_rollouts(served.url, 8) == {
+        ("create_session", 200): 8,
+        ("ors", 200): 32,
+        ("openenv", 200): 24,
+    }
+
+
+def test_two_workers_on_redis_without_haproxy_serve_and_warn(tmp_path: Path, redis_url: str, launch) -> None:  # type: ignore[no-untyped-def]
+    """Without HAProxy, uvicorn's workers serve NeMo Gym's wire from Redis; the log says ORS and OpenEnv's HTTP
+    episodes need HAProxy."""
+    (served,) = launch(redis_url, workers=2, env={"NGYM_SESSION_SECRET": "", "NGYM_HAPROXY": str(tmp_path / "none")})
+    rollout = Rollout([served.url])
+    example = example_rollouts()[0]
+    rollout.call("/seed_session", row_of(example))
+    assert rollout.call("/verify", {**row_of(example), "response": example["response"]})["reward"] is not None
+    assert "an ORS session (/ors) or an OpenEnv episode held over HTTP" in served.log.read_text()
+
+
+def test_uvicorn_workers_on_redis_report_every_workers_counts(tmp_path: Path, redis_url: str, launch) -> None:  # type: ignore[no-untyped-def]
+    """Without HAProxy, uvicorn's workers share one socket and a GET /health reaches any of them: each reports the
+    counts of all (a shared file), not its own share (readings {2, 8} for 10 rollouts at 2 workers, and a rate
+    between two readings compared two workers)."""
+    env = {"NGYM_SESSION_SECRET": "", "NGYM_HAPROXY": str(tmp_path / "none")}
+    (served,) = launch(redis_url, workers=2, env=env)
+    examples = example_rollouts()
+    for example in examples * 2:
+        rollout = Rollout([served.url])  # a new connection per call: the kernel spreads them over the workers
+        rollout.call("/seed_session", row_of(example))
+        for name, args in tool_calls(example):
+            rollout.call(f"/{name}", args)
+        rollout.call("/verify", {**row_of(example), "response": example["response"]})
+    readings = [httpx.get(f"{served.url}/health", timeout=10).json()["traffic"]["verified"] for _ in range(20)]
+    assert set(readings) == {len(examples) * 2}, readings
+    (row,) = url_status(served.url, interval=0)
+    assert row.verified == len(examples) * 2, row
 
 
 def _run_refused(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -233,6 +304,8 @@ def test_an_env_that_needs_affinity_is_refused_at_startup_naming_it(tmp_path: Pa
     assert done.returncode == 2
     assert "live_env: LiveProcessServer keeps live per-session state" in done.stderr + done.stdout
     assert "session affinity is required" in done.stderr + done.stdout
+    # the way out it names is the one that works: --workers N on the memory store (behind HAProxy)
+    assert "unset NGYM_SESSION_STORE" in done.stderr and "--workers N" in done.stderr, done.stderr
 
 
 def test_memory_store_with_workers_needs_haproxy_not_redis(tmp_path: Path) -> None:

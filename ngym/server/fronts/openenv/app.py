@@ -16,7 +16,7 @@ from fastapi import Body, FastAPI, Request, Response, WebSocket, WebSocketDiscon
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from ngym.server.fronts.openenv import jsonrpc
+from ngym.server.fronts.openenv import jsonrpc, naming
 from ngym.server.fronts.openenv.episode import Episode, EpisodeError
 from ngym.server.fronts.openenv.front import OpenEnvFront
 from ngym.server.fronts.openenv.rows import RowError
@@ -24,6 +24,7 @@ from ngym.server.fronts.openenv.wire import (
     CAPACITY_REACHED,
     EXECUTION_ERROR,
     INVALID_JSON,
+    INVALID_PARAMS,
     PARSE_ERROR,
     SESSION_ERROR,
     UNKNOWN_TYPE,
@@ -58,6 +59,10 @@ def create_front_app(server: Any, parent: FastAPI) -> FastAPI:
     )
     app.state.front = front
 
+    @app.exception_handler(naming.AmbiguousEpisode)
+    async def ambiguous(request: Request, exc: naming.AmbiguousEpisode) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=400)
+
     @app.get("/health", response_model=Health, tags=["Health"])
     async def health() -> Health:
         return Health()
@@ -78,11 +83,16 @@ def create_front_app(server: Any, parent: FastAPI) -> FastAPI:
 
     @app.post("/reset", response_model=StepAnswer, tags=["Environment Control"])
     async def reset(request: Request, body: ResetBody = Body(default_factory=ResetBody)) -> Any:
-        held = front.find_episode(request.cookies.get(EPISODE_COOKIE))
-        episode = held or await front.open_episode()
+        held = front.find_episode(_named(request))
+        try:
+            episode = held or await front.open_episode()
+        except SessionLimitReached as exc:
+            return _at_capacity(exc)
         async with episode.lock:
             answer = await _guarded_http(episode.reset(_reset_arguments(body.model_dump(exclude_none=True))))
         if isinstance(answer, Response):
+            if held is None:  # the episode opened for this reset holds nothing: not kept
+                front.episodes.pop(episode.episode_id, None)
             return answer
         response = JSONResponse(answer)
         response.set_cookie(EPISODE_COOKIE, episode.episode_id, httponly=True, samesite="lax")
@@ -90,22 +100,35 @@ def create_front_app(server: Any, parent: FastAPI) -> FastAPI:
 
     @app.post("/step", response_model=StepAnswer, tags=["Environment Control"])
     async def step(request: Request, body: StepBody) -> Any:
-        episode = front.find_episode(request.cookies.get(EPISODE_COOKIE))
+        named = _named(request)
+        episode = front.find_episode(named)
         if episode is None:
+            elsewhere = front.elsewhere(named)
+            if elsewhere is not None:
+                return JSONResponse({"detail": elsewhere}, status_code=503, headers={"retry-after": "1"})
             detail = "no episode: POST /reset first (it sets the episode cookie), or use the /ws WebSocket"
             return JSONResponse({"detail": detail}, status_code=409)
         async with episode.lock:
             return await _guarded_http(episode.step(body.action))
 
     @app.get("/state", response_model=EpisodeState, tags=["State Management"])
-    async def state(request: Request) -> dict[str, Any]:
-        episode = front.find_episode(request.cookies.get(EPISODE_COOKIE))
+    async def state(request: Request) -> Any:
+        named = _named(request)
+        episode = front.find_episode(named)
+        elsewhere = front.elsewhere(named) if episode is None else None
+        if elsewhere is not None:
+            return JSONResponse({"detail": elsewhere}, status_code=503, headers={"retry-after": "1"})
         return episode.state() if episode is not None else EpisodeState().model_dump()
 
     @app.post("/mcp", tags=["MCP"])
     async def mcp(request: Request) -> Any:
+        body = await request.body()
         try:
-            payload = parse_json(await request.body())
+            naming.check_one_session_id(body)
+        except naming.AmbiguousEpisode as exc:
+            return JSONResponse(rpc_error(INVALID_PARAMS, str(exc)), status_code=400)
+        try:
+            payload = parse_json(body)
         except ValueError as exc:
             return JSONResponse(rpc_error(PARSE_ERROR, f"Parse error: {exc}"))
         return JSONResponse(await jsonrpc.handle(front, payload))
@@ -126,19 +149,31 @@ async def _guarded_http(work: Any) -> Any:
     except RowError as exc:
         return JSONResponse({"detail": str(exc)}, status_code=422)
     except SessionLimitReached as exc:
-        return JSONResponse({"detail": f"server is at its session limit ({exc})"}, status_code=503)
+        return _at_capacity(exc)
     return outcome.wire()
+
+
+def _at_capacity(exc: SessionLimitReached) -> JSONResponse:
+    return JSONResponse({"detail": f"server is at its session limit ({exc})"}, status_code=503)
 
 
 async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
     """One connection: its own episode (closed with it), or the held one ``?session_id=`` names."""
     await socket.accept()
-    attached = socket.query_params.get("session_id")
+    try:
+        attached = naming.socket_session_id(socket.query_params.getlist("session_id"))
+    except naming.AmbiguousEpisode as exc:
+        await socket.send_text(json.dumps(ws_error(str(exc), SESSION_ERROR)))
+        await socket.close()
+        return
     if attached:
         held = front.find_episode(attached)
         if held is None or attached in front.attached:
-            why = "is already attached to a WebSocket" if held is not None else "is unknown"
-            await socket.send_text(json.dumps(ws_error(f"session_id {attached} {why}", SESSION_ERROR)))
+            if held is not None:
+                message = f"session_id {attached} is already attached to a WebSocket"
+            else:
+                message = front.elsewhere(attached) or f"session_id {attached} is unknown"
+            await socket.send_text(json.dumps(ws_error(message, SESSION_ERROR)))
             await socket.close()
             return
         front.attached.add(attached)
@@ -203,6 +238,11 @@ async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, 
         return ws_error(f"server is at its session limit ({exc})", CAPACITY_REACHED)
     except Exception as exc:  # the environment failed: the client reads why, the connection stays usable
         return ws_error(f"{type(exc).__name__}: {exc}", EXECUTION_ERROR)
+
+
+def _named(request: Request) -> str | None:
+    """The episode the request's cookie names (``AmbiguousEpisode``, a 400, when it names two)."""
+    return naming.episode_cookie(request.scope["headers"])
 
 
 def _reset_arguments(data: dict[str, Any]) -> dict[str, Any]:

@@ -79,6 +79,13 @@ class Episode:
         self.closed = False
         #: a Gymnasium-style environment's episode (``/reset`` + ``/step``), None on NeMo Gym's seed/verify wire
         self.gym: gymnasium.GymEpisode | None = None
+        #: when a request last named this episode (``time.monotonic()``), for the front's idle reclaim
+        self.last_used = time.monotonic()
+
+    @property
+    def in_progress(self) -> bool:
+        """Whether this episode holds a live session: reset, not finished, not closed."""
+        return self.row is not None and not self.done and not self.closed
 
     # ---- the actions -------------------------------------------------------------------------------------------
 

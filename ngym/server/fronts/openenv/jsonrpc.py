@@ -21,6 +21,7 @@ from ngym.server.fronts.openenv.wire import (
     rpc_error,
     rpc_result,
 )
+from ngym.server.sessions.store import SessionLimitReached
 
 if TYPE_CHECKING:
     from ngym.server.fronts.openenv.front import OpenEnvFront
@@ -40,6 +41,8 @@ async def handle(front: OpenEnvFront, payload: Any, connection: Episode | None =
         return rpc_error(exc.code, str(exc), request_id)
     except (EpisodeError, RowError) as exc:
         return rpc_error(INVALID_PARAMS, str(exc), request_id)
+    except SessionLimitReached as exc:
+        return rpc_error(INTERNAL_ERROR, f"server is at its session limit ({exc})", request_id)
     except Exception as exc:  # an environment's failure is the caller's error answer, not a dropped request
         return rpc_error(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", request_id)
 
@@ -83,7 +86,7 @@ def _held(front: OpenEnvFront, session_id: Any) -> Episode:
         raise _RpcFailure(INVALID_PARAMS, "tools/call needs a session_id: call openenv/session/create first")
     episode = front.find_episode(str(session_id))
     if episode is None:
-        raise _RpcFailure(INVALID_PARAMS, f"Unknown session_id: {session_id}")
+        raise _RpcFailure(INVALID_PARAMS, front.elsewhere(str(session_id)) or f"Unknown session_id: {session_id}")
     return episode
 
 

@@ -31,6 +31,8 @@ from ngym.server.fronts.ors import gymnasium, trajectory, wire
 from ngym.server.fronts.ors.rows import RowFacts
 from ngym.server.fronts.ors.tools import SUBMIT_ARGUMENT, Toolbox, ToolSpec
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
+from ngym.server.sessions.ids import SessionIdRule
+from ngym.server.sessions.routing import RouteSlot
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -41,6 +43,8 @@ log = logging.getLogger("ngym.ors")
 
 #: Results kept per episode for clients that resume a cut ``/call`` stream by its task id.
 KEPT_RESULTS = 4
+#: An earlier call's result larger than this is let go when the next call starts (the last one is always kept).
+RESUMABLE_BYTES = 64 * 1024
 _SWEEP_SECONDS = 30.0
 
 
@@ -92,6 +96,10 @@ class Episodes:
         self.toolbox = toolbox
         self.cookie_name = server.sessions.signer.cookie_name
         self._live: dict[str, Episode] = {}
+        #: this process's place behind ``--workers`` (HAProxy routes an ORS request by its ``X-Session-ID``)
+        self.slot = RouteSlot.from_env()
+        self.id_rule = SessionIdRule(server.config.session_id_max_length, server.config.session_id_pattern)
+        server.sessions.after_sweep(self._forget_idle)
         self._swept = time.monotonic()
 
     def __len__(self) -> int:
@@ -103,6 +111,11 @@ class Episodes:
         """Seed an ngym session with the row of ``facts`` for the ORS session ``sid`` (400 if ``sid`` already has
         one)."""
         self._sweep()
+        problem = self.id_rule.problem(sid)
+        if problem is not None:
+            raise FrontError(400, f"X-Session-ID {problem}")
+        if not self.slot.owns(sid):
+            raise FrontError(503, self._elsewhere(sid))
         if sid in self._live:
             raise FrontError(400, f"session {sid!r} already exists")
         if len(self._live) >= self.server.config.max_sessions:
@@ -126,8 +139,19 @@ class Episodes:
     def get(self, sid: str) -> Episode:
         episode = self.find(sid)
         if episode is None:
+            if not self.slot.owns(sid):
+                raise FrontError(503, self._elsewhere(sid))
             raise FrontError(404, f"no ORS session {sid!r}: POST /create first (it may have been deleted or expired)")
         return episode
+
+    def _elsewhere(self, sid: str) -> str:
+        """Why a request naming ``sid`` is not served here: another process of the routing set holds it (this one
+        got the request because that one is down, or the request went around the proxy). A ``/create`` seeded
+        here would hold a session no later request reaches."""
+        return (
+            f"ORS session {sid!r} belongs to another worker of this server (this is {self.slot.describe()}); that "
+            "worker is down or restarting, or the request went around the proxy: retry through the server's address"
+        )
 
     def find(self, sid: str) -> Episode | None:
         """The live episode ``sid`` (marked used now), or None."""
@@ -162,14 +186,22 @@ class Episodes:
             del self._live[sid]
 
     def _sweep(self) -> None:
-        """Forget episodes idle longer than the server's session TTL (the server expired their sessions)."""
+        """Forget episodes idle longer than the server's session TTL (the server expired their sessions), at most
+        every ``_SWEEP_SECONDS`` on a ``/create``; the server's own sweep does it too (``_forget_idle``)."""
         now = time.monotonic()
         if now - self._swept < _SWEEP_SECONDS:
             return
         self._swept = now
         ttl = self.server.config.session_ttl_seconds
-        for sid in [sid for sid, e in self._live.items() if now - e.last_used > ttl]:
+        for sid in [sid for sid, e in self._live.items() if now - e.last_used > ttl and not e.lock.locked()]:
             del self._live[sid]
+
+    async def _forget_idle(self) -> None:
+        """After the server's session sweep: forget the episodes it expired, their rows and trajectories with
+        them (an abandoned episode held its trajectory, up to ``max_session_tool_bytes``, until the next
+        ``/create``)."""
+        self._swept = 0.0
+        self._sweep()
 
     # ---- steps -------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from ngym.errors import ConfigError
 from ngym.server.fronts.ors import sse, tasks, wire
-from ngym.server.fronts.ors.episodes import KEPT_RESULTS, Episode, Episodes, FrontError
+from ngym.server.fronts.ors.episodes import KEPT_RESULTS, RESUMABLE_BYTES, Episode, Episodes, FrontError
 from ngym.server.fronts.ors.rows import RowTable
 from ngym.server.fronts.ors.tools import Toolbox
 from ngym.server.pipeline.intake import parse_json
@@ -209,7 +209,18 @@ class ORSFront:
 
     @staticmethod
     def keep_result(episode: Episode, task_id: str, result: asyncio.Future[str]) -> None:
-        """Keep a call's result under its task id for a client resuming its cut stream (the last few only)."""
+        """Keep a call's result under its task id for a client resuming its cut stream: the last few, and of the
+        earlier ones only those under ``RESUMABLE_BYTES`` (a client resumes the call whose stream was cut, before
+        its next call; four answers of up to ``max_tool_answer_bytes`` each were kept beside the trajectory: 60 MB
+        more per session)."""
+        for older, kept in list(episode.results.items()):
+            if (
+                kept.done()
+                and not kept.cancelled()
+                and kept.exception() is None
+                and len(kept.result()) > RESUMABLE_BYTES
+            ):
+                del episode.results[older]
         episode.results[task_id] = result
         while len(episode.results) > KEPT_RESULTS:
             del episode.results[next(iter(episode.results))]
@@ -300,6 +311,13 @@ def _version() -> str:
         return metadata.version("ngym")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _finished_text(result: asyncio.Future[str]) -> int:
+    """Characters of a finished call's answer text (0 while it runs, or when it failed)."""
+    if not result.done() or result.cancelled() or result.exception() is not None:
+        return 0
+    return len(result.result())
 
 
 def _sid(request: Request) -> str:
