@@ -121,13 +121,13 @@ def haproxy_states(stats_socket: str) -> dict[str, str]:
 
 
 @contextmanager
-def affine_server(workers: int = 2, *overrides: str) -> Iterator[Affine]:
-    """``ngym run COUNTER --workers N [overrides]`` on a free port, its output in a file (never a full pipe)."""
+def affine_server(workers: int = 2, *overrides: str, target: str = COUNTER) -> Iterator[Affine]:
+    """``ngym run TARGET --workers N [overrides]`` on a free port, its output in a file (never a full pipe)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="ngym-affine-probe-") as tmp:
         log = Path(tmp) / "run.log"
         with log.open("wb") as out:
-            cmd = [str(VENV_BIN / "ngym"), "run", COUNTER, *overrides, "--workers", str(workers), "--port", str(port)]
+            cmd = [str(VENV_BIN / "ngym"), "run", target, *overrides, "--workers", str(workers), "--port", str(port)]
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         served = Affine(f"http://127.0.0.1:{port}", proc, log)
         try:
