@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from ngym.server.pipeline.base import SimpleServer as SimpleServer
     from ngym.server.pipeline.resources import BaseResourcesServer as BaseResourcesServer
     from ngym.server.pipeline.resources import BaseResourcesServerConfig as BaseResourcesServerConfig
-    from ngym.server.pipeline.resources import ReverifyMode as ReverifyMode
     from ngym.server.pipeline.resources import SimpleResourcesServer as SimpleResourcesServer
     from ngym.server.protocol.bodies import BaseMultiRewardVerifyResponse as BaseMultiRewardVerifyResponse
     from ngym.server.protocol.bodies import BaseRunRequest as BaseRunRequest
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
     from ngym.server.protocol.bodies import ResourcesSeedSessionRequest as ResourcesSeedSessionRequest
     from ngym.server.protocol.bodies import ResourcesSeedSessionResponse as ResourcesSeedSessionResponse
     from ngym.server.protocol.bodies import TaskId as TaskId
+    from ngym.server.protocol.reverify import ReverifyMode as ReverifyMode
     from ngym.server.sessions.manager import SESSION_ID_KEY as SESSION_ID_KEY
 
 __version__ = "0.1.0"

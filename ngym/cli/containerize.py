@@ -68,6 +68,11 @@ from ngym.targets import Environment, resolve
     default=None,
     help="Where --compose/--k8s write (default: ./ngym-NAME-deploy).",
 )
+@click.option(
+    "--allow-baked-secrets",
+    is_flag=True,
+    help="Package a config that holds a literal secret (api_key, token, password...) anyway; default: refuse.",
+)
 def containerize(
     target: str,
     tag: str | None,
@@ -86,6 +91,7 @@ def containerize(
     k8s: bool,
     replicas: int,
     deploy_dir: Path | None,
+    allow_baked_secrets: bool,
 ) -> None:
     """Build a Docker image of the environment NAME (an installed name or a plugin source directory).
 
@@ -158,6 +164,7 @@ def containerize(
         manifests_dir=deploy_dir,
         run_environment=run_environment,
         run_volumes=run_volumes,
+        allow_baked_secrets=allow_baked_secrets,
     )
     with ticker:
         result = run_containerize(options, log=log)

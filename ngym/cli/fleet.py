@@ -173,6 +173,9 @@ def down(fleet_file: Path) -> None:
     engine = running_engine(spec.model_copy(update={"engine": state.engine}))
     with Ticker("ngym down"):
         stopped = engine.down(state)
+    from ngym.server.hosting.affinity import sweep_stale_folders  # heavy: only here
+
+    sweep_stale_folders()  # HAProxy folders of this machine's units that were killed outright
     (spec.state_dir() / "state.json").unlink(missing_ok=True)
     click.echo(
         f"ngym down: fleet {spec.name!r}: stopped {len(stopped)} process(es)"

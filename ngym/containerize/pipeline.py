@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ngym.containerize.baked_secrets import refuse_baked_secrets
 from ngym.containerize.build import BuiltImage, build_image, connect, ensure_base_image, image_python_version
 from ngym.containerize.dockerfile import build_context
 from ngym.containerize.manifests import deploy_spec, session_store_source, write_manifests
@@ -57,6 +58,8 @@ class ContainerizeOptions:
     #: with ``run``: the smoke container's environment variables (``-e``) and mounts (``-v``, ``HOST:CONTAINER:MODE``)
     run_environment: dict[str, str] = field(default_factory=dict)
     run_volumes: list[str] = field(default_factory=list)
+    #: package a config holding a literal secret anyway (``ngym.containerize.baked_secrets``); default: refuse
+    allow_baked_secrets: bool = False
 
 
 @dataclass
@@ -115,6 +118,18 @@ def image_spec(
         env_venv_code=tuple((v.key, v.code_wheels) for v in venvs if v.code_wheels),
         payload_paths=payload_paths,
     )
+
+
+def own_wheels(distribution: str, wheelhouse: Wheelhouse, venvs: tuple[VenvWheels, ...]) -> list[Path]:
+    """The code wheels of the environment's own distribution (its configs; not its dependencies')."""
+
+    def norm(name: str) -> str:
+        return name.lower().replace("-", "_").replace(".", "_")
+
+    ours = norm(distribution)
+    found = [wheelhouse.code_dir / name for name in wheelhouse.code_wheels]
+    found += [venv.root / "code" / name for venv in venvs for name in venv.code_wheels]
+    return [path for path in found if norm(path.name.split("-", 1)[0]) == ours and path.is_file()]
 
 
 def payload_files(payload: ContainerPayload, layout: ImageLayout) -> dict[str, Path]:
@@ -181,6 +196,8 @@ def containerize(options: ContainerizeOptions, log: Log = lambda line: None) -> 
             notes.append("dependency versions resolved afresh (the host's versions were not all available)")
         notes += [note for venv in venvs for note in venv.notes]
         files = payload_files(payload, layout)
+        if not options.allow_baked_secrets:  # before the context is written or anything built
+            refuse_baked_secrets(own_wheels(plugin.distribution, wheelhouse, venvs), sorted(set(files.values())))
         spec = image_spec(plugin, wheelhouse, options.base_image, ngym.version, venvs, tuple(sorted(files)))
         context_dir = build_context(
             spec,

@@ -9,9 +9,10 @@ node whose loss ends the cluster anyway, so the front adds no new single point o
 
 Each environment's one stable URL is an HAProxy configured by :func:`ngym.server.hosting.haproxy.haproxy_config`
 (the same stateless session-affine rules as ``ngym run --workers N``: replica I is routing slot I, and a request
-goes to the slot its session id hashes to): a rollout's requests reach the replica that seeded it; a replica that
-fails its ``/livez`` check is left out and its rollouts' requests go to a replica that does not hold them, which
-masks their verifies ``session_lost`` and answers their tool calls 410 — loud, never a wrong reward. With no
+goes to the slot its session id hashes to): a rollout's requests reach the replica that seeded it, and wait for it
+when it is slow; a replica that fails its ``/livez`` check gets no new seed, and once its connection fails (its
+node is lost) its rollouts' requests go to a replica that does not hold them, which masks their verifies
+``session_lost`` and answers their tool calls 410 — loud, never a wrong reward. With no
 replica left (one replica, its node lost) HAProxy answers 503 at once: an HTTP answer ends a client's request, where
 a dead node's address would be retried without end by NeMo Gym's client. HAProxy must be installed on the head
 node (``apt-get install haproxy``).

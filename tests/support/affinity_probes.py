@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar
@@ -84,9 +84,20 @@ class Affine:
             assert time.monotonic() < deadline, f"{worker} not {state} within {timeout} s: {self.server_states()}"
             time.sleep(0.1)
 
+    def in_flight(self, worker: str) -> int:
+        """The requests HAProxy has sent to ``worker`` and not yet had answered (``scur`` of ``show stat``)."""
+        return int(haproxy_stats(self.stats_socket())[worker].get("scur") or 0)
 
-def haproxy_states(stats_socket: str) -> dict[str, str]:
-    """Server name -> UP / DOWN / MAINT ... of the ``workers`` backend, from HAProxy's runtime API."""
+    def wait_in_flight(self, worker: str, count: int, calls: list[Future[httpx.Response]], timeout: float = 60) -> None:
+        """Wait until HAProxy has ``count`` requests in flight to ``worker``, or one of ``calls`` ended."""
+        deadline = time.monotonic() + timeout
+        while self.in_flight(worker) < count and not any(call.done() for call in calls):
+            assert time.monotonic() < deadline, f"{self.in_flight(worker)}/{count} requests in flight to {worker}"
+            time.sleep(0.05)
+
+
+def haproxy_stats(stats_socket: str) -> dict[str, dict[str, str]]:
+    """Server name -> its row of ``show stat`` (the ``workers`` backend), from HAProxy's runtime API."""
     with socket.socket(socket.AF_UNIX) as conn:
         conn.settimeout(5)
         conn.connect(stats_socket)
@@ -96,22 +107,27 @@ def haproxy_states(stats_socket: str) -> dict[str, str]:
             data += chunk
     lines = data.decode().splitlines()
     header = lines[0].lstrip("# ").split(",")
-    states = {}
+    rows = {}
     for line in lines[1:]:
         row = dict(zip(header, line.split(","), strict=False))
         if row.get("pxname") == "workers" and row.get("svname") not in (None, "BACKEND", "FRONTEND"):
-            states[row["svname"]] = row["status"].split()[0]
-    return states
+            rows[row["svname"]] = row
+    return rows
+
+
+def haproxy_states(stats_socket: str) -> dict[str, str]:
+    """Server name -> UP / DOWN / MAINT ... of the ``workers`` backend, from HAProxy's runtime API."""
+    return {name: row["status"].split()[0] for name, row in haproxy_stats(stats_socket).items()}
 
 
 @contextmanager
-def affine_server(workers: int = 2, *overrides: str) -> Iterator[Affine]:
-    """``ngym run COUNTER --workers N [overrides]`` on a free port, its output in a file (never a full pipe)."""
+def affine_server(workers: int = 2, *overrides: str, target: str = COUNTER) -> Iterator[Affine]:
+    """``ngym run TARGET --workers N [overrides]`` on a free port, its output in a file (never a full pipe)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="ngym-affine-probe-") as tmp:
         log = Path(tmp) / "run.log"
         with log.open("wb") as out:
-            cmd = [str(VENV_BIN / "ngym"), "run", COUNTER, *overrides, "--workers", str(workers), "--port", str(port)]
+            cmd = [str(VENV_BIN / "ngym"), "run", target, *overrides, "--workers", str(workers), "--port", str(port)]
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         served = Affine(f"http://127.0.0.1:{port}", proc, log)
         try:
@@ -233,26 +249,42 @@ def churn(url: str, cycles: int, threads: int = 4) -> None:
 
 
 def stop_cont_probe(served: Affine, rollouts: list[Rollout], stopped: int = 1) -> list[dict[str, object]]:
-    """STOP worker ``stopped`` until HAProxy counts it down, make one call per session (the stopped worker's
-    sessions must get 410 or 503 from elsewhere, the others 200), CONT it, wait until HAProxy counts it up, and
-    return the verifies that were not right and unmasked (empty: every pin held)."""
+    """STOP worker ``stopped`` until HAProxy counts it down; make one call per session: the others' sessions are
+    answered 200 by their workers and a seed by a worker counted up, while the stopped worker's calls wait for it
+    (HAProxy holds them in flight to it); CONT it: they are answered 200 by it. Returns the verifies that were not
+    right and unmasked (empty: every session kept every call)."""
     name = f"w{stopped}"
     pid = served.worker_pid(stopped)
+    mine = [r for r in rollouts if r.worker == name]
     os.kill(pid, signal.SIGSTOP)
     try:
         served.wait_state(name, "DOWN")
-        with new_client() as client:
-            for rollout in rollouts:
-                answer = rollout.increment(client)
-                if rollout.worker == name:
-                    assert answer.status_code in (410, 503), (answer.status_code, answer.text)
-                    assert "set-cookie" not in answer.headers
-                else:
-                    assert answer.status_code == 200, answer.text
+        with ThreadPoolExecutor(max(1, len(mine))) as pool:
+            # one client per call, so each one waits on its own connection (a generous timeout: they wait for CONT)
+            waiting = [pool.submit(_increment_alone, rollout) for rollout in mine]
+            with new_client() as client:
+                for rollout in rollouts:
+                    if rollout.worker != name:
+                        answer = rollout.increment(client)
+                        assert answer.status_code == 200 and answer.headers["x-ngym-worker"] == rollout.worker
+                assert seed(client, served.url, 0).worker != name  # a seed goes only to a worker counted up
+            served.wait_in_flight(name, len(mine), waiting)
+            answered = [call.result().status_code for call in waiting if call.done()]
+            assert not answered, f"calls for a paused worker's sessions answered {answered}, not waiting for it"
+            os.kill(pid, signal.SIGCONT)
+            for call in waiting:
+                answer = call.result(timeout=120)
+                assert answer.status_code == 200, (answer.status_code, answer.text)
+                assert answer.headers["x-ngym-worker"] == name and "set-cookie" in answer.headers
     finally:
         os.kill(pid, signal.SIGCONT)
     served.wait_state(name, "UP")
     return verified_unmasked(rollouts)
+
+
+def _increment_alone(rollout: Rollout) -> httpx.Response:
+    with httpx.Client(timeout=300, cookies=_NoJar()) as client:
+        return rollout.increment(client)
 
 
 __all__ = [
@@ -265,6 +297,7 @@ __all__ = [
     "new_client",
     "flood",
     "haproxy_states",
+    "haproxy_stats",
     "idle_sessions",
     "junk_get",
     "seed",

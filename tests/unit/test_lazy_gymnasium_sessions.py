@@ -1,8 +1,10 @@
 """Gymnasium episodes NeMo Gym's way (no seed: state under ``request.session["session_id"]`` of the /reset).
 
 Each finished episode frees its session (the last /step, or /close when /reset advertised it), so a server
-driven at training rates never fills ``max_sessions``; and when it is full all the same, a /reset answers 503
-instead of 200 without a session (whose episode then started from nothing and was scored on state it never had).
+driven at training rates never fills ``max_sessions``. When the lazy share is full all the same, a /reset closes
+the least recently used episode (``lazy_sessions_full: evict_oldest``, the default), whose next step is then a 410,
+never a fresh episode scored under the old id; or answers 503 (``refuse``), never 200 without a session (whose
+episode then started from nothing and was scored on state it never had).
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ async def test_finished_episodes_free_their_sessions_so_the_bound_is_never_reach
 
 
 async def test_a_full_store_answers_reset_with_503_and_live_episodes_finish_right() -> None:
-    async with serve_in_process(app_for_class(CountingGym, domain="games", max_sessions=2)) as http:
+    app = app_for_class(CountingGym, domain="games", max_sessions=2, lazy_sessions_full="refuse")
+    async with serve_in_process(app) as http:
         started = [RolloutClient(http) for _ in range(2)]
         for client in started:
             await client.call("/reset", {})
@@ -113,4 +116,25 @@ async def test_an_episode_that_advertises_close_lives_until_close() -> None:
         assert (await client.call("/close", {}))["success"] is True
         assert await live_sessions(http) == 0
         assert [await episode(http, close=True) for _ in range(6)] == [1.0] * 6
+        assert await live_sessions(http) == 0
+
+
+async def test_a_full_share_closes_the_least_recently_used_episode_whose_next_step_is_lost() -> None:
+    async with serve_in_process(app_for_class(CountingGym, domain="games", max_sessions=2)) as http:
+        oldest, recent = RolloutClient(http), RolloutClient(http)
+        await oldest.call("/reset", {})
+        await recent.call("/reset", {})
+        await oldest.call("/step", {})  # used last: the other one is the least recently used
+        newest = RolloutClient(http)
+        await newest.call("/reset", {})
+        health = (await http.get("/health")).json()
+        assert health["lazy_sessions"] == {"live": 2, "limit": 2, "evicted": 1}
+        # the evicted episode's step would start at turn 0 in this environment and score 1.0 two steps later:
+        # it is a 410 instead, every time, and keeps nothing
+        for _ in range(FOLLOW_UPS + 1):
+            lost = await recent.post("/step", {})
+            assert lost.status_code == 410 and lost.json()["failure_kind"] == "session_lost"
+        for client, steps_left in ((oldest, FOLLOW_UPS), (newest, FOLLOW_UPS + 1)):
+            answers = [await client.call("/step", {}) for _ in range(steps_left)]
+            assert answers[-1]["terminated"] is True and answers[-1]["reward"] == 1.0
         assert await live_sessions(http) == 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -54,6 +55,27 @@ READY_TIMEOUT_S = 300.0  # an environment may load models or data at start-up
 
 class WorkerFailed(processes.StartError):
     """A worker could not start: ``ngym run`` reports it in one line."""
+
+
+#: the folder of one supervisor's HAProxy configuration and sockets: ``<tmp>/ngym-haproxy-<supervisor pid>-<random>``
+FOLDER_PREFIX = "ngym-haproxy-"
+
+
+def sweep_stale_folders(root: Path | None = None) -> list[Path]:
+    """Remove this user's HAProxy folders whose supervisor is gone (killed outright, e.g. a fleet unit SIGKILLed
+    with its node's actor): nothing else would, and each holds a configuration and dead sockets. A folder whose
+    supervisor still runs, or of another user, is kept. Returns the folders removed."""
+    removed = []
+    for folder in (root or Path(tempfile.gettempdir())).glob(f"{FOLDER_PREFIX}*-*"):
+        pid_text = folder.name[len(FOLDER_PREFIX) :].split("-", 1)[0]
+        try:
+            if not pid_text.isdigit() or folder.stat().st_uid != os.getuid() or processes.start_time(int(pid_text)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
 
 
 def _die_with_parent() -> None:
@@ -140,7 +162,9 @@ class AffineWorkers:
         self.access_log = access_log
         self.haproxy_bin = haproxy_binary()  # ConfigError with the install hint, before anything starts
         self.haproxy_nice = haproxy_nice()  # ConfigError naming NGYM_HAPROXY_NICE, before anything starts
-        self._dir = Path(tempfile.mkdtemp(prefix="ngym-haproxy-"))  # mode 0700: the workers' sockets are in it
+        sweep_stale_folders()  # what supervisors killed outright left
+        # mode 0700 (the workers' sockets are in it), named by this process so a later sweep knows when it is gone
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
         self.workers = [_Worker.listening(self._dir, i) for i in range(workers)]
         #: this set's place in an outer one (a Ray replica running --workers): its workers' slots nest inside it
         self.outer_slot = RouteSlot.from_env()

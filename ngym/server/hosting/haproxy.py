@@ -10,12 +10,16 @@ connections. Two session cookies in one request are refused here with 400 (the w
 proxy and the server can never read different sessions from one request.
 
 No table is filled from answers, so no volume or shape of traffic can evict or move a live session's route, and
-an answer never re-pins one. A worker that fails its health check (``GET /livez``) is left out: its sessions'
-requests go to another worker, which does not hold them and says so (a tool call 410, a verify masked
-``session_lost``, a typed seed or close 503), and they go back to it as soon as it answers its checks again. A
-worker that restarted lost its sessions: their requests still reach it and are answered as lost there. A request
-is retried on another worker only when the connection could not be made (it was never sent), so no tool call or
-verify ever runs twice.
+an answer never re-pins one. A request whose key names a slot goes to that slot's worker even while HAProxy counts
+it down (``option persist``): a paused or slow worker (``kill -STOP``, a long GC, a swapped-out process) still
+holds its sessions, so their requests wait for it (bounded by the server timeout) as they would with one worker;
+sending them elsewhere had them answered 410 while the session lived on, and the rollout's verify was later scored
+unmasked on a state missing that call. Only when the connection to the worker cannot be made (it is dead: its
+socket refuses) is the request sent to another worker (``option redispatch``), which does not hold the session
+and says so (a tool call 410, a verify masked ``session_lost``, a typed seed or close 503). A request with no key
+(a seed) goes only to a worker counted up. A worker that restarted lost its sessions: their requests reach it and
+are answered as lost there. A request is retried only when the connection could not be made (it was never sent),
+so no tool call or verify ever runs twice.
 
 Why HAProxy (Debian's ``haproxy`` package): it reads a cookie, a path segment and a JSON field of the body and
 hashes them with converters in its configuration (``req.cook``, ``field``, ``json_query``, ``crc32``, ``mod``),
@@ -170,10 +174,11 @@ def haproxy_config(
     levels outside this one (1 when this proxy is the outermost; see ``ngym.server.sessions.routing``)."""
     count = max(1, len(backends))
     typed_paths = "path_end /seed_session /close_session"
-    # Several backends: one failed connection marks a worker down at once, so its rollouts are answered elsewhere
-    # (as lost) without waiting for the checks. One backend (the ray engine's one-replica environments): there
-    # is nowhere else to go, and under load a single slow connect would only turn into ~1 s of 503s for a healthy
-    # server; the checks alone still take a dead one out within ~2 s (fall 2, inter 1s).
+    # Several backends: one failed connection marks a worker down at once, so seeds stop going to it and its
+    # rollouts' requests, refused, are redispatched at once (a server counted down is not retried after a pause)
+    # and answered elsewhere as lost, without waiting for the checks. One backend (the ray engine's one-replica
+    # environments): there is nowhere else to go, and under load a single slow connect would only turn into ~1 s
+    # of 503s for a healthy server; the checks alone still take a dead one out within ~2 s (fall 2, inter 1s).
     observe = " observe layer4 error-limit 1 on-error mark-down" if len(backends) > 1 else ""
     servers = "\n".join(
         f"    server {b.name} {b.address} check inter 1s fall 2 rise 1{observe}" + (" disabled" if b.disabled else "")
@@ -217,7 +222,11 @@ def haproxy_config(
                 "    # ngym status reads each worker's /health by naming its slot (nothing else is routed so)",
                 f"    http-request set-var(txn.ngym_slot) req.hdr_val({HEALTH_SLOT_HEADER}) "
                 f"if {{ path /health }} {{ req.hdr_val({HEALTH_SLOT_HEADER}) -m found }}",
-                *(f"    use-server {b.name} if {{ var(txn.ngym_slot) -m int {i} }}" for i, b in enumerate(backends)),
+                *(
+                    f"    use-server {b.name} if {{ var(txn.ngym_slot) -m int {i} }}"
+                    for i, b in enumerate(backends)
+                    if not b.disabled  # a slot that never came up holds no session: its ids are balanced
+                ),
             ]
         )
     return f"""# written by ngym (ngym.server.hosting.haproxy); regenerated at every start
@@ -236,8 +245,8 @@ defaults
     timeout http-request 60s
     timeout http-keep-alive 5s
     timeout queue 30s
-    # a request whose worker is down goes to another one (which answers 410 / session_lost for a lost session);
-    # retries happen only when the connection failed, i.e. the request was never sent
+    # a request whose worker cannot be connected to (dead) goes to another one (which answers 410 / session_lost
+    # for a lost session); retries happen only when the connection failed, i.e. the request was never sent
     option redispatch
     retries 2
     retry-on conn-failure
@@ -253,6 +262,9 @@ frontend ngym
 backend workers
     balance leastconn
     option httpchk GET /livez
+    # a session's request goes to its own worker even when the checks count it down (a paused or slow worker
+    # still holds the session: the request waits for it); only a refused connection redispatches it (defaults)
+    option persist
     http-check expect status 200
 {routing}
     # which worker answered: for logs and tests (set by HAProxy, costs the workers nothing)

@@ -39,7 +39,7 @@ from ngym.server.pipeline.app import SPEC_ENV, ServeSpec, build_app, build_serve
 from ngym.server.pipeline.base import CLASS_OVERRIDES_ENV
 from ngym.server.pipeline.resources import SimpleResourcesServer
 from ngym.server.pipeline.traffic import TRAFFIC_FILE_ENV, make_traffic_file
-from ngym.server.sessions.cookies import SESSION_SECRET_ENV, secret_configured
+from ngym.server.sessions.cookies import SESSION_SECRET_ENV, secret_configured, withhold_secret_from_children
 
 log = logging.getLogger("ngym.serve")
 
@@ -148,6 +148,7 @@ def serve_one(
     if inherited is not None:
         sock = socket.socket(fileno=int(inherited))
         sock.set_inheritable(False)  # see _serving_only
+        withhold_secret_from_children()
         server.before_serving()
         prepare_fork_template()  # each affine worker is a template for the children its environment forks
         config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
@@ -193,6 +194,7 @@ def serve_one(
                 Multiprocess(config, sockets=[sock]).run()
         return
     sock.set_inheritable(False)  # see _serving_only
+    withhold_secret_from_children()  # the app has its secret: what the environment starts never inherits it
     server.before_serving()
     prepare_fork_template()  # after the environment is built, before it serves: its forked children start warm
     config = uvicorn_config(server, app, access_log=access_log, lifespan="on")

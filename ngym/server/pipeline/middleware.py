@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ngym.errors import SessionStoreError
 from ngym.server.pipeline.lazy_episodes import EpisodeWatch
 from ngym.server.sessions.cookies import DuplicateSessionCookie
+from ngym.server.sessions.lost import lost_lazy_session, send_gone
 from ngym.server.sessions.manager import (
     SCOPE_KEY,
     SESSION_ID_KEY,
@@ -149,6 +150,10 @@ class NgymMiddleware:
         except DuplicateSessionCookie as exc:
             sessions.traffic.count(scope["path"], 400)
             await _send_bad_request(send, str(exc))
+            return
+        if lost_lazy_session(scope, session):  # never restarted under its old id, stateful class or not
+            sessions.traffic.count(scope["path"], 410)
+            await send_gone(scope, send, session)
             return
         # Starlette's request.session, for code ported from NeMo Gym: {"session_id": ...}.
         compat = session.view

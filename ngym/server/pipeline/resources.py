@@ -13,15 +13,13 @@ import contextlib
 import inspect
 import logging
 import os
-import re
 from collections.abc import AsyncIterator
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr
 
 from ngym.domain import Domain, resolve_domain
 from ngym.metrics.aggregate import aggregate_metrics as compute_aggregate_metrics
@@ -51,9 +49,11 @@ from ngym.server.protocol.bodies import (
     ResourcesSeedSessionRequest,
     ResourcesSeedSessionResponse,
 )
+from ngym.server.protocol.reverify import ReverifyMode
 from ngym.server.sessions.cookies import CookieSigner, resolve_secret
 from ngym.server.sessions.factory import create_session_store
-from ngym.server.sessions.ids import DEFAULT_SESSION_ID_MAX_LENGTH, DEFAULT_SESSION_ID_PATTERN
+from ngym.server.sessions.ids import DEFAULT_SESSION_ID_MAX_LENGTH, DEFAULT_SESSION_ID_PATTERN, SessionIdPattern
+from ngym.server.sessions.lazy_share import lazy_share_of
 from ngym.server.sessions.lost import LostSessionGuard, keeps_no_state, keeps_session_state, note_lost_session_read
 from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, SessionManager, current_request_session
 from ngym.server.sessions.store import SessionStore
@@ -68,14 +68,6 @@ log = logging.getLogger("ngym.server")
 SESSION_STORE_ENV = "NGYM_SESSION_STORE"
 #: ``app.state`` attribute set once ``install_sessions`` ran on an app.
 SESSIONS_INSTALLED = "ngym_session_middleware_installed"
-
-
-class ReverifyMode(str, Enum):
-    """Values of ``GET /reverify_mode``: whether re-running verify on a stored response is meaningful."""
-
-    STATELESS = "stateless"
-    UNSUPPORTED = "unsupported"
-    UNKNOWN = "unknown"
 
 
 class BaseResourcesServerConfig(BaseServerConfig):
@@ -99,7 +91,7 @@ class BaseResourcesServerConfig(BaseServerConfig):
     session_id_max_length: int = Field(
         default=DEFAULT_SESSION_ID_MAX_LENGTH, ge=1, le=4096, description="Longest caller-chosen session id (422)."
     )
-    session_id_pattern: str = Field(
+    session_id_pattern: SessionIdPattern = Field(
         default=DEFAULT_SESSION_ID_PATTERN, description="Regular expression a caller-chosen session id must match."
     )
     max_tool_call_bytes: int = Field(
@@ -117,20 +109,21 @@ class BaseResourcesServerConfig(BaseServerConfig):
         ge=1024,
         description="Largest tool answer (declared length); a larger one is replaced by a 413 naming this setting.",
     )
+    max_lazy_sessions: int | None = Field(
+        default=None,
+        ge=1,
+        description="Sessions a request without a seed may start (NeMo Gym's lazy sessions) at most (default: "
+        "max_sessions); a seed that finds the store full closes the least recently used one.",
+    )
+    lazy_sessions_full: Literal["evict_oldest", "refuse"] = Field(
+        default="evict_oldest",
+        description="A lazy start past max_lazy_sessions closes the least recently used lazy session, or is a 503.",
+    )
     max_closed_sessions: int = Field(
         default=50_000,
         ge=1,
         description="Closed ids remembered (for the TTL) so they cannot be seeded again; oldest out first.",
     )
-
-    @field_validator("session_id_pattern")
-    @classmethod
-    def _compiles(cls, pattern: str) -> str:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
-        return pattern
 
     #: NeMo Gym 0.7.0 declares the reverify mode on the config class; ``GET /reverify_mode`` reads it when set,
     #: else the server class's ``reverify_mode``.
@@ -461,6 +454,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
             CookieSigner(secret, self.config.session_cookie_name),
             hook,
             on_unseeded_done=self.forget_unseeded_session if forgets else None,
+            lazy=lazy_share_of(self.config.max_lazy_sessions, self.config.max_sessions, self.config.lazy_sessions_full),
         )
 
     def _make_store(self) -> SessionStore:

@@ -400,6 +400,9 @@ async def health_report(server: SimpleResourcesServer) -> dict[str, Any]:
         "plugin": dist[0] if dist else None,
         "version": dist[1] if dist else None,
         "live_sessions": await sessions.store.count(),
+        # sessions requests without a seed started (NeMo Gym's lazy ones): held, their limit, and how many were
+        # closed to make room (ngym.server.sessions.lazy_share)
+        "lazy_sessions": sessions.lazy.as_dict(),
         "session_store": type(sessions.store).__name__,
         "traffic": sessions.traffic.as_dict(),
         "session_bytes": session_bytes_report(sessions.store.records(), server.config.max_session_tool_bytes),

@@ -39,8 +39,24 @@ def resolve_secret(configured: str | None) -> tuple[str, bool]:
 
 
 def secret_configured() -> bool:
-    """Whether this process's environment gives a signing secret (``NGYM_SESSION_SECRET`` or its file)."""
-    return bool(os.environ.get(SESSION_SECRET_ENV) or os.environ.get(SESSION_SECRET_FILE_ENV))
+    """Whether this process's environment gives a signing secret (``NGYM_SESSION_SECRET`` or its file), or gave
+    one before ``withhold_secret_from_children`` took it out."""
+    return bool(os.environ.get(SESSION_SECRET_ENV) or os.environ.get(SESSION_SECRET_FILE_ENV) or _withheld)
+
+
+#: the variables ``withhold_secret_from_children`` took out of this process's environment
+_withheld: list[str] = []
+
+
+def withhold_secret_from_children() -> None:
+    """Take ``NGYM_SESSION_SECRET`` and ``NGYM_SESSION_SECRET_FILE`` out of this process's environment, once its
+    app has read the secret: nothing this process starts from then on (an environment's subprocess running model
+    code, a Ray instance it starts, a helper of its ``on_startup``) inherits the key that signs every session's
+    cookie, nor the path of its file. Called by a serving process just before it serves; a supervisor keeps them
+    for the workers it starts."""
+    for name in (SESSION_SECRET_ENV, SESSION_SECRET_FILE_ENV):
+        if os.environ.pop(name, None) is not None:
+            _withheld.append(name)
 
 
 def _secret_from_file() -> str | None:

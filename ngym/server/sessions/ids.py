@@ -11,11 +11,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 #: Letters, digits and ``. _ ~ : @ + = / -``: URL-safe, cookie-safe, covers uuids and rollout ids.
 DEFAULT_SESSION_ID_PATTERN = r"[A-Za-z0-9._~:@+=/-]+"
 #: NeMo Gym's own ids are 49 characters; 256 leaves room for prefixes without letting an id bloat headers.
 DEFAULT_SESSION_ID_MAX_LENGTH = 256
+
+
+def _compiles(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    return pattern
+
+
+#: A config field holding a session id pattern: refused (422 / one config error) unless it compiles.
+SessionIdPattern = Annotated[str, AfterValidator(_compiles)]
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ngym.server.protocol.bodies import FAILURE_CLASS_KEY
-from ngym.server.sessions.manager import SCOPE_KEY, RequestSession
+from ngym.server.sessions.manager import SCOPE_KEY, RequestSession, is_unseeded_id
 
 log = logging.getLogger("ngym.sessions")
 
@@ -161,14 +161,33 @@ class LostSessionGuard:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] not in PROTOCOL_PATHS:
             session = scope.get(SCOPE_KEY)
             if isinstance(session, RequestSession) and not session.is_new and is_lost(session):
-                status, detail = 410, lost_reason(session)
-                log.warning("%s: %s", scope["path"], detail)
-                body = json.dumps({"detail": detail, "failure_kind": SESSION_LOST}).encode()
-                headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-                await send({"type": "http.response.start", "status": status, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
+                await send_gone(scope, send, session)
                 return
         await self.app(scope, receive, send)
+
+
+def lost_lazy_session(scope: Scope, session: RequestSession) -> bool:
+    """Whether the request is a tool call (a POST off the protocol's paths) carrying the cookie of a lazily started
+    session this process does not hold (closed, expired, evicted from the lazy share, or another worker's). Such an
+    id is handed out only when the environment's code kept state under it, so whatever the environment, the call
+    is answered 410 (``send_gone``): running it would start that state anew under the old id and score it."""
+    return (
+        session.record is None
+        and not session.is_new
+        and is_unseeded_id(session.id)
+        and scope["method"] == "POST"
+        and scope["path"] not in PROTOCOL_PATHS
+    )
+
+
+async def send_gone(scope: Scope, send: Send, session: RequestSession) -> None:
+    """Answer 410 Gone for a lost session (``failure_kind: session_lost``), before the tool runs."""
+    detail = lost_reason(session)
+    log.warning("%s: %s", scope["path"], detail)
+    body = json.dumps({"detail": detail, "failure_kind": SESSION_LOST}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 410, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 __all__ = [
@@ -178,8 +197,10 @@ __all__ = [
     "is_lost",
     "keeps_no_state",
     "keeps_session_state",
+    "lost_lazy_session",
     "lost_reason",
     "note_lost_session_read",
+    "send_gone",
     "session_lost_body",
     "watching_session_reads",
 ]

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from ngym.errors import SessionStoreError
 from ngym.server.pipeline.traffic import Traffic
 from ngym.server.sessions.cookies import CookieSigner, DuplicateSessionCookie
+from ngym.server.sessions.lazy_share import LazyShare
 from ngym.server.sessions.routing import RouteSlot
 from ngym.server.sessions.store import SessionLimitReached, SessionRecord, SessionStore
 
@@ -130,6 +131,7 @@ class SessionManager:
         on_closed: CloseHook | None,
         slot: RouteSlot | None = None,
         on_unseeded_done: Callable[[str], Awaitable[None]] | None = None,
+        lazy: LazyShare | None = None,
     ) -> None:
         self.store = store
         self.signer = signer
@@ -149,6 +151,9 @@ class SessionManager:
         #: and trajectories) is let go with the sessions the sweep expired (``after_sweep``)
         self._after_sweep: list[Callable[[], Awaitable[None]]] = []
         self._seeding: set[str] = set()
+        #: the lazily started sessions this process holds, bounded apart from seeded ones (``lazy_share``)
+        self.lazy = lazy if lazy is not None else LazyShare(store.max_sessions)
+        self.lazy.limit = min(self.lazy.limit, store.max_sessions)
 
     async def bind(self, cookie_header: bytes | None, load: bool) -> RequestSession:
         """The request's session: the cookie's verified id (its record loaded when ``load``) or a fresh id.
@@ -162,6 +167,8 @@ class SessionManager:
             return RequestSession(unseeded_session_id(self.slot), None, is_new=True)
         owned = not self._slot_holds_only_its_own or self.slot.owns(session_id)
         record = await self.store.load(session_id) if load and owned else None
+        if record is not None and record.meta.get(LAZY_META):
+            self.lazy.touch(session_id)
         return RequestSession(session_id, record, is_new=False)
 
     def check_owned(self, session_id: str) -> None:
@@ -179,18 +186,47 @@ class SessionManager:
             await self.store.save(session.id, session.record)
 
     async def ensure_capacity(self) -> None:
-        """Raise ``SessionLimitReached`` when a new session would exceed the bound (after sweeping)."""
+        """Raise ``SessionLimitReached`` when a new seeded session would exceed the bound: after sweeping, and after
+        closing the least recently used lazily started session, if any (a seed always has room up to
+        ``max_sessions`` whatever cookie-less traffic started: ``ngym.server.sessions.lazy_share``)."""
         if await self.store.count() >= self.store.max_sessions:
             await self.sweep()
-            if await self.store.count() >= self.store.max_sessions:
-                raise SessionLimitReached(f"{self.store.max_sessions} sessions are live")
+            while await self.store.count() >= self.store.max_sessions:
+                if not await self.evict_lazy("a seed needs room"):
+                    raise SessionLimitReached(f"{self.store.max_sessions} sessions are live")
+
+    async def evict_lazy(self, why: str) -> bool:
+        """Close the least recently used lazily started session this process holds (its close hook runs); False
+        when it holds none. Logged and counted (``/health``'s ``lazy_sessions.evicted``)."""
+        while (session_id := self.lazy.oldest()) is not None:
+            record = await self.store.remove(session_id)
+            if record is None:  # already gone (closed or expired meanwhile)
+                continue
+            self.lazy.evicted += 1
+            if self.lazy.evicted <= 10 or self.lazy.evicted % 1000 == 0:  # every one counted, a flood's log bounded
+                log.warning(
+                    "closed lazily started session %s (least recently used of %d; %d closed so far): %s; its next "
+                    "request is answered as a lost session",
+                    session_id,
+                    len(self.lazy) + 1,
+                    self.lazy.evicted,
+                    why,
+                )
+            await self._run_hook_logged(session_id, record)
+            return True
+        return False
 
     async def admit(self, session_id: str, record: SessionRecord) -> None:
         """Store a freshly seeded session. When the store refuses it (``SessionLimitReached``: concurrent seeds
         all passed ``ensure_capacity``; a store error; a cancelled request), the close hook runs on the state the
         seed made, so whatever it allocated (a worker process, a slot) is freed instead of leaking for good."""
         try:
-            await self.store.create(session_id, record)
+            try:
+                await self.store.create(session_id, record)
+            except SessionLimitReached:  # a lazy start took the room since ensure_capacity: it makes room again
+                if not await self.evict_lazy("a seed needs room"):
+                    raise
+                await self.store.create(session_id, record)
         except BaseException:
             await asyncio.shield(self._run_hook_logged(session_id, record))
             raise
@@ -198,22 +234,30 @@ class SessionManager:
     async def admit_lazy(self, session: RequestSession) -> bool:
         """Make the one-off id of a request without a session a live session (NeMo Gym's lazy seed: its code kept
         state under ``request.session["session_id"]``): bounded by ``max_sessions``, expired by the idle TTL and
-        closed with the close hook like any other. False (nothing admitted) when the store is full."""
+        closed with the close hook like any other. Held in a share of their own (``lazy_share``): past
+        ``max_lazy_sessions``, or when the store is full, the least recently used lazy session is closed first. False
+        (nothing admitted) when the store is full of seeded sessions."""
+        while self.lazy.full():
+            if self.lazy.refuse_when_full or not await self.evict_lazy("a newer one started"):
+                return False
         if await self.store.count() >= self.store.max_sessions:
             await self.sweep()
-            if await self.store.count() >= self.store.max_sessions:
-                return False
+            while await self.store.count() >= self.store.max_sessions:
+                if not await self.evict_lazy("a newer one started"):
+                    return False
         record = SessionRecord(meta={LAZY_META: True})
         try:
             await self.store.create(session.id, record)
         except SessionLimitReached:
             return False
+        self.lazy.add(session.id)
         session.record, session.sets_cookie = record, True
         return True
 
     async def close(self, session_id: str) -> bool:
         """Remove a session and run the close hook; False when it was not live. Hook errors propagate."""
         record = await self.store.remove(session_id)
+        self.lazy.discard(session_id)
         if record is None:
             return False
         if self._on_closed is not None:
@@ -339,6 +383,7 @@ class SessionManager:
         """Close every session idle for longer than the TTL; returns how many."""
         expired = await self.store.pop_expired()
         for session_id, record in expired:
+            self.lazy.discard(session_id)
             await self._run_hook_logged(session_id, record)
         if expired:
             log.info("closed %d idle session(s) after %.0fs", len(expired), self.store.ttl_seconds)
@@ -391,6 +436,7 @@ class SessionManager:
         if self._sweeper is not None:
             await _stop_task(self._sweeper)
         for session_id, record in await self.store.drain():
+            self.lazy.discard(session_id)
             await self._run_hook_logged(session_id, record)
         await self.store.aclose()
 

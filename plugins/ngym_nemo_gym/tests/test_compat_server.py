@@ -307,14 +307,75 @@ class NemoCounter(SimpleResourcesServer):
 async def test_tool_calls_without_a_session_cannot_grow_a_nemo_environments_state_without_bound() -> None:
     server = NemoCounter(config=BaseResourcesServerConfig(name="c", max_sessions=50, session_ttl_seconds=3600))
     async with serve_in_process(server.setup_webserver()) as client:
-        # each cookie-less call starts a session NeMo Gym's way (lazily): a live session, bounded by max_sessions;
-        # once the store is full a call answers 503 (a 200 would hand out no session, so the rollout's next call
-        # would start from nothing), and what it kept under its one-off id is freed at once
+        # each cookie-less call starts a session NeMo Gym's way (lazily): a live session in a share of their own
+        # (max_lazy_sessions, default max_sessions); past it the least recently used lazy one is closed (its entry
+        # freed, counted), so the environment's dict stays bounded and no call is refused
         statuses = [(await client.post("/increment_counter", json={})).status_code for _ in range(400)]
-        assert statuses == [200] * 50 + [503] * 350
+        assert statuses == [200] * 400
         assert len(server.session_id_to_counter) == 50
-        assert (await client.get("/health")).json()["live_sessions"] <= 50
+        health = (await client.get("/health")).json()
+        assert health["live_sessions"] == 50
+        assert health["lazy_sessions"] == {"live": 50, "limit": 50, "evicted": 350}
     assert server.session_id_to_counter == {}  # every live session closed at shutdown, every entry freed
+
+
+async def test_a_flood_of_cookie_less_calls_never_refuses_a_seed_and_its_evicted_sessions_are_lost() -> None:
+    server = NemoCounter(config=BaseResourcesServerConfig(name="c", max_sessions=10, session_ttl_seconds=3600))
+    async with serve_in_process(server.setup_webserver()) as client:
+        seeded = [_cookie(await client.post("/seed_session", json={**ROW, "start": 1})) for _ in range(4)]
+        first_lazy = _cookie(await client.post("/increment_counter", json={}))
+        flood = [(await client.post("/increment_counter", json={})).status_code for _ in range(200)]
+        assert flood == [200] * 200
+        # the store is full (4 seeded + 6 lazy): each new seed closes the least recently used lazy session
+        for _ in range(6):
+            answer = await client.post("/seed_session", json={**ROW, "start": 1})
+            assert answer.status_code == 200, answer.text
+            seeded.append(_cookie(answer))
+        assert (await client.get("/health")).json()["lazy_sessions"]["live"] == 0
+        # full of seeded sessions now: a seed or a lazy start is refused, no seeded session is touched
+        assert (await client.post("/seed_session", json={**ROW, "start": 1})).status_code == 503
+        assert (await client.post("/increment_counter", json={})).status_code == 503
+        for cookie in seeded:
+            assert (await client.post("/increment_counter", json={}, headers=cookie)).status_code == 200
+            verified = await client.post("/verify", json={**ROW, "response": make_response()}, headers=cookie)
+            assert verified.json()["reward"] == 1.0 and not verified.json().get("mask_sample")
+        # an evicted lazy session is lost: its next call is a 410 that keeps nothing, its verify masked
+        gone = await client.post("/increment_counter", json={}, headers=first_lazy)
+        assert gone.status_code == 410 and "set-cookie" not in gone.headers
+        lazy_id = first_lazy["cookie"].split("=", 1)[1].rsplit(".", 1)[0]
+        assert lazy_id not in server.session_id_to_counter
+        masked = await client.post("/verify", json={**ROW, "response": make_response()}, headers=first_lazy)
+        assert masked.json()["mask_sample"] is True and masked.json()["failure_kind"] == "session_lost"
+
+
+async def test_max_lazy_sessions_bounds_the_lazy_share_apart_from_seeds() -> None:
+    config = BaseResourcesServerConfig(name="c", max_sessions=100, max_lazy_sessions=5)
+    server = NemoCounter(config=config)
+    async with serve_in_process(server.setup_webserver()) as client:
+        cookies = [_cookie(await client.post("/increment_counter", json={})) for _ in range(5)]
+        # a lazy session in use moves to the back of the line: the untouched ones go first
+        assert (await client.post("/increment_counter", json={}, headers=cookies[0])).status_code == 200
+        for _ in range(4):
+            await client.post("/increment_counter", json={})
+        assert (await client.get("/health")).json()["lazy_sessions"] == {"live": 5, "limit": 5, "evicted": 4}
+        assert (await client.post("/get_counter_value", json={}, headers=cookies[0])).json() == {"count": 2}
+        assert [(await client.post("/get_counter_value", json={}, headers=c)).status_code for c in cookies[1:]] == [
+            410
+        ] * 4
+
+
+async def test_an_evicted_gymnasium_episode_is_not_restarted_under_its_old_cookie() -> None:
+    """A Gymnasium-shaped server keeps no state ngym knows of (no seed_session): an evicted episode's next /reset
+    or /step still answers 410, never a fresh episode under the old id (nor a KeyError 500)."""
+    server = Game(config=BaseResourcesServerConfig(name="g", max_sessions=3))
+    async with serve_in_process(server.setup_webserver()) as client:
+        old = _cookie(await client.post("/reset", json={}))
+        for _ in range(3):
+            assert (await client.post("/reset", json={})).status_code == 200
+        for path in ("/step", "/reset"):
+            answer = await client.post(path, json={}, headers=old)
+            assert answer.status_code == 410 and answer.json()["failure_kind"] == "session_lost", answer.text
+        assert len(server.session_state) == 3
 
 
 async def test_a_seeded_nemo_session_frees_its_entry_when_it_closes() -> None:
