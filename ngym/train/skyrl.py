@@ -21,6 +21,7 @@ flagged ``metadata["ngym_masked"]``; it is never a 0.0 the trainer would learn f
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Mapping
@@ -34,8 +35,9 @@ try:
 except ModuleNotFoundError as missing:
     raise trainer_missing(missing, "ngym.train.skyrl", "'skyrl-gym>=0.4'") from None
 
-from ngym.train.wire import Rollout, dataset_row, reward_of, sync_wire, visible_text
+from ngym.train.wire import Rollout, WireError, dataset_row, reward_of, sync_wire, visible_text
 
+log = logging.getLogger("ngym.train")
 ENV_ID = "ngym"
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
@@ -96,8 +98,14 @@ class NgymEnv(BaseTextEnv):  # type: ignore[misc]
         self.verified: dict[str, Any] | None = None
 
     def init(self, prompt: Any) -> tuple[Any, dict[str, Any]]:
-        """Seed the rollout's session; the prompt is the model's first input, unchanged."""
-        self.wire.seed(self.rollout)
+        """Seed the rollout's session; the prompt is the model's first input, unchanged. An environment down or
+        full (unreachable, 5xx) leaves the rollout unseeded: its tools are not run and it ends masked."""
+        try:
+            self.wire.seed(self.rollout)
+        except WireError as exc:
+            if not exc.unavailable:  # the environment refused this row: a dataset error, raised
+                raise
+            log.warning("ngym env: %s: this rollout gets no reward", exc)
         return prompt, {}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
@@ -108,7 +116,11 @@ class NgymEnv(BaseTextEnv):  # type: ignore[misc]
             self.rollout.add_message(text)
         observations: list[dict[str, str]] = []
         for name, arguments in calls:
-            observations.append({"role": "tool", "content": self.wire.call(self.rollout, name, arguments)})
+            try:
+                content = self.wire.call(self.rollout, name, arguments)
+            except WireError as exc:  # not run (unseeded, unreachable): the rollout is marked failed, never scored
+                content = json.dumps({"error": str(exc)})
+            observations.append({"role": "tool", "content": content})
         for block in bad:
             observations.append(
                 {"role": "tool", "content": f'{{"error": "not a tool call: {json.dumps(block)[1:-1]}"}}'}

@@ -14,7 +14,9 @@ the model's tools, and scores each finished rollout with ``reward_funcs(prompts=
 - ``reward_funcs``: ``[ngym_verify]``, which sends ``/verify`` the Responses-format trajectory built from TRL's
   completion (its tool calls and their outputs), exactly what NeMo Gym's agent would send, and closes the session.
   A masked verify (a lost session, a failed judge) or none at all is ``None``: TRL leaves the sample out, it is
-  never scored 0.0.
+  never scored 0.0. So is a rollout the environment did not see whole: its seed found the environment down or
+  full (a fleet's dead unit answers 503; ``reset`` goes on, the tools then fail) or a tool call could not reach
+  it; such a trajectory is not verified at all (a trajectory-only verify would score calls that never ran).
 
 Example (see docs/training.md)::
 
@@ -25,6 +27,7 @@ Example (see docs/training.md)::
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +41,9 @@ import httpx
 from ngym.train.needs import trainer_missing
 from ngym.train.rows import declared_tools, load_rows, prompt_messages, responses_trajectory
 from ngym.train.tools import openapi_tools, tool_function
-from ngym.train.wire import DEFAULT_TIMEOUT, Rollout, reward_of, sync_wire
+from ngym.train.wire import DEFAULT_TIMEOUT, Rollout, WireError, reward_of, sync_wire
+
+log = logging.getLogger("ngym.train")
 
 #: the column of ``train_dataset`` holding each example's dataset row (JSON) for seeding
 ROW_COLUMN = "ngym_row"
@@ -77,11 +82,19 @@ class NgymEnvironment:
             if self._rollout is not None:  # a rollout that was never scored: its session is closed
                 self._wire.close(self._rollout)
             rollout = Rollout(row)
-            self._wire.seed(rollout)
+            try:
+                self._wire.seed(rollout)
+            except WireError as exc:
+                if not exc.unavailable:  # the environment refused this row: a dataset error, said at once
+                    raise
+                # The environment is down or full (a fleet's dead unit answers 503): this generation goes on
+                # without it and gets no reward (TRL leaves it out), the other environments of a blend train on.
+                log.warning("%s: this rollout gets no reward", exc)
             self._rollout = rollout
 
     def _call(self, tool: str, arguments: dict[str, Any]) -> str:
-        """Run ``tool`` in this rollout's session; its answer's body, as the model sees it."""
+        """Run ``tool`` in this rollout's session; its answer's body, as the model sees it. A rollout whose session
+        could not be seeded raises ``WireError`` (TRL shows the model the error and counts a failed tool call)."""
         rollout = self._rollout
         if rollout is None:
             raise RuntimeError(f"{tool} called before reset: no session")

@@ -143,8 +143,7 @@ class NgymTool(BaseTool):  # type: ignore[misc]
         if held is not None:
             held.refs += 1
             await held.seeded.wait()  # another tool of this rollout may still be seeding it
-            if not held.rollout.open:
-                held.refs -= 1
+            if _instances.get(key) is not held:  # that seed raised (the row refused): so does this create
                 raise WireError(f"ngym tool {self.name}: instance {instance_id!r} failed to seed")
             return instance_id, ToolResponse()
         create_kwargs = kwargs.get("create_kwargs")
@@ -152,6 +151,14 @@ class NgymTool(BaseTool):  # type: ignore[misc]
         held = _instances[key] = _Instance(Rollout(row))
         try:
             await self.wire.seed(held.rollout)
+        except WireError as exc:
+            if not exc.unavailable:  # the environment refused this row: a dataset error, raised
+                _instances.pop(key, None)
+                raise
+            # Down or full (a dead unit's 503, a session limit): the instance exists but its calls are not run and
+            # its trajectory is never verified (compute_score: no reward), so a rollout whose tool could not run is
+            # not scored as one that never called it.
+            log.warning("ngym tool %s: %s: this rollout gets no reward", self.name, exc)
         except BaseException:
             _instances.pop(key, None)
             raise
@@ -166,7 +173,10 @@ class NgymTool(BaseTool):  # type: ignore[misc]
         rollout = self._held(instance_id).rollout
         agent_data = kwargs.get("agent_data")
         if agent_data is None or not hasattr(agent_data, "extra_fields"):
-            text = await self.wire.call(rollout, self.name, dict(parameters))
+            try:
+                text = await self.wire.call(rollout, self.name, dict(parameters))
+            except WireError as exc:  # the rollout is marked failed: calc_reward gives None
+                return ToolResponse(text=json.dumps({"error": str(exc)})), None, {}
             return ToolResponse(text=text), None, {}
         lock = _trajectory_locks.setdefault(agent_data, asyncio.Lock())
         async with lock:
@@ -193,7 +203,10 @@ class NgymTool(BaseTool):  # type: ignore[misc]
         if isinstance(messages, list):
             fields[MESSAGES_FIELD] = messages  # the loop's own list: it will hold the final answer too
             _record_assistant_text(trajectory, fields, messages)
-        text = await self.wire.call(trajectory, self.name, dict(parameters))
+        try:
+            text = await self.wire.call(trajectory, self.name, dict(parameters))
+        except WireError as exc:  # not run: the trajectory, marked failed, is never verified (no reward)
+            text = json.dumps({"error": str(exc)})
         fields[ROLLOUT_FIELD] = trajectory.as_dict()
         return ToolResponse(text=text), None, {}
 

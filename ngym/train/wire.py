@@ -47,7 +47,20 @@ NOT_ROW_KEYS = frozenset({"response", "reward"})
 
 
 class WireError(RuntimeError):
-    """The environment cannot be reached, or refused to seed a session (the message says which and why)."""
+    """The environment cannot be reached, or refused to seed a session (the message says which and why).
+
+    ``status``: the HTTP status of the refusal, 0 when the environment could not be reached. ``unavailable``: the
+    environment is down or full (unreachable, or a 5xx such as a fleet front's 503 for a dead unit), not a
+    refusal of this row; a trainer may carry on without this rollout's reward.
+    """
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def unavailable(self) -> bool:
+        return self.status == 0 or self.status >= 500
 
 
 def dataset_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,6 +119,9 @@ class Rollout:
     cookies: dict[str, str] = field(default_factory=dict)
     output: list[dict[str, Any]] = field(default_factory=list)
     open: bool = False
+    #: why the environment did not see the whole rollout (its seed failed, a tool call could not reach it):
+    #: such a rollout is never verified, its reward is None
+    failed: str | None = None
 
     def add_call(self, name: str, arguments: Any, result: str, call_id: str | None = None) -> None:
         """Record one tool call and the answer the model saw, paired by ``call_id``."""
@@ -151,18 +167,49 @@ class Rollout:
         }
 
     def as_dict(self) -> dict[str, Any]:
-        return {"row": self.row, "cookies": dict(self.cookies), "output": list(self.output), "open": self.open}
+        return {
+            "row": self.row,
+            "cookies": dict(self.cookies),
+            "output": list(self.output),
+            "open": self.open,
+            "failed": self.failed,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Rollout:
         return cls(
-            dict(data["row"]), dict(data.get("cookies") or {}), list(data.get("output") or []), bool(data.get("open"))
+            dict(data["row"]),
+            dict(data.get("cookies") or {}),
+            list(data.get("output") or []),
+            bool(data.get("open")),
+            data.get("failed"),
         )
+
+    def fail(self, exc: WireError) -> WireError:
+        """Mark the rollout as one the environment did not see whole (the first reason is kept); ``exc`` back."""
+        if self.failed is None:
+            self.failed = str(exc)
+        return exc
+
+    def unscored(self, base_url: str) -> bool:
+        """Whether the rollout must not be verified (it failed, see ``failed``): logged once when so."""
+        if self.failed is None:
+            return False
+        log.warning("rollout at %s not verified (%s): no reward for this rollout", base_url, self.failed)
+        return True
+
+
+def _check_seeded(rollout: Rollout, tool: str) -> None:
+    """A rollout whose seed failed has no session: its tools are not run (a cookie-less call would run them
+    outside any session)."""
+    if rollout.failed is not None and not rollout.open:
+        raise WireError(f"tool {tool} not run: {rollout.failed}")
 
 
 def _seeded(rollout: Rollout, base_url: str, response: httpx.Response) -> dict[str, Any]:
     if response.status_code >= 400:
-        raise WireError(f"{base_url}/seed_session answered HTTP {response.status_code}: {response.text[:300]}")
+        refused = f"{base_url}/seed_session answered HTTP {response.status_code}: {response.text[:300]}"
+        raise rollout.fail(WireError(refused, response.status_code))
     rollout.open = True
     body = response.json()
     return body if isinstance(body, dict) else {}
@@ -223,24 +270,29 @@ class AsyncWire:
         try:
             response = await self._post(rollout, "/seed_session", rollout.row)
         except httpx.HTTPError as exc:
-            raise WireError(f"cannot reach the environment at {self.base_url} to seed: {exc!r}") from exc
+            raise rollout.fail(WireError(f"cannot reach the environment at {self.base_url} to seed: {exc!r}")) from exc
         return _seeded(rollout, self.base_url, response)
 
     async def call(self, rollout: Rollout, tool: str, arguments: dict[str, Any], call_id: str | None = None) -> str:
-        """Run one tool in the rollout's session; its answer's body (recorded in the trajectory)."""
+        """Run one tool in the rollout's session; its answer's body (recorded in the trajectory). ``WireError`` when
+        the environment cannot be reached or the rollout has no session because its seed failed (not run)."""
+        _check_seeded(rollout, tool)
         try:
             response = await self._post(rollout, f"/{tool}", arguments)
             text = response.text
         except httpx.TimeoutException as exc:
             text = json.dumps({"error": f"tool {tool} timed out: {type(exc).__name__}"})
         except httpx.HTTPError as exc:
-            raise WireError(f"tool {tool}: cannot reach the environment at {self.base_url}: {exc!r}") from exc
+            unreachable = WireError(f"tool {tool}: cannot reach the environment at {self.base_url}: {exc!r}")
+            raise rollout.fail(unreachable) from exc
         rollout.add_call(tool, arguments, text, call_id)
         return text
 
     async def verify(self, rollout: Rollout, response: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """``POST /verify`` with the row and the trajectory (``response``, else the rollout's own); the answer, or
         None when there is none."""
+        if rollout.unscored(self.base_url):
+            return None
         body = {**rollout.row, "response": response if response is not None else rollout.response()}
         try:
             answer = await self._post(rollout, "/verify", body)
@@ -280,22 +332,27 @@ class SyncWire:
         try:
             response = self._post(rollout, "/seed_session", rollout.row)
         except httpx.HTTPError as exc:
-            raise WireError(f"cannot reach the environment at {self.base_url} to seed: {exc!r}") from exc
+            raise rollout.fail(WireError(f"cannot reach the environment at {self.base_url} to seed: {exc!r}")) from exc
         return _seeded(rollout, self.base_url, response)
 
     def call(self, rollout: Rollout, tool: str, arguments: dict[str, Any], call_id: str | None = None) -> str:
-        """Run one tool in the rollout's session; its answer's body (recorded in the trajectory)."""
+        """Run one tool in the rollout's session; its answer's body (recorded in the trajectory). ``WireError`` when
+        the environment cannot be reached or the rollout has no session because its seed failed (not run)."""
+        _check_seeded(rollout, tool)
         try:
             text = self._post(rollout, f"/{tool}", arguments).text
         except httpx.TimeoutException as exc:
             text = json.dumps({"error": f"tool {tool} timed out: {type(exc).__name__}"})
         except httpx.HTTPError as exc:
-            raise WireError(f"tool {tool}: cannot reach the environment at {self.base_url}: {exc!r}") from exc
+            unreachable = WireError(f"tool {tool}: cannot reach the environment at {self.base_url}: {exc!r}")
+            raise rollout.fail(unreachable) from exc
         rollout.add_call(tool, arguments, text, call_id)
         return text
 
     def verify(self, rollout: Rollout, response: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """``POST /verify`` with the row and the trajectory (``response``, else the rollout's own)."""
+        if rollout.unscored(self.base_url):
+            return None
         body = {**rollout.row, "response": response if response is not None else rollout.response()}
         try:
             answer = self._post(rollout, "/verify", body)

@@ -10,7 +10,8 @@ TRL logged (prompt, completion, reward; NaN as null), the reward means TRL logge
 sessions each environment reported while a batch was being generated, and the session cookies of that batch.
 
 A run's ``mask`` ({"step": S, "index": I}) closes generation I's session of step S (``POST /close_session`` with
-its cookie) before its first tool call: the rollout whose session is lost.
+its cookie) before its first tool call: the rollout whose session is lost. A run's ``kill`` ({"step": S, "pid":
+P}) kills a fleet unit's process group once step S's sessions are seeded: its environment is gone mid-run.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +135,22 @@ class Recorder(TrainerCallback):
 
 
 def health(url: str) -> dict[str, Any]:
-    return httpx.get(f"{url}/health", timeout=30).json()
+    """The environment's /health answer; {} when it gives none (a fleet's dead unit: its front's 503)."""
+    answer = httpx.get(f"{url}/health", timeout=30)
+    return answer.json() if answer.status_code == 200 else {}
+
+
+def kill_unit(pid: int) -> None:
+    """Kill a fleet unit's process group (``ngym run`` leads it) and wait until its leader is gone."""
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"unit {pid} still there after SIGKILL")
 
 
 def one_run(run: dict[str, Any]) -> dict[str, Any]:
@@ -230,6 +248,10 @@ def one_run(run: dict[str, Any]) -> dict[str, Any]:
                 ],
                 "live_sessions": {n: health(u).get("live_sessions") for n, u in urls.items()},
             }
+            kill = run.get("kill")  # {"step": S, "pid": P}: a fleet unit dies after the batch's sessions are seeded
+            if kill and kill["step"] == trainer.state.global_step:
+                kill_unit(kill["pid"])
+                batch["killed"] = kill["pid"]
             mask_spec = run.get("mask")
             if mask_spec and mask_spec["step"] == trainer.state.global_step:
                 victim = environments[mask_spec["index"]]

@@ -222,7 +222,7 @@ async def test_what_the_fast_path_leaves_of_create_and_call_is_the_routers(both:
         (b'{"split": "example", "index": 99}', 400, True),
         (b'{"split": "example", "index": "0"}', 200, False),  # the body model's own reading
         (b'{"split": "example", "index": 0, "toolset_name": "x"}', 400, False),
-        (b"not json", 400, False),
+        (b"not json", 422, False),
         (b"", 422, False),
     ]
     for number, (body, status, fast) in enumerate(cases):

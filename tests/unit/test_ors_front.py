@@ -203,13 +203,13 @@ async def test_bad_input_is_a_4xx_that_says_what_to_fix() -> None:
         sid = {"x-session-id": "not-created"}
         assert (await status("POST", "/ors/create", json={"split": "example", "index": 0}))[0] == 400  # no header
         code, detail = await status("POST", "/ors/create", json={"split": "nope", "index": 0}, headers=sid)
-        assert code == 400 and "unknown split 'nope'" in detail
+        assert code == 400 and "Invalid split: 'nope'" in detail
         code, detail = await status("POST", "/ors/create", json={"split": "example", "index": 99}, headers=sid)
-        assert code == 400 and "out of range" in detail
+        assert code == 400 and "Invalid index: 99 is out of range" in detail
         code, detail = await status("POST", "/ors/create", json={"split": "example"}, headers=sid)
         assert code == 422 and "split and index" in detail
         code, detail = await status("POST", "/ors/create", content=b"{not json", headers=sid)
-        assert code == 400 and "not JSON" in detail
+        assert code == 422 and "json_invalid" in detail
         code, detail = await status("POST", "/ors/task", json={"split": "example", "index": "x"})
         assert code == 422 and "index" in detail
         code, detail = await status("GET", "/ors/another_env/tools")
@@ -223,6 +223,7 @@ async def test_bad_input_is_a_4xx_that_says_what_to_fix() -> None:
         real = await ors.session(split="example", index=0)
         bad = await ors.call(real, "get_weather", {"town": "Oslo"})
         assert bad["ok"] is False and bad["reason"] == "input_validation" and "city" in bad["error"]
+        assert bad["error"].startswith("Tool input validation error: ")  # as openreward's server words it
         unknown = await ors.call(real, "launch", {})
         assert unknown["ok"] is False and unknown["reason"] == "not_found" and "get_weather" in unknown["error"]
         await ors.delete(real)

@@ -17,7 +17,7 @@ from ngym.testing import app_for
 from ngym.train import trl as ngym_trl
 from ngym.train.rows import load_rows, prompt_messages, responses_output
 from ngym.train.tools import tool_function
-from ngym.train.wire import reward_of
+from ngym.train.wire import WireError, reward_of
 
 DATA = Path(__file__).resolve().parents[2] / "resources_servers"
 COUNTER_ROWS = DATA / "example_session_state_mgmt" / "data" / "example_rollouts.jsonl"
@@ -267,3 +267,29 @@ def test_an_environment_gone_before_verify_is_no_reward() -> None:
         env.increment_counter(count=3)
     # the server is gone: its verify cannot be had, so there is no reward (never 0.0), and nothing raises
     assert ngym_trl.ngym_verify([None], [counter_completion(3)], environments=[env]) == [None]
+
+
+def test_a_full_environment_is_no_reward_not_a_crash_nor_a_score() -> None:
+    """A server at its session limit refuses a seed (503): ``reset`` goes on (TRL would stop training on a raise),
+    the rollout's tool is not run, and its trajectory is never verified: the weather's verify, which reads only the
+    trajectory, would have scored the call 1.0. A row the environment refuses (4xx) still raises."""
+    with serve_app_in_thread(app_for("example_single_tool_call", max_sessions=1)) as url:
+        slots = ngym_trl.environment(url, WEATHER_ROWS)
+        cls: Any = slots.environment_factory
+        taken, refused = cls(), cls()
+        taken.reset(**slots.examples[0])
+        refused.reset(**slots.examples[0])  # the server is full
+        assert refused._rollout.failed and "503" in refused._rollout.failed
+        with pytest.raises(WireError, match="not run"):
+            refused.get_weather(city="Paris")
+        call = {
+            "role": "assistant",
+            "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+        }
+        completion = [call, {"role": "tool", "name": "get_weather", "content": '{"error": "not run"}'}]
+        assert ngym_trl.ngym_verify([None] * 2, [completion, completion], environments=[refused, taken]) == [None, 1.0]
+        assert live_sessions(url) == 0
+    with serve_app_in_thread(app_for("example_session_state_mgmt")) as url:
+        counter: Any = ngym_trl.environment(url, COUNTER_ROWS).environment_factory()  # type: ignore[operator]
+        with pytest.raises(WireError, match="HTTP 422"):
+            counter.reset(ngym_row=json.dumps({"responses_create_params": {"input": []}, "initial_count": "x"}))

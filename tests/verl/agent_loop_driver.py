@@ -16,6 +16,7 @@ import json
 import sys
 from typing import Any
 
+import httpx
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -132,12 +133,14 @@ async def main_async(payload: dict[str, Any]) -> dict[str, Any]:
         tools=ToolListWrap(tools),
     )
 
-    async def one(index: int, row: dict[str, Any]) -> dict[str, Any]:
+    async def run(index: int, row: dict[str, Any]) -> Any:
         prompt = [dict(m) for m in row["prompt"]]
         prompt[-1]["content"] = f"[rollout {index}] " + prompt[-1]["content"]  # which script answers this prompt
-        output = await loop.run(
+        return await loop.run(
             {"temperature": 1.0}, raw_prompt=prompt, tools_kwargs=row["extra_info"]["tools_kwargs"], extra_info={}
         )
+
+    async def score(row: dict[str, Any], output: Any) -> dict[str, Any]:
         # verl's reward managers hand compute_score the row's extra_info updated with the loop's extra fields
         extra_info = {**row["extra_info"], **output.extra_fields}
         response = tok.decode(output.response_ids)
@@ -154,8 +157,20 @@ async def main_async(payload: dict[str, Any]) -> dict[str, Any]:
             "trajectory": [i["type"] for i in held.get("output", [])],
         }
 
-    results = await asyncio.gather(*(one(i, r) for i, r in enumerate(rows)))
+    # ``occupy``: that many sessions are seeded (the server full at its max_sessions) while the loop runs, and closed
+    # before scoring: the environment refused the tools' seeds but is there again for the reward function.
+    occupied = [_seed(payload["url"], rows[0]) for _ in range(payload.get("occupy", 0))]
+    outputs = await asyncio.gather(*(run(i, r) for i, r in enumerate(rows)))
+    for cookie in occupied:
+        httpx.post(f"{payload['url']}/close_session", json={}, headers={"cookie": cookie}, timeout=30)
+    results = await asyncio.gather(*(score(r, o) for r, o in zip(rows, outputs, strict=True)))
     return {"results": list(results), "generate_calls": server.calls}
+
+
+def _seed(url: str, row: dict[str, Any]) -> str:
+    answer = httpx.post(f"{url}/seed_session", json=json.loads(row["extra_info"]["ngym_row"]), timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.headers["set-cookie"].split(";")[0]
 
 
 def main() -> None:

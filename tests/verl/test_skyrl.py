@@ -42,3 +42,17 @@ def test_skyrl_env_masked_result_is_no_reward(serve: Callable[[str], str], in_ve
     nan = in_verl(DRIVER, {"url": url, "rollouts": rollouts, "lose_session": True, "on_masked": "nan"})["results"][0]
     assert nan["reward"] == "nan" and nan["done"] and nan["error"] is None
     assert live_sessions(url) == 0
+
+
+def test_skyrl_env_on_an_environment_that_is_gone_is_no_reward(in_verl: Callable[..., Any]) -> None:
+    """The environment cannot be reached (a port nothing listens on): the rollout starts, its tool calls are not run
+    (each observation says so) and it ends masked (``MaskedReward``, or NaN), never scored."""
+    from ngym.child_server import free_port
+
+    gone = f"http://127.0.0.1:{free_port()}"
+    rollouts = [r for r in recorded("example_single_tool_call") if r["reward"] == 1.0][:1]
+    raised = in_verl(DRIVER, {"url": gone, "rollouts": rollouts})["results"][0]
+    assert raised["error"] and "MaskedReward" in raised["error"], raised
+    nan = in_verl(DRIVER, {"url": gone, "rollouts": rollouts, "on_masked": "nan"})["results"][0]
+    assert nan["reward"] == "nan" and nan["done"] and nan["error"] is None, nan
+    assert nan["outputs"] and all("not run" in text for text in nan["outputs"]), nan["outputs"]

@@ -120,3 +120,28 @@ def test_verl_tools_masked_result_is_no_reward(
     assert scored["nan"] == {"score": None, "nan": True}
     assert scored["kept"] == 1.0
     assert live_sessions(url) == 0
+
+
+def test_verl_tools_concurrent_creates_of_one_instance_share_its_fate(
+    serve: Callable[[str], str], in_verl: Callable[..., Any], tmp_path: Path
+) -> None:
+    """All of a rollout's tools create its instance at once (one seeds, the others wait for that seed). A row the
+    environment refuses (422) fails every create and leaves nothing behind; an environment that cannot be reached
+    gives every create the instance, whose call is not run and whose reward is None (not a score)."""
+    url = serve("example_session_state_mgmt")
+    config = tool_config(url, tmp_path / "tools.yaml")
+    assert len(config["tools"]) >= 2
+    row = dict(recorded("example_session_state_mgmt")[0])
+    row.pop("response"), row.pop("reward")
+    refused = in_verl(
+        DRIVER, {"mode": "concurrent", "config": str(tmp_path / "tools.yaml"), "row": {**row, "initial_count": "x"}}
+    )
+    assert refused == {"creates": ["WireError"] * len(config["tools"]), "left": 0}, refused
+    from ngym.child_server import free_port
+
+    gone = tmp_path / "gone.yaml"
+    gone.write_text((tmp_path / "tools.yaml").read_text().replace(url, f"http://127.0.0.1:{free_port()}"))
+    answer = in_verl(DRIVER, {"mode": "concurrent", "config": str(gone), "row": row, "arguments": {"count": 1}})
+    assert answer["creates"] == ["ok"] * len(config["tools"]), answer
+    assert "not run" in answer["output"] and answer["reward"] is None and answer["left"] == 0, answer
+    assert live_sessions(url) == 0

@@ -8,6 +8,7 @@ Modes:
   ``release``s. ``parallel``: all rollouts at once (asyncio.gather), else one after another.
 - ``masked``: a rollout whose session the server lost before ``calc_reward`` (closed behind the tool's back).
 - ``score``: ``ngym.train.verl.compute_score`` on the same masked rollout, with ``on_masked`` raise and nan.
+- ``concurrent``: every tool creates one instance id at once, then one execute, ``calc_reward`` and the releases.
 """
 
 from __future__ import annotations
@@ -135,6 +136,28 @@ def score(payload: dict[str, Any]) -> dict[str, Any]:
     return answers
 
 
+async def concurrent(payload: dict[str, Any]) -> dict[str, Any]:
+    """Every tool ``create``s one instance id at once (the first seeds, the others wait for it), then the first
+    tool executes once, ``calc_reward``, and every create that succeeded is released."""
+    from ngym.train.verl import _instances
+
+    tools = list(initialize_tools_from_config(payload["config"]))
+    instance = str(uuid.uuid4())
+    kwargs = {"create_kwargs": {"ngym_row": json.dumps(payload["row"])}}
+    made = await asyncio.gather(*(t.create(instance, **kwargs) for t in tools), return_exceptions=True)
+    creates = [type(m).__name__ if isinstance(m, BaseException) else "ok" for m in made]
+    answer: dict[str, Any] = {"creates": creates}
+    if "ok" in creates:
+        response, _, _ = await tools[0].execute(instance, payload.get("arguments", {}))
+        answer["output"] = response.text
+        answer["reward"] = await tools[0].calc_reward(instance, final_text="done")
+        for tool, made_one in zip(tools, made, strict=True):
+            if not isinstance(made_one, BaseException):
+                await tool.release(instance)
+    answer["left"] = sum(1 for (_, held_id) in _instances if held_id == instance)
+    return answer
+
+
 def main() -> None:
     payload = json.load(sys.stdin)
     mode = payload["mode"]
@@ -144,6 +167,8 @@ def main() -> None:
         answer = asyncio.run(masked(payload))
     elif mode == "score":
         answer = score(payload)
+    elif mode == "concurrent":
+        answer = asyncio.run(concurrent(payload))
     else:
         raise SystemExit(f"unknown mode {mode}")
     print("NGYM-RESULT " + json.dumps(answer))

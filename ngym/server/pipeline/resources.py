@@ -148,10 +148,9 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     - ``reverify_mode``: ``"stateless"`` when re-running verify on a stored response is meaningful.
     - ``always_full_reward``: True when the reward does not depend on the response (``ngym validate``'s
       soundness pass then skips its "must not score 1.0" checks).
-    - ``reward_range``: the ``(low, high)`` a ``/verify`` reward must lie in (``ngym validate``, ``rollout`` and
-      ``profile`` check it; ``GET /health`` reports it); default ``(0.0, 1.0)``; None for a server that passes on
-      another ecosystem's rewards at their own scale (an OpenEnv environment's, e.g. -50…+30), so only "is a number"
-      is checked.
+    - ``reward_range``: the ``(low, high)`` a ``/verify`` reward must lie in (checked by ``validate``, ``rollout``,
+      ``profile``; in ``/health``); default ``(0.0, 1.0)``; None for another ecosystem's rewards at their own scale.
+    - ``tool_outcomes``: tool routes answer ``{"output", "finished"}`` or a refusal (``ngym.server.fronts.outcomes``).
     - ``required_env``: the environment variables the server cannot start without, each with what it is
       (``{"DIPG_DATASET_PATH": "a JSONL file of dataset rows"}``); ``ngym run``, ``validate``, ``prepare`` and
       ``containerize --run`` (whose ``-e`` gives them to the container) stop with one line naming a missing one.
@@ -183,6 +182,7 @@ class SimpleResourcesServer(BaseResourcesServer, SimpleServer):
     not_containerizable: ClassVar[str | None] = None
     close_resources_session_takes_any_body: ClassVar[bool] = False
     own_event_loop: ClassVar[bool | None] = None
+    tool_outcomes: ClassVar[bool] = False
 
     # ---- for environment authors -------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ import httpx
 import pytest
 from ngym_nemo_gym.catalogue.wheel import extract_environment
 
+from ngym.child_server import free_port
 from ngym.examples import dataset_row, read_example_rollouts, recorded_tool_calls
 from ngym.rollout.replay_model import create_replay_app
 from ngym.rollout.thread_server import serve_app_in_thread
@@ -170,3 +171,68 @@ def test_a_nemo_gym_environment_with_in_process_state(openenv_python: str, tmp_p
         mcp = _drive(openenv_python, f"{url}/openenv", "mcp", _episodes(rollouts))
         assert _live_sessions(url) == 0
     assert [e["reward"] for e in generic] == [e["reward"] for e in mcp] == nemo == [r["reward"] for r in rollouts]
+
+
+# --- the front's error cases against OpenEnv's own server (create_app/HTTPEnvServer) ------------------------------
+
+PROBE = Path(__file__).with_name("conformance_probe.py")
+TALLY = Path(__file__).with_name("envs") / "tally_env"
+#: where the front answers otherwise, on purpose (docs/protocols.md, "Differences from OpenEnv's server"):
+DELIBERATE = {
+    # OpenEnv's HTTP /step runs a fresh environment per request; an ngym episode is a seeded session: /reset first
+    "step before reset": ({"status": 200}, {"status": 409, "detail": "str"}),
+    # OpenEnv answers an unknown MCP tool with "internal error"; the front with MCP's "invalid params"
+    "mcp tools/call unknown tool": ({"status": 200, "rpc_error": -32603}, {"status": 200, "rpc_error": -32602}),
+    # OpenEnv's WebSocket session holds an environment from the start; an ngym episode starts at its reset
+    "ws step before reset": ({"type": "observation", "code": None}, {"type": "error", "code": "VALIDATION_ERROR"}),
+}
+
+
+@contextlib.contextmanager
+def _openenv_server(python: str) -> Iterator[str]:
+    """OpenEnv's own server (``create_app``, as ``openenv init`` lays it out) for the tally environment."""
+    port = free_port()
+    served = subprocess.Popen(
+        [python, "-m", "uvicorn", "server.app:app", "--port", str(port), "--log-level", "warning"],
+        cwd=TALLY,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while served.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            time.sleep(0.1)
+        assert served.poll() is None, served.communicate()[1][-3000:]
+        yield url
+    finally:
+        served.terminate()
+        served.wait(30)
+
+
+def _probe(python: str, url: str, action: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    done = subprocess.run([python, str(PROBE), url, json.dumps(action)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {case.pop("label"): case for case in json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+def test_error_cases_are_answered_as_openenv_s_server_answers_them(openenv_python: str) -> None:
+    """Step before reset, unknown action fields, bodies that are not JSON, /state before reset, MCP tools/list and
+    an unknown tool, an unknown WebSocket message type, a step after close: the same statuses and error codes as
+    OpenEnv's own server, but for the differences listed in ``DELIBERATE``."""
+    with _openenv_server(openenv_python) as reference:
+        expected = _probe(openenv_python, reference, {"type": "call_tool", "tool_name": "add", "arguments": {"n": 2}})
+    with _ngym_run("example_single_tool_call") as url:
+        action = {"type": "call_tool", "tool_name": "get_weather", "arguments": {"city": "SF"}}
+        answered = _probe(openenv_python, f"{url}/openenv", action)
+        assert _live_sessions(url) == 0
+    assert list(answered) == list(expected)
+    for label, theirs in expected.items():
+        if label in DELIBERATE:
+            assert (theirs, answered[label]) == DELIBERATE[label], label
+        else:
+            assert answered[label] == theirs, (label, theirs, answered[label])

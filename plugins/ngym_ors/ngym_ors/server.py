@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from ngym import BaseSeedSessionRequest, BaseSeedSessionResponse, BaseVerifyRequest, BaseVerifyResponse
 from ngym.plugin_api import InstalledServer, failure_kinds
@@ -42,11 +42,27 @@ log = logging.getLogger(__name__)
 RESTART_WAIT_SECONDS = 10.0
 
 
+#: the fields of a NeMo Gym dataset row that are not an ORS task's own
+ROW_KEYS = frozenset({"responses_create_params", "agent_ref"})
+
+
 class OrsSeed(BaseSeedSessionRequest):
-    ors: dict[str, Any] = Field(
-        default_factory=lambda: {"index": 0},
+    """A row; without ``ors``, its fields other than NeMo Gym's (``responses_create_params``) are the task's
+    ``task_spec`` (an ORS client's ``/create`` with ``task_spec`` through the ``/ors`` front sends just that), and a
+    row with neither is the first task of the first split."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ors: dict[str, Any] | None = Field(
+        default=None,
         description="Which task: {'split': NAME, 'index': N} (the first split when left out) or {'task_spec': {...}}.",
     )
+
+    def task(self) -> dict[str, Any]:
+        if self.ors is not None:
+            return dict(self.ors)
+        spec = {k: v for k, v in (self.model_extra or {}).items() if k not in ROW_KEYS}
+        return {"task_spec": spec} if spec else {"index": 0}
 
 
 class OrsSeedResponse(BaseSeedSessionResponse):
@@ -63,6 +79,7 @@ class OrsServer(InstalledServer):
 
     record: ClassVar[Record]
     tool_schema_key = "input_schema"
+    tool_outcomes = True  # the /ors front passes the environment's outputs, refusals and episode ends on
     image_payload = "ngym_ors.image:container_payload"
     _inner: InnerServer | None = None
     _restarting: asyncio.Lock
@@ -122,7 +139,7 @@ class OrsServer(InstalledServer):
         result = await self._call(state, name, arguments)
         self.set_session_state(request, state)
         if not result.ok:
-            return {"output": result.text, "is_error": True}
+            return {"output": result.text, "is_error": True, "reason": result.reason}
         return {"output": result.text, "reward": result.reward, "finished": result.finished}
 
     async def _call(self, state: dict[str, Any], name: str, arguments: dict[str, Any]) -> ToolResult:
@@ -145,7 +162,7 @@ class OrsServer(InstalledServer):
 
     # ngym reads the row model from the annotation (as every built-in does), hence the narrower parameter types
     async def seed_session(self, request: Request, body: OrsSeed) -> OrsSeedResponse:
-        task = dict(body.ors)
+        task = body.task()
         if "task_spec" in task:
             task = {"task_spec": task["task_spec"]}
         else:

@@ -286,10 +286,14 @@ def test_tool_errors_and_unfinished_episodes_are_masked_and_the_server_stays_up(
             return [raised, invalid, unfinished, after]
 
     raised, invalid, unfinished, after = asyncio.run(run())
-    assert raised["outputs"][0] == {"output": "amounts must not be negative (got -1)", "is_error": True}
+    assert raised["outputs"][0] == {
+        "output": "amounts must not be negative (got -1)",
+        "is_error": True,
+        "reason": "raised",
+    }
     assert raised["verified"]["mask_sample"] is True
     assert "raised" in raised["verified"]["failure_reason"]
-    assert invalid["outputs"][0]["is_error"] is True
+    assert invalid["outputs"][0]["is_error"] is True and invalid["outputs"][0]["reason"] == "input_validation"
     assert "input validation" in invalid["outputs"][0]["output"].lower()
     assert invalid["verified"]["mask_sample"] is True  # the valid add alone does not finish the episode
     assert unfinished["verified"]["mask_sample"] is True
@@ -301,7 +305,8 @@ def test_served_back_over_ngyms_ors_front_the_rewards_are_the_same(
     tally_url: str, expected_tally: list[dict[str, Any]], ors_python: Path
 ) -> None:
     """The round trip: the installed environment served by ngym, driven over ngym's own /ors front by
-    openreward's client: the inner ORS tools (submit ends the episode), then the front's final answer."""
+    openreward's client: the inner ORS tools, as openreward's server answers them (submit ends the episode with its
+    reward, and no tool runs after it: the front's final answer is refused, ``episode_finished``)."""
     plan = {
         "url": f"{tally_url}/ors/",
         "env_name": TALLY,
@@ -318,8 +323,10 @@ def test_served_back_over_ngyms_ors_front_the_rewards_are_the_same(
     assert seen["num_tasks"] == 3
     assert set(seen["tools"]) >= {"add", "hint", "submit"}
     assert seen["tool_schemas"]["add"]["properties"]["amount"]["type"] == "integer"
-    finals = [episode["final"]["reward"] for episode in seen["episodes"]]
-    assert finals == [last_reward(e["rewards"]) for e in expected_tally]
+    ends = [episode["outputs"][-1] for episode in seen["episodes"]]  # submit's output
+    assert [end["reward"] for end in ends] == [last_reward(e["rewards"]) for e in expected_tally]
+    assert all(end["finished"] for end in ends)
+    assert all(episode["final"]["reason"] == "episode_finished" for episode in seen["episodes"])
     assert [e["prompt"] for e in seen["episodes"]][0] == "Add amounts until the total is 3, then submit."
 
 

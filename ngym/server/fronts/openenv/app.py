@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from ngym.server.fronts.openenv import jsonrpc, naming
-from ngym.server.fronts.openenv.episode import Episode, EpisodeError
+from ngym.server.fronts.openenv.episode import Episode, EpisodeError, action_errors
 from ngym.server.fronts.openenv.front import OpenEnvFront
 from ngym.server.fronts.openenv.rows import RowError
 from ngym.server.fronts.openenv.wire import (
@@ -100,6 +100,9 @@ def create_front_app(server: Any, parent: FastAPI) -> FastAPI:
 
     @app.post("/step", response_model=StepAnswer, tags=["Environment Control"])
     async def step(request: Request, body: StepBody) -> Any:
+        errors = action_errors(body.action)
+        if errors:  # refused before anything else, as OpenEnv's server validates the action first
+            return JSONResponse({"detail": errors}, status_code=422)
         named = _named(request)
         episode = front.find_episode(named)
         if episode is None:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ngym.server.fronts import gymnasium, held
+from ngym.server.fronts import gymnasium, held, outcomes
 from ngym.server.fronts.inprocess import Answer, RolloutSession, encode, with_field
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
@@ -31,6 +31,20 @@ RESERVED_ROUTES = frozenset(
 )
 #: Keys of the verify answer that echo the request (the whole trajectory): left out of the observation.
 _ECHOED = ("responses_create_params", "response")
+
+
+#: the fields of an action (OpenEnv's ``CallToolAction``/``ListToolsAction`` and ngym's final answer)
+ACTION_FIELDS = frozenset({"type", "tool_name", "arguments", "message", "metadata"})
+
+
+def action_errors(action: dict[str, Any]) -> list[dict[str, Any]]:
+    """An action's unknown fields as pydantic errors (OpenEnv's actions forbid extra fields: its server answers
+    422 ``extra_forbidden`` over HTTP, ``VALIDATION_ERROR`` over its WebSocket); empty when there is none."""
+    return [
+        {"type": "extra_forbidden", "loc": [key], "msg": "Extra inputs are not permitted", "input": action[key]}
+        for key in action
+        if key not in ACTION_FIELDS
+    ]
 
 
 class EpisodeError(ValueError):
@@ -128,6 +142,9 @@ class Episode:
 
     async def step(self, action: dict[str, Any]) -> Outcome:
         """A tool call (``tool_name`` + ``arguments``), a final answer (``message``), or ``list_tools``."""
+        errors = action_errors(action)
+        if errors:
+            raise EpisodeError(f"the action has fields no action takes: {[e['loc'][-1] for e in errors]}", 422)
         if action.get("type") == "list_tools":
             return Outcome({"tools": self.front.mcp_tool_list()})
         message = action.get("message")
@@ -192,7 +209,22 @@ class Episode:
         kept = held.answer_kept(self.held, text, config)
         self.held += held.size_of(kept)
         self.output.append({"type": "function_call_output", "call_id": call_id, "output": kept})
+        told = outcomes.read(text) if error is None and self.front.server.tool_outcomes else None
+        if told is not None:  # the tool's answer carries its outcome (an installed ORS environment's)
+            return await self._told(name, told)
         return Outcome({"tool_name": name, "result": result, "error": error})
+
+    async def _told(self, name: str, told: outcomes.Outcome) -> Outcome:
+        """A call whose answer carries its outcome: its output as the result, a refusal as the error, and an output
+        that ends the episode ends it here, with ``/verify``'s reward."""
+        if told.refused is not None:
+            kind = "invalid_args" if told.refused == "input_validation" else "execution_error"
+            return Outcome({"tool_name": name, "result": None, "error": {"error_type": kind, "message": told.text}})
+        if not told.finished:
+            return Outcome({"tool_name": name, "result": told.text, "error": None})
+        ended = await self.finish("")
+        ended.observation = {"tool_name": name, "result": told.text, "error": None, **ended.observation}
+        return ended
 
     async def finish(self, text: str) -> Outcome:
         """The final answer: verify the trajectory; the reward is verify's, ``None`` when masked or failed. (A

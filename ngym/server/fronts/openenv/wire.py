@@ -28,9 +28,10 @@ SESSION_ERROR = "SESSION_ERROR"
 
 class ToolAction(BaseModel):
     """An action: a tool call (``tool_name`` + ``arguments``, as OpenEnv's ``CallToolAction``), the final answer
-    (``message``; or the ``final_answer`` tool with ``{"content": ...}``), or ``{"type": "list_tools"}``."""
+    (``message``; or the ``final_answer`` tool with ``{"content": ...}``), or ``{"type": "list_tools"}``. Other
+    fields are refused, as OpenEnv refuses them."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["call_tool", "list_tools"] | None = None
     tool_name: str | None = Field(default=None, description="The tool (route) to call")

@@ -20,14 +20,14 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pydantic_core
 
 from ngym.server.fronts import gymnasium as shared_gym
-from ngym.server.fronts import held
+from ngym.server.fronts import held, outcomes
 from ngym.server.fronts.inprocess import RolloutSession
-from ngym.server.fronts.ors import gymnasium, trajectory, wire
+from ngym.server.fronts.ors import gymnasium, sse, tasks, trajectory, wire
 from ngym.server.fronts.ors.rows import RowFacts
 from ngym.server.fronts.ors.tools import SUBMIT_ARGUMENT, Toolbox, ToolSpec
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
@@ -117,7 +117,7 @@ class Episodes:
         if not self.slot.owns(sid):
             raise FrontError(503, self._elsewhere(sid))
         if sid in self._live:
-            raise FrontError(400, f"session {sid!r} already exists")
+            raise FrontError(400, f"Session already exists: {sid!r}")
         if len(self._live) >= self.server.config.max_sessions:
             self._forget_finished()
         session = RolloutSession(self.app, self.cookie_name)
@@ -132,6 +132,10 @@ class Episodes:
         if not session.live:
             route = "/reset" if gym is not None else "/seed_session"
             raise FrontError(500, f"the environment's {route} answered without a session cookie")
+        if gym is None and not tasks.prompt_text(facts.row):
+            told = _seed_prompt(answer.text)
+            if told:
+                facts.told(told)
         episode = Episode(sid=sid, facts=facts, session=session, gym=gym)
         self._live[sid] = episode
         return episode
@@ -141,7 +145,9 @@ class Episodes:
         if episode is None:
             if not self.slot.owns(sid):
                 raise FrontError(503, self._elsewhere(sid))
-            raise FrontError(404, f"no ORS session {sid!r}: POST /create first (it may have been deleted or expired)")
+            raise FrontError(
+                404, f"Active environment not found: no ORS session {sid!r} (deleted or expired? POST /create first)"
+            )
         return episode
 
     def _elsewhere(self, sid: str) -> str:
@@ -219,7 +225,11 @@ class Episodes:
         """Run one ORS tool call; the ``RunToolOutput`` answer (as a dict)."""
         async with episode.lock:  # one step at a time: the trajectory keeps the order the tools ran in
             if episode.finished:
-                return wire.tool_error("the episode has finished; start a new session", "episode_finished")
+                done = (
+                    f"{name!r} was not run: the episode has finished (a tool returned finished=True), "
+                    "so no further tool calls are accepted."
+                )
+                return wire.tool_error(done, "episode_finished")
             if name == self.toolbox.submit_name:
                 answer = arguments.get(SUBMIT_ARGUMENT)
                 if not isinstance(answer, str) or set(arguments) - {SUBMIT_ARGUMENT}:
@@ -227,7 +237,7 @@ class Episodes:
                 return await self._submit(episode, answer)
             if name not in episode.tools:
                 available = sorted(episode.tools)
-                return wire.tool_error(f"unknown tool {name!r}; available tools: {available}", "not_found")
+                return wire.tool_error(f"{name!r} is not a valid tool; available tools: {available}", "not_found")
             return await self._run_tool(episode, name, episode.tools[name].given(arguments))
 
     async def _run_tool(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -250,9 +260,23 @@ class Episodes:
         kept = held.answer_kept(episode.held + size, answer.text, config)
         episode.held += size + held.size_of(kept)
         episode.steps.append(trajectory.Step(name, arguments, kept))
-        if answer.status == 422:
-            return wire.tool_error(answer.text, "input_validation")
+        if self.server.tool_outcomes and answer.status == 200:
+            outcome = outcomes.read(answer.text)
+            if outcome is not None:
+                return await self._outcome(episode, outcome)
+        if answer.status == 422:  # worded as openreward's server words it (its SDK reads the reason from the prefix)
+            return wire.tool_error(f"Tool input validation error: {answer.text}", "input_validation")
         return wire.tool_success(answer.text, reward=None, finished=False, metadata=None)
+
+    async def _outcome(self, episode: Episode, outcome: outcomes.Outcome) -> dict[str, Any]:
+        """A call whose answer carries its outcome (``outcomes``), as ``openreward``'s server answers it."""
+        if outcome.refused == outcomes.RAISED:
+            raise sse.ToolRaised(outcome.text)
+        if outcome.refused is not None:
+            return wire.tool_error(outcome.text, cast("wire.ErrorReason", outcome.refused))
+        if outcome.finished:
+            return await self._submit(episode, "", shown=outcome.text)
+        return wire.tool_success(outcome.text, reward=None, finished=False, metadata=None)
 
     async def _gym_step(self, episode: Episode, items: list[dict[str, Any]]) -> dict[str, Any]:
         assert episode.gym is not None
@@ -262,7 +286,9 @@ class Episodes:
             await self._close(episode)
         return answer
 
-    async def _submit(self, episode: Episode, final_text: str) -> dict[str, Any]:
+    async def _submit(self, episode: Episode, final_text: str, shown: str | None = None) -> dict[str, Any]:
+        """End the episode through ``/verify``; the final call's answer (``shown``: its text, else one saying the
+        reward)."""
         if episode.gym is not None:
             return await self._gym_step(episode, [shared_gym.message_item(final_text, episode.gym.steps)])
         row = episode.row
@@ -287,9 +313,20 @@ class Episodes:
         text = (
             "The episode is over: no reward (masked)." if reward is None else f"The episode is over. Reward: {reward}"
         )
+        text = text if shown is None else shown
         return wire.tool_success(
             text, reward=reward, finished=True, metadata=trajectory.outcome_metadata(verified, row)
         )
+
+
+def _seed_prompt(text: str) -> str:
+    """The ``prompt`` text a seed answer carries (an installed ORS environment's), else ``""``."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return ""
+    prompt = data.get("prompt") if isinstance(data, dict) else None
+    return prompt if isinstance(prompt, str) else ""
 
 
 def _detail(text: str) -> Any:

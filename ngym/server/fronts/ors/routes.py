@@ -13,6 +13,7 @@ split's tasks, and per session its prompt and tool listing. Routes are found by 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from importlib import metadata
@@ -53,15 +54,22 @@ class ORSFront:
 
     # ---- helpers -----------------------------------------------------------------------------------
 
+    def serves(self, env_name: str) -> bool:
+        """Whether ``env_name`` names this environment: its name in any case, with or without underscores (an
+        installed ORS environment's own name, ``Environment.name().lower()``: ``quizenvironment`` for
+        ``quiz_environment``)."""
+        wanted = env_name.lower()
+        return wanted == self.name.lower() or wanted == self.name.lower().replace("_", "")
+
     def _check_env(self, request: Request) -> None:
         env_name = request.path_params.get("env_name")
-        if env_name is not None and env_name.lower() != self.name.lower():
+        if env_name is not None and not self.serves(env_name):
             raise FrontError(404, f"unknown environment {env_name!r}: this server serves {self.name!r}")
 
     def _split(self, name: str) -> tasks.Split:
         split = self.splits.get(name)
         if split is None:
-            raise FrontError(400, f"unknown split {name!r}; this environment has {sorted(self.splits)}")
+            raise FrontError(400, f"Invalid split: {name!r}; this environment has {sorted(self.splits)}")
         return split
 
     def _row(self, split_name: str, index: int) -> dict[str, Any]:
@@ -71,7 +79,7 @@ class ORSFront:
         """``index`` as a non-negative index of the split (400 when out of range)."""
         count = len(self._split(split_name).rows)
         if not -count <= index < count:
-            raise FrontError(400, f"index {index} is out of range: split {split_name!r} has {count} tasks")
+            raise FrontError(400, f"Invalid index: {index} is out of range, split {split_name!r} has {count} tasks")
         return index % count
 
     def _episode(self, request: Request) -> Episode:
@@ -143,7 +151,7 @@ class ORSFront:
     async def create(self, request: Request) -> Response:
         sid = _sid(request)
         body = await _body(request, wire.CreateSession)
-        if body.env_name is not None and body.env_name.lower() != self.name.lower():
+        if body.env_name is not None and not self.serves(body.env_name):
             raise FrontError(404, f"unknown environment {body.env_name!r}: this server serves {self.name!r}")
         if body.toolset_name is not None:
             raise FrontError(400, f"unknown toolset {body.toolset_name!r}: ngym environments serve their own tools")
@@ -328,19 +336,44 @@ def _sid(request: Request) -> str:
 
 
 async def _body(request: Request, model: type[M]) -> M:
+    """The body as ``model``; refused as FastAPI refuses a body (what ``openreward``'s server answers): 422 with
+    ``detail`` a list of ``{type, loc: ["body", ...], msg, input}`` (``json_invalid`` for a body that is not JSON,
+    ``missing`` at ``["body"]`` for none)."""
     raw = await request.body()
+    if not raw:
+        raise FrontError(422, [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}])
     try:
-        data = parse_json(raw) if raw else {}
-    except ValueError as exc:
-        raise FrontError(400, f"the body is not JSON: {exc}") from None
+        data = parse_json(raw)
+    except ValueError:
+        raise FrontError(422, [_json_invalid(raw)]) from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errors = [
-            {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
-            for error in exc.errors(include_url=False, include_input=False)
-        ]
+        errors = []
+        for error in exc.errors(include_url=False):
+            shown: dict[str, Any] = {"type": error["type"], "loc": ["body", *error["loc"]], "msg": error["msg"]}
+            shown["input"] = error.get("input")
+            if "ctx" in error:  # an exception in it (a model validator's) is shown as {}, as FastAPI shows it
+                shown["ctx"] = {k: v if isinstance(v, str | int | float) else {} for k, v in error["ctx"].items()}
+            errors.append(shown)
         raise FrontError(422, errors) from None
+
+
+def _json_invalid(raw: bytes) -> dict[str, Any]:
+    """FastAPI's error for a body that is not JSON (it parses with ``json.loads``): where and why it stopped."""
+    try:
+        json.loads(raw)
+    except ValueError as exc:
+        position, reason = getattr(exc, "pos", 0), getattr(exc, "msg", str(exc))
+    else:  # valid for json, not for the stricter parser (e.g. nesting beyond its limit)
+        position, reason = 0, "the body nests too deeply or is not UTF-8"
+    return {
+        "type": "json_invalid",
+        "loc": ["body", position],
+        "msg": "JSON decode error",
+        "input": {},
+        "ctx": {"error": reason},
+    }
 
 
 def refusal(exc: Exception) -> Response | None:

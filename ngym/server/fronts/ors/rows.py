@@ -39,8 +39,12 @@ class RowFacts:
         return self._seed
 
     def verify_body(self, response: dict[str, Any]) -> bytes:
-        """``{**row, "response": response}`` as JSON, the row's part encoded once."""
-        if "response" in self.row or not self.row:
+        """``{**row, "response": response}`` as JSON, the row's part encoded once. A row without
+        ``responses_create_params`` (a ``task_spec`` of an installed ORS environment) gets an empty one, which
+        ``/verify`` requires."""
+        if "responses_create_params" not in self.row:
+            return pydantic_core.to_json({**self.row, "responses_create_params": {"input": []}, "response": response})
+        if "response" in self.row:
             return pydantic_core.to_json({**self.row, "response": response})
         return with_field(self.seed_body, "response", response)
 
@@ -57,6 +61,13 @@ class RowFacts:
         if self._messages is None:
             self._messages = pydantic_core.to_json(tasks.prompt_messages(self.row))
         return self._messages
+
+    def told(self, prompt: str) -> None:
+        """Answer ``/prompt`` and ``/messages`` with ``prompt``: what the environment's seed answer said, for a row
+        that carries no prompt of its own (an installed ORS environment's ``task_spec``)."""
+        block = [wire.text_block(prompt)]
+        self._prompt = pydantic_core.to_json(block)
+        self._messages = pydantic_core.to_json([{"role": "user", "blocks": block}])
 
     @property
     def listing(self) -> bytes:

@@ -148,8 +148,15 @@ def _chunk(text: str) -> Message:
     return {"type": "http.response.body", "body": text.encode(), "more_body": True}
 
 
+class ToolRaised(Exception):
+    """An environment's tool raised: the stream's ``error`` event is its message alone, as ``openreward``'s server
+    sends it (any other exception is shown with its type)."""
+
+
 def _outcome(task: asyncio.Future[Any]) -> tuple[str | None, str | None]:
     exc = task.exception()
+    if isinstance(exc, ToolRaised):
+        return None, str(exc)
     if exc is not None:
         return None, f"{type(exc).__name__}: {exc}"
     result: str = task.result()

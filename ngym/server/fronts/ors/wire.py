@@ -32,7 +32,7 @@ class CreateSession(_Body):
     def _one_task_source(self) -> CreateSession:
         by_index = self.split is not None and self.index is not None
         if (self.task_spec is not None) == by_index:
-            raise ValueError("give either task_spec or both split and index")
+            raise ValueError("Provide either task_spec or both split and index, not both/neither")
         return self
 
 
