@@ -31,8 +31,9 @@ What it costs: about a quarter of what the counter example's worker takes per re
 request) and under 3 % in the routing rules below; dropping rules, ``field`` for ``regsub``, no response header
 or no body buffering measured no difference (``bench/bench_haproxy_floor.py``: a bare relay with no rule costs
 nearly what this configuration does). So the hop to a local worker is a unix socket (``Backend.unix_socket``;
-cheaper for HAProxy and the worker than loopback TCP), HAProxy runs below the workers' priority
-(``DEFAULT_HAPROXY_NICE``: fewer wake-ups per request), and the rules stay written for what they route.
+cheaper for HAProxy and the worker than loopback TCP), HAProxy can run below the workers' priority
+(``NGYM_HAPROXY_NICE``: fewer wake-ups per request on a machine busy with other work), and the rules stay written
+for what they route.
 
 The ORS front's sessions are routed the same way: the front makes each ORS session id on the worker that answers
 ``/create_session``, drawn to hash to that worker's slot, and every later request carries it in ``X-Session-ID``.
@@ -99,12 +100,12 @@ class Backend:
 
 #: How many nice levels below the supervisor ``ngym run --workers N`` starts HAProxy (0: at the supervisor's level).
 HAPROXY_NICE_ENV = "NGYM_HAPROXY_NICE"
-#: HAProxy's default: 10 levels below the workers. At the workers' level, HAProxy woken by each request preempts
-#: a worker to relay one or two requests and sleeps again; below them it runs when a worker yields the core (or a
-#: core is idle) and relays what came in meanwhile, so it wakes less often per request. What that saves per
-#: request is in docs/performance.md (``bench/bench_haproxy_floor.py``, ``--variant nice0`` beside it). The workers
-#: cannot starve it: they get requests only through HAProxy, so when they wait for work it runs.
-DEFAULT_HAPROXY_NICE = 10
+#: HAProxy's default: the workers' level. Below them (``NGYM_HAPROXY_NICE=10``) HAProxy runs when a worker yields
+#: the core and relays what came in meanwhile in one wake-up: less HAProxy CPU per request when other processes keep
+#: the cores busy, but on an otherwise idle machine the cores then sit idle between wake-ups and ``--workers 2``
+#: served fewer rollouts per second and per CPU-second (docs/performance.md, ``bench/bench_workers.py`` with and
+#: without the variable). The workers cannot starve it: they get requests only through HAProxy.
+DEFAULT_HAPROXY_NICE = 0
 
 
 def haproxy_nice() -> int:
