@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ import httpx
 import pytest
 from ngym_nemo_gym.catalogue.wheel import extract_environment
 
-from ngym.child_server import free_port
+from ngym.child_server import free_port, stop_process, wait_healthy
 from ngym.examples import dataset_row, read_example_rollouts, recorded_tool_calls
 from ngym.rollout.replay_model import create_replay_app
 from ngym.rollout.thread_server import serve_app_in_thread
@@ -192,26 +193,20 @@ DELIBERATE = {
 def _openenv_server(python: str) -> Iterator[str]:
     """OpenEnv's own server (``create_app``, as ``openenv init`` lays it out) for the tally environment."""
     port = free_port()
-    served = subprocess.Popen(
-        [python, "-m", "uvicorn", "server.app:app", "--port", str(port), "--log-level", "warning"],
-        cwd=TALLY,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = Path(tempfile.mkdtemp(prefix="openenv-reference-")) / "server.log"
+    with log.open("wb") as sink:
+        served = subprocess.Popen(
+            [python, "-m", "uvicorn", "server.app:app", "--port", str(port), "--log-level", "warning"],
+            cwd=TALLY,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while served.poll() is None and time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            time.sleep(0.1)
-        assert served.poll() is None, served.communicate()[1][-3000:]
+        wait_healthy(url, served, 120, log)  # EnvironmentStartError with the log's tail if it exits or never answers
         yield url
     finally:
-        served.terminate()
-        served.wait(30)
+        stop_process(served)
 
 
 def _probe(python: str, url: str, action: dict[str, Any]) -> dict[str, dict[str, Any]]:

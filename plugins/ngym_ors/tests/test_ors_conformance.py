@@ -16,7 +16,7 @@ import contextlib
 import importlib.util
 import json
 import subprocess
-import time
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ngym.child_server import free_port
+from ngym.child_server import free_port, stop_process, wait_healthy
 
 HERE = Path(__file__).parent
 
@@ -66,20 +66,15 @@ def ledger(records: Path) -> Path:
 def reference_server(python: Path) -> Iterator[str]:
     port = free_port()
     cmd = [str(python), str(HERE / "reference_server.py"), str(LEDGER), "server", "LedgerEnvironment", str(port)]
-    served = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = Path(tempfile.mkdtemp(prefix="ors-reference-")) / "server.log"
+    with log.open("wb") as sink:
+        served = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=sink)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while served.poll() is None and time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            time.sleep(0.1)
-        assert served.poll() is None, served.communicate()[1][-3000:]
+        wait_healthy(url, served, 120, log)  # EnvironmentStartError with the log's tail if it exits or never answers
         yield url
     finally:
-        served.terminate()
-        served.wait(30)
+        stop_process(served)
 
 
 @pytest.fixture(scope="module")
