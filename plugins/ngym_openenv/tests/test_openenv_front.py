@@ -193,20 +193,21 @@ DELIBERATE = {
 def _openenv_server(python: str) -> Iterator[str]:
     """OpenEnv's own server (``create_app``, as ``openenv init`` lays it out) for the tally environment."""
     port = free_port()
-    log = Path(tempfile.mkdtemp(prefix="openenv-reference-")) / "server.log"
-    with log.open("wb") as sink:
-        served = subprocess.Popen(
-            [python, "-m", "uvicorn", "server.app:app", "--port", str(port), "--log-level", "warning"],
-            cwd=TALLY,
-            stdout=subprocess.DEVNULL,
-            stderr=sink,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, served, 120, log)  # EnvironmentStartError with the log's tail if it exits or never answers
-        yield url
-    finally:
-        stop_process(served)
+    with tempfile.TemporaryDirectory(prefix="openenv-reference-") as folder:
+        log = Path(folder) / "server.log"
+        with log.open("wb") as sink:
+            served = subprocess.Popen(
+                [python, "-m", "uvicorn", "server.app:app", "--port", str(port), "--log-level", "warning"],
+                cwd=TALLY,
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, served, 120, log)  # raises with the log's tail if it exits or never answers
+            yield url
+        finally:
+            stop_process(served)
 
 
 def _probe(python: str, url: str, action: dict[str, Any]) -> dict[str, dict[str, Any]]:

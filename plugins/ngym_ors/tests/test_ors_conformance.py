@@ -66,15 +66,16 @@ def ledger(records: Path) -> Path:
 def reference_server(python: Path) -> Iterator[str]:
     port = free_port()
     cmd = [str(python), str(HERE / "reference_server.py"), str(LEDGER), "server", "LedgerEnvironment", str(port)]
-    log = Path(tempfile.mkdtemp(prefix="ors-reference-")) / "server.log"
-    with log.open("wb") as sink:
-        served = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=sink)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, served, 120, log)  # EnvironmentStartError with the log's tail if it exits or never answers
-        yield url
-    finally:
-        stop_process(served)
+    with tempfile.TemporaryDirectory(prefix="ors-reference-") as folder:
+        log = Path(folder) / "server.log"
+        with log.open("wb") as sink:
+            served = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=sink)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, served, 120, log)  # raises with the log's tail if it exits or never answers
+            yield url
+        finally:
+            stop_process(served)
 
 
 @pytest.fixture(scope="module")
