@@ -50,7 +50,14 @@ from bench.bench_workers import ROLLOUTS  # noqa: E402
 from bench.haproxy_variants import VARIANTS, Variant, variant  # noqa: E402
 from bench.ready_backend import answer  # noqa: E402
 from ngym.child_server import free_port, stop_process  # noqa: E402
-from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config, haproxy_nice, lower_priority  # noqa: E402
+from ngym.server.hosting.haproxy import (  # noqa: E402
+    Backend,
+    haproxy_binary,
+    haproxy_command,
+    haproxy_config,
+    haproxy_nice,
+    lower_priority,
+)
 
 COOKIE = "ngym_session"
 TIMEOUTS = """defaults
@@ -121,7 +128,7 @@ def start_haproxy(
     it (``haproxy_nice()`` levels below this process) unless ``variant`` says otherwise."""
     path = scratch / f"{name}.cfg"
     path.write_text(config)
-    cmd = [haproxy_binary(), "-db", "-f", str(path)]
+    cmd = haproxy_command(haproxy_binary(), str(path))
     check = subprocess.run([*cmd[:1], "-c", "-f", str(path)], pass_fds=(sock.fileno(),), capture_output=True)
     if check.returncode != 0:
         alerts = [line for line in (check.stderr + check.stdout).decode().splitlines() if "ALERT" in line]
@@ -129,8 +136,9 @@ def start_haproxy(
     log = (scratch / f"{name}.log").open("wb")
     levels = variant.nice if variant is not None and variant.nice is not None else haproxy_nice()
     prefix = variant.prefix if variant is not None else []
+    args = variant.args if variant is not None else []
     return subprocess.Popen(
-        [*prefix, *cmd], pass_fds=(sock.fileno(),), stdout=log, stderr=log, preexec_fn=lambda: lower_priority(levels)
+        [*prefix, *cmd, *args], pass_fds=(sock.fileno(),), stdout=log, stderr=log, preexec_fn=lambda: lower_priority(levels)
     )
 
 

@@ -35,7 +35,14 @@ from typing import Any
 
 from ngym import processes
 from ngym.child_python import python_module
-from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config, haproxy_nice, lower_priority
+from ngym.server.hosting.haproxy import (
+    Backend,
+    haproxy_binary,
+    haproxy_command,
+    haproxy_config,
+    haproxy_nice,
+    lower_priority,
+)
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
 from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
@@ -102,6 +109,7 @@ def _worker_socket(folder: Path, index: int) -> tuple[socket.socket, str | None]
     if hasattr(socket, "AF_UNIX") and path and len(path.encode()) <= _UNIX_PATH_MAX and "'" not in path:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(path)
+        os.chmod(path, 0o600)  # in a 0700 folder already: only this user, and only by its path
     else:
         path = None
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -213,7 +221,7 @@ class AffineWorkers:
         if check.returncode != 0:
             raise RuntimeError(f"HAProxy refused ngym's configuration: {check.stderr.strip() or check.stdout.strip()}")
         self.haproxy = processes.spawn(
-            [self.haproxy_bin, "-db", "-f", str(self.config_path)], processes.INHERIT,
+            haproxy_command(self.haproxy_bin, str(self.config_path)), processes.INHERIT,
             pass_fds=(self.public.fileno(),), new_session=False, preexec_fn=self._haproxy_child,
         )  # fmt: skip
 

@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
@@ -73,6 +75,28 @@ def haproxy_binary() -> str:
             "NGYM_SESSION_STORE=redis://...)"
         )
     return found
+
+
+def haproxy_version(binary: str) -> tuple[int, int]:
+    """HAProxy's major and minor version (``haproxy -v``); (0, 0) when it cannot be read."""
+    try:
+        out = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return (0, 0)
+    found = re.search(r"version (\d+)\.(\d+)", out)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def haproxy_command(binary: str, config_path: str) -> list[str]:
+    """How ngym starts HAProxy with the configuration at ``config_path`` (in the foreground).
+
+    From HAProxy 2.6 on, with its process-wide pool cache (``-dMglobal``): freed buffers go back to HAProxy's own
+    pools, whose size follows the load, rather than to the C library. Its buffers are sized from the workers'
+    header limit (``proxy_bufsize``: 67,584 bytes by default), and more of them than its threads' small caches
+    hold were freed and allocated again per request, the heap shrinking and growing with them (``brk`` and fresh
+    pages per request; ``bench/bench_haproxy_floor.py --variant dm-global``)."""
+    pools = ["-dMglobal"] if haproxy_version(binary) >= (2, 6) else []
+    return [binary, "-db", *pools, "-f", config_path]
 
 
 @dataclass(frozen=True)
@@ -282,7 +306,9 @@ __all__ = [
     "DEFAULT_HAPROXY_NICE",
     "HEALTH_SLOT_HEADER",
     "haproxy_binary",
+    "haproxy_command",
     "haproxy_config",
+    "haproxy_version",
     "haproxy_nice",
     "lower_priority",
     "proxy_threads",
