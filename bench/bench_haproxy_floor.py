@@ -138,7 +138,11 @@ def start_haproxy(
     prefix = variant.prefix if variant is not None else []
     args = variant.args if variant is not None else []
     return subprocess.Popen(
-        [*prefix, *cmd, *args], pass_fds=(sock.fileno(),), stdout=log, stderr=log, preexec_fn=lambda: lower_priority(levels)
+        [*prefix, *cmd, *args],
+        pass_fds=(sock.fileno(),),
+        stdout=log,
+        stderr=log,
+        preexec_fn=lambda: lower_priority(levels),
     )
 
 

@@ -278,6 +278,9 @@ defaults
 
 frontend ngym
     bind fd@{listen_fd}
+    # no traffic log: at the warning level above it would all be dropped, after HAProxy had formatted a line per
+    # request anyway (its "Connect from" line; the backend keeps the log of its workers going down and up)
+    no log
     option http-buffer-request
     # two session cookies: the proxy and the server could read different sessions from one request
     http-request return status 400 content-type application/json string '{_DUPLICATE_COOKIE_BODY}' {duplicate}

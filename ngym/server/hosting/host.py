@@ -151,9 +151,7 @@ def serve_one(
         withhold_secret_from_children()
         server.before_serving()
         prepare_fork_template()  # each affine worker is a template for the children its environment forks
-        # on a unix socket in the supervisor's private folder, reached only through HAProxy (a loopback TCP port,
-        # the fallback, is reachable by anyone on the machine: served as any server is)
-        proxied = hasattr(socket, "AF_UNIX") and sock.family == socket.AF_UNIX
+        proxied = reached_only_through_proxy(sock)
         config = uvicorn_config(server, app, access_log=access_log, lifespan="on", proxied=proxied)
         _graceful_server(config).run(sockets=[sock])
         return
@@ -204,6 +202,13 @@ def serve_one(
     _graceful_server(config).run(sockets=[sock])
 
 
+def reached_only_through_proxy(sock: socket.socket) -> bool:
+    """Whether the socket a worker of an affine set inherited is reached only through its HAProxy: a unix socket
+    (in the supervisor's private folder, ``ngym.server.hosting.affinity``). The loopback TCP port it falls back to
+    is reachable by anyone on the machine, so a worker there serves as any server does."""
+    return hasattr(socket, "AF_UNIX") and sock.family == socket.AF_UNIX
+
+
 def enter_working_directory(target: str) -> None:
     """Change into the directory the target's module asks for, if any (this serving process only)."""
     directory = working_directory(target)
@@ -211,9 +216,7 @@ def enter_working_directory(target: str) -> None:
         os.chdir(directory)
 
 
-def uvicorn_config(
-    server: SimpleResourcesServer, app: Any, *, proxied: bool = False, **options: Any
-) -> uvicorn.Config:
+def uvicorn_config(server: SimpleResourcesServer, app: Any, *, proxied: bool = False, **options: Any) -> uvicorn.Config:
     """uvicorn's config for a server, with its HTTP limits: keep-alive, header deadline and size (the body
     limits live in the app itself, see ``ngym.server.pipeline.request_limits``), and WebSocket compression only
     when the config asks for it (``websocket_compression``).

@@ -177,7 +177,7 @@ class HeaderDeadline:
         self._ngym_armed = False
         log.info("%s: request headers over %d bytes; answered 431", _peer(self.client), size)
         if not self.transport.is_closing():
-            self.transport.write(_TOO_LARGE)
+            self.transport.write_whole(_TOO_LARGE)  # type: ignore[attr-defined]
             self.transport.close()
 
     def on_response_complete(self) -> None:
@@ -234,7 +234,7 @@ class HeaderDeadline:
         if defaults is not self._ngym_defaults:  # uvicorn renews the list (its date header) once a second
             self._ngym_defaults = defaults
             self._ngym_head = _STATUS_200 + b"".join(b"%s: %s\r\n" % pair for pair in defaults)
-        self.transport.write(self._ngym_head + answer)
+        self.transport.write_whole(self._ngym_head + answer)  # type: ignore[attr-defined]
         state.total_requests += 1
         if not self.proxied:
             self.timeout_keep_alive_task = self.loop.call_later(
@@ -309,6 +309,11 @@ class LingeringClose:
             self._protocol.loop.call_soon(self.flush)
         else:
             self._transport.write(data)
+
+    def write_whole(self, data: bytes) -> None:
+        """Write a whole response now (after a held head, if any)."""
+        self.flush()
+        self._transport.write(data)
 
     def flush(self) -> None:
         """Write a held response head now."""
