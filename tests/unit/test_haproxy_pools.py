@@ -4,6 +4,7 @@ buffers, sized from the workers' header limit, were freed to the C library and a
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -47,11 +48,15 @@ def test_an_unreadable_binary_gets_the_plain_command(tmp_path: Path) -> None:
 def test_the_installed_haproxy_takes_the_command_and_the_configuration(tmp_path: Path) -> None:
     binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
     config = tmp_path / "haproxy.cfg"
-    backends = [
-        Backend("w0", unix_socket=str(tmp_path / "w0.sock")),
-        Backend("w1", unix_socket=str(tmp_path / "w1.sock")),
-    ]
-    config.write_text(haproxy_config(listen_fd=0, backends=backends, cookie_name="ngym_session"))
-    command = haproxy_command(binary, str(config))
-    check = subprocess.run([command[0], "-c", *command[2:]], capture_output=True, text=True, timeout=30)
+    backends = [Backend(f"w{i}", unix_socket=str(tmp_path / f"w{i}.sock")) for i in range(2)]
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        listening.set_inheritable(True)
+        fd = listening.fileno()
+        config.write_text(haproxy_config(listen_fd=fd, backends=backends, cookie_name="ngym_session"))
+        command = haproxy_command(binary, str(config))
+        check = subprocess.run(
+            [command[0], "-c", *command[2:]], capture_output=True, text=True, timeout=30, pass_fds=(fd,)
+        )
     assert check.returncode == 0, check.stderr + check.stdout
