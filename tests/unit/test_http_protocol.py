@@ -298,14 +298,19 @@ async def test_an_interim_answer_is_not_held(protocol_class: Any) -> None:
     await _until(lambda: protocol.cycle.response_complete)
 
 
-async def test_an_idle_connection_is_closed_after_the_keep_alive_time(protocol_class: Any) -> None:
-    """Every protocol closes a connection idle for ``keep_alive_timeout_seconds``; behind HAProxy (proxied) by the
-    connection's own timer, with no keep-alive timer made and cancelled per request as uvicorn does."""
+async def test_an_idle_connection_is_closed_after_the_keep_alive_time(
+    protocol_class: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every protocol closes a connection idle for ``keep_alive_timeout_seconds``, without a log line; behind
+    HAProxy (proxied) by the connection's own timer, with no keep-alive timer made and cancelled per request as
+    uvicorn does."""
+    caplog.set_level("INFO", logger="ngym.server")
     protocol, transport = _connection(read_body_app, protocol_class, keep_alive=0.2)
     protocol.data_received(_head(11) + b'{"a": "bc"}')
     await _until(lambda: protocol.cycle.response_complete)
     assert (protocol.timeout_keep_alive_task is None) == (protocol_class is http_protocol.ProxiedHttpToolsProtocol)
     await _until(lambda: transport.closed)
+    assert not caplog.records
 
 
 async def test_a_silent_or_trickling_connection_is_closed_at_the_header_deadline(protocol_class: Any) -> None:
@@ -319,3 +324,23 @@ async def test_a_silent_or_trickling_connection_is_closed_at_the_header_deadline
         await asyncio.sleep(0.01)
     await _until(lambda: silent.closed and trickling.closed)
     assert trickling.written == b""
+
+
+async def test_behind_haproxy_the_idle_close_comes_at_the_keep_alive_time_and_headers_still_have_their_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The one timer of a proxied connection waits the shorter of the two: idle after a response, it closes at the
+    keep-alive time; headers started and not completed are still closed (and logged) at the header deadline."""
+    if http_protocol.ProxiedHttpToolsProtocol is None:
+        pytest.skip("httptools not installed")
+    caplog.set_level("INFO", logger="ngym.server")
+    proxied = http_protocol.ProxiedHttpToolsProtocol
+    protocol, transport = _connection(read_body_app, proxied, header_timeout=30, keep_alive=0.2)
+    assert protocol._ngym_seconds == 0.2
+    protocol, trickling = _connection(read_body_app, proxied, header_timeout=0.2, keep_alive=30)
+    assert protocol._ngym_seconds == 0.2
+    protocol.data_received(b"GET / HTTP/1.1\r\nhost: t\r\n")
+    await _until(lambda: trickling.closed)
+    assert [r.getMessage() for r in caplog.records] == [
+        "127.0.0.1:50000: no complete request headers in time; connection closed"
+    ]

@@ -276,7 +276,8 @@ class HeaderDeadline:
             return
         if not self._idle() or self.transport.is_closing():
             return  # a request is in progress
-        log.info("%s: no complete request headers in time; connection closed", _peer(self.client))
+        if not self.proxied or self._ngym_header_bytes:  # behind HAProxy, an idle connection closes quietly
+            log.info("%s: no complete request headers in time; connection closed", _peer(self.client))
         self.transport.close()
 
 
