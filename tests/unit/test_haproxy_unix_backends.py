@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import http.server
 import socket
-import stat
 import socketserver
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,8 +19,8 @@ import pytest
 
 from ngym import processes
 from ngym.server.hosting.affinity import _Worker
-from ngym.server.hosting.host import reached_only_through_proxy
 from ngym.server.hosting.haproxy import Backend, haproxy_config
+from ngym.server.hosting.host import reached_only_through_proxy
 
 
 def server_lines(backends: list[Backend]) -> list[str]:
