@@ -344,3 +344,30 @@ async def test_behind_haproxy_the_idle_close_comes_at_the_keep_alive_time_and_he
     assert [r.getMessage() for r in caplog.records] == [
         "127.0.0.1:50000: no complete request headers in time; connection closed"
     ]
+
+
+class _ClosedRefusesWrites(MemoryTransport):
+    """As uvloop's transports: writing to one that is closed raises."""
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            raise RuntimeError("unable to perform operation: the handler is closed")
+        super().write(data)
+
+
+async def test_a_held_head_of_a_connection_closed_meanwhile_is_dropped_quietly(protocol_class: Any) -> None:
+    gone = asyncio.Event()
+    errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+
+    async def stream(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        transport.closed = True  # the peer reset the connection: the transport closed under the protocol
+        gone.set()
+
+    protocol, transport = _connection(stream, protocol_class, _ClosedRefusesWrites())
+    protocol.data_received(b"GET /s HTTP/1.1\r\nhost: t\r\n\r\n")
+    await gone.wait()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert transport.written == b"" and errors == []

@@ -317,11 +317,12 @@ class LingeringClose:
         self._transport.write(data)
 
     def flush(self) -> None:
-        """Write a held response head now."""
+        """Write a held response head now (dropped if the connection has closed meanwhile)."""
         head = self._head
         if head is not None:
             self._head = None
-            self._transport.write(head)
+            if not self._transport.is_closing():
+                self._transport.write(head)
 
     def _body_still_arriving(self) -> bool:
         owner = getattr(self._transport, "get_protocol", None)
