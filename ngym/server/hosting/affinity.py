@@ -37,6 +37,8 @@ from ngym import processes
 from ngym.child_python import python_module
 from ngym.server.hosting.haproxy import (
     Backend,
+    batch_scheduling,
+    haproxy_batch,
     haproxy_binary,
     haproxy_command,
     haproxy_config,
@@ -170,6 +172,7 @@ class AffineWorkers:
         self.access_log = access_log
         self.haproxy_bin = haproxy_binary()  # ConfigError with the install hint, before anything starts
         self.haproxy_nice = haproxy_nice()  # ConfigError naming NGYM_HAPROXY_NICE, before anything starts
+        self.haproxy_batch = haproxy_batch()  # ConfigError naming NGYM_HAPROXY_BATCH, before anything starts
         sweep_stale_folders()  # what supervisors killed outright left
         # mode 0700 (the workers' sockets are in it), named by this process so a later sweep knows when it is gone
         self._dir = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
@@ -226,9 +229,12 @@ class AffineWorkers:
         )  # fmt: skip
 
     def _haproxy_child(self) -> None:
-        """In HAProxy's process before exec: SIGTERM when the supervisor dies; below the workers' priority."""
+        """In HAProxy's process before exec: SIGTERM when the supervisor dies; its priority and scheduling class
+        (``NGYM_HAPROXY_NICE``, ``NGYM_HAPROXY_BATCH``)."""
         _die_with_parent()
         lower_priority(self.haproxy_nice)
+        if self.haproxy_batch:
+            batch_scheduling()
 
     def start(self) -> None:
         """Start the workers, wait until each answers ``/livez``, then start HAProxy in front of them."""
