@@ -127,6 +127,9 @@ def test_two_workers_of_a_stateful_environment_score_every_rollout_right(serve) 
     answer = httpx.get(f"{served.url}/livez")
     assert answer.status_code == 200 and "server" not in answer.headers and "date" in answer.headers
     assert " -dMglobal " in f" {command_of(proxy[0])} "
+    # HAProxy in the batch scheduling class (woken, it does not preempt a worker), the workers in the normal one
+    assert os.sched_getscheduler(proxy[0]) == os.SCHED_BATCH
+    assert {os.sched_getscheduler(w) for w in workers} == {os.SCHED_OTHER}
     # HAProxy runs below the workers' priority (it relays several requests per wake-up); the workers at the
     # supervisor's own
     assert nice_of(proxy[0]) == min(19, nice_of(served.proc.pid) + DEFAULT_HAPROXY_NICE)
