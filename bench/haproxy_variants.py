@@ -71,6 +71,8 @@ class Variant:
     nice: int | None = None
     #: more arguments on HAProxy's command line (``-dM...``)
     args: list[str] = field(default_factory=list)
+    #: in the batch scheduling class (None: as ``ngym run --workers N`` starts it, ``haproxy_batch()``)
+    batch: bool | None = None
 
 
 VARIANTS: dict[str, Variant] = {
@@ -107,7 +109,7 @@ VARIANTS: dict[str, Variant] = {
     "nice19": Variant("HAProxy 19 nice levels below the backends", nice=19),
     "batch": Variant("HAProxy in SCHED_BATCH", prefix=["chrt", "-b", "0"]),
     "idle": Variant("HAProxy in SCHED_IDLE", prefix=["chrt", "-i", "0"]),
-    "dm-global": Variant("HAProxy's process-wide pool cache on (-dMglobal)", args=["-dMglobal"]),
+    "normal-class": Variant("HAProxy in the normal scheduling class (NGYM_HAPROXY_BATCH=0)", batch=False),
     "dm-no-global": Variant("HAProxy's process-wide pool cache off (-dMno-global)", args=["-dMno-global"]),
     "malloc-keep": Variant(
         "glibc keeps freed heap memory (GLIBC_TUNABLES trim_threshold 64 MiB)",
@@ -134,4 +136,5 @@ def variant(names: str) -> Variant:
         prefix=[word for p in parts for word in p.prefix],
         nice=next((p.nice for p in reversed(parts) if p.nice is not None), None),
         args=[word for p in parts for word in p.args],
+        batch=next((p.batch for p in reversed(parts) if p.batch is not None), None),
     )
