@@ -306,7 +306,7 @@ class LingeringClose:
             self._head = None
             self._transport.write(head + data)
         elif data[:9] == b"HTTP/1.1 " and data[9:10] != b"1" and not self._transport.is_closing():
-            self._head = data
+            self._head = data if type(data) is bytes else bytes(data)  # joined with the body's bytes below
             self._protocol.loop.call_soon(self.flush)
         else:
             self._transport.write(data)
