@@ -25,7 +25,7 @@ Why HAProxy (Debian's ``haproxy`` package): it reads a cookie, a path segment an
 hashes them with converters in its configuration (``req.cook``, ``field``, ``json_query``, ``crc32``, ``mod``),
 checks health and answers 503 at once when no worker is left.
 
-What it costs: about a quarter of what the counter example's worker takes per request
+What it costs: about a fifth of what the counter example's worker takes per request
 (``bench/bench_workers.py``). A profile of HAProxy under load (``perf``) puts two thirds of it in the kernel
 (reading the client's request and writing the answer back over TCP, the hop to the worker, being woken per
 request) and under 3 % in the routing rules below; dropping rules, ``field`` for ``regsub``, no response header
