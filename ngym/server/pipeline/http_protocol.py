@@ -422,14 +422,15 @@ if GuardedHttpToolsProtocol is not None:
         proxied = True
 
         def on_response_complete(self) -> None:
-            # uvicorn's (httptools_impl), less the keep-alive timer it arms after every response
+            if self.pipeline:  # a pipelined request starts next: uvicorn's own path, which arms no timer then
+                super().on_response_complete()
+                return
+            # uvicorn's (httptools_impl) when nothing is pipelined, less the keep-alive timer it arms there
             self.server_state.total_requests += 1
             if self.transport.is_closing():
                 return
+            self._unset_keepalive_if_required()  # uvicorn's --limit-max-requests: the last request closes
             self.flow.resume_reading()
-            if self.pipeline:
-                cycle, app = self.pipeline.pop()
-                self._start_asgi_task(cycle, app)
             if self._body_pending():  # answered before its body came: what comes next is that body, not headers
                 self._ngym_armed, self._ngym_body_wait = False, True
                 return
