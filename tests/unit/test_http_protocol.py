@@ -123,6 +123,24 @@ async def test_each_request_of_a_keep_alive_connection_announces_its_own_body(pr
     assert sizes == [2, 17, 0] and not transport.closed
 
 
+async def test_pipelined_requests_are_each_answered_in_order_on_the_kept_connection(protocol_class: Any) -> None:
+    """Two requests in one read: the second waits for the first's answer, then runs (uvicorn's pipeline path, which
+    the worker behind HAProxy shares with every other server)."""
+
+    async def echo_app(scope: Any, receive: Any, send: Any) -> None:
+        body = (await receive())["body"]
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+    protocol, transport = _connection(echo_app, protocol_class)
+    protocol.data_received(_head(3) + b"one" + _head(3) + b"two")
+    await _until(lambda: transport.written.count(b"HTTP/1.1 200 ") == 2)
+    first, second = transport.written.split(b"HTTP/1.1 200 ")[1:]
+    assert first.endswith(b"\r\n\r\none") and second.endswith(b"\r\n\r\ntwo") and not transport.closed
+    protocol.data_received(_head(5) + b"three")  # the connection still serves
+    await _until(lambda: transport.written.endswith(b"three"))
+
+
 def _big_header_request(header_bytes: int) -> bytes:
     return b"GET / HTTP/1.1\r\nhost: t\r\nx-big: " + b"a" * header_bytes + b"\r\n\r\n"
 
