@@ -130,6 +130,21 @@ def test_websockets_are_not_compressed_unless_asked(server: Served) -> None:
         assert '"episode_id"' in str(socket_.recv(timeout=PATIENCE))
 
 
+def test_a_websocket_outlives_the_header_deadline_and_the_keep_alive_time(server: Served) -> None:
+    """Both are 1 s here: a WebSocket (an OpenEnv episode) that has been open for several times that is still
+    served; the header deadline used to close every WebSocket once it passed, however busy."""
+    from websockets.sync.client import connect as ws_connect
+
+    with ws_connect(server.url.replace("http://", "ws://") + "/openenv/ws") as socket_:
+        socket_.send('{"type": "reset", "data": {}}')
+        assert '"observation"' in str(socket_.recv(timeout=PATIENCE))
+        opened = time.monotonic()
+        while time.monotonic() - opened < 3.5:  # past both 1 s limits, with a request every half second
+            time.sleep(0.5)
+            socket_.send('{"type": "state"}')
+            assert '"episode_id"' in str(socket_.recv(timeout=PATIENCE))
+
+
 def test_headers_still_incomplete_past_the_limit_are_431(server: Served) -> None:
     with connect(server) as sock:
         try:

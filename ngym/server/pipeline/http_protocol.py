@@ -258,6 +258,17 @@ class HeaderDeadline:
     def _idle(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
 
+    def handle_websocket_upgrade(self, *args: Any) -> None:
+        """The connection becomes a WebSocket (OpenEnv's ``/openenv/ws``): no HTTP request's headers are waited
+        for on it any more, so its header deadline is dropped. Kept armed, the deadline closed every WebSocket
+        ``request_header_timeout_seconds`` after it opened, however busy (an OpenEnv episode longer than 30 s lost
+        its connection mid-episode)."""
+        self._ngym_armed = False
+        if self._ngym_timer is not None:
+            self._ngym_timer.cancel()
+            self._ngym_timer = None
+        super().handle_websocket_upgrade(*args)  # type: ignore[misc]
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._ngym_armed = False
         if isinstance(self.transport, LingeringClose):
