@@ -122,14 +122,17 @@ class Prepared:
         self.messages.append(json.dumps({"type": "step", "data": {"message": final_text(response)}}))
 
 
-_PREPARED: dict[int, Prepared] = {}
+#: id of a recorded rollout -> (that rollout, its requests). The rollout is kept with them: once a dict is freed
+#: its id can be reused by another one (each load re-reads the recordings), which would then be replayed with the
+#: requests of a different rollout and checked against its own reward.
+_PREPARED: dict[int, tuple[dict[str, Any], Prepared]] = {}
 
 
 def prepared(index: int, recorded: dict[str, Any]) -> Prepared:
     found = _PREPARED.get(id(recorded))
-    if found is None:
-        found = _PREPARED[id(recorded)] = Prepared(index, recorded)
-    return found
+    if found is None or found[0] is not recorded:
+        found = _PREPARED[id(recorded)] = (recorded, Prepared(index, recorded))
+    return found[1]
 
 
 JSON = {"content-type": "application/json"}
