@@ -118,6 +118,7 @@ class FastRoutes:
             ("POST", "/delete"): self.delete,  # closes a session still open (``forget`` is the ready case)
         }
         self.handlers = handlers
+        self._direct = frozenset((method.encode(), route) for method, route in handlers)
         opened = sse.finished_text("\0", "").encode()
         self._opened_head, self._opened_tail = opened.split(b"\0")
 
@@ -168,6 +169,31 @@ class FastRoutes:
             return None
         fields, body = answer
         return b"".join(b"%s: %s\r\n" % field for field in fields) + b"\r\n" + body
+
+    def app_for(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], app: Any) -> Any:
+        """The ASGI app the HTTP protocol runs an ORS ``/create``, ``/call`` or ``/delete`` with
+        (``ngym.server.pipeline.ready_answers``): this front's plain case, taken straight from uvicorn's request
+        cycle, past the server app's layers above the front (error page, telemetry, body limit, proxy headers,
+        the ORS dispatch), which have nothing to do for it; any other case goes to ``app``, the server's whole
+        application, body included, as it would have. None for every other request."""
+        if b"?" in url or b"%" in url:
+            return None
+        path = url.decode("latin-1")
+        route = mounted_route(path)
+        if route is None:
+            route = path
+            if (method, route) not in self._direct or not is_ors_root(path, headers):
+                return None
+        elif (method, route) not in self._direct:
+            return None
+        fast = self
+
+        async def direct(scope: Any, receive: Receive, send: Send) -> None:
+            left = await fast(route, scope, receive, send)
+            if left is not None:  # not the plain case: the whole application answers it
+                await app(scope, left, send)
+
+        return direct
 
     def _episode(self, sid: str | None) -> Episode | None:
         return self.episodes.find(sid) if sid is not None else None
