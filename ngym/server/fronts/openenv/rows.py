@@ -66,9 +66,9 @@ def read_rows(path: Path | None) -> list[dict[str, Any]]:
 
 #: Rows sent whole in a reset whose ``ReadyRow`` is kept, and reset messages kept parsed (the latest ones).
 KEPT_ROWS = 64
-#: Reset messages of this many characters or more are kept parsed (a smaller one parses in a few microseconds),
-#: and of at most ``MESSAGE_MAX_CHARS``.
-MESSAGE_MIN_CHARS = 2048
+#: Reset messages of this many characters or more are kept parsed (a step or a reset naming no row is shorter), and
+#: of at most ``MESSAGE_MAX_CHARS``. A row's message kept also keeps its ``ReadyRow``: the same parsed row object.
+MESSAGE_MIN_CHARS = 256
 MESSAGE_MAX_CHARS = 512 * 1024
 
 
