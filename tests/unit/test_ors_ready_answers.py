@@ -192,3 +192,22 @@ async def test_environment_requests_run_the_fronts_own_app_and_answer_as_the_who
     assert nemo.startswith(b"HTTP/1.1 ") and connection.routed == routed
     again = await connection.send("POST", "/create", own, b'{"split": "example", "index": 0}')
     assert again.startswith(b"HTTP/1.1 400 ") and b"already exists" in again and connection.routed == routed + 1
+
+
+async def test_a_request_pipelined_behind_a_routed_one_is_answered_after_it(connection: Connection) -> None:
+    """Two requests in one read: a ``/call`` the front's own app runs, then a ``/ping``; the ping waits for the call
+    (as behind any request uvicorn runs) and the answers come in order."""
+    sid = await _open(connection)
+    own = SDK + b"x-session-id: %s\r\n" % sid.encode()
+    call = b'{"name": "get_weather", "input": {"city": "Paris"}}'
+    head = b"POST /call HTTP/1.1\r\nhost: t\r\n%scontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    ping = b"POST /ping HTTP/1.1\r\nhost: t\r\n%s%s\r\n" % (own, NO_BODY)
+    connection.transport.written.clear()
+    connection.protocol.data_received(head % (own, len(call)) + call + ping)
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + 10
+    while bytes(connection.transport.written).count(b"HTTP/1.1 200 OK") < 2:
+        assert loop.time() < give_up, bytes(connection.transport.written)
+        await asyncio.sleep(0.002)
+    written = bytes(connection.transport.written)
+    assert written.index(b"event: end") < written.rindex(b"HTTP/1.1 200 OK") and written.endswith(b'{"status":"ok"}')
