@@ -11,6 +11,9 @@ this task, with a timer for a call still running after ``sse.PING_SECONDS``: ``s
 also answered before any ASGI work, from the HTTP parser's callbacks (``FastRoutes.ready``, given to the server's
 protocol through ``ngym.server.pipeline.ready_answers``); the ASGI answers here remain for requests the protocol
 does not answer that way (pipelined behind another, ``Connection: close``, the h11 parser, the access log on).
+``/create``, ``/call`` and ``/delete`` are handed by the protocol straight to this front in the request cycle
+uvicorn makes for them (``FastRoutes.app_for``), past the server app's outer layers, which have nothing to do for
+them; a case not answered here then goes to the whole app, as any request does.
 
 Only the plain case is answered here: the bare route (``/ping``, not ``/<env_name>/ping``), its method, an
 ``X-Session-ID`` naming a live episode where one is needed, a row without a Gymnasium observation for the prompt,

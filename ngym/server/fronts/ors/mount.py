@@ -31,8 +31,9 @@ __all__ = ["MOUNT_PATH", "ROOT_SEGMENTS", "ORSRequests", "is_ors_request", "moun
 
 class _LazyFront:
     """The ORS router of one server, built on the first request to it, behind the server's request limits, and
-        its plain-ASGI answers (``fast.FastRoutes``), and those of the requests that run no environment code as ready
-    bytes for the HTTP protocol (``ngym.server.pipeline.http_protocol.ReadyAnswers``), from when it is built."""
+    its plain-ASGI answers (``fast.FastRoutes``), and those of the requests that run no environment code as ready
+    bytes for the HTTP protocol (``ngym.server.pipeline.ready_answers.ReadyAnswers``), the others routed by the
+    protocol to the front's own handler (``ReadyAnswers.app_for``), from when it is built."""
 
     def __init__(self, server: SimpleResourcesServer, app: FastAPI) -> None:
         self._server = server
