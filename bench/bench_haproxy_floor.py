@@ -12,8 +12,9 @@ CPU 1, bench/rollout.lua: the counter's rollouts as ``bench_workers.py`` sends t
   backends' priority): ngym's configuration (or with ``relay:``, the bare relay's) or HAProxy's start changed in
   one way, in front of two backends of its own.
 
-Every HAProxy runs ``NGYM_HAPROXY_NICE`` (default 10) nice levels below the backends, as ``ngym run --workers N``
-starts it, unless its variant says otherwise.
+Every HAProxy runs ``NGYM_HAPROXY_NICE`` (default 0) nice levels below the backends in the batch scheduling class
+(``NGYM_HAPROXY_BATCH``), with its pool cache, as ``ngym run --workers N`` starts it, unless its variant says
+otherwise (``normal-class``, ``dm-no-global``, ``nice10``, ...).
 
 The backends (``bench/ready_backend.py``) answer every request with the same ready-made bytes (a 200 carrying a
 session cookie that routes back to them), after spending ``--burn-us`` of CPU, so HAProxy sees the pace of a
@@ -50,7 +51,16 @@ from bench.bench_workers import ROLLOUTS  # noqa: E402
 from bench.haproxy_variants import VARIANTS, Variant, variant  # noqa: E402
 from bench.ready_backend import answer  # noqa: E402
 from ngym.child_server import free_port, stop_process  # noqa: E402
-from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config, haproxy_nice, lower_priority  # noqa: E402
+from ngym.server.hosting.haproxy import (  # noqa: E402
+    Backend,
+    batch_scheduling,
+    haproxy_batch,
+    haproxy_binary,
+    haproxy_command,
+    haproxy_config,
+    haproxy_nice,
+    lower_priority,
+)
 
 COOKIE = "ngym_session"
 TIMEOUTS = """defaults
@@ -118,10 +128,11 @@ def start_haproxy(
     config: str, sock: socket.socket, scratch: Path, name: str, variant: Variant | None = None
 ) -> subprocess.Popen[bytes]:
     """HAProxy with ``config``, listening on the inherited ``sock``, at the priority ``ngym run --workers N`` gives
-    it (``haproxy_nice()`` levels below this process) unless ``variant`` says otherwise."""
+    it (``haproxy_nice()`` levels below this process, in the batch scheduling class) unless ``variant`` says
+    otherwise."""
     path = scratch / f"{name}.cfg"
     path.write_text(config)
-    cmd = [haproxy_binary(), "-db", "-f", str(path)]
+    cmd = haproxy_command(haproxy_binary(), str(path))
     check = subprocess.run([*cmd[:1], "-c", "-f", str(path)], pass_fds=(sock.fileno(),), capture_output=True)
     if check.returncode != 0:
         alerts = [line for line in (check.stderr + check.stdout).decode().splitlines() if "ALERT" in line]
@@ -129,8 +140,16 @@ def start_haproxy(
     log = (scratch / f"{name}.log").open("wb")
     levels = variant.nice if variant is not None and variant.nice is not None else haproxy_nice()
     prefix = variant.prefix if variant is not None else []
+    args = variant.args if variant is not None else []
+    batch = variant.batch if variant is not None and variant.batch is not None else haproxy_batch()
+
+    def scheduling() -> None:  # as ngym run --workers N starts it: its nice level, the batch class
+        lower_priority(levels)
+        if batch:
+            batch_scheduling()
+
     return subprocess.Popen(
-        [*prefix, *cmd], pass_fds=(sock.fileno(),), stdout=log, stderr=log, preexec_fn=lambda: lower_priority(levels)
+        [*prefix, *cmd, *args], pass_fds=(sock.fileno(),), stdout=log, stderr=log, preexec_fn=scheduling
     )
 
 

@@ -103,7 +103,7 @@ def wrk(
     url: str, server_pid: int, redis_pid: int | None, plan: Path, steps: int, seconds: float, connections: int
 ) -> dict[str, float]:
     """One round of wrk against ``url``: rollouts/s and the cores every side used during it."""
-    cmd = pinned(1, ["wrk", f"-t{connections}", f"-c{connections}", f"-d{seconds:.0f}s", "-s",
+    cmd = pinned(1, ["wrk", "--latency", f"-t{connections}", f"-c{connections}", f"-d{seconds:.0f}s", "-s",
                      str(ROOT / "bench/rollout.lua"), url, "--", str(plan)])  # fmt: skip
     server_before, proxy_before, began = tree_cpu(server_pid), tree_cpu(server_pid, "haproxy"), time.monotonic()
     redis_before = tree_cpu(redis_pid) if redis_pid else 0.0
@@ -131,7 +131,17 @@ def wrk(
         "others_cores": max(0.0, busy_cores - server_cores - wrk_cores - redis_cores),
         "load_average": os.getloadavg()[0],
         "errors": int(bad.group(1)) if bad else 0,
+        "p50_ms": latency_ms(out, "50%"),
+        "p99_ms": latency_ms(out, "99%"),
     }
+
+
+def latency_ms(out: str, percentile: str) -> float:
+    """A percentile of wrk's latency distribution per request (``--latency``), in milliseconds."""
+    match = re.search(rf"^\s+{percentile}\s+([\d.]+)(us|ms|s)\s*$", out, re.MULTILINE)
+    if match is None:
+        return float("nan")
+    return float(match.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[match.group(2)]
 
 
 #: A fixed pure-Python loop: what one process does with one core, to compare with two at once.
@@ -162,7 +172,7 @@ def machine_scaling(rounds: int = 3) -> dict[str, float]:
 
 
 KEYS = ("rollouts_per_s", "server_cores", "proxy_cores", "rollouts_per_cpu_s", "redis_cores", "wrk_cores",
-        "others_cores", "load_average")  # fmt: skip
+        "others_cores", "load_average", "p50_ms", "p99_ms")  # fmt: skip
 
 
 def report(path: str, results: dict[int, list[dict[str, float]]], machine_wall: float = 2.0) -> list[str]:
@@ -176,7 +186,7 @@ def report(path: str, results: dict[int, list[dict[str, float]]], machine_wall: 
             f"| {path} | {n} | {m['rollouts_per_s']:.0f} | {m['server_cores']:.2f} | {m['proxy_cores']:.2f} | "
             f"{m['rollouts_per_cpu_s']:.0f} | "
             f"{m['redis_cores']:.2f} | {m['wrk_cores']:.2f} | {m['others_cores']:.2f} | {m['load_average']:.1f} | "
-            f"{errors} |"
+            f"{m['p50_ms']:.2f} / {m['p99_ms']:.1f} | {errors} |"
         )
     pairs = list(zip(results[1], results[2], strict=True))
     ratios = [b["rollouts_per_s"] / a["rollouts_per_s"] for a, b in pairs]
@@ -254,7 +264,8 @@ def compare_baseline(
     row = (
         f"| affinity ({label}) | 2 | {med['rollouts_per_s']:.0f} | {med['server_cores']:.2f} | "
         f"{med['proxy_cores']:.2f} | {med['rollouts_per_cpu_s']:.0f} | {med['redis_cores']:.2f} | "
-        f"{med['wrk_cores']:.2f} | {med['others_cores']:.2f} | {med['load_average']:.1f} | {errors} |"
+        f"{med['wrk_cores']:.2f} | {med['others_cores']:.2f} | {med['load_average']:.1f} | "
+        f"{med['p50_ms']:.2f} / {med['p99_ms']:.1f} | {errors} |"
     )
     before, before_proxy = per_rollout_us(baseline)
     after, after_proxy = per_rollout_us(current[2])
@@ -322,7 +333,9 @@ def main() -> None:
           f"{args.connections} connections; {args.environment}")  # fmt: skip
     print(
         "| sessions | workers | rollouts/s | server cores | of which HAProxy | rollouts per server CPU-s | "
-        "redis cores | wrk cores | other tenants' cores | load average | non-2xx |\n" + "|---" * 11 + "|"
+        "redis cores | wrk cores | other tenants' cores | load average | p50 / p99 ms per request | non-2xx |\n"
+        + "|---" * 12
+        + "|"
     )
     machine = machine_scaling()
     summaries = [

@@ -69,6 +69,10 @@ class Variant:
     prefix: list[str] = field(default_factory=list)
     #: nice levels below the bench (None: as ``ngym run --workers N`` starts it, ``haproxy_nice()``)
     nice: int | None = None
+    #: more arguments on HAProxy's command line (``-dM...``)
+    args: list[str] = field(default_factory=list)
+    #: in the batch scheduling class (None: as ``ngym run --workers N`` starts it, ``haproxy_batch()``)
+    batch: bool | None = None
 
 
 VARIANTS: dict[str, Variant] = {
@@ -105,6 +109,12 @@ VARIANTS: dict[str, Variant] = {
     "nice19": Variant("HAProxy 19 nice levels below the backends", nice=19),
     "batch": Variant("HAProxy in SCHED_BATCH", prefix=["chrt", "-b", "0"]),
     "idle": Variant("HAProxy in SCHED_IDLE", prefix=["chrt", "-i", "0"]),
+    "normal-class": Variant("HAProxy in the normal scheduling class (NGYM_HAPROXY_BATCH=0)", batch=False),
+    "dm-no-global": Variant("HAProxy's process-wide pool cache off (-dMno-global)", args=["-dMno-global"]),
+    "malloc-keep": Variant(
+        "glibc keeps freed heap memory (GLIBC_TUNABLES trim_threshold 64 MiB)",
+        prefix=["env", "GLIBC_TUNABLES=glibc.malloc.trim_threshold=67108864"],
+    ),
 }
 
 
@@ -125,4 +135,6 @@ def variant(names: str) -> Variant:
         abstract=any(p.abstract for p in parts),
         prefix=[word for p in parts for word in p.prefix],
         nice=next((p.nice for p in reversed(parts) if p.nice is not None), None),
+        args=[word for p in parts for word in p.args],
+        batch=next((p.batch for p in reversed(parts) if p.batch is not None), None),
     )

@@ -16,7 +16,7 @@ from typing import Any
 from ngym.fleet.spec import EnvironmentSpec
 from ngym.fleet.state import ProcessRecord
 from ngym.processes import spawn
-from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_command, haproxy_config
 
 
 def affinity_settings(env: EnvironmentSpec) -> tuple[str, float, int]:
@@ -65,5 +65,5 @@ def start_front(
             )
         )
         log = folder / f"{name}.front.log"
-        proc = spawn([binary, "-db", "-f", str(config)], log, pass_fds=(sock.fileno(),))
+        proc = spawn(haproxy_command(binary, str(config)), log, pass_fds=(sock.fileno(),))
     return ProcessRecord.started(proc.pid, log)

@@ -32,7 +32,7 @@ from pathlib import Path
 from ngym.child_python import python_module
 from ngym.fleet.state import write_private
 from ngym.processes import spawn, stop_all
-from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config
+from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_command, haproxy_config
 from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 
 __all__ = ["FRONT", "FleetFront", "HEAD_NODE_RESOURCE"]
@@ -110,7 +110,7 @@ class FleetFront:
         )
         if check.returncode != 0:
             raise RuntimeError(f"HAProxy refused ngym's configuration: {check.stderr.strip() or check.stdout.strip()}")
-        self._spawn(name, [binary, "-db", "-f", str(config)], pass_fds=(sock.fileno(),))
+        self._spawn(name, haproxy_command(binary, str(config)), pass_fds=(sock.fileno(),))
 
     def start_head(self, config_text: str) -> None:
         """Start the head server on its reserved address, serving ``config_text`` as the global config."""

@@ -120,7 +120,16 @@ def test_two_workers_of_a_stateful_environment_score_every_rollout_right(serve) 
         f"'unix@{folder / 'w1.sock'}'",
     ]
     assert all(stat.S_ISSOCK((folder / f"w{i}.sock").stat().st_mode) for i in range(2))
+    assert {stat.S_IMODE((folder / f"w{i}.sock").stat().st_mode) for i in range(2)} == {0o600}
     assert not tcp_listeners(workers), "a worker listens on a TCP port"
+    # the workers serve as only HAProxy reaches them (no uvicorn server header; the date stays), HAProxy with its
+    # process-wide pool cache
+    answer = httpx.get(f"{served.url}/livez")
+    assert answer.status_code == 200 and "server" not in answer.headers and "date" in answer.headers
+    assert " -dMglobal " in f" {command_of(proxy[0])} "
+    # HAProxy in the batch scheduling class (woken, it does not preempt a worker), the workers in the normal one
+    assert os.sched_getscheduler(proxy[0]) == os.SCHED_BATCH
+    assert {os.sched_getscheduler(w) for w in workers} == {os.SCHED_OTHER}
     # HAProxy runs below the workers' priority (it relays several requests per wake-up); the workers at the
     # supervisor's own
     assert nice_of(proxy[0]) == min(19, nice_of(served.proc.pid) + DEFAULT_HAPROXY_NICE)

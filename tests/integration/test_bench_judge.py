@@ -98,6 +98,8 @@ def rounds(rate: float, cores: float, others: float = 0.0) -> dict[str, float]:
         "others_cores": others,
         "load_average": 3.0,
         "errors": 0,
+        "p50_ms": 4.0,
+        "p99_ms": 9.0,
     }
 
 

@@ -33,3 +33,25 @@ def test_the_proxy_takes_what_a_worker_takes(serve) -> None:  # type: ignore[no-
         seeded = httpx.post(f"{served.url}/seed_session", content=json.dumps(typed), timeout=30)
         routed.append((seeded.status_code, seeded.headers.get("x-ngym-worker"), f"w{zlib.crc32(sid.encode()) % 2}"))
     assert all(status == 200 and worker == owner for status, worker, owner in routed), routed
+
+
+def test_behind_the_proxy_a_worker_still_refuses_headers_over_its_limit(serve) -> None:  # type: ignore[no-untyped-def]
+    """A worker that only HAProxy reaches serves without uvicorn's per-response timer and headers, and keeps every
+    limit: a header block HAProxy's buffer takes (16 KB) but over the server's ``max_request_header_bytes`` is
+    still 431 from the worker; under it, served."""
+    port = free_port()
+    cmd = [
+        str(VENV_BIN / "ngym"),
+        "run",
+        COUNTER,
+        "--workers",
+        "2",
+        "--port",
+        str(port),
+        "max_request_header_bytes=8192",
+    ]
+    served = serve(cmd, port)
+    over = httpx.get(f"{served.url}/health", headers={"x-trace": "t" * 12_000}, timeout=30)
+    assert over.status_code == 431 and over.headers.get("x-ngym-worker") in ("w0", "w1"), over.text[:200]
+    under = httpx.get(f"{served.url}/health", headers={"x-trace": "t" * 6_000}, timeout=30)
+    assert under.status_code == 200 and "server" not in under.headers

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import socket
 import socketserver
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ import pytest
 from ngym import processes
 from ngym.server.hosting.affinity import _Worker
 from ngym.server.hosting.haproxy import Backend, haproxy_config
+from ngym.server.hosting.host import reached_only_through_proxy
 
 
 def server_lines(backends: list[Backend]) -> list[str]:
@@ -41,6 +43,9 @@ def test_workers_listen_on_unix_sockets_in_the_folder_given(tmp_path: Path) -> N
         assert worker.sock.family == socket.AF_UNIX and worker.sock.get_inheritable()
         assert worker.backend() == Backend("w1", unix_socket=str(tmp_path / "w1.sock"))
         assert worker.livez() == ("http://localhost/livez", str(tmp_path / "w1.sock"))
+        # only this user, by its path (the folder is the supervisor's own, 0700): the worker serves as proxied
+        assert stat.S_IMODE((tmp_path / "w1.sock").stat().st_mode) == 0o600
+        assert reached_only_through_proxy(worker.sock)
     finally:
         worker.sock.close()
 
@@ -55,6 +60,7 @@ def test_a_folder_haproxy_cannot_name_falls_back_to_a_loopback_port(tmp_path: Pa
         assert worker.backend() == Backend("w0", "127.0.0.1", worker.port)
         assert worker.livez() == (f"http://127.0.0.1:{worker.port}/livez", None)
         assert not list(folder.iterdir())
+        assert not reached_only_through_proxy(worker.sock)  # anyone on the machine reaches a loopback port
     finally:
         worker.sock.close()
 

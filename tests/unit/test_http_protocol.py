@@ -19,6 +19,8 @@ from tests.unit.test_request_limits import read_body_app
 PROTOCOLS = [http_protocol.GuardedH11Protocol]
 if http_protocol.GuardedHttpToolsProtocol is not None:  # an optional uvicorn dependency; installed with ngym
     PROTOCOLS.append(http_protocol.GuardedHttpToolsProtocol)
+if http_protocol.ProxiedHttpToolsProtocol is not None:  # a worker of --workers N only HAProxy reaches
+    PROTOCOLS.append(http_protocol.ProxiedHttpToolsProtocol)
 
 
 @pytest.fixture(params=PROTOCOLS, ids=lambda cls: cls.__name__)
@@ -26,12 +28,24 @@ def protocol_class(request: pytest.FixtureRequest) -> Any:
     return request.param
 
 
-def _connection(app: Any, protocol_class: Any, transport: MemoryTransport | None = None) -> tuple[Any, MemoryTransport]:
+def _connection(
+    app: Any,
+    protocol_class: Any,
+    transport: MemoryTransport | None = None,
+    *,
+    header_timeout: float = 30,
+    keep_alive: float = 5,
+) -> tuple[Any, MemoryTransport]:
     # h11's own cap on an incomplete event set as ngym.server.hosting.host sets it
     config = uvicorn.Config(
-        app, http=protocol_class, lifespan="off", log_level="warning", h11_max_incomplete_event_size=65536
+        app,
+        http=protocol_class,
+        lifespan="off",
+        log_level="warning",
+        h11_max_incomplete_event_size=65536,
+        timeout_keep_alive=keep_alive,  # type: ignore[arg-type]  # uvicorn says int
     )
-    http_protocol.configure(config, header_timeout=30, max_header_bytes=65536)
+    http_protocol.configure(config, header_timeout=header_timeout, max_header_bytes=65536)
     config.load()
     protocol = config.http_protocol_class(
         config=config, server_state=ServerState(), app_state={}, _loop=asyncio.get_running_loop()
@@ -107,6 +121,24 @@ async def test_each_request_of_a_keep_alive_connection_announces_its_own_body(pr
         protocol.data_received(_head(len(body)) + body)
         await _until(lambda: protocol.cycle.response_complete)
     assert sizes == [2, 17, 0] and not transport.closed
+
+
+async def test_pipelined_requests_are_each_answered_in_order_on_the_kept_connection(protocol_class: Any) -> None:
+    """Two requests in one read: the second waits for the first's answer, then runs (uvicorn's pipeline path, which
+    the worker behind HAProxy shares with every other server)."""
+
+    async def echo_app(scope: Any, receive: Any, send: Any) -> None:
+        body = (await receive())["body"]
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+    protocol, transport = _connection(echo_app, protocol_class)
+    protocol.data_received(_head(3) + b"one" + _head(3) + b"two")
+    await _until(lambda: transport.written.count(b"HTTP/1.1 200 ") == 2)
+    first, second = transport.written.split(b"HTTP/1.1 200 ")[1:]
+    assert first.endswith(b"\r\n\r\none") and second.endswith(b"\r\n\r\ntwo") and not transport.closed
+    protocol.data_received(_head(5) + b"three")  # the connection still serves
+    await _until(lambda: transport.written.endswith(b"three"))
 
 
 def _big_header_request(header_bytes: int) -> bytes:
@@ -212,3 +244,148 @@ async def test_a_connection_whose_early_answered_body_has_all_arrived_closes_at_
     protocol.data_received(b"x" * 199_000)  # the body's last bytes
     protocol.shutdown()
     assert transport.closed and not transport.eof
+
+
+class _CountingTransport(MemoryTransport):
+    """Also keeps each write apart: one per system call on a real socket (an empty write makes none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if data:
+            self.writes.append(bytes(data))
+        super().write(data)
+
+
+async def test_a_response_is_one_write(protocol_class: Any) -> None:
+    """uvicorn wrote the status line and headers, then the body: two system calls per response, and the peer
+    (HAProxy, or the client) woken for each."""
+
+    async def json_app(scope: Any, receive: Any, send: Any) -> None:  # as Starlette answers: a content-length
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    protocol, transport = _connection(json_app, protocol_class, _CountingTransport())
+    for count in (1, 2):  # and again on the kept connection
+        protocol.data_received(_head(11) + b'{"a": "bc"}')
+        await _until(lambda: len(transport.writes) == count)  # noqa: B023
+        await asyncio.sleep(0.01)
+    assert len(transport.writes) == 2, transport.writes
+    assert all(w.startswith(b"HTTP/1.1 200 ") and w.endswith(b"\r\n\r\n{}") for w in transport.writes)
+
+
+async def test_a_response_whose_body_is_not_ready_sends_its_head_in_the_same_turn(protocol_class: Any) -> None:
+    """The head waits for its body only within the event loop's turn: a stream whose first chunk comes later (a
+    server-sent event) or a response with no body at all shows its status at once."""
+    go = asyncio.Event()
+
+    async def stream(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await go.wait()
+        await send({"type": "http.response.body", "body": b"late", "more_body": False})
+
+    protocol, transport = _connection(stream, protocol_class, _CountingTransport())
+    protocol.data_received(b"GET /s HTTP/1.1\r\nhost: t\r\n\r\n")
+    await _until(lambda: bool(transport.writes))
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 ") and b"late" not in transport.writes[0]
+    go.set()
+    await _until(lambda: protocol.cycle.response_complete)
+    assert b"late" in bytes(transport.written)
+
+    async def no_body(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4")]})
+        await send({"type": "http.response.body", "body": b""})  # HEAD: uvicorn writes nothing for the body
+
+    protocol, transport = _connection(no_body, protocol_class, _CountingTransport())
+    protocol.data_received(b"HEAD /h HTTP/1.1\r\nhost: t\r\n\r\n")
+    await _until(lambda: bool(transport.writes))
+    await asyncio.sleep(0.01)
+    assert len(transport.writes) == 1 and transport.writes[0].startswith(b"HTTP/1.1 200 ")
+
+
+async def test_an_interim_answer_is_not_held(protocol_class: Any) -> None:
+    """A 100 Continue is written at once: the client waits for it before it sends the body."""
+    protocol, transport = _connection(read_body_app, protocol_class, _CountingTransport())
+    protocol.data_received(_head(11)[:-2] + b"expect: 100-continue\r\n\r\n")
+    await _until(lambda: bool(transport.writes))
+    assert transport.writes[0].startswith(b"HTTP/1.1 100 ")
+    protocol.data_received(b'{"a": "bc"}')
+    await _until(lambda: protocol.cycle.response_complete)
+
+
+async def test_an_idle_connection_is_closed_after_the_keep_alive_time(
+    protocol_class: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every protocol closes a connection idle for ``keep_alive_timeout_seconds``, without a log line; behind
+    HAProxy (proxied) by the connection's own timer, with no keep-alive timer made and cancelled per request as
+    uvicorn does."""
+    caplog.set_level("INFO", logger="ngym.server")
+    protocol, transport = _connection(read_body_app, protocol_class, keep_alive=0.2)
+    protocol.data_received(_head(11) + b'{"a": "bc"}')
+    await _until(lambda: protocol.cycle.response_complete)
+    assert (protocol.timeout_keep_alive_task is None) == (protocol_class is http_protocol.ProxiedHttpToolsProtocol)
+    await _until(lambda: transport.closed)
+    assert not caplog.records
+
+
+async def test_a_silent_or_trickling_connection_is_closed_at_the_header_deadline(protocol_class: Any) -> None:
+    protocol, silent = _connection(read_body_app, protocol_class, header_timeout=0.2)
+    protocol, trickling = _connection(read_body_app, protocol_class, header_timeout=0.2)
+    protocol.data_received(b"GET / HTTP/1.1\r\nhost: t\r\n")
+    for _ in range(100):  # keeps sending, never completes the headers
+        if trickling.closed:
+            break
+        protocol.data_received(b"x-slow: 1\r\n")
+        await asyncio.sleep(0.01)
+    await _until(lambda: silent.closed and trickling.closed)
+    assert trickling.written == b""
+
+
+async def test_behind_haproxy_the_idle_close_comes_at_the_keep_alive_time_and_headers_still_have_their_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The one timer of a proxied connection waits the shorter of the two: idle after a response, it closes at the
+    keep-alive time; headers started and not completed are still closed (and logged) at the header deadline."""
+    if http_protocol.ProxiedHttpToolsProtocol is None:
+        pytest.skip("httptools not installed")
+    caplog.set_level("INFO", logger="ngym.server")
+    proxied = http_protocol.ProxiedHttpToolsProtocol
+    protocol, transport = _connection(read_body_app, proxied, header_timeout=30, keep_alive=0.2)
+    assert protocol._ngym_seconds == 0.2
+    protocol, trickling = _connection(read_body_app, proxied, header_timeout=0.2, keep_alive=30)
+    assert protocol._ngym_seconds == 0.2
+    protocol.data_received(b"GET / HTTP/1.1\r\nhost: t\r\n")
+    await _until(lambda: trickling.closed)
+    assert [r.getMessage() for r in caplog.records] == [
+        "127.0.0.1:50000: no complete request headers in time; connection closed"
+    ]
+
+
+class _ClosedRefusesWrites(MemoryTransport):
+    """As uvloop's transports: writing to one that is closed raises."""
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            raise RuntimeError("unable to perform operation: the handler is closed")
+        super().write(data)
+
+
+async def test_a_held_head_of_a_connection_closed_meanwhile_is_dropped_quietly(protocol_class: Any) -> None:
+    gone = asyncio.Event()
+    errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+
+    async def stream(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        transport.closed = True  # the peer reset the connection: the transport closed under the protocol
+        gone.set()
+
+    protocol, transport = _connection(stream, protocol_class, _ClosedRefusesWrites())
+    protocol.data_received(b"GET /s HTTP/1.1\r\nhost: t\r\n\r\n")
+    await gone.wait()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert transport.written == b"" and errors == []

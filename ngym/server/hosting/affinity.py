@@ -35,7 +35,16 @@ from typing import Any
 
 from ngym import processes
 from ngym.child_python import python_module
-from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_config, haproxy_nice, lower_priority
+from ngym.server.hosting.haproxy import (
+    Backend,
+    batch_scheduling,
+    haproxy_batch,
+    haproxy_binary,
+    haproxy_command,
+    haproxy_config,
+    haproxy_nice,
+    lower_priority,
+)
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
 from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
@@ -102,6 +111,7 @@ def _worker_socket(folder: Path, index: int) -> tuple[socket.socket, str | None]
     if hasattr(socket, "AF_UNIX") and path and len(path.encode()) <= _UNIX_PATH_MAX and "'" not in path:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(path)
+        os.chmod(path, 0o600)  # in a 0700 folder already: only this user, and only by its path
     else:
         path = None
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -162,6 +172,7 @@ class AffineWorkers:
         self.access_log = access_log
         self.haproxy_bin = haproxy_binary()  # ConfigError with the install hint, before anything starts
         self.haproxy_nice = haproxy_nice()  # ConfigError naming NGYM_HAPROXY_NICE, before anything starts
+        self.haproxy_batch = haproxy_batch()  # ConfigError naming NGYM_HAPROXY_BATCH, before anything starts
         sweep_stale_folders()  # what supervisors killed outright left
         # mode 0700 (the workers' sockets are in it), named by this process so a later sweep knows when it is gone
         self._dir = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
@@ -213,14 +224,17 @@ class AffineWorkers:
         if check.returncode != 0:
             raise RuntimeError(f"HAProxy refused ngym's configuration: {check.stderr.strip() or check.stdout.strip()}")
         self.haproxy = processes.spawn(
-            [self.haproxy_bin, "-db", "-f", str(self.config_path)], processes.INHERIT,
+            haproxy_command(self.haproxy_bin, str(self.config_path)), processes.INHERIT,
             pass_fds=(self.public.fileno(),), new_session=False, preexec_fn=self._haproxy_child,
         )  # fmt: skip
 
     def _haproxy_child(self) -> None:
-        """In HAProxy's process before exec: SIGTERM when the supervisor dies; below the workers' priority."""
+        """In HAProxy's process before exec: SIGTERM when the supervisor dies; its priority and scheduling class
+        (``NGYM_HAPROXY_NICE``, ``NGYM_HAPROXY_BATCH``)."""
         _die_with_parent()
         lower_priority(self.haproxy_nice)
+        if self.haproxy_batch:
+            batch_scheduling()
 
     def start(self) -> None:
         """Start the workers, wait until each answers ``/livez``, then start HAProxy in front of them."""

@@ -25,15 +25,17 @@ Why HAProxy (Debian's ``haproxy`` package): it reads a cookie, a path segment an
 hashes them with converters in its configuration (``req.cook``, ``field``, ``json_query``, ``crc32``, ``mod``),
 checks health and answers 503 at once when no worker is left.
 
-What it costs: about a quarter of what the counter example's worker takes per request
+What it costs: about a fifth of what the counter example's worker takes per request
 (``bench/bench_workers.py``). A profile of HAProxy under load (``perf``) puts two thirds of it in the kernel
 (reading the client's request and writing the answer back over TCP, the hop to the worker, being woken per
 request) and under 3 % in the routing rules below; dropping rules, ``field`` for ``regsub``, no response header
 or no body buffering measured no difference (``bench/bench_haproxy_floor.py``: a bare relay with no rule costs
 nearly what this configuration does). So the hop to a local worker is a unix socket (``Backend.unix_socket``;
-cheaper for HAProxy and the worker than loopback TCP), HAProxy can run below the workers' priority
-(``NGYM_HAPROXY_NICE``: fewer wake-ups per request on a machine busy with other work), and the rules stay written
-for what they route.
+cheaper for HAProxy and the worker than loopback TCP), HAProxy runs in the batch scheduling class (``haproxy_batch``:
+woken, it does not preempt a worker, and relays what came in meanwhile in one go: about 30 % less of its CPU per
+rollout), keeps its buffers in its own pools (``haproxy_command``), logs no traffic (a line per request formatted
+for nothing), can run below the workers' priority (``NGYM_HAPROXY_NICE``), and the rules stay written for what
+they route.
 
 The ORS front's sessions are routed the same way: the front makes each ORS session id on the worker that answers
 ``/create_session``, drawn to hash to that worker's slot, and every later request carries it in ``X-Session-ID``.
@@ -46,7 +48,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
@@ -73,6 +77,28 @@ def haproxy_binary() -> str:
             "NGYM_SESSION_STORE=redis://...)"
         )
     return found
+
+
+def haproxy_version(binary: str) -> tuple[int, int]:
+    """HAProxy's major and minor version (``haproxy -v``); (0, 0) when it cannot be read."""
+    try:
+        out = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return (0, 0)
+    found = re.search(r"version (\d+)\.(\d+)", out)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def haproxy_command(binary: str, config_path: str) -> list[str]:
+    """How ngym starts HAProxy with the configuration at ``config_path`` (in the foreground).
+
+    From HAProxy 2.6 on, with its process-wide pool cache (``-dMglobal``): freed buffers go back to HAProxy's own
+    pools, whose size follows the load, rather than to the C library. Its buffers are sized from the workers'
+    header limit (``proxy_bufsize``: 67,584 bytes by default), and more of them than its threads' small caches
+    hold were freed and allocated again per request, the heap shrinking and growing with them (``brk`` and fresh
+    pages per request; ``bench/bench_haproxy_floor.py --variant dm-global``)."""
+    pools = ["-dMglobal"] if haproxy_version(binary) >= (2, 6) else []
+    return [binary, "-db", *pools, "-f", config_path]
 
 
 @dataclass(frozen=True)
@@ -124,6 +150,36 @@ def lower_priority(levels: int) -> None:
     if levels:
         with contextlib.suppress(OSError):
             os.nice(levels)
+
+
+#: ``0`` keeps HAProxy in the normal scheduling class instead of the batch one (``haproxy_batch``).
+HAPROXY_BATCH_ENV = "NGYM_HAPROXY_BATCH"
+
+
+def haproxy_batch() -> bool:
+    """Whether ``ngym run --workers N`` starts HAProxy in Linux's batch scheduling class (``SCHED_BATCH``, at its
+    nice level): ``NGYM_HAPROXY_BATCH``, ``1`` (the default) or ``0``; ``ConfigError`` naming it otherwise.
+
+    Woken by a request or a worker's answer, HAProxy in the batch class does not preempt the worker running on that
+    core: it runs when a core is free or the worker waits for its next request, and relays what came in meanwhile
+    in one go. It keeps its fair share of the cores (unlike a lower nice level, which left the cores waiting for
+    its wake-ups on an idle machine): on 2 cores HAProxy took about 30 % less CPU per rollout at ``--workers 2``,
+    the workers a little less too, and more rollouts per second were served (``bench/bench_workers.py``,
+    docs/performance.md), for a latency that can grow by up to a scheduler slice (a few milliseconds) when every
+    core is busy."""
+    text = os.environ.get(HAPROXY_BATCH_ENV, "").strip()
+    if text in ("", "1"):
+        return True
+    if text == "0":
+        return False
+    raise ConfigError(f"{HAPROXY_BATCH_ENV}={text!r}: expected 1 (HAProxy in the batch scheduling class) or 0")
+
+
+def batch_scheduling() -> None:
+    """In HAProxy's process before exec: the batch scheduling class at its nice level (no privilege needed;
+    nothing where the platform has no such class)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 #: On ``GET /health`` only: the slot (0..N-1) of the worker that should answer (``ngym status``, per worker).
@@ -254,6 +310,9 @@ defaults
 
 frontend ngym
     bind fd@{listen_fd}
+    # no traffic log: at the warning level above it would all be dropped, after HAProxy had formatted a line per
+    # request anyway (its "Connect from" line; the backend keeps the log of its workers going down and up)
+    no log
     option http-buffer-request
     # two session cookies: the proxy and the server could read different sessions from one request
     http-request return status 400 content-type application/json string '{_DUPLICATE_COOKIE_BODY}' {duplicate}
@@ -276,13 +335,18 @@ backend workers
 
 __all__ = [
     "Backend",
+    "HAPROXY_BATCH_ENV",
+    "batch_scheduling",
+    "haproxy_batch",
     "HAPROXY_ENV",
     "HAPROXY_INSTALL_HINT",
     "HAPROXY_NICE_ENV",
     "DEFAULT_HAPROXY_NICE",
     "HEALTH_SLOT_HEADER",
     "haproxy_binary",
+    "haproxy_command",
     "haproxy_config",
+    "haproxy_version",
     "haproxy_nice",
     "lower_priority",
     "proxy_threads",

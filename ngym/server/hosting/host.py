@@ -151,7 +151,8 @@ def serve_one(
         withhold_secret_from_children()
         server.before_serving()
         prepare_fork_template()  # each affine worker is a template for the children its environment forks
-        config = uvicorn_config(server, app, access_log=access_log, lifespan="on")
+        proxied = reached_only_through_proxy(sock)
+        config = uvicorn_config(server, app, access_log=access_log, lifespan="on", proxied=proxied)
         _graceful_server(config).run(sockets=[sock])
         return
     host, port = server.config.host, server.config.port
@@ -201,6 +202,13 @@ def serve_one(
     _graceful_server(config).run(sockets=[sock])
 
 
+def reached_only_through_proxy(sock: socket.socket) -> bool:
+    """Whether the socket a worker of an affine set inherited is reached only through its HAProxy: a unix socket
+    (in the supervisor's private folder, ``ngym.server.hosting.affinity``). The loopback TCP port it falls back to
+    is reachable by anyone on the machine, so a worker there serves as any server does."""
+    return hasattr(socket, "AF_UNIX") and sock.family == socket.AF_UNIX
+
+
 def enter_working_directory(target: str) -> None:
     """Change into the directory the target's module asks for, if any (this serving process only)."""
     directory = working_directory(target)
@@ -208,15 +216,23 @@ def enter_working_directory(target: str) -> None:
         os.chdir(directory)
 
 
-def uvicorn_config(server: SimpleResourcesServer, app: Any, **options: Any) -> uvicorn.Config:
+def uvicorn_config(server: SimpleResourcesServer, app: Any, *, proxied: bool = False, **options: Any) -> uvicorn.Config:
     """uvicorn's config for a server, with its HTTP limits: keep-alive, header deadline and size (the body
     limits live in the app itself, see ``ngym.server.pipeline.request_limits``), and WebSocket compression only
-    when the config asks for it (``websocket_compression``)."""
+    when the config asks for it (``websocket_compression``).
+
+    ``proxied``: a worker of ``ngym run --workers N`` that only its HAProxy reaches (its unix socket is in the
+    supervisor's folder, mode 0700). It keeps every limit, and skips what does nothing there: uvicorn's
+    ``X-Forwarded-*`` handling (HAProxy sets no such header, and a unix socket's peer has no address uvicorn would
+    trust), its ``server: uvicorn`` header, and its keep-alive timer per response
+    (``http_protocol.ProxiedHttpToolsProtocol``: the connection's own timer closes it once idle)."""
     settings = server.config
+    if proxied:
+        options = {"proxy_headers": False, "server_header": False, **options}
     config = uvicorn.Config(
         app,
         log_level="warning",
-        http=http_protocol.protocol_class(),
+        http=http_protocol.protocol_class(proxied=proxied),
         timeout_keep_alive=settings.keep_alive_timeout_seconds,  # type: ignore[arg-type]  # uvicorn says int
         h11_max_incomplete_event_size=settings.max_request_header_bytes,
         ws_per_message_deflate=settings.websocket_compression,

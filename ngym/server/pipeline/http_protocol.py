@@ -22,6 +22,16 @@ closes. Closing at once with unread bytes makes the kernel reset the connection,
 in front of ``--workers N``, relaying the body) then loses the answer it had not yet read: the client got
 "server disconnected" instead of the 413 that names the setting.
 
+Each response goes to the socket in one write: its status line and headers are held until its body's first bytes
+(or the end of the event loop's turn, whichever comes first) and written with them. uvicorn writes them apart: two
+system calls per response, and the peer (HAProxy in front of ``--workers N``, or the client) is woken for each.
+
+A worker only HAProxy reaches (``ngym run --workers N``: a unix socket in the supervisor's private folder) serves
+with ``ProxiedHttpToolsProtocol``: the same guards, and no second per-response timer. uvicorn arms a keep-alive
+timer after every response (a timer made and cancelled per request); there the connection's one timer, which
+already waits for the next request's headers after each response, closes it once it has been idle
+``keep_alive_timeout_seconds`` (or the header deadline, if shorter).
+
 A request the application can answer from its method, URL and headers alone, with bytes it has ready (the ORS
 front's ``/ping``, ``/prompt``, ``/create_session``, ``/delete``, ``/delete_session``), is answered from the
 parser's callbacks (httptools): no ASGI scope, cycle, task or middleware. The application says which by putting
@@ -83,6 +93,9 @@ class HeaderDeadline:
     lets go of them).
     """
 
+    #: reached only through HAProxy: no keep-alive timer per response (the connection's one timer closes it idle)
+    proxied = False
+
     cycle: Any
     config: Any
     server_state: Any
@@ -109,6 +122,8 @@ class HeaderDeadline:
         self._ngym_body_wait = False  # answered before its body came: armed again once that body is in
         self._ngym_timer: asyncio.TimerHandle | None = None
         self._ngym_seconds = getattr(self.config, "ngym_header_timeout", DEFAULT_HEADER_TIMEOUT_SECONDS)
+        if self.proxied:  # the one timer is also the idle close (no keep-alive timer per response)
+            self._ngym_seconds = min(self._ngym_seconds, self.timeout_keep_alive)
         self._ngym_max_bytes = getattr(self.config, "ngym_max_header_bytes", DEFAULT_MAX_HEADER_BYTES)
         self._ngym_ready: ReadyAnswers | None = None
         self._ngym_answer: bytes | None = None  # the ready answer of the request being parsed
@@ -164,7 +179,7 @@ class HeaderDeadline:
         self._ngym_armed = False
         log.info("%s: request headers over %d bytes; answered 431", _peer(self.client), size)
         if not self.transport.is_closing():
-            self.transport.write(_TOO_LARGE)
+            self.transport.write_whole(_TOO_LARGE)  # type: ignore[attr-defined]
             self.transport.close()
 
     def on_response_complete(self) -> None:
@@ -231,9 +246,12 @@ class HeaderDeadline:
         if defaults is not self._ngym_defaults:  # uvicorn renews the list (its date header) once a second
             self._ngym_defaults = defaults
             self._ngym_head = _STATUS_200 + b"".join(b"%s: %s\r\n" % pair for pair in defaults)
-        self.transport.write(self._ngym_head + answer)
+        self.transport.write_whole(self._ngym_head + answer)  # type: ignore[attr-defined]
         state.total_requests += 1
-        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        if not self.proxied:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
         self._rearm()
 
     def _rearm(self) -> None:
@@ -270,7 +288,8 @@ class HeaderDeadline:
             return
         if not self._idle() or self.transport.is_closing():
             return  # a request is in progress
-        log.info("%s: no complete request headers in time; connection closed", _peer(self.client))
+        if not self.proxied or self._ngym_header_bytes:  # behind HAProxy, an idle connection closes quietly
+            log.info("%s: no complete request headers in time; connection closed", _peer(self.client))
         self.transport.close()
 
 
@@ -285,9 +304,37 @@ class LingeringClose:
         self._protocol = protocol
         self._timer: asyncio.TimerHandle | None = None
         self._dropped = 0
+        self._head: Any = None  # a response's status line and headers, held for its body
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+    def write(self, data: Any) -> None:
+        """Write ``data``; a response's status line and headers (not an interim 1xx) are held and go out with the
+        next write (its body), or at the end of this turn of the event loop if none comes in it (a stream whose
+        first chunk is not ready): one system call per response instead of two."""
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head + data)
+        elif data[:9] == b"HTTP/1.1 " and data[9:10] != b"1" and not self._transport.is_closing():
+            self._head = data if type(data) is bytes else bytes(data)  # joined with the body's bytes below
+            self._protocol.loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def write_whole(self, data: bytes) -> None:
+        """Write a whole response now (after a held head, if any)."""
+        self.flush()
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write a held response head now (dropped if the connection has closed meanwhile)."""
+        head = self._head
+        if head is not None:
+            self._head = None
+            if not self._transport.is_closing():
+                self._transport.write(head)
 
     def _body_still_arriving(self) -> bool:
         owner = getattr(self._transport, "get_protocol", None)
@@ -300,6 +347,7 @@ class LingeringClose:
         )
 
     def close(self) -> None:
+        self.flush()
         if self._protocol._ngym_lingering:
             return
         if not self._body_still_arriving():
@@ -376,6 +424,36 @@ except ImportError:  # pragma: no cover
     GuardedHttpToolsProtocol = None
 
 
-def protocol_class() -> type[asyncio.Protocol]:
-    """uvicorn's default protocol (httptools when installed, else h11) with ``HeaderDeadline``."""
+ProxiedHttpToolsProtocol: type[asyncio.Protocol] | None = None
+if GuardedHttpToolsProtocol is not None:
+
+    class _ProxiedHttpToolsProtocol(_GuardedHttpToolsProtocol):
+        """httptools with a header deadline and size cap, for a worker only HAProxy reaches: no keep-alive timer
+        made and cancelled per request (the connection's one timer closes it once idle)."""
+
+        proxied = True
+
+        def on_response_complete(self) -> None:
+            if self.pipeline:  # a pipelined request starts next: uvicorn's own path, which arms no timer then
+                super().on_response_complete()
+                return
+            # uvicorn's (httptools_impl) when nothing is pipelined, less the keep-alive timer it arms there
+            self.server_state.total_requests += 1
+            if self.transport.is_closing():
+                return
+            self._unset_keepalive_if_required()  # uvicorn's --limit-max-requests: the last request closes
+            self.flow.resume_reading()
+            if self._body_pending():  # answered before its body came: what comes next is that body, not headers
+                self._ngym_armed, self._ngym_body_wait = False, True
+                return
+            self._rearm()
+
+    ProxiedHttpToolsProtocol = _ProxiedHttpToolsProtocol
+
+
+def protocol_class(*, proxied: bool = False) -> type[asyncio.Protocol]:
+    """uvicorn's default protocol (httptools when installed, else h11) with ``HeaderDeadline``; ``proxied``: for a
+    worker only HAProxy reaches (``ProxiedHttpToolsProtocol``, when httptools is installed)."""
+    if proxied and ProxiedHttpToolsProtocol is not None:
+        return ProxiedHttpToolsProtocol
     return GuardedHttpToolsProtocol or GuardedH11Protocol
