@@ -10,7 +10,7 @@ import pytest
 
 from ngym.examples import dataset_row, read_example_rollouts
 from ngym.server.fronts import openenv
-from ngym.server.fronts.inprocess import RolloutSession, post, with_field
+from ngym.server.fronts.inprocess import RolloutSession, post, response_json, with_field, with_raw
 from ngym.server.hosting import haproxy
 from ngym.server.pipeline.routes import VERIFY_ECHO
 from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE, RouteSlot
@@ -23,6 +23,16 @@ def test_with_field_is_the_merged_object_encoded() -> None:
     added = with_field(pydantic_core.to_json(row), "response", response)
     assert added == pydantic_core.to_json({**row, "response": response})
     assert pydantic_core.from_json(added) == {**row, "response": response}
+
+
+def test_raw_fields_added_are_what_encoding_the_whole_object_writes() -> None:
+    tools = [{"type": "function", "name": "f", "parameters": {"x": 1.5}}]
+    assert with_raw(b"{}", "tools", pydantic_core.to_json(tools)) == pydantic_core.to_json({"tools": tools})
+    row = {"a": "é \u2028", "b": [None]}
+    assert with_raw(pydantic_core.to_json(row), "k", b"[1]") == pydantic_core.to_json({**row, "k": [1]})
+    response = {"id": "r", "created_at": 1.25, "output": [{"type": "message"}], "tool_choice": "auto"}
+    whole = {**response, "tools": tools, "status": "completed"}
+    assert response_json(response, pydantic_core.to_json(tools)) == pydantic_core.to_json(whole)
 
 
 async def test_a_rollout_session_carries_its_cookie_and_lets_go() -> None:

@@ -43,6 +43,7 @@ class Connection:
         self.protocol.connection_made(self.transport)
         self.ready: ReadyAnswers = ready_answers(app)
         self.answered = 0
+        self.routed = 0  #: requests ``app_for`` gave an app of the front's own
 
     def count(self, answer: Any) -> Any:
         def counted(method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
@@ -52,13 +53,24 @@ class Connection:
 
         return counted
 
+    def count_routed(self, app_for: Any) -> Any:
+        def counted(method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], app: Any) -> Any:
+            found = app_for(method, url, headers, app)
+            self.routed += found is not None
+            return found
+
+        return counted
+
     async def send(
         self, method: str, path: str, headers: bytes = b"", body: bytes = b"", *, ready: bool = True
     ) -> bytes:
-        """The whole answer to one request (by a ready answer when the front has one and ``ready``)."""
-        front = self.ready.answer
+        """The whole answer to one request (by a ready answer when the front has one and ``ready``; by the front's
+        own app when it routes the request and ``ready``)."""
+        front, routes = self.ready.answer, self.ready.app_for
         if front is not None:
             self.ready.answer = self.count(front) if ready else None
+        if routes is not None:
+            self.ready.app_for = self.count_routed(routes) if ready else None
         try:
             self.transport.written.clear()
             length = b"content-length: %d\r\n" % len(body) if body else b""
@@ -74,6 +86,8 @@ class Connection:
         finally:
             if front is not None:  # (else the front was built by this request, and its answerer stays)
                 self.ready.answer = front
+            if routes is not None:
+                self.ready.app_for = routes
 
 
 def _complete(answer: bytes) -> bool:
@@ -142,3 +156,58 @@ async def test_what_ready_answers_leave_to_the_app(connection: Connection) -> No
     assert (await connection.send("POST", "/ping", own + NO_BODY)).startswith(b"HTTP/1.1 404 ")
     again = await connection.send("POST", "/delete", own + NO_BODY)  # unknown now: nothing to close
     assert connection.answered == 1 and again == await connection.send("POST", "/delete", own + NO_BODY, ready=False)
+
+
+def _ids_out(answer: bytes) -> bytes:
+    return re.sub(rb"[0-9a-f]{32}", b"ID", answer)
+
+
+async def test_environment_requests_run_the_fronts_own_app_and_answer_as_the_whole_app(
+    connection: Connection,
+) -> None:
+    """``/create`` and ``/call`` run the front's handler straight from uvicorn's request cycle (``app_for``), past
+    the app's outer layers; their answers are the whole app's, byte for byte (task ids aside); a case the handler
+    does not take (a body that is not JSON, an unknown session) is the whole app's own answer; NeMo Gym's wire
+    (no ORS header) is never routed there."""
+    sid = await _open(connection)
+    assert connection.routed == 1  # the first /create built the front; this one was routed
+    own = SDK + b"x-session-id: %s\r\ncontent-type: application/json\r\n" % sid.encode()
+    call = b'{"name": "get_weather", "input": {"city": "Paris"}}'
+    fast = await connection.send("POST", "/call", own + b"accept: text/event-stream\r\n", call)
+    assert connection.routed == 2 and b"event: end" in fast
+    slow = await connection.send("POST", "/ors/call", own + b"accept: text/event-stream\r\n", call, ready=False)
+    assert connection.routed == 2 and _ids_out(fast) == _ids_out(slow)
+    for body in (b"{not json", b'{"name": "get_weather"}'):
+        refused = await connection.send("POST", "/call", own, body)
+        assert refused.startswith(b"HTTP/1.1 422 ") and refused == await connection.send(
+            "POST", "/call", own, body, ready=False
+        )
+    unknown = SDK + b"x-session-id: %s\r\ncontent-type: application/json\r\n" % (b"0" * 32)
+    missing = await connection.send("POST", "/call", unknown, call)
+    assert missing.startswith(b"HTTP/1.1 404 ") and missing == await connection.send(
+        "POST", "/call", unknown, call, ready=False
+    )
+    routed = connection.routed
+    nemo = await connection.send("POST", "/get_weather", b"content-type: application/json\r\n", b'{"city": "Paris"}')
+    assert nemo.startswith(b"HTTP/1.1 ") and connection.routed == routed
+    again = await connection.send("POST", "/create", own, b'{"split": "example", "index": 0}')
+    assert again.startswith(b"HTTP/1.1 400 ") and b"already exists" in again and connection.routed == routed + 1
+
+
+async def test_a_request_pipelined_behind_a_routed_one_is_answered_after_it(connection: Connection) -> None:
+    """Two requests in one read: a ``/call`` the front's own app runs, then a ``/ping``; the ping waits for the call
+    (as behind any request uvicorn runs) and the answers come in order."""
+    sid = await _open(connection)
+    own = SDK + b"x-session-id: %s\r\n" % sid.encode()
+    call = b'{"name": "get_weather", "input": {"city": "Paris"}}'
+    head = b"POST /call HTTP/1.1\r\nhost: t\r\n%scontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    ping = b"POST /ping HTTP/1.1\r\nhost: t\r\n%s%s\r\n" % (own, NO_BODY)
+    connection.transport.written.clear()
+    connection.protocol.data_received(head % (own, len(call)) + call + ping)
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + 10
+    while bytes(connection.transport.written).count(b"HTTP/1.1 200 OK") < 2:
+        assert loop.time() < give_up, bytes(connection.transport.written)
+        await asyncio.sleep(0.002)
+    written = bytes(connection.transport.written)
+    assert written.index(b"event: end") < written.rindex(b"HTTP/1.1 200 OK") and written.endswith(b'{"status":"ok"}')

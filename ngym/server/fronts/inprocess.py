@@ -70,7 +70,28 @@ def encode(body: Any) -> bytes:
 def with_field(encoded: bytes, key: str, value: Any) -> bytes:
     """The JSON object ``encoded`` (bytes of a non-empty object without ``key``) with ``key: value`` added last,
     without decoding it: a rollout's ``/verify`` body is its seed row (encoded once) plus its trajectory."""
-    return encoded[:-1] + b"," + pydantic_core.to_json(key) + b":" + pydantic_core.to_json(value) + b"}"
+    return with_raw(encoded, key, pydantic_core.to_json(value))
+
+
+def with_raw(encoded: bytes, key: str, raw: bytes) -> bytes:
+    """The JSON object ``encoded`` (bytes of an object without ``key``, as ``pydantic_core.to_json`` writes it)
+    with ``key`` added last, its value the JSON ``raw`` (already encoded): what ``to_json`` writes for the object
+    with that key added, byte for byte. A row's tools (kilobytes, the same for every rollout of the row) are encoded
+    once this way rather than in every answer and verify body that carries them."""
+    head = encoded[:-1] if encoded != b"{}" else b"{"
+    separator = b"," if len(head) > 1 else b""
+    return head + separator + pydantic_core.to_json(key) + b":" + raw + b"}"
+
+
+#: The last field of the Responses objects a front builds (after ``tools``).
+_COMPLETED = b'"completed"'
+
+
+def response_json(response: dict[str, Any], tools: bytes) -> bytes:
+    """A Responses object a front built, encoded: ``response`` (without ``tools`` and ``status``) with ``"tools"``
+    the row's tools as encoded once (``tools``) and ``"status": "completed"`` last, the bytes ``to_json`` writes
+    for the whole object."""
+    return with_raw(with_raw(pydantic_core.to_json(response), "tools", tools), "status", _COMPLETED)
 
 
 async def post(app: ASGIApp, path: str, body: Any, cookie: bytes | None = None) -> Answer:
@@ -198,4 +219,4 @@ class RolloutSession:
         self.cookie = None
 
 
-__all__ = ["Answer", "RolloutSession", "encode", "post", "with_field"]
+__all__ = ["Answer", "RolloutSession", "encode", "post", "response_json", "with_field", "with_raw"]

@@ -36,7 +36,8 @@ A request the application can answer from its method, URL and headers alone, wit
 front's ``/ping``, ``/prompt``, ``/create_session``, ``/delete``, ``/delete_session``), is answered from the
 parser's callbacks (httptools): no ASGI scope, cycle, task or middleware. The application says which by putting
 a ``ReadyAnswers`` on its ``state`` (``ngym.server.pipeline.ready_answers``); any request it declines takes the
-usual path.
+usual path, or, when its ``app_for`` names one (the ORS front's ``/create`` and ``/call``), runs that ASGI app in
+the request cycle uvicorn makes for it instead of the server's whole application.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class HeaderDeadline:
     parser: Any
     headers: list[tuple[bytes, bytes]]
     url: bytes
+    app: Any
     expect_100_continue: bool
     timeout_keep_alive: int
     timeout_keep_alive_task: asyncio.TimerHandle | None
@@ -217,6 +219,16 @@ class HeaderDeadline:
                     answer = ready.answer(parser.get_method(), self.url, headers)
                     if answer is not None:
                         self._ngym_answer = answer
+                        return
+                if ready.app_for is not None:
+                    app = ready.app_for(parser.get_method(), self.url, headers, self.app)
+                    if app is not None:  # this request runs ``app`` in the cycle uvicorn makes for it
+                        served = self.app
+                        self.app = app
+                        try:
+                            super().on_headers_complete()  # type: ignore[misc]
+                        finally:
+                            self.app = served
                         return
         super().on_headers_complete()  # type: ignore[misc]
 

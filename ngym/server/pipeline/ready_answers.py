@@ -1,10 +1,13 @@
-"""Requests an application answers from their method, URL and headers alone, with bytes it has ready.
+"""Requests an application answers from their method, URL and headers alone, with bytes it has ready, and
+requests it routes to an ASGI app of its own from the same.
 
 The HTTP protocol (``ngym.server.pipeline.http_protocol``, httptools) asks an application's ``ReadyAnswers``
 before it starts any ASGI work for a request: an answer is written from the parser's callbacks (no scope, request
 cycle, task or middleware), a request declined goes on to the application as usual. The ORS front answers its
-requests that run no environment code this way (``ngym.server.fronts.ors.fast``). This module imports nothing:
-an app puts its ``ReadyAnswers`` on its ``state`` when it is built.
+requests that run no environment code this way (``ngym.server.fronts.ors.fast``). Its requests that do (``/create``,
+``/call``) are routed by ``app_for`` to the front's own ASGI handler, run in uvicorn's request cycle as any request
+is, past the layers above the front that have nothing to do for them. This module imports nothing: an app puts its
+``ReadyAnswers`` on its ``state`` when it is built.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from typing import Any
 #: after the status line and the server's default headers (its own headers, the blank line, the body), or None to
 #: let the application answer it.
 Answerer = Callable[[bytes, bytes, list[tuple[bytes, bytes]]], "bytes | None"]
+
+#: A request's method, URL and headers, and the application the server runs (the fallback) → the ASGI app to run
+#: this request with instead, or None for the application itself.
+Router = Callable[[bytes, bytes, list[tuple[bytes, bytes]], Any], Any]
 
 #: The largest body (declared ``content-length``) a ready answer may leave unread; larger ones go to the app.
 READY_MAX_BODY = 4096
@@ -30,6 +37,8 @@ class ReadyAnswers:
 
     def __init__(self) -> None:
         self.answer: Answerer | None = None
+        #: for any keep-alive HTTP/1.1 request the ``answer`` declined (no upgrade): the app to run it with
+        self.app_for: Router | None = None
 
 
 def ready_answers(app: Any) -> ReadyAnswers:

@@ -44,6 +44,9 @@ from ngym.server.pipeline.intake import parse_json
 from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE
 from ngym.server.sessions.store import SessionLimitReached
 
+#: The start of an observation message (``{"type": "observation", "data": ...}`` as ``to_json`` writes it).
+_OBSERVATION = b'{"type":"observation","data":'
+
 #: The cookie naming an episode held between HTTP requests (``/reset`` sets it, ``/step`` and ``/state`` read it).
 EPISODE_COOKIE = OPENENV_EPISODE_COOKIE
 
@@ -189,7 +192,7 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
             answer = await _answer(front, episode, raw)
             if answer is None:
                 break
-            await socket.send_text(pydantic_core.to_json(answer).decode())
+            await socket.send_text((answer if type(answer) is bytes else pydantic_core.to_json(answer)).decode())
     except (WebSocketDisconnect, RuntimeError):  # the client went away (mid-answer: RuntimeError on send)
         pass
     finally:
@@ -203,10 +206,10 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
         await socket.close()
 
 
-async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, Any] | None:
-    """The answer to one WebSocket message (None for ``close``)."""
+async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, Any] | bytes | None:
+    """The answer to one WebSocket message, as a value or already encoded (None for ``close``)."""
     try:
-        message = parse_json(raw)
+        message = front.messages.parse(raw)  # shared with other episodes: read, never changed
     except ValueError as exc:
         return ws_error(f"Invalid JSON: {exc}", INVALID_JSON)
     if not isinstance(message, dict):
@@ -219,11 +222,11 @@ async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, 
         if kind == "reset":
             async with episode.lock:
                 outcome = await episode.reset(_reset_arguments(data))
-            return {"type": "observation", "data": outcome.wire()}
+            return _OBSERVATION + outcome.wire_json() + b"}"
         if kind == "step":
             async with episode.lock:
                 outcome = await episode.step(data)
-            return {"type": "observation", "data": outcome.wire()}
+            return _OBSERVATION + outcome.wire_json() + b"}"
         if kind == "state":
             return {"type": "state", "data": episode.state()}
         if kind == "close":

@@ -16,12 +16,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
+
 from ngym.server.fronts import gymnasium, held, outcomes
-from ngym.server.fronts.inprocess import Answer, RolloutSession, encode, with_field
+from ngym.server.fronts.inprocess import Answer, RolloutSession, encode, response_json, with_raw
 from ngym.server.protocol import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 if TYPE_CHECKING:
     from ngym.server.fronts.openenv.front import OpenEnvFront
+    from ngym.server.fronts.openenv.rows import ReadyRow
 
 #: The tool an MCP-style client ends an episode with: its ``content`` is the model's final answer.
 FINAL_ANSWER_TOOL = "final_answer"
@@ -65,9 +68,18 @@ class Outcome:
     reward: float | None = None
     done: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: ``observation`` as JSON when it was encoded with parts kept per row (a reset's), for ``wire_json``
+    encoded: bytes | None = None
 
     def wire(self) -> dict[str, Any]:
         return {"observation": self.observation, "reward": self.reward, "done": self.done, "metadata": self.metadata}
+
+    def wire_json(self) -> bytes:
+        """``wire()`` as JSON (``pydantic_core.to_json``'s bytes)."""
+        if self.encoded is None:
+            return pydantic_core.to_json(self.wire())
+        rest = pydantic_core.to_json({"reward": self.reward, "done": self.done, "metadata": self.metadata})
+        return b'{"observation":' + self.encoded + b"," + rest[1:]
 
 
 class Episode:
@@ -79,10 +91,12 @@ class Episode:
         self.lock = asyncio.Lock()
         self.session = RolloutSession(front.app, front.cookie_name)
         self.row: dict[str, Any] | None = None
+        #: the row's parts encoded once (``rows.ReadyRow``), set by ``reset``
+        self.ready: ReadyRow | None = None
         #: the row as the seed sent it (JSON): the verify body is it plus the trajectory
         self.seed_body: bytes | None = None
         #: the names of the row's function tools (None: it declares none, any tool route may be called)
-        self.declared: set[str] | None = None
+        self.declared: frozenset[str] | None = None
         self.task_index: int | None = None
         self.resets = 0
         self.output: list[dict[str, Any]] = []
@@ -105,14 +119,14 @@ class Episode:
 
     async def reset(self, arguments: dict[str, Any]) -> Outcome:
         """Seed a session with a row (``RowPicker.pick``); a live one of this episode is closed by the seed."""
-        row, index = self.front.rows.pick(arguments)
+        ready, index = self.front.rows.pick_ready(arguments, self.front.describe_row)
         indices = (
             {ROLLOUT_INDEX_KEY: self.resets}
             if index is None
             else {TASK_INDEX_KEY: index, ROLLOUT_INDEX_KEY: self.resets}
         )
-        seeded = {**row, **indices}
-        body = encode(seeded)
+        seeded = {**ready.row, **indices}
+        body = ready.seed_body(indices)
         if self.front.gymnasium:
             await self._close_session()  # a live episode of this client ends before the next one starts
             status, answer, _ = _read(await self.session.post(gymnasium.RESET, body))
@@ -122,23 +136,18 @@ class Episode:
         if status >= 400:
             raise EpisodeError(f"{route} answered HTTP {status}: {_short(answer)}", status)
         self.gym = gymnasium.after_reset(answer) if self.front.gymnasium else None
-        self.row, self.task_index, self.resets = seeded, index, self.resets + 1
-        self.declared = self.front.declared_tools(seeded)
+        self.row, self.ready, self.task_index, self.resets = seeded, ready, index, self.resets + 1
+        self.declared = ready.declared
         self.seed_body = body if seeded and "response" not in seeded else None
         self.output, self.held, self.step_count, self.done, self.reward = [], 0, 0, False, None
-        params = row.get("responses_create_params") or {}
-        prompt = params.get("input")
-        observation = {
-            "prompt": [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt,
-            "available_tools": self.front.tool_specs(params),
-            "task_index": index,
-            "episode_id": self.episode_id,
-        }
+        rest: dict[str, Any] = {"task_index": index, "episode_id": self.episode_id}
         if self.gym is not None:
-            observation["observation"] = self.gym.observation
+            rest["observation"] = self.gym.observation
         elif isinstance(answer, dict) and answer:
-            observation["seed"] = answer
-        return Outcome(observation)
+            rest["seed"] = answer
+        params = ready.row.get("responses_create_params") or {}
+        observation = {"prompt": ready.prompt, "available_tools": self.front.tool_specs(params), **rest}
+        return Outcome(observation, encoded=ready.observation_json(rest))
 
     async def step(self, action: dict[str, Any]) -> Outcome:
         """A tool call (``tool_name`` + ``arguments``), a final answer (``message``), or ``list_tools``."""
@@ -254,14 +263,14 @@ class Episode:
             "output": self.output,
             "parallel_tool_calls": params.get("parallel_tool_calls", True),
             "tool_choice": params.get("tool_choice", "auto"),
-            "tools": params.get("tools") or [],
-            "status": "completed",
         }
-        body = (
-            with_field(self.seed_body, "response", response)
-            if self.seed_body is not None
-            else encode({**self.row, "response": response})
-        )
+        assert self.ready is not None
+        encoded = response_json(response, self.ready.tools)  # "tools" (the row's, encoded once), "status" last
+        if self.seed_body is not None:
+            body = with_raw(self.seed_body, "response", encoded)
+        else:
+            whole = {**response, "tools": params.get("tools") or [], "status": "completed"}
+            body = encode({**self.row, "response": whole})
         status, answer, raw = _read(await self.session.verify(body, echo=False))
         self.done = True
         if status >= 400 or not isinstance(answer, dict):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ngym.server.fronts.gymnasium import is_gymnasium_app
 from ngym.server.fronts.mcp import MCPTool, harvest_tools
 from ngym.server.fronts.openenv.episode import FINAL_ANSWER_TOOL, Episode
-from ngym.server.fronts.openenv.rows import RowPicker, example_rows_file, read_rows
+from ngym.server.fronts.openenv.rows import RepeatedMessages, RowPicker, example_rows_file, read_rows
 from ngym.server.sessions.routing import RouteSlot
 from ngym.server.sessions.store import SessionLimitReached
 
@@ -42,6 +42,8 @@ class OpenEnvFront:
         self.app = app
         self.cookie_name = server.sessions.signer.cookie_name
         self.rows = RowPicker(read_rows(example_rows_file(type(server))))
+        #: reset messages kept parsed (a group's generations reset with the same row)
+        self.messages = RepeatedMessages()
         #: a Gymnasium-style environment (``/reset`` + ``/step``): its tools run inside ``/step``, not as routes
         self.gymnasium = is_gymnasium_app(app)
         chosen = None if self.gymnasium else server.mcp_tools(list(harvest_tools(app).values()), None)
@@ -63,6 +65,11 @@ class OpenEnvFront:
         tools = params.get("tools") or []
         names = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"}
         return {n for n in names if n} or None
+
+    def describe_row(self, row: dict[str, Any]) -> tuple[set[str] | None, list[dict[str, Any]]]:
+        """What a reset says about ``row``: its declared tools (``declared_tools``) and the tools it offers
+        (``tool_specs``)."""
+        return self.declared_tools(row), self.tool_specs(row.get("responses_create_params") or {})
 
     def tool_specs(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         """The tools a reset offers: the row's own declarations, else every tool route (MCP form)."""

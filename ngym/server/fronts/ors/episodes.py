@@ -27,7 +27,7 @@ import pydantic_core
 from ngym.server.fronts import gymnasium as shared_gym
 from ngym.server.fronts import held, outcomes
 from ngym.server.fronts.inprocess import RolloutSession
-from ngym.server.fronts.ors import gymnasium, sse, tasks, trajectory, wire
+from ngym.server.fronts.ors import gymnasium, sse, trajectory, wire
 from ngym.server.fronts.ors.rows import RowFacts
 from ngym.server.fronts.ors.tools import SUBMIT_ARGUMENT, Toolbox, ToolSpec
 from ngym.server.protocol.failure_kinds import VERIFIER_ERROR
@@ -66,7 +66,7 @@ class Episode:
     finished: bool = False
     closed: bool = False
     last_used: float = field(default_factory=time.monotonic)
-    results: dict[str, asyncio.Future[str]] = field(default_factory=dict)
+    results: dict[str, asyncio.Future[bytes]] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: a Gymnasium-style environment's episode (``/reset`` + ``/step``), None on NeMo Gym's seed/verify wire
     gym: shared_gym.GymEpisode | None = None
@@ -132,7 +132,7 @@ class Episodes:
         if not session.live:
             route = "/reset" if gym is not None else "/seed_session"
             raise FrontError(500, f"the environment's {route} answered without a session cookie")
-        if gym is None and not tasks.prompt_text(facts.row):
+        if gym is None and not facts.prompt_text:
             told = _seed_prompt(answer.text)
             if told:
                 facts.told(told)
@@ -245,7 +245,8 @@ class Episodes:
             item = shared_gym.call_item(name, arguments, f"call_{episode.gym.steps}")
             return await self._gym_step(episode, [item])
         config = self.server.config
-        size = held.size_of(held.arguments_text(arguments))
+        arguments_text = held.arguments_text(arguments)
+        size = held.size_of(arguments_text)
         refused = held.call_refused(episode.held, size, config)
         if refused is not None:  # not run, not kept
             return wire.tool_error(refused, "input_validation")
@@ -259,7 +260,7 @@ class Episodes:
         # NeMo Gym's agent keeps every answer, errors included, as the call's output: so does the trajectory.
         kept = held.answer_kept(episode.held + size, answer.text, config)
         episode.held += size + held.size_of(kept)
-        episode.steps.append(trajectory.Step(name, arguments, kept))
+        episode.steps.append(trajectory.Step(name, arguments_text, kept))
         if self.server.tool_outcomes and answer.status == 200:
             outcome = outcomes.read(answer.text)
             if outcome is not None:

@@ -11,6 +11,9 @@ this task, with a timer for a call still running after ``sse.PING_SECONDS``: ``s
 also answered before any ASGI work, from the HTTP parser's callbacks (``FastRoutes.ready``, given to the server's
 protocol through ``ngym.server.pipeline.ready_answers``); the ASGI answers here remain for requests the protocol
 does not answer that way (pipelined behind another, ``Connection: close``, the h11 parser, the access log on).
+``/create``, ``/call`` and ``/delete`` are handed by the protocol straight to this front in the request cycle
+uvicorn makes for them (``FastRoutes.app_for``), past the server app's outer layers, which have nothing to do for
+them; a case not answered here then goes to the whole app, as any request does.
 
 Only the plain case is answered here: the bare route (``/ping``, not ``/<env_name>/ping``), its method, an
 ``X-Session-ID`` naming a live episode where one is needed, a row without a Gymnasium observation for the prompt,
@@ -33,7 +36,7 @@ import pydantic_core
 from ngym.errors import ConfigError
 from ngym.server.fronts.ors import sse
 from ngym.server.fronts.ors.episodes import FrontError
-from ngym.server.fronts.ors.paths import ors_route
+from ngym.server.fronts.ors.paths import is_ors_root, mounted_route
 from ngym.server.fronts.ors.routes import refusal
 from ngym.server.pipeline.intake import parse_json
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY
@@ -118,6 +121,7 @@ class FastRoutes:
             ("POST", "/delete"): self.delete,  # closes a session still open (``forget`` is the ready case)
         }
         self.handlers = handlers
+        self._direct = frozenset((method.encode(), route) for method, route in handlers)
         opened = sse.finished_text("\0", "").encode()
         self._opened_head, self._opened_tail = opened.split(b"\0")
 
@@ -148,11 +152,12 @@ class FastRoutes:
         the server's default headers; None for any other request (it goes on to the app as usual)."""
         if b"?" in url or b"%" in url:
             return None
-        route = ors_route(url.decode("latin-1"), headers)
-        if route is None:
-            return None
-        at_once = self._by_bytes.get((method, route))
-        if at_once is None:
+        path = url.decode("latin-1")
+        route = mounted_route(path)
+        # the route's answer is looked up before the headers are read: most requests (NeMo Gym's wire, ORS's
+        # /create and /call) are declined without a header scan
+        at_once = self._by_bytes.get((method, path if route is None else route))
+        if at_once is None or (route is None and not is_ors_root(path, headers)):
             return None
         sid: str | None = None
         seen_sid = False
@@ -167,6 +172,31 @@ class FastRoutes:
             return None
         fields, body = answer
         return b"".join(b"%s: %s\r\n" % field for field in fields) + b"\r\n" + body
+
+    def app_for(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], app: Any) -> Any:
+        """The ASGI app the HTTP protocol runs an ORS ``/create``, ``/call`` or ``/delete`` with
+        (``ngym.server.pipeline.ready_answers``): this front's plain case, taken straight from uvicorn's request
+        cycle, past the server app's layers above the front (error page, telemetry, body limit, proxy headers,
+        the ORS dispatch), which have nothing to do for it; any other case goes to ``app``, the server's whole
+        application, body included, as it would have. None for every other request."""
+        if b"?" in url or b"%" in url:
+            return None
+        path = url.decode("latin-1")
+        route = mounted_route(path)
+        if route is None:
+            route = path
+            if (method, route) not in self._direct or not is_ors_root(path, headers):
+                return None
+        elif (method, route) not in self._direct:
+            return None
+        fast = self
+
+        async def direct(scope: Any, receive: Receive, send: Send) -> None:
+            left = await fast(route, scope, receive, send)
+            if left is not None:  # not the plain case: the whole application answers it
+                await app(scope, left, send)
+
+        return direct
 
     def _episode(self, sid: str | None) -> Episode | None:
         return self.episodes.find(sid) if sid is not None else None
@@ -253,9 +283,9 @@ class FastRoutes:
         if data is None or type(data["name"]) is not str or type(data["input"]) is not dict:
             return receive
         task_id = os.urandom(16).hex()
-        result: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        result: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.front.keep_result(episode, task_id, result)
-        await sse.answer_inline(task_id, self.front.call_text(episode, data["name"], data["input"]), result, send)
+        await sse.answer_inline(task_id, self.front.call_json(episode, data["name"], data["input"]), result, send)
         return None
 
     async def delete(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:

@@ -31,8 +31,9 @@ __all__ = ["MOUNT_PATH", "ROOT_SEGMENTS", "ORSRequests", "is_ors_request", "moun
 
 class _LazyFront:
     """The ORS router of one server, built on the first request to it, behind the server's request limits, and
-        its plain-ASGI answers (``fast.FastRoutes``), and those of the requests that run no environment code as ready
-    bytes for the HTTP protocol (``ngym.server.pipeline.http_protocol.ReadyAnswers``), from when it is built."""
+    its plain-ASGI answers (``fast.FastRoutes``), and those of the requests that run no environment code as ready
+    bytes for the HTTP protocol (``ngym.server.pipeline.ready_answers.ReadyAnswers``), the others routed by the
+    protocol to the front's own handler (``ReadyAnswers.app_for``), from when it is built."""
 
     def __init__(self, server: SimpleResourcesServer, app: FastAPI) -> None:
         self._server = server
@@ -55,6 +56,7 @@ class _LazyFront:
             front = build_front(self._server, self._app)
             self._fast = FastRoutes(front)
             self._ready.answer = self._fast.ready
+            self._ready.app_for = self._fast.app_for
             self._router = RequestLimitsMiddleware(
                 front.router(),
                 max_body_bytes=config.max_request_body_bytes,

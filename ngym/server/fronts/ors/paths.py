@@ -30,7 +30,20 @@ def _is_ors_root(path: str, headers: Any) -> bool:
 def ors_route(path: str, headers: Any) -> str | None:
     """The front's route of a request (``/ors/ping`` and the SDK's ``/ors//ping`` → ``/ping``; a root ORS request
     → its path), or None when the request is not ORS's."""
+    mounted = mounted_route(path)
+    if mounted is not None:
+        return mounted
+    return path if _is_ors_root(path, headers) else None
+
+
+def mounted_route(path: str) -> str | None:
+    """The route of a path under the mount (``/ors/ping``, the SDK's ``/ors//ping`` → ``/ping``), else None."""
     if path.startswith(MOUNT_PATH) and (len(path) == len(MOUNT_PATH) or path[len(MOUNT_PATH)] == "/"):
         # "/ors//ping": the SDK's "{base_url}/ping" with a base URL ending in "/"
         return "/" + path[len(MOUNT_PATH) :].lstrip("/")
-    return path if _is_ors_root(path, headers) else None
+    return None
+
+
+def is_ors_root(path: str, headers: Any) -> bool:
+    """Whether a request at ``path`` (not under the mount) is ORS's (``is_ors_request``)."""
+    return _is_ors_root(path, headers)

@@ -207,16 +207,16 @@ class ORSFront:
                 return sse.finished(body.task_id, None, "unknown task_id")
             return await sse.respond(body.task_id, task)
         task_id = uuid.uuid4().hex
-        running: asyncio.Future[str] = asyncio.ensure_future(self.call_text(episode, body.name, dict(body.input)))
+        running: asyncio.Future[bytes] = asyncio.ensure_future(self.call_json(episode, body.name, dict(body.input)))
         self.keep_result(episode, task_id, running)
         return await sse.respond(task_id, running)
 
-    async def call_text(self, episode: Episode, name: str, arguments: dict[str, Any]) -> str:
-        """Run one tool call of ``episode``: its ``RunToolOutput`` answer as JSON text."""
-        return pydantic_core.to_json(await self.episodes.call(episode, name, arguments)).decode()
+    async def call_json(self, episode: Episode, name: str, arguments: dict[str, Any]) -> bytes:
+        """Run one tool call of ``episode``: its ``RunToolOutput`` answer as JSON."""
+        return pydantic_core.to_json(await self.episodes.call(episode, name, arguments))
 
     @staticmethod
-    def keep_result(episode: Episode, task_id: str, result: asyncio.Future[str]) -> None:
+    def keep_result(episode: Episode, task_id: str, result: asyncio.Future[bytes]) -> None:
         """Keep a call's result under its task id for a client resuming its cut stream: the last few, and of the
         earlier ones only those under ``RESUMABLE_BYTES`` (a client resumes the call whose stream was cut, before
         its next call; four answers of up to ``max_tool_answer_bytes`` each were kept beside the trajectory: 60 MB
@@ -319,13 +319,6 @@ def _version() -> str:
         return metadata.version("ngym")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-def _finished_text(result: asyncio.Future[str]) -> int:
-    """Characters of a finished call's answer text (0 while it runs, or when it failed)."""
-    if not result.done() or result.cancelled() or result.exception() is not None:
-        return 0
-    return len(result.result())
 
 
 def _sid(request: Request) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pydantic_core
 
-from ngym.server.fronts.inprocess import with_field
+from ngym.server.fronts.inprocess import response_json, with_raw
 from ngym.server.fronts.ors import tasks, wire
 from ngym.server.fronts.ors.tools import Toolbox, ToolSpec
 
@@ -20,7 +20,7 @@ from ngym.server.fronts.ors.tools import Toolbox, ToolSpec
 class RowFacts:
     """One row and what is answered about it (each computed on first use)."""
 
-    __slots__ = ("_listing", "_messages", "_prompt", "_seed", "row", "toolbox", "tools")
+    __slots__ = ("_listing", "_messages", "_prompt", "_prompt_text", "_seed", "_tools_json", "row", "toolbox", "tools")
 
     def __init__(self, row: dict[str, Any], toolbox: Toolbox) -> None:
         self.row = row
@@ -30,6 +30,8 @@ class RowFacts:
         self._prompt: bytes | None = None
         self._messages: bytes | None = None
         self._listing: bytes | None = None
+        self._prompt_text: str | None = None
+        self._tools_json: bytes | None = None
 
     @property
     def seed_body(self) -> bytes:
@@ -39,20 +41,38 @@ class RowFacts:
         return self._seed
 
     def verify_body(self, response: dict[str, Any]) -> bytes:
-        """``{**row, "response": response}`` as JSON, the row's part encoded once. A row without
+        """``{**row, "response": response}`` as JSON, ``response`` (``trajectory.response``'s) with the row's tools
+        and ``"status": "completed"`` last; the row's part and its tools encoded once. A row without
         ``responses_create_params`` (a ``task_spec`` of an installed ORS environment) gets an empty one, which
         ``/verify`` requires."""
         if "responses_create_params" not in self.row:
-            return pydantic_core.to_json({**self.row, "responses_create_params": {"input": []}, "response": response})
+            whole = {**response, "tools": [], "status": "completed"}
+            return pydantic_core.to_json({**self.row, "responses_create_params": {"input": []}, "response": whole})
         if "response" in self.row:
-            return pydantic_core.to_json({**self.row, "response": response})
-        return with_field(self.seed_body, "response", response)
+            whole = {**response, "tools": self.row["responses_create_params"].get("tools") or [], "status": "completed"}
+            return pydantic_core.to_json({**self.row, "response": whole})
+        return with_raw(self.seed_body, "response", response_json(response, self.tools_json))
+
+    @property
+    def tools_json(self) -> bytes:
+        """The row's tools (``responses_create_params.tools``) as JSON: the ``tools`` of its trajectories."""
+        if self._tools_json is None:
+            params = self.row.get("responses_create_params") or {}
+            self._tools_json = pydantic_core.to_json(params.get("tools") or [])
+        return self._tools_json
+
+    @property
+    def prompt_text(self) -> str:
+        """The row's prompt as one text (``tasks.prompt_text``)."""
+        if self._prompt_text is None:
+            self._prompt_text = tasks.prompt_text(self.row)
+        return self._prompt_text
 
     @property
     def prompt(self) -> bytes:
         """``GET /prompt``'s answer: the prompt as one text block."""
         if self._prompt is None:
-            self._prompt = pydantic_core.to_json([wire.text_block(tasks.prompt_text(self.row))])
+            self._prompt = pydantic_core.to_json([wire.text_block(self.prompt_text)])
         return self._prompt
 
     @property

@@ -59,8 +59,24 @@ def finished(task_id: str, result: str | None, error: str | None = None) -> Resp
     return Response(finished_text(task_id, result, error), media_type=MEDIA_TYPE, headers=HEADERS)
 
 
-async def respond(task_id: str, task: asyncio.Future[Any]) -> Response:
-    """The stream of ``task`` (a future of the JSON answer text): one response when it is done within
+_ID_EVENT = b"event: task_id\r\ndata: "
+_END_EVENT = b"\r\n\r\nevent: end\r\ndata: "
+
+
+def finished_bytes(task_id: str, task: asyncio.Future[bytes]) -> bytes:
+    """The whole stream of a finished ``task`` (a future of the JSON answer) as bytes: ``finished_text``'s, the
+    answer written as it is when it fits one event (nearly every call)."""
+    if task.exception() is None:
+        answer = task.result()
+        if len(answer) <= CHUNK_CHARS and b"\n" not in answer:
+            return (
+                b"event: task_id\r\ndata: " + task_id.encode() + b"\r\n\r\nevent: end\r\ndata: " + answer + b"\r\n\r\n"
+            )
+    return finished_text(task_id, *_outcome(task)).encode()
+
+
+async def respond(task_id: str, task: asyncio.Future[bytes]) -> Response:
+    """The stream of ``task`` (a future of the JSON answer): one response when it is done within
     ``PING_SECONDS``, else a stream that pings until it is."""
     done, _ = await asyncio.wait({task}, timeout=PING_SECONDS)
     if done:
@@ -78,8 +94,8 @@ async def respond(task_id: str, task: asyncio.Future[Any]) -> Response:
     return StreamingResponse(body(), media_type=MEDIA_TYPE, headers=HEADERS)
 
 
-async def answer_inline(task_id: str, work: Awaitable[str], result: asyncio.Future[str], send: Send) -> None:
-    """Run ``work`` (the JSON answer text of a call) in this task and send its stream as plain ASGI, as
+async def answer_inline(task_id: str, work: Awaitable[bytes], result: asyncio.Future[bytes], send: Send) -> None:
+    """Run ``work`` (the JSON answer of a call) in this task and send its stream as plain ASGI, as
     ``respond`` would with ``work`` in a task of its own: one response when it is done within ``PING_SECONDS``
     (nearly every call), else the stream starts (its ``task_id``, then a ping every ``PING_SECONDS``) from a timer
     and ends with the answer. ``result`` gets the outcome, for a client resuming a cut stream by ``task_id``.
@@ -94,14 +110,13 @@ async def answer_inline(task_id: str, work: Awaitable[str], result: asyncio.Futu
         result.exception()  # retrieved: a failure the client was told of is not "never retrieved"
     finally:
         timer.cancel()
-    events = result_events(*_outcome(result))
     if late.pinger is None:
-        body = (event("task_id", task_id) + events).encode()
+        body = finished_bytes(task_id, result)
         headers = [*_RAW_HEADERS, (b"content-length", b"%d" % len(body)), _RAW_TYPE]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
         return
-    await late.finish(events)
+    await late.finish(result_events(*_outcome(result)))
 
 
 _RAW_HEADERS = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
@@ -159,5 +174,5 @@ def _outcome(task: asyncio.Future[Any]) -> tuple[str | None, str | None]:
         return None, str(exc)
     if exc is not None:
         return None, f"{type(exc).__name__}: {exc}"
-    result: str = task.result()
-    return result, None
+    result = task.result()
+    return (result.decode() if isinstance(result, bytes) else str(result)), None

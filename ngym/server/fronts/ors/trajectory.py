@@ -8,7 +8,6 @@ with one ``output_text`` part. ``response`` builds exactly that from the calls a
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,22 +17,25 @@ from ngym.server.protocol.failure_kinds import SESSION_LOST
 
 @dataclass(frozen=True)
 class Step:
-    """One tool call of the episode: the tool, its arguments, and the text the tool route answered."""
+    """One tool call of the episode: the tool, its arguments (as the JSON text the trajectory holds), and the text
+    the tool route answered."""
 
     name: str
-    arguments: dict[str, Any]
+    arguments: str
     output: str
 
 
 def response(steps: list[Step], final_text: str, row: dict[str, Any], response_id: str) -> dict[str, Any]:
-    """The Responses object of an episode: its calls and their outputs, in order, then the final message."""
+    """The Responses object of an episode: its calls and their outputs, in order, then the final message; without
+    its last two fields, ``tools`` (the row's) and ``status`` (``"completed"``), which ``rows.RowFacts.verify_body``
+    adds (the tools encoded once per row)."""
     output: list[dict[str, Any]] = []
     for index, step in enumerate(steps):
         call_id = f"call_{index}"
         output.append(
             {
                 "type": "function_call", "id": f"fc_{index}", "call_id": call_id, "name": step.name,
-                "arguments": json.dumps(step.arguments), "status": "completed",
+                "arguments": step.arguments, "status": "completed",
             }
         )  # fmt: skip
         output.append({"type": "function_call_output", "call_id": call_id, "output": step.output})
@@ -47,7 +49,6 @@ def response(steps: list[Step], final_text: str, row: dict[str, Any], response_i
     return {
         "id": response_id, "created_at": time.time(), "model": str(params.get("model") or "ors-client"),
         "object": "response", "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
-        "tools": params.get("tools") or [], "status": "completed",
     }  # fmt: skip
 
 
