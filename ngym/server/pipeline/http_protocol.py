@@ -279,6 +279,10 @@ class HeaderDeadline:
         if self._ngym_timer is not None:
             self._ngym_timer.cancel()
             self._ngym_timer = None
+        wrapper = self.transport
+        if isinstance(wrapper, LingeringClose):  # its jobs (a held head, a lingering close) are HTTP's only:
+            wrapper.flush()  # the WebSocket writes to the socket's own transport, no wrapper call per frame
+            self.transport = wrapper.raw
         super().handle_websocket_upgrade(*args)  # type: ignore[misc]
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -319,6 +323,11 @@ class LingeringClose:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+    @property
+    def raw(self) -> Any:
+        """The transport this one wraps."""
+        return self._transport
 
     def write(self, data: Any) -> None:
         """Write ``data``; a response's status line and headers (not an interim 1xx) are held and go out with the
