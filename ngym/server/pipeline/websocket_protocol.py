@@ -5,8 +5,12 @@ uvicorn hands each message to the application as an ASGI event through a queue, 
 until the application takes it (``pause_reading`` per message, ``resume_reading`` when taken: two changes of the
 event loop's interest in the socket per message); the application's answer goes back as an ASGI event through
 every ``send`` wrapper of the app's middleware and routes (Starlette's exception handling wraps it at each level),
-then through websockets' frame writer. Here:
+then through websockets' frame writer; and every read goes through websockets' frame parser. Here:
 
+- a socket read that is exactly one whole text (or binary) message, the usual case, is taken as that message
+  without websockets' frame parser (a generator per frame and per field), when that parser waits for a new frame
+  with nothing buffered and the connection is open and uncompressed; any other read (a ping, a close, a fragment,
+  part of a frame or several, a size over the limit) is websockets' to parse, as before;
 - the socket is not paused for a message that an application already waiting for one takes at once (the usual
   case of a request/answer exchange); a message nobody is waiting for pauses reading as uvicorn does, so a client
   still cannot make the server queue more than the messages of one read;
@@ -116,6 +120,42 @@ try:  # uvicorn >= 0.35 with websockets installed (uvicorn[standard]); otherwise
             super().__init__(*args, **kwargs)
             self.ngym_waiting = False  # the application is waiting in ``receive`` for the next event
 
+        def data_received(self, data: bytes) -> None:
+            if not self._one_whole_message(data):
+                super().data_received(data)
+
+        def _one_whole_message(self, data: bytes) -> bool:
+            """Take ``data`` as a message, without websockets' frame parser, when it is exactly one whole, final,
+            masked text or binary frame of an open, uncompressed connection whose parser waits for a new frame
+            with nothing buffered: the case where that parser would yield that one frame and change no state of
+            its own. Anything else (a control frame, a fragment, part of a frame or more than one, a size over the
+            limit, reserved bits set) goes to websockets (False)."""
+            size = len(data)
+            if size < 6 or not self.handshake_complete or self.close_sent:
+                return False
+            first, second = data[0], data[1]
+            if (first != 0x81 and first != 0x82) or second < 0x80:  # FIN + text/binary, no RSV bits; masked
+                return False
+            length, start = second & 0x7F, 2
+            if length == 126:
+                length, start = int.from_bytes(data[2:4], "big"), 4
+            elif length == 127:
+                length, start = int.from_bytes(data[2:10], "big"), 10
+            if size != start + 4 + length:
+                return False
+            conn = self.conn
+            limit, fragment_limit = conn.max_message_size, conn.max_fragment_size
+            if (limit is not None and length > limit) or (fragment_limit is not None and length > fragment_limit):
+                return False
+            if conn.state is not _OPEN or conn.extensions or conn.current_size is not None or conn.reader.buffer:
+                return False
+            if not _waits_for_a_frame(conn.parser):
+                return False
+            self.curr_msg_data_type = "text" if first == 0x81 else "bytes"
+            self.frames = [_apply_mask(data[start + 4 :], data[start : start + 4])]
+            self.send_receive_event_to_app()
+            return True
+
         def handle_connect(self, event: Any) -> None:
             super().handle_connect(event)
             scope = getattr(self, "scope", None)
@@ -146,6 +186,24 @@ try:  # uvicorn >= 0.35 with websockets installed (uvicorn[standard]); otherwise
                 self.ngym_waiting = False
 
     WebSocketProtocol = _WebSocketProtocol
+
+    try:
+        from websockets.speedups import apply_mask as _apply_mask
+    except ImportError:  # pragma: no cover
+        from websockets.utils import apply_mask as _apply_mask
+    from websockets.streams import StreamReader
+
+    _AT_EOF = StreamReader.at_eof.__code__
+
+    def _waits_for_a_frame(parser: Any) -> bool:
+        """Whether websockets' parser (a generator) waits at a frame boundary: its innermost generator is the
+        reader's ``at_eof``, where the frame loop waits for the next frame's first byte."""
+        inner = parser
+        while True:
+            delegate = getattr(inner, "gi_yieldfrom", None)
+            if delegate is None:
+                return getattr(inner, "gi_code", None) is _AT_EOF
+            inner = delegate
 except ImportError:  # pragma: no cover
     pass
 
