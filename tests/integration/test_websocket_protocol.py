@@ -1,24 +1,34 @@
 """ngym's WebSocket protocol (``ngym.server.pipeline.websocket_protocol``) under real uvicorn, against websockets'
 client and raw frames: messages of every header size both ways, fragments, pings, several frames in one read,
 invalid UTF-8, a size over the limit and permessage-deflate all behave as uvicorn's own protocol has them behave.
-The application echoes each message through the connection's direct path (``DirectSocket``)."""
+The application echoes each message through the connection's direct path (``DirectSocket``); the last test runs
+OpenEnv's front under ``ngym run``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
+from websockets.sync.client import connect as sync_connect
 
 from ngym.child_server import LOOPBACK, free_port
 from ngym.server.pipeline.websocket_protocol import SocketGone, direct_socket, frame_header, protocol_class
+
+from .conftest import start
+
+VENV_BIN = Path(sys.executable).parent
 
 #: Header sizes: 7-bit lengths up to 125, 16-bit from 126 to 65,535, 64-bit from 65,536.
 SIZES = [0, 1, 125, 126, 127, 65_535, 65_536, 300_000]
@@ -118,6 +128,7 @@ async def test_a_message_over_the_size_limit_closes_with_1009() -> None:
 
 async def test_permessage_deflate_when_the_server_accepts_it() -> None:
     async with _served(ws_per_message_deflate=True) as url, connect(url, max_size=None) as client:
+        assert client.response is not None
         assert "permessage-deflate" in (client.response.headers.get("Sec-WebSocket-Extensions") or "")
         for size in (10, 70_000):
             text = os.urandom(size // 2).hex()
@@ -127,6 +138,34 @@ async def test_permessage_deflate_when_the_server_accepts_it() -> None:
 
 async def test_declined_compression_leaves_frames_plain() -> None:
     async with _served() as url, connect(url) as client:  # websockets' client offers permessage-deflate
+        assert client.response is not None
         assert client.response.headers.get("Sec-WebSocket-Extensions") is None
         await client.send("plain")
         assert await client.recv() == "plain"
+
+
+def _front_exchange(url: str) -> list[dict[str, Any]]:
+    """A reset sent as a binary message, then a step and a final message as text, on ``ngym run``'s OpenEnv
+    WebSocket; the answers."""
+    with sync_connect(url, max_size=None) as client:
+        client.send(json.dumps({"type": "reset", "data": {"task_index": 0}}).encode())  # a binary frame
+        answers = [json.loads(client.recv(timeout=30))]
+        for step in ({"tool_name": "get_weather", "arguments": {"city": "Paris"}}, {"message": "sunny"}):
+            client.send(json.dumps({"type": "step", "data": step}))
+            answers.append(json.loads(client.recv(timeout=30)))
+    return answers
+
+
+def test_the_openenv_front_reads_a_binary_message_as_its_text() -> None:
+    """OpenEnv's clients send text; a binary message was a KeyError in the server log and a dropped connection."""
+    port = free_port()
+    served = start([str(VENV_BIN / "ngym"), "run", "example_single_tool_call", "--port", str(port)], port, timeout=60)
+    try:
+        reset, called, final = _front_exchange(f"ws://{LOOPBACK}:{port}/openenv/ws")
+        assert reset["type"] == "observation" and reset["data"]["observation"]["task_index"] == 0
+        assert called["type"] == "observation" and called["data"]["observation"]["error"] is None
+        assert final["data"]["done"] is True and isinstance(final["data"]["reward"], float)
+        assert httpx.get(f"{served.url}/health", timeout=30).json()["live_sessions"] == 0
+    finally:
+        code, out = served.stop()
+    assert "Traceback" not in out, out[-3000:]

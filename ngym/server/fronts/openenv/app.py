@@ -221,17 +221,25 @@ async def _exchange(
 
 
 def _message_io(socket: WebSocket) -> tuple[Callable[[], Awaitable[str]], Callable[[bytes], Awaitable[None]]]:
-    """How an accepted socket's messages are read (as text) and written (as UTF-8 bytes): straight on the
-    connection when ngym's WebSocket protocol serves it (``websocket_protocol.DirectSocket``: no ASGI event and no
-    ``send`` wrapper per message), else through Starlette's ``WebSocket``."""
+    """How an accepted socket's messages are read (as text; a binary message as its UTF-8 text) and written (as
+    UTF-8 bytes): straight on the connection when ngym's WebSocket protocol serves it
+    (``websocket_protocol.DirectSocket``: no ASGI event and no ``send`` wrapper per message), else through
+    Starlette's ``WebSocket``."""
     direct = direct_socket(socket.scope)
     if direct is not None:
         return direct.receive_text, direct.send_text
 
+    async def receive() -> str:  # as ``DirectSocket.receive_text``: a binary message is read as UTF-8 text
+        message = await socket.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", 1000))
+        text = message.get("text")
+        return str(text) if text is not None else bytes(message.get("bytes") or b"").decode("utf-8", "replace")
+
     async def send(payload: bytes) -> None:
         await socket.send_text(payload.decode())
 
-    return socket.receive_text, send
+    return receive, send
 
 
 async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, Any] | bytes | None:
