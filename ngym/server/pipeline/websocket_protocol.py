@@ -106,12 +106,38 @@ def frame_header(size: int) -> bytes:
 
 
 _OPEN: Any = None
+_AT_EOF: Any = None
 WebSocketProtocol: type[asyncio.Protocol] | None = None
 try:  # uvicorn >= 0.35 with websockets installed (uvicorn[standard]); otherwise uvicorn's default is used
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
     from websockets.protocol import State
+    from websockets.streams import StreamReader
 
+    try:
+        from websockets.speedups import apply_mask as _apply_mask
+    except ImportError:  # pragma: no cover
+        from websockets.utils import apply_mask as _apply_mask
+except ImportError:  # pragma: no cover
+    WebSocketsSansIOProtocol = None  # type: ignore[assignment,misc]
+
+
+def _waits_for_a_frame(parser: Any) -> bool:
+    """Whether websockets' parser (a generator) waits at a frame boundary: its innermost generator is the reader's
+    ``at_eof``, where the frame loop waits for the next frame's first byte."""
+    inner = parser
+    while True:
+        delegate = getattr(inner, "gi_yieldfrom", None)
+        if delegate is None:
+            return getattr(inner, "gi_code", None) is _AT_EOF
+        inner = delegate
+
+
+#: what this module's protocol overrides of uvicorn's (a uvicorn without one of them: uvicorn's own protocol is used)
+_OVERRIDDEN = ("data_received", "handle_connect", "send_receive_event_to_app", "receive")
+
+if WebSocketsSansIOProtocol is not None and all(hasattr(WebSocketsSansIOProtocol, n) for n in _OVERRIDDEN):
     _OPEN = State.OPEN
+    _AT_EOF = StreamReader.at_eof.__code__
 
     class _WebSocketProtocol(WebSocketsSansIOProtocol):
         """uvicorn's sans-I/O WebSocket protocol with a direct path (see the module docstring)."""
@@ -186,26 +212,6 @@ try:  # uvicorn >= 0.35 with websockets installed (uvicorn[standard]); otherwise
                 self.ngym_waiting = False
 
     WebSocketProtocol = _WebSocketProtocol
-
-    try:
-        from websockets.speedups import apply_mask as _apply_mask
-    except ImportError:  # pragma: no cover
-        from websockets.utils import apply_mask as _apply_mask
-    from websockets.streams import StreamReader
-
-    _AT_EOF = StreamReader.at_eof.__code__
-
-    def _waits_for_a_frame(parser: Any) -> bool:
-        """Whether websockets' parser (a generator) waits at a frame boundary: its innermost generator is the
-        reader's ``at_eof``, where the frame loop waits for the next frame's first byte."""
-        inner = parser
-        while True:
-            delegate = getattr(inner, "gi_yieldfrom", None)
-            if delegate is None:
-                return getattr(inner, "gi_code", None) is _AT_EOF
-            inner = delegate
-except ImportError:  # pragma: no cover
-    pass
 
 
 def protocol_class() -> type[asyncio.Protocol] | str:
