@@ -35,9 +35,11 @@ already waits for the next request's headers after each response, closes it once
 A request the application can answer from its method, URL and headers alone, with bytes it has ready (the ORS
 front's ``/ping``, ``/prompt``, ``/create_session``, ``/delete``, ``/delete_session``), is answered from the
 parser's callbacks (httptools): no ASGI scope, cycle, task or middleware. The application says which by putting
-a ``ReadyAnswers`` on its ``state`` (``ngym.server.pipeline.ready_answers``); any request it declines takes the
-usual path, or, when its ``app_for`` names one (the ORS front's ``/create`` and ``/call``), runs that ASGI app in
-the request cycle uvicorn makes for it instead of the server's whole application.
+a ``ReadyAnswers`` on its ``state`` (``ngym.server.pipeline.ready_answers``). Requests its ``direct`` names (the
+ORS front's ``/create``, ``/call``, ``/delete``) are run from the same callbacks once their body is in, without an
+ASGI request cycle (``ngym.server.pipeline.direct_answers``); any other request takes the usual path, or, when its
+``app_for`` names one, runs that ASGI app in the request cycle uvicorn makes for it instead of the server's whole
+application.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ngym.server.pipeline import direct_answers
 from ngym.server.pipeline.ready_answers import READY_MAX_BODY, ReadyAnswers
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
 
@@ -127,6 +130,8 @@ class HeaderDeadline:
         self._ngym_max_bytes = getattr(self.config, "ngym_max_header_bytes", DEFAULT_MAX_HEADER_BYTES)
         self._ngym_ready: ReadyAnswers | None = None
         self._ngym_answer: bytes | None = None  # the ready answer of the request being parsed
+        self._ngym_runner: Any = None  # the direct runner of the request being parsed (its body is read here)
+        self._ngym_body = b""
         self._ngym_defaults: Any = None
         self._ngym_head = b""
         if not self.config.access_log:  # the access log lines are written by the request cycle
@@ -207,7 +212,40 @@ class HeaderDeadline:
             self._ngym_answer = None
             self._answer_ready(answer)
             return
+        runner = self._ngym_runner
+        if runner is not None:
+            self._ngym_runner = None
+            body, self._ngym_body = self._ngym_body, b""
+            self._run_direct(runner, body)
+            return
         super().on_message_complete()  # type: ignore[misc]
+
+    def _run_direct(self, runner: direct_answers.Runner, body: bytes) -> None:
+        """Run a request ``ReadyAnswers.direct`` took, its body in: its coroutine, or the usual path when the
+        runner declines it (its request cycle made now, given the body read so far)."""
+        if self.transport.is_closing():  # the client went away (or a close is under way): nothing to answer
+            return
+        reply = direct_answers.DirectReply(self)
+        work = runner(body, reply)
+        if work is None:
+            super().on_headers_complete()  # type: ignore[misc]
+            if body:
+                super().on_body(body)  # type: ignore[misc]
+            super().on_message_complete()  # type: ignore[misc]
+            return
+        self.cycle = reply
+        direct_answers.start(reply, work, self.url.decode("latin-1"), self.server_state.tasks)
+
+    def response_head(self, status: int) -> bytes:
+        """A response's status line and the server's default headers (its date and server headers)."""
+        state = self.server_state
+        defaults = state.default_headers
+        if defaults is not self._ngym_defaults:  # uvicorn renews the list (its date header) once a second
+            self._ngym_defaults = defaults
+            self._ngym_head = _STATUS_200 + b"".join(b"%s: %s\r\n" % pair for pair in defaults)
+        if status == 200:
+            return self._ngym_head
+        return direct_answers.status_line(status) + self._ngym_head[len(_STATUS_200) :]
 
     def on_headers_complete(self) -> None:  # httptools' parser callback
         ready = self._ngym_ready
@@ -220,6 +258,11 @@ class HeaderDeadline:
                     if answer is not None:
                         self._ngym_answer = answer
                         return
+                    if ready.direct is not None:
+                        runner = ready.direct(parser.get_method(), self.url, headers)
+                        if runner is not None:  # run once its body is in (``on_message_complete``)
+                            self._ngym_runner = runner
+                            return
                 if ready.app_for is not None:
                     app = ready.app_for(parser.get_method(), self.url, headers, self.app)
                     if app is not None:  # this request runs ``app`` in the cycle uvicorn makes for it
@@ -233,7 +276,9 @@ class HeaderDeadline:
         super().on_headers_complete()  # type: ignore[misc]
 
     def on_body(self, body: bytes) -> None:  # httptools' parser callback
-        if self._ngym_answer is None:  # a ready answer's body (at most READY_MAX_BODY bytes) is dropped
+        if self._ngym_runner is not None:  # a direct request's body (at most READY_MAX_BODY bytes): kept for it
+            self._ngym_body += body
+        elif self._ngym_answer is None:  # a ready answer's body (at most READY_MAX_BODY bytes) is dropped
             super().on_body(body)  # type: ignore[misc]
 
     def _answer_ready(self, answer: bytes) -> None:
@@ -241,13 +286,8 @@ class HeaderDeadline:
         timer) and wait for the next request's headers."""
         if self.transport.is_closing():  # the client went away (or a close is under way): nothing to answer
             return
-        state = self.server_state
-        defaults = state.default_headers
-        if defaults is not self._ngym_defaults:  # uvicorn renews the list (its date header) once a second
-            self._ngym_defaults = defaults
-            self._ngym_head = _STATUS_200 + b"".join(b"%s: %s\r\n" % pair for pair in defaults)
-        self.transport.write_whole(self._ngym_head + answer)  # type: ignore[attr-defined]
-        state.total_requests += 1
+        self.transport.write_whole(self.response_head(200) + answer)  # type: ignore[attr-defined]
+        self.server_state.total_requests += 1
         if not self.proxied:
             self.timeout_keep_alive_task = self.loop.call_later(
                 self.timeout_keep_alive, self.timeout_keep_alive_handler

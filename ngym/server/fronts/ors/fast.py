@@ -11,9 +11,11 @@ this task, with a timer for a call still running after ``sse.PING_SECONDS``: ``s
 also answered before any ASGI work, from the HTTP parser's callbacks (``FastRoutes.ready``, given to the server's
 protocol through ``ngym.server.pipeline.ready_answers``); the ASGI answers here remain for requests the protocol
 does not answer that way (pipelined behind another, ``Connection: close``, the h11 parser, the access log on).
-``/create``, ``/call`` and ``/delete`` are handed by the protocol straight to this front in the request cycle
-uvicorn makes for them (``FastRoutes.app_for``), past the server app's outer layers, which have nothing to do for
-them; a case not answered here then goes to the whole app, as any request does.
+``/create``, ``/call`` and ``/delete`` are run by the protocol from the same callbacks once their body is in
+(``FastRoutes.direct``, ``ngym.server.pipeline.direct_answers``): no scope, no request cycle, no ASGI messages
+in; a body over the protocol's ``READY_MAX_BODY`` takes uvicorn's request cycle straight to this front
+(``FastRoutes.app_for``), past the server app's outer layers, which have nothing to do for them. A case not
+answered here (on either path) goes to the whole app, as any request does.
 
 Only the plain case is answered here: the bare route (``/ping``, not ``/<env_name>/ping``), its method, an
 ``X-Session-ID`` naming a live episode where one is needed, a row without a Gymnasium observation for the prompt,
@@ -27,8 +29,9 @@ JSON) goes to the router, body included, which answers it, errors included.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import pydantic_core
@@ -68,6 +71,17 @@ def _length(body: bytes) -> tuple[bytes, bytes]:
 def _json(body: bytes) -> Answer:
     """A JSON body with the headers Starlette's ``Response(body, media_type="application/json")`` sends."""
     return [_length(body), _JSON_TYPE], body
+
+
+def _plain_object(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
+    """``body`` as a JSON object with exactly ``keys`` (strict JSON), else None."""
+    if not body:
+        return None
+    try:
+        data = parse_json(body)
+    except ValueError:
+        return None
+    return data if type(data) is dict and data.keys() == keys else None
 
 
 class _Plain:
@@ -122,6 +136,11 @@ class FastRoutes:
         }
         self.handlers = handlers
         self._direct = frozenset((method.encode(), route) for method, route in handlers)
+        self._runners: dict[str, Callable[[str, bytes, Send], Coroutine[Any, Any, None] | None]] = {
+            "/create": self._create_runner,
+            "/call": self._call_runner,
+            "/delete": self._delete_runner,
+        }
         opened = sse.finished_text("\0", "").encode()
         self._opened_head, self._opened_tail = opened.split(b"\0")
 
@@ -173,21 +192,63 @@ class FastRoutes:
         fields, body = answer
         return b"".join(b"%s: %s\r\n" % field for field in fields) + b"\r\n" + body
 
+    def _direct_route(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> str | None:
+        """The route of an ORS ``/create``, ``/call`` or ``/delete`` (bare or under the mount), else None."""
+        if b"?" in url or b"%" in url:
+            return None
+        path = url.decode("latin-1")
+        route = mounted_route(path)
+        if route is None:
+            if (method, path) not in self._direct or not is_ors_root(path, headers):
+                return None
+            return path
+        return route if (method, route) in self._direct else None
+
+    def direct(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> Any:
+        """The runner (``ngym.server.pipeline.direct_answers.Runner``) of an ORS ``/create``, ``/call`` or
+        ``/delete`` naming a session, with a body within the server's limit: the HTTP protocol runs it from its
+        parser's callbacks once the body is in. None for every other request (the usual path)."""
+        route = self._direct_route(method, url, headers)
+        if route is None:
+            return None
+        sid: str | None = None
+        seen_sid = False
+        for name, value in headers:
+            if name == _SESSION_HEADER and not seen_sid:
+                seen_sid = True
+                sid = value.decode("latin-1").strip() or None
+            elif name == b"content-length" and int(value) > self.max_body:  # the protocol checked it is digits
+                return None
+        if sid is None:
+            return None
+        return functools.partial(self._runners[route], sid)
+
+    def _create_runner(self, sid: str, body: bytes, send: Send) -> Coroutine[Any, Any, None] | None:
+        data = _plain_object(body, _CREATE_KEYS)
+        if data is None or type(data["split"]) is not str or type(data["index"]) is not int:
+            return None
+        return self._create(sid, data["split"], data["index"], send)
+
+    def _call_runner(self, sid: str, body: bytes, send: Send) -> Coroutine[Any, Any, None] | None:
+        episode = self.episodes.find(sid)
+        if episode is None:
+            return None
+        data = _plain_object(body, _CALL_KEYS)
+        if data is None or type(data["name"]) is not str or type(data["input"]) is not dict:
+            return None
+        return self._call(episode, data["name"], data["input"], send)
+
+    def _delete_runner(self, sid: str, body: bytes, send: Send) -> Coroutine[Any, Any, None] | None:
+        return self._delete(sid, send)
+
     def app_for(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], app: Any) -> Any:
         """The ASGI app the HTTP protocol runs an ORS ``/create``, ``/call`` or ``/delete`` with
         (``ngym.server.pipeline.ready_answers``): this front's plain case, taken straight from uvicorn's request
         cycle, past the server app's layers above the front (error page, telemetry, body limit, proxy headers,
         the ORS dispatch), which have nothing to do for it; any other case goes to ``app``, the server's whole
         application, body included, as it would have. None for every other request."""
-        if b"?" in url or b"%" in url:
-            return None
-        path = url.decode("latin-1")
-        route = mounted_route(path)
+        route = self._direct_route(method, url, headers)
         if route is None:
-            route = path
-            if (method, route) not in self._direct or not is_ors_root(path, headers):
-                return None
-        elif (method, route) not in self._direct:
             return None
         fast = self
 
@@ -217,13 +278,9 @@ class FastRoutes:
                 return message
             return await receive()
 
-        if message["type"] != "http.request" or message.get("more_body") or not body:
+        if message["type"] != "http.request" or message.get("more_body"):
             return None, again
-        try:
-            data = parse_json(body)
-        except ValueError:
-            return None, again
-        return (data if type(data) is dict and data.keys() == keys else None), again
+        return _plain_object(body, keys), again
 
     # ---- the requests that run no environment code: answers made at once ----------------------------------
 
@@ -262,18 +319,21 @@ class FastRoutes:
         data, receive = await self._object(plain, receive, _CREATE_KEYS)
         if data is None or type(data["split"]) is not str or type(data["index"]) is not int:
             return receive
+        await self._create(plain.sid, data["split"], data["index"], send)
+        return None
+
+    async def _create(self, sid: str, split: str, index: int, send: Send) -> None:
         try:
-            await self.front.open_episode(plain.sid, data["split"], data["index"])
+            await self.front.open_episode(sid, split, index)
         except (FrontError, ConfigError) as exc:  # as the router answers them
             refused = refusal(exc)
             assert refused is not None
             await send({"type": "http.response.start", "status": refused.status_code, "headers": refused.raw_headers})
             await send({"type": "http.response.body", "body": bytes(refused.body)})
-            return None
-        headers, body = _json(pydantic_core.to_json({"sid": plain.sid}))
+            return
+        headers, body = _json(pydantic_core.to_json({"sid": sid}))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-        return None
 
     async def call(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
         episode = self._episode(plain.sid)
@@ -282,18 +342,24 @@ class FastRoutes:
         data, receive = await self._object(plain, receive, _CALL_KEYS)
         if data is None or type(data["name"]) is not str or type(data["input"]) is not dict:
             return receive
+        await self._call(episode, data["name"], data["input"], send)
+        return None
+
+    async def _call(self, episode: Episode, name: str, arguments: dict[str, Any], send: Send) -> None:
         task_id = os.urandom(16).hex()
         result: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.front.keep_result(episode, task_id, result)
-        await sse.answer_inline(task_id, self.front.call_json(episode, data["name"], data["input"]), result, send)
-        return None
+        await sse.answer_inline(task_id, self.front.call_json(episode, name, arguments), result, send)
 
     async def delete(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
         """``/delete`` of a session still open: closed (the environment's close), then forgotten."""
         if plain.sid is None:
             return receive
-        await self.episodes.delete(plain.sid)
-        headers, body = _json(pydantic_core.to_json({"sid": plain.sid}))
+        await self._delete(plain.sid, send)
+        return None
+
+    async def _delete(self, sid: str, send: Send) -> None:
+        await self.episodes.delete(sid)
+        headers, body = _json(pydantic_core.to_json({"sid": sid}))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-        return None
