@@ -242,3 +242,65 @@ async def test_a_request_pipelined_behind_a_routed_one_is_answered_after_it(conn
         await asyncio.sleep(0.002)
     written = bytes(connection.transport.written)
     assert written.index(b"event: end") < written.rindex(b"HTTP/1.1 200 OK") and written.endswith(b'{"status":"ok"}')
+
+
+async def test_a_long_call_run_from_the_parser_streams_and_what_is_pipelined_behind_it_waits(
+    connection: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``/call`` still running after ``sse.PING_SECONDS`` streams (chunked: its ``task_id`` at once, pings, then
+    the answer) and a ``/ping`` pipelined behind it is answered after it."""
+    from ngym.server.fronts.ors import sse
+
+    sid = await _open(connection)
+    front = connection.ready.direct.__self__.front  # type: ignore[union-attr]
+    release = asyncio.Event()
+    run = front.call_json
+
+    async def slow(*args: Any) -> bytes:
+        await release.wait()
+        answer: bytes = await run(*args)
+        return answer
+
+    monkeypatch.setattr(front, "call_json", slow)
+    monkeypatch.setattr(sse, "PING_SECONDS", 0.01)
+    own = SDK + b"x-session-id: %s\r\n" % sid.encode()
+    call = b'{"name": "get_weather", "input": {"city": "Paris"}}'
+    head = b"POST /call HTTP/1.1\r\nhost: t\r\n%scontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    ping = b"POST /ping HTTP/1.1\r\nhost: t\r\n%s%s\r\n" % (own, NO_BODY)
+    connection.transport.written.clear()
+    direct = connection.direct
+    connection.ready.direct = connection.count_direct(connection.ready.direct)
+    connection.protocol.data_received(head % (own, len(call)) + call + ping)
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + 10
+    while b": ping" not in connection.transport.written:
+        assert loop.time() < give_up, bytes(connection.transport.written)
+        await asyncio.sleep(0.002)
+    started = bytes(connection.transport.written)
+    assert connection.direct == direct + 1 and b"transfer-encoding: chunked\r\n" in started
+    assert b"event: task_id\r\n" in started and b'{"status":"ok"}' not in started
+    release.set()
+    while not connection.transport.written.endswith(b'{"status":"ok"}'):
+        assert loop.time() < give_up, bytes(connection.transport.written)
+        await asyncio.sleep(0.002)
+    written = bytes(connection.transport.written)
+    assert written.index(b"event: end") < written.index(b"0\r\n\r\n") < written.rindex(b"HTTP/1.1 200 OK")
+
+
+async def test_an_exception_in_the_fronts_handler_run_from_the_parser_is_a_500_naming_it(
+    connection: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The front's own code raising on a request run from the parser: 500 with ``repr(exc)`` (as ngym's middleware
+    answers), and the connection serves the next request."""
+    sid = await _open(connection)
+    front = connection.ready.direct.__self__.front  # type: ignore[union-attr]
+
+    async def broken(*args: Any) -> None:
+        raise RuntimeError("the front broke")
+
+    monkeypatch.setattr(front, "open_episode", broken)
+    other = SDK + b"x-session-id: %s\r\ncontent-type: application/json\r\n" % (b"1" * 32)
+    answer = await connection.send("POST", "/create", other, b'{"split": "example", "index": 0}')
+    assert answer.startswith(b"HTTP/1.1 500 ") and answer.endswith(b"\"RuntimeError('the front broke')\"")
+    own = SDK + b"x-session-id: %s\r\n" % sid.encode()
+    assert (await connection.send("POST", "/ping", own + NO_BODY)).endswith(b'{"status":"ok"}')

@@ -5,9 +5,9 @@ way (the ORS front's ``/create``, ``/call`` and ``/delete``): from their method,
 ``Runner``; once the request's body has arrived (at most ``READY_MAX_BODY`` bytes, read by the protocol), the
 runner gives the coroutine that answers it, or None when the request is not its plain case (it then goes on to the
 application as usual, body included). The coroutine answers through a ``DirectReply``, the request's stand-in for
-uvicorn's request cycle: no scope, no cycle, no receive queue. It runs in the parser's callback until it first
-waits (nearly always it never does), and on in a task of its own from there, so a long request (an environment's
-tool, a judge) still streams and the connection keeps serving, pipelined requests after it in order.
+uvicorn's request cycle: no scope, no cycle, no receive queue. It runs in a task of its own, as uvicorn runs a request's
+app, so a long request (an environment's tool, a judge) still streams and pipelined requests after it wait their
+turn.
 
 What holds as on uvicorn's path: the answer is one write (a stream is chunked); an exception is answered 500 with
 ``repr(exc)`` as ngym's middleware answers it (closed when the answer had started), and the server keeps serving;
@@ -17,14 +17,12 @@ graceful shutdown (the request finishes, then the connection closes) and ``--lim
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import http
 import json
 import logging
 import re
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 log = logging.getLogger("ngym.server")
@@ -153,34 +151,16 @@ async def _serve(reply: DirectReply, work: Coroutine[Any, Any, None], what: str)
         reply.failed(None)
 
 
-def start(reply: DirectReply, work: Coroutine[Any, Any, None], what: str, tasks: set[Any]) -> None:
-    """Run ``work`` (answering through ``reply``) here until it first waits, then on in a task of its own (kept
-    in ``tasks``, the server's, which a graceful shutdown waits for), in the same context throughout."""
+def start(reply: DirectReply, work: Coroutine[Any, Any, None], what: str, protocol: Any) -> None:
+    """Run ``work`` (answering through ``reply``) in a task of its own, as uvicorn runs a request's app: kept in
+    the server's tasks, which a graceful shutdown waits for. A task, not this callback, even for the work that
+    never waits: code that asks for the current task (anyio, ``asyncio.timeout``, an environment's sync route run in
+    a thread) needs one."""
     served = _serve(reply, work, what)
-    context = contextvars.copy_context()
-    try:
-        waited = context.run(served.send, None)
-    except StopIteration:
-        return
-    task = asyncio.get_running_loop().create_task(_resume(served, waited), context=context)
+    if protocol.config.reset_contextvars:  # uvicorn's opt-in: no context of the server's leaks into the request
+        task = protocol.loop.create_task(served, context=contextvars.Context())
+    else:
+        task = protocol.loop.create_task(served)
+    tasks = protocol.tasks
     tasks.add(task)
     task.add_done_callback(tasks.discard)
-
-
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, None], waited: Any) -> Generator[Any, Any, None]:
-    """Go on with ``coro`` after its first step, run outside a task, gave ``waited`` (the future it waits for):
-    the task running this waits for that future, then drives ``coro`` as it would have from the start."""
-    while True:
-        try:
-            sent = yield waited
-        except BaseException as exc:  # thrown in by the task (cancelled): into the coroutine
-            try:
-                waited = coro.throw(exc)
-            except StopIteration:
-                return
-        else:
-            try:
-                waited = coro.send(sent)
-            except StopIteration:
-                return

@@ -234,7 +234,7 @@ class HeaderDeadline:
             super().on_message_complete()  # type: ignore[misc]
             return
         self.cycle = reply
-        direct_answers.start(reply, work, self.url.decode("latin-1"), self.server_state.tasks)
+        direct_answers.start(reply, work, self.url.decode("latin-1"), self)
 
     def response_head(self, status: int) -> bytes:
         """A response's status line and the server's default headers (its date and server headers)."""
