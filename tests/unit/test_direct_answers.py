@@ -81,7 +81,9 @@ async def served(request: pytest.FixtureRequest) -> Any:
     config.load()
     state = ServerState()
     state.default_headers = [(b"date", b"today"), (b"server", b"uvicorn")]
-    protocol = config.http_protocol_class(config=config, server_state=state, app_state={}, _loop=asyncio.get_running_loop())
+    protocol = config.http_protocol_class(
+        config=config, server_state=state, app_state={}, _loop=asyncio.get_running_loop()
+    )
     transport = MemoryTransport()
     protocol.connection_made(transport)
     yield protocol, transport, handlers

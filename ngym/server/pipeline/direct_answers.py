@@ -36,6 +36,13 @@ _HEAP_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _STATUS_LINES: dict[int, bytes] = {}
 
 
+def error_json(exc: BaseException) -> bytes:
+    """The body of the 500 an exception is answered with: ``repr(exc)`` as a JSON string, as the protocol says, less
+    any heap address an object's repr put in it (it tells a client about the server's memory layout and nothing
+    about the error)."""
+    return json.dumps(_HEAP_ADDRESS.sub("", repr(exc))).encode()
+
+
 def status_line(status: int) -> bytes:
     """``HTTP/1.1 <status> <phrase>\\r\\n``, as uvicorn writes it."""
     line = _STATUS_LINES.get(status)
@@ -128,10 +135,8 @@ class DirectReply:
             self._protocol.transport.close()
             self._protocol.on_response_complete()
             return
-        if exc is None:
-            body = json.dumps("the handler returned without answering").encode()
-        else:  # as ngym's middleware answers an exception: repr(exc), less any heap address
-            body = json.dumps(_HEAP_ADDRESS.sub("", repr(exc))).encode()
+        # as ngym's middleware answers an exception
+        body = json.dumps("the handler returned without answering").encode() if exc is None else error_json(exc)
         self.started = True
         self._finish(
             self._protocol.response_head(500)

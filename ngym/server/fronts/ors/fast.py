@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
+import random
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,18 @@ def _length(body: bytes) -> tuple[bytes, bytes]:
 def _json(body: bytes) -> Answer:
     """A JSON body with the headers Starlette's ``Response(body, media_type="application/json")`` sends."""
     return [_length(body), _JSON_TYPE], body
+
+
+_PING_ANSWER = _json(_PING_OK)
+#: a ready answer's bytes (``FastRoutes.ready``) for the two kinds of answer made here, the body's length and body
+#: put in: what joining their header fields writes, without the join
+_JSON_READY = b"content-length: %d\r\ncontent-type: application/json\r\n\r\n%s"
+_SSE_READY = (
+    b"".join(b"%s: %s\r\n" % field for field in _SSE_HEADERS)
+    + b"content-length: %d\r\n"
+    + b"%s: %s\r\n\r\n" % _SSE_TYPE
+    + b"%s"
+)
 
 
 def _plain_object(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
@@ -190,6 +202,10 @@ class FastRoutes:
         if answer is None:
             return None
         fields, body = answer
+        if fields[-1] is _JSON_TYPE:
+            return _JSON_READY % (len(body), body)
+        if fields[-1] is _SSE_TYPE:
+            return _SSE_READY % (len(body), body)
         return b"".join(b"%s: %s\r\n" % field for field in fields) + b"\r\n" + body
 
     def _direct_route(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -289,7 +305,7 @@ class FastRoutes:
         return [*_SSE_HEADERS, _length(body), _SSE_TYPE], body
 
     def ping(self, sid: str | None) -> Answer | None:
-        return None if self._episode(sid) is None else _json(_PING_OK)
+        return None if self._episode(sid) is None else _PING_ANSWER
 
     def prompt(self, sid: str | None) -> Answer | None:
         episode = self._episode(sid)
@@ -346,7 +362,7 @@ class FastRoutes:
         return None
 
     async def _call(self, episode: Episode, name: str, arguments: dict[str, Any], send: Send) -> None:
-        task_id = os.urandom(16).hex()
+        task_id = f"{random.getrandbits(128):032x}"  # within its session: no system call per call for it
         result: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.front.keep_result(episode, task_id, result)
         await sse.answer_inline(task_id, self.front.call_json(episode, name, arguments), result, send)
