@@ -70,14 +70,20 @@ async def _app_route(request: Request) -> Response:
     return Response(b"app got %d bytes" % len(await request.body()), media_type="text/plain")
 
 
-@pytest.fixture(params=PROTOCOLS, ids=lambda cls: cls.__name__)
-async def served(request: pytest.FixtureRequest) -> Any:
+def _serve(protocol_class: Any, *, header_timeout: float = 30, keep_alive: float = 5) -> Any:
     app = Starlette(routes=[Route(p, _app_route, methods=["POST"]) for p in ("/decline", "/app")])
     handlers = Handlers()
-    ready_answers(app).answer = lambda method, url, headers: None
+    ready_answers(app).answer = lambda method, url, headers: b"\r\nready" if url == b"/ready" else None
     ready_answers(app).direct = handlers.direct
-    config = uvicorn.Config(app, http=request.param, lifespan="off", log_level="critical", access_log=False)
-    http_protocol.configure(config, header_timeout=30, max_header_bytes=65536)
+    config = uvicorn.Config(
+        app,
+        http=protocol_class,
+        lifespan="off",
+        log_level="critical",
+        access_log=False,
+        timeout_keep_alive=keep_alive,  # type: ignore[arg-type]  # uvicorn says int
+    )
+    http_protocol.configure(config, header_timeout=header_timeout, max_header_bytes=65536)
     config.load()
     state = ServerState()
     state.default_headers = [(b"date", b"today"), (b"server", b"uvicorn")]
@@ -86,6 +92,12 @@ async def served(request: pytest.FixtureRequest) -> Any:
     )
     transport = MemoryTransport()
     protocol.connection_made(transport)
+    return protocol, transport, handlers
+
+
+@pytest.fixture(params=PROTOCOLS, ids=lambda cls: cls.__name__)
+async def served(request: pytest.FixtureRequest) -> Any:
+    protocol, transport, handlers = _serve(request.param)
     yield protocol, transport, handlers
     protocol.connection_lost(None)
 
@@ -209,3 +221,38 @@ async def test_a_client_gone_mid_request_gets_nothing_written(served: Any) -> No
     handlers.release.set()
     await asyncio.sleep(0.01)
     assert transport.written == b""
+
+
+@pytest.mark.parametrize("path", [b"/now", b"/ready"])
+async def test_an_idle_connection_answered_from_the_parser_closes_at_the_keep_alive_time_with_no_timer_per_answer(
+    path: bytes,
+) -> None:
+    """uvicorn arms a keep-alive timer per response (made and cancelled per request); an answer given from the parser
+    (ready or direct) leaves that to the connection's one timer, which closes it as uvicorn's would: idle for the
+    keep-alive time after the answer."""
+    protocol, transport, _ = _serve(http_protocol.GuardedHttpToolsProtocol, keep_alive=0.05)
+    try:
+        for _ in range(3):
+            transport.written.clear()
+            protocol.data_received(_request(path))
+            await _until(lambda: transport.written.endswith(b"bytes") or transport.written.endswith(b"ready"))
+            assert protocol.timeout_keep_alive_task is None and not transport.closed
+        await _until(lambda: transport.closed)
+    finally:
+        protocol.connection_lost(None)
+
+
+async def test_a_next_request_begun_within_the_keep_alive_time_has_the_header_deadline() -> None:
+    """After an answer given from the parser, a next request's first bytes within the keep-alive time keep the
+    connection open past it (as when uvicorn's keep-alive timer is cancelled by them); its headers still have their
+    deadline."""
+    protocol, transport, _ = _serve(http_protocol.GuardedHttpToolsProtocol, header_timeout=2, keep_alive=0.05)
+    try:
+        protocol.data_received(_request(b"/ready"))
+        assert transport.written.endswith(b"ready")
+        protocol.data_received(b"POST /now HT")  # a request's first bytes: no longer idle
+        await asyncio.sleep(0.3)
+        assert not transport.closed
+        await _until(lambda: transport.closed)  # its headers never complete: closed at the header deadline
+    finally:
+        protocol.connection_lost(None)

@@ -123,7 +123,7 @@ class DirectReply:
             transport.write_whole(data)
         if not self.keep_alive:  # the server is shutting down: this request was the connection's last
             transport.close()
-        protocol.on_response_complete()
+        protocol.direct_complete()
 
     def failed(self, exc: BaseException | None) -> None:
         """The coroutine raised ``exc``, or returned without answering (None): a 500 naming it when nothing was

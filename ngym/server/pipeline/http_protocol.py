@@ -128,6 +128,7 @@ class HeaderDeadline:
         self._ngym_ready: ReadyAnswers | None = None
         self._ngym_answer: bytes | None = None  # the ready answer of the request being parsed
         self._ngym_runner: Any = None  # the direct runner of the request being parsed (its body is read here)
+        self._ngym_idle_until = 0.0  # answered here: closed if no byte of a next request comes by then
         self._ngym_body = b""
         self._ngym_defaults: Any = None
         self._ngym_head = b""
@@ -250,17 +251,18 @@ class HeaderDeadline:
             parser = self.parser
             if parser.should_keep_alive() and not parser.should_upgrade() and parser.get_http_version() == "1.1":
                 headers = self.headers
-                if _body_is_small(headers):
+                small = _body_is_small(headers)
+                if small:
                     answer = ready.answer(parser.get_method(), self.url, headers)
                     if answer is not None:
                         self._ngym_answer = answer
                         return
-                    if ready.direct is not None:
-                        runner = ready.direct(parser.get_method(), self.url, headers)
-                        if runner is not None:  # run once its body is in (``on_message_complete``)
-                            self._ngym_runner = runner
-                            return
-                if ready.app_for is not None:
+                if small and ready.direct is not None:  # (what ``app_for`` routes, ``direct`` runs when small)
+                    runner = ready.direct(parser.get_method(), self.url, headers)
+                    if runner is not None:  # run once its body is in (``on_message_complete``)
+                        self._ngym_runner = runner
+                        return
+                elif ready.app_for is not None:
                     app = ready.app_for(parser.get_method(), self.url, headers, self.app)
                     if app is not None:  # this request runs ``app`` in the cycle uvicorn makes for it
                         served = self.app
@@ -285,15 +287,47 @@ class HeaderDeadline:
             return
         self.transport.write_whole(self.response_head(200) + answer)  # type: ignore[attr-defined]
         self.server_state.total_requests += 1
-        if not self.proxied:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
         self._rearm()
+        if not self.proxied:
+            self._close_when_idle()
+
+    def direct_complete(self) -> None:
+        """A request run from the parser (``direct_answers``) is answered: what uvicorn does when a response is
+        complete (count it, resume reading, start a pipelined request), its keep-alive timer aside
+        (``_close_when_idle``)."""
+        if self.proxied or self.pipeline:  # (a pipelined request starts next: uvicorn's own path)
+            self.on_response_complete()
+            return
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()  # type: ignore[attr-defined]
+        self.flow.resume_reading()  # type: ignore[attr-defined]
+        if self._body_pending():  # a next request's headers are arriving: their deadline holds, not idleness
+            self._ngym_armed, self._ngym_body_wait = False, True
+            return
+        self._rearm()
+        self._close_when_idle()
+
+    def _close_when_idle(self) -> None:
+        """After an answer given from the parser: the connection closes if no byte of a next request comes within
+        uvicorn's keep-alive time, as uvicorn's keep-alive timer would close it, but by the connection's one timer
+        (``_header_timed_out``), moved only when it would fire later than that: no timer made and cancelled per
+        answer."""
+        if not self._ngym_armed:
+            return
+        until = self.loop.time() + self.timeout_keep_alive
+        self._ngym_idle_until = until
+        timer = self._ngym_timer
+        if timer is None or timer.when() > until:
+            if timer is not None:
+                timer.cancel()
+            self._ngym_timer = self.loop.call_at(until, self._header_timed_out)
 
     def _rearm(self) -> None:
         cycle = self.cycle
         # Armed again unless closing or a pipelined request is starting (its headers are in).
+        self._ngym_idle_until = 0.0
         if (cycle is None or cycle.response_complete) and not self.transport.is_closing():
             self._ngym_header_bytes = 0
             self._ngym_tail = b""
@@ -335,8 +369,15 @@ class HeaderDeadline:
         self._ngym_timer = None
         if not self._ngym_armed:
             return  # a request is in progress: the next response arms again (and makes the timer)
-        if self.loop.time() < self._ngym_deadline:  # armed again since this timer was set: wait for that deadline
-            self._ngym_timer = self.loop.call_at(self._ngym_deadline, self._header_timed_out)
+        now, due = self.loop.time(), self._ngym_deadline
+        if self._ngym_idle_until and not self._ngym_header_bytes:  # answered here, no byte of a next request since
+            if now >= self._ngym_idle_until:
+                if self._idle() and not self.transport.is_closing():
+                    self.transport.close()  # idle for the keep-alive time: closed quietly, as uvicorn closes it
+                return
+            due = min(due, self._ngym_idle_until)
+        if now < due:  # armed again since this timer was set: wait for that deadline
+            self._ngym_timer = self.loop.call_at(due, self._header_timed_out)
             return
         if not self._idle() or self.transport.is_closing():
             return  # a request is in progress

@@ -45,7 +45,8 @@ class ReadyAnswers:
         self.answer: Answerer | None = None
         #: for a request the ``answer`` declined, under the same conditions: its ``direct_answers.Runner``, or None
         self.direct: Direct | None = None
-        #: for any keep-alive HTTP/1.1 request the ``answer`` declined (no upgrade): the app to run it with
+        #: for a keep-alive HTTP/1.1 request (no upgrade) ``direct`` was not asked about (a body over
+        #: ``READY_MAX_BODY``, or no ``direct``): the app to run it with
         self.app_for: Router | None = None
 
 

@@ -32,7 +32,7 @@ import asyncio
 import functools
 import random
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pydantic_core
 
@@ -96,6 +96,43 @@ def _plain_object(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
     return data if type(data) is dict and data.keys() == keys else None
 
 
+#: How many URLs a front remembers what they are (``FastRoutes._resolve``): its own few, NeMo Gym's wire's routes.
+_KNOWN_URLS = 256
+
+
+class _Route(NamedTuple):
+    """What a request's method and URL are to the front (``FastRoutes._resolve``)."""
+
+    at_once: Callable[[str | None], Answer | None] | None
+    runner: Callable[[str, bytes, Send], Coroutine[Any, Any, None] | None] | None
+    root: bool
+    route: str
+
+
+_NOT_ORS = _Route(None, None, False, "")
+
+
+def _scan(headers: list[tuple[bytes, bytes]], root: bool, max_body: int) -> tuple[bool, str | None]:
+    """One pass over a request's headers (the protocol checked ``content-length`` is digits): whether it is ORS's
+    (a root request carries ``X-Session-ID`` or asks for an event stream: ``paths.is_ors_request``) with a body
+    within ``max_body``, and its ``X-Session-ID`` (the first, stripped; None when missing or blank)."""
+    sid: str | None = None
+    seen_sid = False
+    ors = not root
+    for name, value in headers:
+        if name == _SESSION_HEADER:
+            ors = True
+            if not seen_sid:
+                seen_sid = True
+                sid = value.decode("latin-1").strip() or None
+        elif name == b"content-length":
+            if int(value) > max_body:
+                return False, None
+        elif name == b"accept" and not ors and b"text/event-stream" in value:
+            ors = True
+    return ors, sid
+
+
 class _Plain:
     """What one header pass finds: the ``X-Session-ID`` (stripped; None when missing or blank), and whether the
     body is within ``max_body`` (as the request limits would let it through)."""
@@ -153,6 +190,7 @@ class FastRoutes:
             "/call": self._call_runner,
             "/delete": self._delete_runner,
         }
+        self._known: dict[tuple[bytes, bytes], _Route] = {}
         opened = sse.finished_text("\0", "").encode()
         self._opened_head, self._opened_tail = opened.split(b"\0")
 
@@ -177,27 +215,41 @@ class FastRoutes:
         await send({"type": "http.response.body", "body": body})
         return None
 
+    def _resolve(self, method: bytes, url: bytes) -> _Route:
+        """What ``method`` at ``url`` is to this front: its ready answer (or None), its direct runner (or None),
+        whether it is a root request (ORS's only with ``X-Session-ID`` or an event-stream ``accept``), its route;
+        remembered for the first ``_KNOWN_URLS`` URLs seen (a request is resolved once per URL, not per request)."""
+        key = (method, url)
+        found = self._known.get(key)
+        if found is not None:
+            return found
+        found = _NOT_ORS
+        if b"?" not in url and b"%" not in url:
+            path = url.decode("latin-1")
+            route = mounted_route(path)
+            root = route is None
+            route = path if route is None else route
+            at_once = self._by_bytes.get((method, route))
+            runner = self._runners.get(route) if (method, route) in self._direct else None
+            if at_once is not None or runner is not None:
+                found = _Route(at_once, runner, root, route)
+        if len(self._known) < _KNOWN_URLS:
+            self._known[key] = found
+        return found
+
     def ready(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
         """The plain cases of the requests that run no environment code as the HTTP protocol writes them
         (``ngym.server.pipeline.ready_answers``): the headers and body after the status line and
         the server's default headers; None for any other request (it goes on to the app as usual)."""
-        if b"?" in url or b"%" in url:
-            return None
-        path = url.decode("latin-1")
-        route = mounted_route(path)
         # the route's answer is looked up before the headers are read: most requests (NeMo Gym's wire, ORS's
         # /create and /call) are declined without a header scan
-        at_once = self._by_bytes.get((method, path if route is None else route))
-        if at_once is None or (route is None and not is_ors_root(path, headers)):
+        found = self._resolve(method, url)
+        at_once = found.at_once
+        if at_once is None:
             return None
-        sid: str | None = None
-        seen_sid = False
-        for name, value in headers:
-            if name == _SESSION_HEADER and not seen_sid:
-                seen_sid = True
-                sid = value.decode("latin-1").strip() or None
-            elif name == b"content-length" and int(value) > self.max_body:  # the protocol checked it is digits
-                return None
+        ors, sid = _scan(headers, found.root, self.max_body)
+        if not ors:
+            return None
         answer = at_once(sid)
         if answer is None:
             return None
@@ -208,36 +260,17 @@ class FastRoutes:
             return _SSE_READY % (len(body), body)
         return b"".join(b"%s: %s\r\n" % field for field in fields) + b"\r\n" + body
 
-    def _direct_route(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> str | None:
-        """The route of an ORS ``/create``, ``/call`` or ``/delete`` (bare or under the mount), else None."""
-        if b"?" in url or b"%" in url:
-            return None
-        path = url.decode("latin-1")
-        route = mounted_route(path)
-        if route is None:
-            if (method, path) not in self._direct or not is_ors_root(path, headers):
-                return None
-            return path
-        return route if (method, route) in self._direct else None
-
     def direct(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> Any:
         """The runner (``ngym.server.pipeline.direct_answers.Runner``) of an ORS ``/create``, ``/call`` or
         ``/delete`` naming a session, with a body within the server's limit: the HTTP protocol runs it from its
         parser's callbacks once the body is in. None for every other request (the usual path)."""
-        route = self._direct_route(method, url, headers)
-        if route is None:
+        found = self._resolve(method, url)
+        if found.runner is None:
             return None
-        sid: str | None = None
-        seen_sid = False
-        for name, value in headers:
-            if name == _SESSION_HEADER and not seen_sid:
-                seen_sid = True
-                sid = value.decode("latin-1").strip() or None
-            elif name == b"content-length" and int(value) > self.max_body:  # the protocol checked it is digits
-                return None
-        if sid is None:
+        ors, sid = _scan(headers, found.root, self.max_body)
+        if not ors or sid is None:
             return None
-        return functools.partial(self._runners[route], sid)
+        return functools.partial(found.runner, sid)
 
     def _create_runner(self, sid: str, body: bytes, send: Send) -> Coroutine[Any, Any, None] | None:
         data = _plain_object(body, _CREATE_KEYS)
@@ -263,9 +296,10 @@ class FastRoutes:
         cycle, past the server app's layers above the front (error page, telemetry, body limit, proxy headers,
         the ORS dispatch), which have nothing to do for it; any other case goes to ``app``, the server's whole
         application, body included, as it would have. None for every other request."""
-        route = self._direct_route(method, url, headers)
-        if route is None:
+        found = self._resolve(method, url)
+        if found.runner is None or (found.root and not is_ors_root(found.route, headers)):
             return None
+        route = found.route
         fast = self
 
         async def direct(scope: Any, receive: Receive, send: Send) -> None:
