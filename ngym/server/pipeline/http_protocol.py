@@ -107,6 +107,8 @@ class HeaderDeadline:
     timeout_keep_alive: int
     timeout_keep_alive_task: asyncio.TimerHandle | None
     timeout_keep_alive_handler: Callable[[], None]
+    pipeline: Any
+    flow: Any
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     client: Any
@@ -302,7 +304,7 @@ class HeaderDeadline:
         if self.transport.is_closing():
             return
         self._unset_keepalive_if_required()  # type: ignore[attr-defined]
-        self.flow.resume_reading()  # type: ignore[attr-defined]
+        self.flow.resume_reading()
         if self._body_pending():  # a next request's headers are arriving: their deadline holds, not idleness
             self._ngym_armed, self._ngym_body_wait = False, True
             return
