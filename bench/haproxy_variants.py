@@ -42,6 +42,12 @@ def _replace(old: str, new: str) -> Callable[[str], str]:
     return change
 
 
+def _matched(changed: str, config: str) -> str:
+    if changed == config:
+        raise ValueError("the change matched nothing in the configuration")
+    return changed
+
+
 def _bufsize(config: str, size: int) -> str:
     """``tune.bufsize`` set to ``size`` (replacing the configuration's own, if any)."""
     if re.search(r"\n    tune\.bufsize \d+\n", config):
@@ -54,9 +60,7 @@ def _same(config: str) -> str:
 
 
 #: the body is read only where a rule reads it: the typed seed/close and OpenEnv's MCP calls
-BODY_ON_TYPED = (
-    "    http-request wait-for-body time 60s if { path_end /seed_session /close_session } || { path /openenv/mcp }\n"
-)
+BODY_ON_TYPED = r"\1 if { path_end /seed_session /close_session } || { path /openenv/mcp }\n"
 
 
 @dataclass(frozen=True)
@@ -85,10 +89,10 @@ VARIANTS: dict[str, Variant] = {
     "dontlog-normal": Variant("option dontlog-normal in defaults", _defaults("option dontlog-normal")),
     "no-worker-header": Variant("no X-Ngym-Worker response header", _drop("X-Ngym-Worker|which worker answered")),
     "body-on-typed": Variant(
-        "wait-for-body only on the typed paths instead of option http-buffer-request",
-        _replace("    option http-buffer-request\n", BODY_ON_TYPED),
+        "the body waited for only on the typed paths instead of every request's",
+        lambda c: _matched(re.sub(r"(?m)^(    http-request wait-for-body time \S+)\n", BODY_ON_TYPED, c), c),
     ),
-    "no-buffer": Variant("no option http-buffer-request at all", _drop("option http-buffer-request")),
+    "no-buffer": Variant("no body read before routing at all", _drop("http-request wait-for-body")),
     "no-checks": Variant("no health checks", lambda c: re.sub(r" check inter 1s.*", "", c)),
     "abns": Variant("backends on abstract unix sockets (abns@)", abstract=True),
     "low-latency": Variant("tune.sched.low-latency on", _global("tune.sched.low-latency on")),

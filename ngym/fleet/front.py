@@ -16,6 +16,7 @@ from typing import Any
 from ngym.fleet.spec import EnvironmentSpec
 from ngym.fleet.state import ProcessRecord
 from ngym.processes import spawn
+from ngym.server.hosting.client_limits import ClientLimits
 from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_command, haproxy_config
 
 
@@ -29,10 +30,10 @@ def affinity_settings(env: EnvironmentSpec) -> tuple[str, float, int]:
     )
 
 
-def header_limit(env: EnvironmentSpec) -> int:
-    """The largest request headers the environment's unit takes (``max_request_header_bytes``): its front's HAProxy
-    takes as much (``proxy_bufsize``)."""
-    return int(_setting(env, "max_request_header_bytes"))
+def client_limits(env: EnvironmentSpec) -> ClientLimits:
+    """What the environment's unit allows one client (its header size, header and body times, keep-alive time):
+    its front's HAProxy, which reads each request first, holds clients to the same."""
+    return ClientLimits.from_settings(lambda key: _setting(env, key))
 
 
 def _setting(env: EnvironmentSpec, key: str) -> Any:
@@ -61,7 +62,7 @@ def start_front(
                 cookie_name=cookie_name,
                 session_ttl_seconds=ttl,
                 max_sessions=max_sessions,
-                max_header_bytes=header_limit(env),
+                limits=client_limits(env),
             )
         )
         log = folder / f"{name}.front.log"

@@ -39,7 +39,7 @@ from typing import Any
 
 from ngym.errors import NgymError
 from ngym.fleet.bringup import Reporter, answers, finish, new_state, stop_processes
-from ngym.fleet.front import affinity_settings, header_limit
+from ngym.fleet.front import affinity_settings, client_limits
 from ngym.fleet.isolation import ensure_venv
 from ngym.fleet.launch import environment_args, environment_env
 from ngym.fleet.spec import EnvironmentSpec, FleetSpec
@@ -340,7 +340,7 @@ def _front_environment(
     try:
         record.host, record.port = ray.get(front.reserve.remote(name, env.port or 0), timeout=60)
         cookie, ttl, cap = affinity_settings(env)
-        ray.get(front.route.remote(name, slots, cookie, ttl, cap, header_limit(env)), timeout=60)
+        ray.get(front.route.remote(name, slots, cookie, ttl, cap, client_limits(env)), timeout=60)
     except Exception as exc:
         record.reason = f"its HAProxy on the head node did not start: {_cause(exc)}"
         report.line(f"{name}: FAILED: {record.reason}")

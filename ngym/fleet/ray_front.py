@@ -32,8 +32,8 @@ from pathlib import Path
 from ngym.child_python import python_module
 from ngym.fleet.state import write_private
 from ngym.processes import spawn, stop_all
+from ngym.server.hosting.client_limits import ClientLimits
 from ngym.server.hosting.haproxy import Backend, haproxy_binary, haproxy_command, haproxy_config
-from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 
 __all__ = ["FRONT", "FleetFront", "HEAD_NODE_RESOURCE"]
 
@@ -82,7 +82,7 @@ class FleetFront:
         cookie_name: str,
         session_ttl_seconds: float,
         max_sessions: int,
-        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        limits: ClientLimits = ClientLimits(),
     ) -> None:
         """Start HAProxy for environment ``name`` on its reserved socket, session-affine over ``backends``
         (backend ``rI`` is replica I, routing slot I: HAProxy's ``X-Ngym-Worker`` answer header names it; a third
@@ -102,7 +102,7 @@ class FleetFront:
                 cookie_name=cookie_name,
                 session_ttl_seconds=session_ttl_seconds,
                 max_sessions=max_sessions,
-                max_header_bytes=max_header_bytes,
+                limits=limits,
             )
         )
         check = subprocess.run(

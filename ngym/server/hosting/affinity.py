@@ -35,6 +35,7 @@ from typing import Any
 
 from ngym import processes
 from ngym.child_python import python_module
+from ngym.server.hosting.client_limits import ClientLimits
 from ngym.server.hosting.haproxy import (
     Backend,
     batch_scheduling,
@@ -46,7 +47,6 @@ from ngym.server.hosting.haproxy import (
     lower_priority,
 )
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec
-from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
 from ngym.server.sessions.routing import ROUTE_SLOT_ENV, RouteSlot
 
 log = logging.getLogger("ngym.serve")
@@ -165,7 +165,7 @@ class AffineWorkers:
         session_ttl_seconds: float,
         max_sessions: int,
         access_log: bool = False,
-        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        limits: ClientLimits = ClientLimits(),
     ) -> None:
         self.spec = spec
         self.public = public
@@ -194,7 +194,7 @@ class AffineWorkers:
                 max_sessions=max_sessions,
                 stats_socket=str(self.stats_socket),
                 stride=self.outer_slot.stride,
-                max_header_bytes=max_header_bytes,
+                limits=limits,
             )
         )
 

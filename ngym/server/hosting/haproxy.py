@@ -54,7 +54,7 @@ import subprocess
 from dataclasses import dataclass
 
 from ngym.errors import ConfigError
-from ngym.server.pipeline.request_limits import DEFAULT_MAX_HEADER_BYTES
+from ngym.server.hosting.client_limits import ClientLimits, haproxy_time
 from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE, ORS_MOUNT_PATH, ORS_ROOT_SEGMENTS
 
 HAPROXY_INSTALL_HINT = "apt-get install haproxy (Debian/Ubuntu) or dnf install haproxy"
@@ -222,13 +222,16 @@ def haproxy_config(
     server_timeout_seconds: float = 3600.0,
     stats_socket: str | None = None,
     stride: int = 1,
-    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+    limits: ClientLimits = ClientLimits(),
 ) -> str:
     """The HAProxy configuration: listen on the inherited socket ``listen_fd``, route each request to the slot its
     session id names (backend I is slot I; nothing is stored per session: ``session_ttl_seconds`` and
     ``max_sessions`` are accepted for the callers' sake and unused). ``stats_socket``: a unix socket
     path for HAProxy's runtime API (``show stat``), mode 0600. ``stride``: the product of the counts of the routing
-    levels outside this one (1 when this proxy is the outermost; see ``ngym.server.sessions.routing``)."""
+    levels outside this one (1 when this proxy is the outermost; see ``ngym.server.sessions.routing``). ``limits``:
+    the workers' own limits per client, which HAProxy enforces in their place (it reads each request before they do):
+    header size, the time for the headers and for the body (408, with a JSON message naming the settings), the
+    idle keep-alive time."""
     count = max(1, len(backends))
     typed_paths = "path_end /seed_session /close_session"
     # Several backends: one failed connection marks a worker down at once, so seeds stop going to it and its
@@ -290,7 +293,7 @@ def haproxy_config(
 global
     log stderr format short local0 warning{stats}
     nbthread {proxy_threads(count)}
-    tune.bufsize {proxy_bufsize(max_header_bytes)}
+    tune.bufsize {proxy_bufsize(limits.max_header_bytes)}
 
 defaults
     mode http
@@ -299,8 +302,8 @@ defaults
     timeout connect 2s
     timeout client 1h
     timeout server {int(server_timeout_seconds)}s
-    timeout http-request 60s
-    timeout http-keep-alive 5s
+    timeout http-request {haproxy_time(limits.header_timeout_seconds)}
+    timeout http-keep-alive {haproxy_time(limits.keep_alive_seconds)}
     timeout queue 30s
     # a request whose worker cannot be connected to (dead) goes to another one (which answers 410 / session_lost
     # for a lost session); retries happen only when the connection failed, i.e. the request was never sent
@@ -313,7 +316,10 @@ frontend ngym
     # no traffic log: at the warning level above it would all be dropped, after HAProxy had formatted a line per
     # request anyway (its "Connect from" line; the backend keeps the log of its workers going down and up)
     no log
-    option http-buffer-request
+    # the body is read before routing (a typed seed's id is in it), for as long as a worker would wait for it
+    # (headers late: HAProxy's own 408 page; a body late: the worker's answer)
+    http-request wait-for-body time {haproxy_time(limits.body_timeout_seconds)}
+    http-error status 408 content-type application/json string '{limits.body_timeout_answer}'
     # two session cookies: the proxy and the server could read different sessions from one request
     http-request return status 400 content-type application/json string '{_DUPLICATE_COOKIE_BODY}' {duplicate}
     http-request return status 400 content-type application/json string '{_DUPLICATE_EPISODE_BODY}' {duplicate_episode}

@@ -31,6 +31,7 @@ from ngym.child_python import children_use_safe_path, forget_safe_path, python_m
 from ngym.config import apply_overrides, default_instance_name, instances_from_files, split_overrides
 from ngym.errors import ConfigError, run_guarded
 from ngym.server.hosting.affinity import LISTEN_FD_ENV, AffineWorkers
+from ngym.server.hosting.client_limits import ClientLimits
 from ngym.server.hosting.cpu_priority import apply_cpu_priorities
 from ngym.server.hosting.fork_template import prepare_fork_template
 from ngym.server.hosting.haproxy import HAPROXY_INSTALL_HINT, haproxy_binary
@@ -169,7 +170,7 @@ def serve_one(
             session_ttl_seconds=settings.session_ttl_seconds,
             max_sessions=settings.max_sessions,
             access_log=access_log,
-            max_header_bytes=settings.max_request_header_bytes,
+            limits=ClientLimits.from_settings(lambda name: getattr(settings, name)),
         )
         line = _listen_line(spec, host, port, domain.value if domain else None, workers)
         print(f"{line}  [session-affine: HAProxy in front of {workers} single-worker processes]", flush=True)
