@@ -103,8 +103,11 @@ async def answer_inline(task_id: str, work: Awaitable[bytes], result: asyncio.Fu
     outcome, for a client resuming a cut stream by ``task_id``. Running ``work`` here costs an entry in the loop's
     table of running calls; a timer per call costs more, a task and a wait for it about ten times that."""
     late = _LateStream(task_id, send)
-    watch = _watch()
-    watch.add(late)
+    loop = asyncio.get_running_loop()
+    watch = _WATCHES.get(loop)
+    if watch is None:
+        watch = _WATCHES[loop] = _Watch()
+    watch.add(late, loop)
     try:
         result.set_result(await work)
     except Exception as exc:  # the call's own failure: the client reads it as the stream's error event
@@ -126,34 +129,26 @@ class _Watch:
     of ``PING_SECONDS`` while any runs, a call running ``PING_SECONDS`` or more starts its stream. No timer made
     and cancelled per call."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self) -> None:
         self.running: dict[_LateStream, float] = {}
         self.timer: asyncio.TimerHandle | None = None
 
-    def add(self, late: _LateStream) -> None:
-        self.running[late] = self.loop.time()
+    def add(self, late: _LateStream, loop: asyncio.AbstractEventLoop) -> None:
+        self.running[late] = loop.time()
         if self.timer is None:
-            self.timer = self.loop.call_later(PING_SECONDS / 4, self._check)
+            self.timer = loop.call_later(PING_SECONDS / 4, self._check, loop)
 
-    def _check(self) -> None:
-        now = self.loop.time()
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
         for late, since in list(self.running.items()):
             if now - since >= PING_SECONDS:
                 del self.running[late]
                 late.start()
-        self.timer = self.loop.call_later(PING_SECONDS / 4, self._check) if self.running else None
+        self.timer = loop.call_later(PING_SECONDS / 4, self._check, loop) if self.running else None
 
 
+#: each event loop's ``_Watch`` (it holds no reference to its loop: the loop's entry goes with the loop)
 _WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watch] = weakref.WeakKeyDictionary()
-
-
-def _watch() -> _Watch:
-    loop = asyncio.get_running_loop()
-    found = _WATCHES.get(loop)
-    if found is None:
-        found = _WATCHES[loop] = _Watch(loop)
-    return found
 
 
 _RAW_HEADERS = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
