@@ -5,14 +5,15 @@ way (the ORS front's ``/create``, ``/call`` and ``/delete``): from their method,
 ``Runner``; once the request's body has arrived (at most ``READY_MAX_BODY`` bytes, read by the protocol), the
 runner gives the coroutine that answers it, or None when the request is not its plain case (it then goes on to the
 application as usual, body included). The coroutine answers through a ``DirectReply``, the request's stand-in for
-uvicorn's request cycle: no scope, no cycle, no receive queue. It runs in a task of its own, as uvicorn runs a request's
-app, so a long request (an environment's tool, a judge) still streams and pipelined requests after it wait their
-turn.
+uvicorn's request cycle: no scope, no cycle, no receive queue. It runs in a task of its own, as uvicorn runs a
+request's app, so a long request (an environment's tool, a judge) still streams and pipelined requests after it
+wait their turn.
 
 What holds as on uvicorn's path: the answer is one write (a stream is chunked); an exception is answered 500 with
 ``repr(exc)`` as ngym's middleware answers it (closed when the answer had started), and the server keeps serving;
-a handler that returns without answering is a 500; the keep-alive timer, the header deadline of the next request,
-graceful shutdown (the request finishes, then the connection closes) and ``--limit-max-requests`` all apply.
+a handler that returns without answering is a 500; the keep-alive close (by the connection's one timer, see
+``http_protocol``), the header deadline of the next request, graceful shutdown (the request finishes, then the
+connection closes) and ``--limit-max-requests`` all apply.
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def start(reply: DirectReply, work: Coroutine[Any, Any, None], what: str, protoc
     never waits: code that asks for the current task (anyio, ``asyncio.timeout``, an environment's sync route run in
     a thread) needs one."""
     served = _serve(reply, work, what)
-    if protocol.config.reset_contextvars:  # uvicorn's opt-in: no context of the server's leaks into the request
+    # uvicorn's opt-in (``reset_contextvars``): no context of the server's leaks into the request
+    if getattr(protocol.config, "reset_contextvars", False):
         task = protocol.loop.create_task(served, context=contextvars.Context())
     else:
         task = protocol.loop.create_task(served)
