@@ -148,12 +148,26 @@ async def post(app: ASGIApp, path: str, body: Any, cookie: bytes | None = None) 
     return answer
 
 
+#: A built middleware stack's entry (``_entry``), kept for the stack it was found in: (stack, entry).
+_ENTRIES: dict[int, tuple[Any, ASGIApp]] = {}
+
+
 def _entry(app: ASGIApp) -> ASGIApp:
-    """Where an in-process call enters ``app``: below its outermost layers once its middleware stack is built."""
-    layer: Any = getattr(app, "middleware_stack", None) or app
+    """Where an in-process call enters ``app``: below its outermost layers once its middleware stack is built
+    (found once per stack: a front makes a few in-process calls per episode)."""
+    stack: Any = getattr(app, "middleware_stack", None)
+    if stack is not None:
+        known = _ENTRIES.get(id(app))
+        if known is not None and known[0] is stack:
+            return known[1]
+    layer: Any = stack or app
     while type(layer).__name__ in _OUTER_LAYERS and getattr(layer, "app", None) is not None:
         layer = layer.app
     entry: ASGIApp = layer
+    if stack is not None:
+        if len(_ENTRIES) >= 64:  # apps built and dropped (tests build many): the oldest let go
+            del _ENTRIES[next(iter(_ENTRIES))]
+        _ENTRIES[id(app)] = (stack, entry)
     return entry
 
 

@@ -35,7 +35,7 @@ from ngym.server.hosting.client_limits import ClientLimits
 from ngym.server.hosting.cpu_priority import apply_cpu_priorities
 from ngym.server.hosting.fork_template import prepare_fork_template
 from ngym.server.hosting.haproxy import HAPROXY_INSTALL_HINT, haproxy_binary
-from ngym.server.pipeline import http_protocol
+from ngym.server.pipeline import http_protocol, websocket_protocol
 from ngym.server.pipeline.app import SPEC_ENV, ServeSpec, build_app, build_server, load_server_class, working_directory
 from ngym.server.pipeline.base import CLASS_OVERRIDES_ENV
 from ngym.server.pipeline.resources import SimpleResourcesServer
@@ -219,8 +219,9 @@ def enter_working_directory(target: str) -> None:
 
 def uvicorn_config(server: SimpleResourcesServer, app: Any, *, proxied: bool = False, **options: Any) -> uvicorn.Config:
     """uvicorn's config for a server, with its HTTP limits: keep-alive, header deadline and size (the body
-    limits live in the app itself, see ``ngym.server.pipeline.request_limits``), and WebSocket compression only
-    when the config asks for it (``websocket_compression``).
+    limits live in the app itself, see ``ngym.server.pipeline.request_limits``), WebSocket compression only
+    when the config asks for it (``websocket_compression``), and uvicorn's WebSocket protocol with a direct path
+    for whole text messages (``ngym.server.pipeline.websocket_protocol``).
 
     ``proxied``: a worker of ``ngym run --workers N`` that only its HAProxy reaches (its unix socket is in the
     supervisor's folder, mode 0700). It keeps every limit, and skips what does nothing there: uvicorn's
@@ -237,6 +238,7 @@ def uvicorn_config(server: SimpleResourcesServer, app: Any, *, proxied: bool = F
         timeout_keep_alive=settings.keep_alive_timeout_seconds,  # type: ignore[arg-type]  # uvicorn says int
         h11_max_incomplete_event_size=settings.max_request_header_bytes,
         ws_per_message_deflate=settings.websocket_compression,
+        ws=websocket_protocol.protocol_class(),
         **options,
     )
     http_protocol.configure(

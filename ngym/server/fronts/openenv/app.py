@@ -6,8 +6,10 @@ route: no session or reward logic lives here.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from importlib import metadata as distribution
 from typing import Any
 
@@ -41,6 +43,7 @@ from ngym.server.fronts.openenv.wire import (
     ws_error,
 )
 from ngym.server.pipeline.intake import parse_json
+from ngym.server.pipeline.websocket_protocol import SocketGone, direct_socket
 from ngym.server.sessions.routing import OPENENV_EPISODE_COOKIE
 from ngym.server.sessions.store import SessionLimitReached
 
@@ -187,13 +190,10 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
     else:
         episode = front.new_episode()
     try:
-        while True:
-            raw = await socket.receive_text()
-            answer = await _answer(front, episode, raw)
-            if answer is None:
-                break
-            await socket.send_text((answer if type(answer) is bytes else pydantic_core.to_json(answer)).decode())
-    except (WebSocketDisconnect, RuntimeError):  # the client went away (mid-answer: RuntimeError on send)
+        # In a task of its own: waiting for each message suspends this short stack, not the app's whole stack of
+        # middleware and routes above this handler (each resumption runs through every frame of the stack).
+        await asyncio.ensure_future(_exchange(front, episode, *_message_io(socket)))
+    except (WebSocketDisconnect, RuntimeError, SocketGone):  # the client went away (mid-answer: on send)
         pass
     finally:
         if attached:
@@ -204,6 +204,42 @@ async def _serve_socket(front: OpenEnvFront, socket: WebSocket) -> None:
     # already closed by the client: a close frame sent (RuntimeError) or the connection dropped (WebSocketDisconnect)
     with contextlib.suppress(RuntimeError, WebSocketDisconnect):
         await socket.close()
+
+
+async def _exchange(
+    front: OpenEnvFront,
+    episode: Episode,
+    receive: Callable[[], Awaitable[str]],
+    send: Callable[[bytes], Awaitable[None]],
+) -> None:
+    """Answer the connection's messages one by one until its ``close`` message."""
+    while True:
+        answer = await _answer(front, episode, await receive())
+        if answer is None:
+            return
+        await send(answer if type(answer) is bytes else pydantic_core.to_json(answer))
+
+
+def _message_io(socket: WebSocket) -> tuple[Callable[[], Awaitable[str]], Callable[[bytes], Awaitable[None]]]:
+    """How an accepted socket's messages are read (as text; a binary message as its UTF-8 text) and written (as
+    UTF-8 bytes): straight on the connection when ngym's WebSocket protocol serves it
+    (``websocket_protocol.DirectSocket``: no ASGI event and no ``send`` wrapper per message), else through
+    Starlette's ``WebSocket``."""
+    direct = direct_socket(socket.scope)
+    if direct is not None:
+        return direct.receive_text, direct.send_text
+
+    async def receive() -> str:  # as ``DirectSocket.receive_text``: a binary message is read as UTF-8 text
+        message = await socket.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", 1000))
+        text = message.get("text")
+        return str(text) if text is not None else bytes(message.get("bytes") or b"").decode("utf-8", "replace")
+
+    async def send(payload: bytes) -> None:
+        await socket.send_text(payload.decode())
+
+    return receive, send
 
 
 async def _answer(front: OpenEnvFront, episode: Episode, raw: str) -> dict[str, Any] | bytes | None:
