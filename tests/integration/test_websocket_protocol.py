@@ -43,7 +43,13 @@ async def _echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
     assert (await receive())["type"] == "websocket.connect"
     await send({"type": "websocket.accept"})
     direct = direct_socket(scope)
-    assert direct is not None
+    if direct is None:  # a uvicorn this protocol does not take over (``UVICORN_RELEASES``): its own, as the front does
+        assert protocol_class() == "auto"
+        while (message := await receive())["type"] == "websocket.receive":
+            text = message.get("text")
+            text = text if text is not None else message["bytes"].decode("utf-8", "replace")
+            await send({"type": "websocket.send", "text": text})
+        return
     with contextlib.suppress(SocketGone):
         while True:
             text = await direct.receive_text()

@@ -22,12 +22,15 @@ then through websockets' frame writer; and every read goes through websockets' f
   frames are unmasked); a connection that negotiated permessage-deflate goes through websockets' own writer.
 
 Everything else (handshake, ping/pong, close, size limits, invalid UTF-8) is uvicorn's and websockets' own.
-``protocol_class()`` gives this class when uvicorn has its sans-I/O implementation, else uvicorn's default.
+``protocol_class()`` gives this class for the uvicorn releases it was checked against (``UVICORN_RELEASES``: it
+relies on their sans-I/O protocol's internals), else uvicorn's default; the direct read of a whole frame also needs
+websockets' parser as releases 15-17 have it (``FRAMES_READ_DIRECTLY``), else every read goes to that parser.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 #: Where the direct path of a connection is found in its ASGI scope (``scope["extensions"]``).
@@ -107,6 +110,7 @@ def frame_header(size: int) -> bytes:
 
 _OPEN: Any = None
 _AT_EOF: Any = None
+FRAMES_READ_DIRECTLY = False
 WebSocketProtocol: type[asyncio.Protocol] | None = None
 try:  # uvicorn >= 0.35 with websockets installed (uvicorn[standard]); otherwise uvicorn's default is used
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -132,12 +136,55 @@ def _waits_for_a_frame(parser: Any) -> bool:
         inner = delegate
 
 
+def _frames_read_directly() -> bool:
+    """Whether the installed websockets keeps what the direct read of a whole frame relies on (its parser waiting
+    at a frame boundary in the reader's ``at_eof``, its size limits' and state's names, as in websockets 15-17);
+    otherwise every read goes to websockets' own parser (messages are still written directly)."""
+    try:
+        from websockets.protocol import Protocol, Side
+
+        probe: Any = Protocol(Side.SERVER, state=State.OPEN)
+        _ = (probe.max_message_size, probe.max_fragment_size, probe.current_size, probe.extensions)
+        return isinstance(probe.reader.buffer, bytearray) and _waits_for_a_frame(probe.parser)
+    except Exception:  # any other shape: not read directly
+        return False
+
+
 #: what this module's protocol overrides of uvicorn's (a uvicorn without one of them: uvicorn's own protocol is used)
 _OVERRIDDEN = ("data_received", "handle_connect", "send_receive_event_to_app", "receive")
 
-if WebSocketsSansIOProtocol is not None and all(hasattr(WebSocketsSansIOProtocol, n) for n in _OVERRIDDEN):
+#: the uvicorn releases whose sans-I/O protocol keeps what this one relies on (its message ``frames``, its
+#: ``disconnected`` flag, ...; 0.52.4 to 0.54 checked): any other release serves WebSockets with uvicorn's own protocol
+UVICORN_RELEASES = ((0, 52, 4), (0, 55, 0))
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"0.54.0"`` as ``(0, 54, 0)`` (a part that is not a number ends it)."""
+    parts: list[int] = []
+    for part in version.split(".")[:3]:
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _uvicorn_fits() -> bool:
+    import uvicorn
+
+    first, beyond = UVICORN_RELEASES
+    return first <= _release(uvicorn.__version__) < beyond
+
+
+if (
+    WebSocketsSansIOProtocol is not None
+    and all(hasattr(WebSocketsSansIOProtocol, n) for n in _OVERRIDDEN)
+    and _uvicorn_fits()
+):
     _OPEN = State.OPEN
     _AT_EOF = StreamReader.at_eof.__code__
+    #: whether a read that is one whole frame is taken without websockets' parser (``_frames_read_directly``)
+    FRAMES_READ_DIRECTLY = _frames_read_directly()  # noqa: F811
 
     class _WebSocketProtocol(WebSocketsSansIOProtocol):
         """uvicorn's sans-I/O WebSocket protocol with a direct path (see the module docstring)."""
@@ -157,7 +204,7 @@ if WebSocketsSansIOProtocol is not None and all(hasattr(WebSocketsSansIOProtocol
             its own. Anything else (a control frame, a fragment, part of a frame or more than one, a size over the
             limit, reserved bits set) goes to websockets (False)."""
             size = len(data)
-            if size < 6 or not self.handshake_complete or self.close_sent:
+            if size < 6 or not FRAMES_READ_DIRECTLY or not self.handshake_complete or self.close_sent:
                 return False
             first, second = data[0], data[1]
             if (first != 0x81 and first != 0x82) or second < 0x80:  # FIN + text/binary, no RSV bits; masked
