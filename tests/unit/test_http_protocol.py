@@ -11,7 +11,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from ngym.server.pipeline import http_protocol
+from ngym.server.pipeline import http_protocol, lingering_close
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY, RequestLimitsMiddleware
 from ngym.testing.memory_transport import MemoryTransport
 from tests.unit.test_request_limits import read_body_app
@@ -198,7 +198,7 @@ async def test_an_answer_given_before_the_body_arrived_is_followed_by_a_lingerin
 async def test_a_lingering_close_ends_past_its_byte_bound_or_its_time(
     protocol_class: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(http_protocol, "LINGER_BYTES", 150_000)
+    monkeypatch.setattr(lingering_close, "LINGER_BYTES", 150_000)
     protocol, transport = _connection(_answer_unread, protocol_class, MemoryTransport(can_write_eof=True))
     protocol.data_received(_head(1_000_000) + b"x" * 1000)
     await _until(lambda: transport.eof)
@@ -206,7 +206,7 @@ async def test_a_lingering_close_ends_past_its_byte_bound_or_its_time(
     assert not transport.closed
     protocol.data_received(b"x" * 100_000)
     assert transport.closed
-    monkeypatch.setattr(http_protocol, "LINGER_SECONDS", 0.01)
+    monkeypatch.setattr(lingering_close, "LINGER_SECONDS", 0.01)
     protocol, transport = _connection(_answer_unread, protocol_class, MemoryTransport(can_write_eof=True))
     protocol.data_received(_head(1_000_000) + b"x" * 1000)
     await _until(lambda: transport.closed)  # the client never sends the rest: closed when the linger ends

@@ -44,6 +44,8 @@ class Connection:
         self.ready: ReadyAnswers = ready_answers(app)
         self.answered = 0
         self.routed = 0  #: requests ``app_for`` gave an app of the front's own
+        self.direct = 0  #: requests ``direct`` gave a runner for, and runs its runner took
+        self.declined = 0  #: runs its runner declined (the app answered)
 
     def count(self, answer: Any) -> Any:
         def counted(method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
@@ -61,16 +63,34 @@ class Connection:
 
         return counted
 
+    def count_direct(self, direct: Any) -> Any:
+        def counted(method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> Any:
+            runner = direct(method, url, headers)
+            if runner is None:
+                return None
+
+            def run(body: bytes, reply: Any) -> Any:
+                work = runner(body, reply)
+                self.direct += work is not None
+                self.declined += work is None
+                return work
+
+            return run
+
+        return counted
+
     async def send(
         self, method: str, path: str, headers: bytes = b"", body: bytes = b"", *, ready: bool = True
     ) -> bytes:
         """The whole answer to one request (by a ready answer when the front has one and ``ready``; by the front's
         own app when it routes the request and ``ready``)."""
-        front, routes = self.ready.answer, self.ready.app_for
+        front, routes, direct = self.ready.answer, self.ready.app_for, self.ready.direct
         if front is not None:
             self.ready.answer = self.count(front) if ready else None
         if routes is not None:
             self.ready.app_for = self.count_routed(routes) if ready else None
+        if direct is not None:
+            self.ready.direct = self.count_direct(direct) if ready else None
         try:
             self.transport.written.clear()
             length = b"content-length: %d\r\n" % len(body) if body else b""
@@ -88,6 +108,8 @@ class Connection:
                 self.ready.answer = front
             if routes is not None:
                 self.ready.app_for = routes
+            if direct is not None:
+                self.ready.direct = direct
 
 
 def _complete(answer: bytes) -> bool:
@@ -162,36 +184,45 @@ def _ids_out(answer: bytes) -> bytes:
     return re.sub(rb"[0-9a-f]{32}", b"ID", answer)
 
 
-async def test_environment_requests_run_the_fronts_own_app_and_answer_as_the_whole_app(
+async def test_environment_requests_run_from_the_parser_and_answer_as_the_whole_app(
     connection: Connection,
 ) -> None:
-    """``/create`` and ``/call`` run the front's handler straight from uvicorn's request cycle (``app_for``), past
-    the app's outer layers; their answers are the whole app's, byte for byte (task ids aside); a case the handler
-    does not take (a body that is not JSON, an unknown session) is the whole app's own answer; NeMo Gym's wire
-    (no ORS header) is never routed there."""
+    """``/create`` and ``/call`` run the front's handler from the parser's callbacks (``direct``), without a request
+    cycle; their answers are the whole app's, byte for byte (task ids aside); a case the handler does not take (a
+    body that is not JSON, an unknown session) is the whole app's own answer; NeMo Gym's wire (no ORS header) is
+    never taken there; a body over ``READY_MAX_BODY`` runs the front's own app in uvicorn's cycle (``app_for``)."""
     sid = await _open(connection)
-    assert connection.routed == 1  # the first /create built the front; this one was routed
+    assert connection.direct == 1 and connection.routed == 0  # the first /create built the front; this one direct
     own = SDK + b"x-session-id: %s\r\ncontent-type: application/json\r\n" % sid.encode()
     call = b'{"name": "get_weather", "input": {"city": "Paris"}}'
     fast = await connection.send("POST", "/call", own + b"accept: text/event-stream\r\n", call)
-    assert connection.routed == 2 and b"event: end" in fast
+    assert connection.direct == 2 and b"event: end" in fast
     slow = await connection.send("POST", "/ors/call", own + b"accept: text/event-stream\r\n", call, ready=False)
-    assert connection.routed == 2 and _ids_out(fast) == _ids_out(slow)
-    for body in (b"{not json", b'{"name": "get_weather"}'):
+    assert connection.direct == 2 and _ids_out(fast) == _ids_out(slow)
+    for body in (b"{not json", b'{"name": "get_weather"}', b"[]", b""):
         refused = await connection.send("POST", "/call", own, body)
         assert refused.startswith(b"HTTP/1.1 422 ") and refused == await connection.send(
             "POST", "/call", own, body, ready=False
         )
+    assert connection.direct == 2 and connection.declined == 4
     unknown = SDK + b"x-session-id: %s\r\ncontent-type: application/json\r\n" % (b"0" * 32)
     missing = await connection.send("POST", "/call", unknown, call)
     assert missing.startswith(b"HTTP/1.1 404 ") and missing == await connection.send(
         "POST", "/call", unknown, call, ready=False
     )
+    big = b'{"name": "get_weather", "input": {"city": "%s"}}' % (b"P" * 5000)
     routed = connection.routed
+    fast = await connection.send("POST", "/call", own, big)
+    assert connection.routed == routed + 1 and b"event: end" in fast
+    assert _ids_out(fast) == _ids_out(await connection.send("POST", "/call", own, big, ready=False))
+    direct, declined = connection.direct, connection.declined
     nemo = await connection.send("POST", "/get_weather", b"content-type: application/json\r\n", b'{"city": "Paris"}')
-    assert nemo.startswith(b"HTTP/1.1 ") and connection.routed == routed
+    assert nemo.startswith(b"HTTP/1.1 ") and (connection.direct, connection.declined) == (direct, declined)
     again = await connection.send("POST", "/create", own, b'{"split": "example", "index": 0}')
-    assert again.startswith(b"HTTP/1.1 400 ") and b"already exists" in again and connection.routed == routed + 1
+    assert again.startswith(b"HTTP/1.1 400 ") and b"already exists" in again and connection.direct == direct + 1
+    assert again == await connection.send("POST", "/create", own, b'{"split": "example", "index": 0}', ready=False)
+    deleted = await connection.send("POST", "/delete", own, b"{}")  # still open: closed, from the parser
+    assert deleted.endswith(b'{"sid":"%s"}' % sid.encode()) and connection.direct == direct + 2
 
 
 async def test_a_request_pipelined_behind_a_routed_one_is_answered_after_it(connection: Connection) -> None:
@@ -211,3 +242,65 @@ async def test_a_request_pipelined_behind_a_routed_one_is_answered_after_it(conn
         await asyncio.sleep(0.002)
     written = bytes(connection.transport.written)
     assert written.index(b"event: end") < written.rindex(b"HTTP/1.1 200 OK") and written.endswith(b'{"status":"ok"}')
+
+
+async def test_a_long_call_run_from_the_parser_streams_and_what_is_pipelined_behind_it_waits(
+    connection: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``/call`` still running after ``sse.PING_SECONDS`` streams (chunked: its ``task_id`` at once, pings, then
+    the answer) and a ``/ping`` pipelined behind it is answered after it."""
+    from ngym.server.fronts.ors import sse
+
+    sid = await _open(connection)
+    front = connection.ready.direct.__self__.front  # type: ignore[union-attr]
+    release = asyncio.Event()
+    run = front.call_json
+
+    async def slow(*args: Any) -> bytes:
+        await release.wait()
+        answer: bytes = await run(*args)
+        return answer
+
+    monkeypatch.setattr(front, "call_json", slow)
+    monkeypatch.setattr(sse, "PING_SECONDS", 0.01)
+    own = SDK + b"x-session-id: %s\r\n" % sid.encode()
+    call = b'{"name": "get_weather", "input": {"city": "Paris"}}'
+    head = b"POST /call HTTP/1.1\r\nhost: t\r\n%scontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    ping = b"POST /ping HTTP/1.1\r\nhost: t\r\n%s%s\r\n" % (own, NO_BODY)
+    connection.transport.written.clear()
+    direct = connection.direct
+    connection.ready.direct = connection.count_direct(connection.ready.direct)
+    connection.protocol.data_received(head % (own, len(call)) + call + ping)
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + 10
+    while b": ping" not in connection.transport.written:
+        assert loop.time() < give_up, bytes(connection.transport.written)
+        await asyncio.sleep(0.002)
+    started = bytes(connection.transport.written)
+    assert connection.direct == direct + 1 and b"transfer-encoding: chunked\r\n" in started
+    assert b"event: task_id\r\n" in started and b'{"status":"ok"}' not in started
+    release.set()
+    while not connection.transport.written.endswith(b'{"status":"ok"}'):
+        assert loop.time() < give_up, bytes(connection.transport.written)
+        await asyncio.sleep(0.002)
+    written = bytes(connection.transport.written)
+    assert written.index(b"event: end") < written.index(b"0\r\n\r\n") < written.rindex(b"HTTP/1.1 200 OK")
+
+
+async def test_an_exception_in_the_fronts_handler_run_from_the_parser_is_a_500_naming_it(
+    connection: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The front's own code raising on a request run from the parser: 500 with ``repr(exc)`` (as ngym's middleware
+    answers), and the connection serves the next request."""
+    sid = await _open(connection)
+    front = connection.ready.direct.__self__.front  # type: ignore[union-attr]
+
+    async def broken(*args: Any) -> None:
+        raise RuntimeError("the front broke")
+
+    monkeypatch.setattr(front, "open_episode", broken)
+    other = SDK + b"x-session-id: %s\r\ncontent-type: application/json\r\n" % (b"1" * 32)
+    answer = await connection.send("POST", "/create", other, b'{"split": "example", "index": 0}')
+    assert answer.startswith(b"HTTP/1.1 500 ") and answer.endswith(b"\"RuntimeError('the front broke')\"")
+    own = SDK + b"x-session-id: %s\r\n" % sid.encode()
+    assert (await connection.send("POST", "/ping", own + NO_BODY)).endswith(b'{"status":"ok"}')

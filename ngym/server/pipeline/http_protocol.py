@@ -17,10 +17,10 @@ app runs (``ngym.server.pipeline.request_limits.BODY_BYTES_KEY``): the body limi
 
 An answer given before its request's body has all arrived (a 413 for a body over a limit, which the app refuses
 unread) is followed by a lingering close, as nginx does: the server ends its side (FIN) after the answer, then
-reads and drops what the client still sends, for at most ``LINGER_SECONDS`` and ``LINGER_BYTES``, before it
-closes. Closing at once with unread bytes makes the kernel reset the connection, and a peer still sending (HAProxy
-in front of ``--workers N``, relaying the body) then loses the answer it had not yet read: the client got
-"server disconnected" instead of the 413 that names the setting.
+reads and drops what the client still sends, for at most ``LINGER_SECONDS`` and ``LINGER_BYTES``
+(``lingering_close``), before it closes. Closing at once with unread bytes makes the kernel reset the connection,
+and a peer still sending (HAProxy in front of ``--workers N``, relaying the body) then loses the answer it had not
+yet read: the client got "server disconnected" instead of the 413 that names the setting.
 
 Each response goes to the socket in one write: its status line and headers are held until its body's first bytes
 (or the end of the event loop's turn, whichever comes first) and written with them. uvicorn writes them apart: two
@@ -35,9 +35,11 @@ already waits for the next request's headers after each response, closes it once
 A request the application can answer from its method, URL and headers alone, with bytes it has ready (the ORS
 front's ``/ping``, ``/prompt``, ``/create_session``, ``/delete``, ``/delete_session``), is answered from the
 parser's callbacks (httptools): no ASGI scope, cycle, task or middleware. The application says which by putting
-a ``ReadyAnswers`` on its ``state`` (``ngym.server.pipeline.ready_answers``); any request it declines takes the
-usual path, or, when its ``app_for`` names one (the ORS front's ``/create`` and ``/call``), runs that ASGI app in
-the request cycle uvicorn makes for it instead of the server's whole application.
+a ``ReadyAnswers`` on its ``state`` (``ngym.server.pipeline.ready_answers``). Requests its ``direct`` names (the
+ORS front's ``/create``, ``/call``, ``/delete``) are run from the same callbacks once their body is in, without an
+ASGI request cycle (``ngym.server.pipeline.direct_answers``); any other request takes the usual path, or, when its
+``app_for`` names one, runs that ASGI app in the request cycle uvicorn makes for it instead of the server's whole
+application.
 """
 
 from __future__ import annotations
@@ -49,15 +51,13 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ngym.server.pipeline import direct_answers
+from ngym.server.pipeline.lingering_close import LingeringClose
 from ngym.server.pipeline.ready_answers import READY_MAX_BODY, ReadyAnswers
 from ngym.server.pipeline.request_limits import BODY_BYTES_KEY, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
 
 log = logging.getLogger("ngym.server")
 
-#: How long a connection answered before its request's body arrived keeps reading (and dropping) that body.
-LINGER_SECONDS = 5.0
-#: How many bytes of such a body it reads and drops at most before it closes anyway.
-LINGER_BYTES = 64 * 1024 * 1024
 
 _TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -107,6 +107,8 @@ class HeaderDeadline:
     timeout_keep_alive: int
     timeout_keep_alive_task: asyncio.TimerHandle | None
     timeout_keep_alive_handler: Callable[[], None]
+    pipeline: Any
+    flow: Any
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     client: Any
@@ -127,6 +129,9 @@ class HeaderDeadline:
         self._ngym_max_bytes = getattr(self.config, "ngym_max_header_bytes", DEFAULT_MAX_HEADER_BYTES)
         self._ngym_ready: ReadyAnswers | None = None
         self._ngym_answer: bytes | None = None  # the ready answer of the request being parsed
+        self._ngym_runner: Any = None  # the direct runner of the request being parsed (its body is read here)
+        self._ngym_idle_until = 0.0  # answered here: closed if no byte of a next request comes by then
+        self._ngym_body = b""
         self._ngym_defaults: Any = None
         self._ngym_head = b""
         if not self.config.access_log:  # the access log lines are written by the request cycle
@@ -207,7 +212,40 @@ class HeaderDeadline:
             self._ngym_answer = None
             self._answer_ready(answer)
             return
+        runner = self._ngym_runner
+        if runner is not None:
+            self._ngym_runner = None
+            body, self._ngym_body = self._ngym_body, b""
+            self._run_direct(runner, body)
+            return
         super().on_message_complete()  # type: ignore[misc]
+
+    def _run_direct(self, runner: direct_answers.Runner, body: bytes) -> None:
+        """Run a request ``ReadyAnswers.direct`` took, its body in: its coroutine, or the usual path when the
+        runner declines it (its request cycle made now, given the body read so far)."""
+        if self.transport.is_closing():  # the client went away (or a close is under way): nothing to answer
+            return
+        reply = direct_answers.DirectReply(self)
+        work = runner(body, reply)
+        if work is None:
+            super().on_headers_complete()  # type: ignore[misc]
+            if body:
+                super().on_body(body)  # type: ignore[misc]
+            super().on_message_complete()  # type: ignore[misc]
+            return
+        self.cycle = reply
+        direct_answers.start(reply, work, self.url.decode("latin-1"), self)
+
+    def response_head(self, status: int) -> bytes:
+        """A response's status line and the server's default headers (its date and server headers)."""
+        state = self.server_state
+        defaults = state.default_headers
+        if defaults is not self._ngym_defaults:  # uvicorn renews the list (its date header) once a second
+            self._ngym_defaults = defaults
+            self._ngym_head = _STATUS_200 + b"".join(b"%s: %s\r\n" % pair for pair in defaults)
+        if status == 200:
+            return self._ngym_head
+        return direct_answers.status_line(status) + self._ngym_head[len(_STATUS_200) :]
 
     def on_headers_complete(self) -> None:  # httptools' parser callback
         ready = self._ngym_ready
@@ -215,12 +253,18 @@ class HeaderDeadline:
             parser = self.parser
             if parser.should_keep_alive() and not parser.should_upgrade() and parser.get_http_version() == "1.1":
                 headers = self.headers
-                if _body_is_small(headers):
+                small = _body_is_small(headers)
+                if small:
                     answer = ready.answer(parser.get_method(), self.url, headers)
                     if answer is not None:
                         self._ngym_answer = answer
                         return
-                if ready.app_for is not None:
+                if small and ready.direct is not None:  # (what ``app_for`` routes, ``direct`` runs when small)
+                    runner = ready.direct(parser.get_method(), self.url, headers)
+                    if runner is not None:  # run once its body is in (``on_message_complete``)
+                        self._ngym_runner = runner
+                        return
+                elif ready.app_for is not None:
                     app = ready.app_for(parser.get_method(), self.url, headers, self.app)
                     if app is not None:  # this request runs ``app`` in the cycle uvicorn makes for it
                         served = self.app
@@ -233,7 +277,9 @@ class HeaderDeadline:
         super().on_headers_complete()  # type: ignore[misc]
 
     def on_body(self, body: bytes) -> None:  # httptools' parser callback
-        if self._ngym_answer is None:  # a ready answer's body (at most READY_MAX_BODY bytes) is dropped
+        if self._ngym_runner is not None:  # a direct request's body (at most READY_MAX_BODY bytes): kept for it
+            self._ngym_body += body
+        elif self._ngym_answer is None:  # a ready answer's body (at most READY_MAX_BODY bytes) is dropped
             super().on_body(body)  # type: ignore[misc]
 
     def _answer_ready(self, answer: bytes) -> None:
@@ -241,22 +287,49 @@ class HeaderDeadline:
         timer) and wait for the next request's headers."""
         if self.transport.is_closing():  # the client went away (or a close is under way): nothing to answer
             return
-        state = self.server_state
-        defaults = state.default_headers
-        if defaults is not self._ngym_defaults:  # uvicorn renews the list (its date header) once a second
-            self._ngym_defaults = defaults
-            self._ngym_head = _STATUS_200 + b"".join(b"%s: %s\r\n" % pair for pair in defaults)
-        self.transport.write_whole(self._ngym_head + answer)  # type: ignore[attr-defined]
-        state.total_requests += 1
-        if not self.proxied:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+        self.transport.write_whole(self.response_head(200) + answer)  # type: ignore[attr-defined]
+        self.server_state.total_requests += 1
         self._rearm()
+        if not self.proxied:
+            self._close_when_idle()
+
+    def direct_complete(self) -> None:
+        """A request run from the parser (``direct_answers``) is answered: what uvicorn does when a response is
+        complete (count it, resume reading, start a pipelined request), its keep-alive timer aside
+        (``_close_when_idle``)."""
+        if self.proxied or self.pipeline:  # (a pipelined request starts next: uvicorn's own path)
+            self.on_response_complete()
+            return
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()  # type: ignore[attr-defined]
+        self.flow.resume_reading()
+        if self._body_pending():  # a next request's headers are arriving: their deadline holds, not idleness
+            self._ngym_armed, self._ngym_body_wait = False, True
+            return
+        self._rearm()
+        self._close_when_idle()
+
+    def _close_when_idle(self) -> None:
+        """After an answer given from the parser: the connection closes if no byte of a next request comes within
+        uvicorn's keep-alive time, as uvicorn's keep-alive timer would close it, but by the connection's one timer
+        (``_header_timed_out``), moved only when it would fire later than that: no timer made and cancelled per
+        answer."""
+        if not self._ngym_armed:
+            return
+        until = self.loop.time() + self.timeout_keep_alive
+        self._ngym_idle_until = until
+        timer = self._ngym_timer
+        if timer is None or timer.when() > until:
+            if timer is not None:
+                timer.cancel()
+            self._ngym_timer = self.loop.call_at(until, self._header_timed_out)
 
     def _rearm(self) -> None:
         cycle = self.cycle
         # Armed again unless closing or a pipelined request is starting (its headers are in).
+        self._ngym_idle_until = 0.0
         if (cycle is None or cycle.response_complete) and not self.transport.is_closing():
             self._ngym_header_bytes = 0
             self._ngym_tail = b""
@@ -298,104 +371,21 @@ class HeaderDeadline:
         self._ngym_timer = None
         if not self._ngym_armed:
             return  # a request is in progress: the next response arms again (and makes the timer)
-        if self.loop.time() < self._ngym_deadline:  # armed again since this timer was set: wait for that deadline
-            self._ngym_timer = self.loop.call_at(self._ngym_deadline, self._header_timed_out)
+        now, due = self.loop.time(), self._ngym_deadline
+        if self._ngym_idle_until and not self._ngym_header_bytes:  # answered here, no byte of a next request since
+            if now >= self._ngym_idle_until:
+                if self._idle() and not self.transport.is_closing():
+                    self.transport.close()  # idle for the keep-alive time: closed quietly, as uvicorn closes it
+                return
+            due = min(due, self._ngym_idle_until)
+        if now < due:  # armed again since this timer was set: wait for that deadline
+            self._ngym_timer = self.loop.call_at(due, self._header_timed_out)
             return
         if not self._idle() or self.transport.is_closing():
             return  # a request is in progress
         if not self.proxied or self._ngym_header_bytes:  # behind HAProxy, an idle connection closes quietly
             log.info("%s: no complete request headers in time; connection closed", _peer(self.client))
         self.transport.close()
-
-
-class LingeringClose:
-    """The connection's transport as uvicorn's request cycles see it: ``close()`` while the request's body is still
-    arriving ends the server's side (the answer is complete), then lets the protocol drop what comes, and closes
-    when the client ends its side, or after ``LINGER_SECONDS`` or ``LINGER_BYTES``. Everything else is the
-    transport's own."""
-
-    def __init__(self, transport: Any, protocol: Any) -> None:
-        self._transport = transport
-        self._protocol = protocol
-        self._timer: asyncio.TimerHandle | None = None
-        self._dropped = 0
-        self._head: Any = None  # a response's status line and headers, held for its body
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-    @property
-    def raw(self) -> Any:
-        """The transport this one wraps."""
-        return self._transport
-
-    def write(self, data: Any) -> None:
-        """Write ``data``; a response's status line and headers (not an interim 1xx) are held and go out with the
-        next write (its body), or at the end of this turn of the event loop if none comes in it (a stream whose
-        first chunk is not ready): one system call per response instead of two."""
-        head = self._head
-        if head is not None:
-            self._head = None
-            self._transport.write(head + data)
-        elif data[:9] == b"HTTP/1.1 " and data[9:10] != b"1" and not self._transport.is_closing():
-            self._head = data if type(data) is bytes else bytes(data)  # joined with the body's bytes below
-            self._protocol.loop.call_soon(self.flush)
-        else:
-            self._transport.write(data)
-
-    def write_whole(self, data: bytes) -> None:
-        """Write a whole response now (after a held head, if any)."""
-        self.flush()
-        self._transport.write(data)
-
-    def flush(self) -> None:
-        """Write a held response head now (dropped if the connection has closed meanwhile)."""
-        head = self._head
-        if head is not None:
-            self._head = None
-            if not self._transport.is_closing():
-                self._transport.write(head)
-
-    def _body_still_arriving(self) -> bool:
-        owner = getattr(self._transport, "get_protocol", None)
-        return (
-            self._protocol.cycle is not None
-            and self._protocol._body_pending()
-            and (owner is None or owner() is self._protocol)  # not after a WebSocket upgrade
-            and not self._transport.is_closing()
-            and self._transport.can_write_eof()
-        )
-
-    def close(self) -> None:
-        self.flush()
-        if self._protocol._ngym_lingering:
-            return
-        if not self._body_still_arriving():
-            self._transport.close()
-            return
-        self._protocol._ngym_lingering = True
-        self._protocol._ngym_armed = False
-        try:
-            self._transport.write_eof()
-            self._transport.resume_reading()
-        except (OSError, RuntimeError):
-            self._transport.close()
-            return
-        self._timer = self._protocol.loop.call_later(LINGER_SECONDS, self._transport.close)
-
-    def is_closing(self) -> bool:
-        return bool(self._protocol._ngym_lingering or self._transport.is_closing())
-
-    def dropped(self, size: int) -> None:
-        """``size`` more bytes of the unread body were dropped; past ``LINGER_BYTES`` the connection closes."""
-        self._dropped += size
-        if self._dropped > LINGER_BYTES:
-            self._transport.close()
-
-    def lost(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
 
 def _header_block_end(data: bytes, *, skip_blank_lines: bool = False) -> int:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ngym.errors import SessionStoreError
+from ngym.server.pipeline.direct_answers import error_json
 from ngym.server.pipeline.lazy_episodes import EpisodeWatch
 from ngym.server.sessions.cookies import DuplicateSessionCookie
 from ngym.server.sessions.lost import lost_lazy_session, send_gone
@@ -38,7 +38,6 @@ from ngym.server.sessions.manager import (
 from ngym.server.sessions.store import SessionLimitReached
 
 log = logging.getLogger("ngym.server")
-_HEAP_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 ROLLOUT_PREFIX = "/ng-rollout/"
 _STATELESS_METHODS = {"GET", "HEAD", "OPTIONS"}
@@ -239,9 +238,7 @@ class NgymMiddleware:
             log.exception("%s %s failed", scope["method"], scope["path"])
             if started:
                 raise
-            # repr(exc) as the protocol says, less any heap address an object's repr put in it (it tells a
-            # client about the server's memory layout and nothing about the error)
-            body = json.dumps(_HEAP_ADDRESS.sub("", repr(exc))).encode()
+            body = error_json(exc)
             await send_with_session(
                 {
                     "type": "http.response.start",

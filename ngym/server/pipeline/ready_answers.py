@@ -1,12 +1,14 @@
 """Requests an application answers from their method, URL and headers alone, with bytes it has ready, and
-requests it routes to an ASGI app of its own from the same.
+requests it runs from the HTTP parser's callbacks without an ASGI request cycle, or routes to an ASGI app of its own.
 
 The HTTP protocol (``ngym.server.pipeline.http_protocol``, httptools) asks an application's ``ReadyAnswers``
 before it starts any ASGI work for a request: an answer is written from the parser's callbacks (no scope, request
 cycle, task or middleware), a request declined goes on to the application as usual. The ORS front answers its
 requests that run no environment code this way (``ngym.server.fronts.ors.fast``). Its requests that do (``/create``,
-``/call``) are routed by ``app_for`` to the front's own ASGI handler, run in uvicorn's request cycle as any request
-is, past the layers above the front that have nothing to do for them. This module imports nothing: an app puts its
+``/call``, ``/delete``) are run by ``direct`` from the same callbacks, once their body is in, without an ASGI
+request cycle (``ngym.server.pipeline.direct_answers``); those it declines (a body over ``READY_MAX_BODY``) are
+routed by ``app_for`` to the front's own ASGI handler, run in uvicorn's request cycle as any request is, past the
+layers above the front that have nothing to do for them. This module imports nothing: an app puts its
 ``ReadyAnswers`` on its ``state`` when it is built.
 """
 
@@ -24,6 +26,10 @@ Answerer = Callable[[bytes, bytes, list[tuple[bytes, bytes]]], "bytes | None"]
 #: this request with instead, or None for the application itself.
 Router = Callable[[bytes, bytes, list[tuple[bytes, bytes]], Any], Any]
 
+#: A request's method, URL and headers → the ``direct_answers.Runner`` to run it with once its body has arrived,
+#: or None for the usual path.
+Direct = Callable[[bytes, bytes, list[tuple[bytes, bytes]]], Any]
+
 #: The largest body (declared ``content-length``) a ready answer may leave unread; larger ones go to the app.
 READY_MAX_BODY = 4096
 
@@ -37,7 +43,10 @@ class ReadyAnswers:
 
     def __init__(self) -> None:
         self.answer: Answerer | None = None
-        #: for any keep-alive HTTP/1.1 request the ``answer`` declined (no upgrade): the app to run it with
+        #: for a request the ``answer`` declined, under the same conditions: its ``direct_answers.Runner``, or None
+        self.direct: Direct | None = None
+        #: for a keep-alive HTTP/1.1 request (no upgrade) ``direct`` was not asked about (a body over
+        #: ``READY_MAX_BODY``, or no ``direct``): the app to run it with
         self.app_for: Router | None = None
 
 

@@ -11,9 +11,11 @@ this task, with a timer for a call still running after ``sse.PING_SECONDS``: ``s
 also answered before any ASGI work, from the HTTP parser's callbacks (``FastRoutes.ready``, given to the server's
 protocol through ``ngym.server.pipeline.ready_answers``); the ASGI answers here remain for requests the protocol
 does not answer that way (pipelined behind another, ``Connection: close``, the h11 parser, the access log on).
-``/create``, ``/call`` and ``/delete`` are handed by the protocol straight to this front in the request cycle
-uvicorn makes for them (``FastRoutes.app_for``), past the server app's outer layers, which have nothing to do for
-them; a case not answered here then goes to the whole app, as any request does.
+``/create``, ``/call`` and ``/delete`` are run by the protocol from the same callbacks once their body is in
+(``FastRoutes.direct``, ``ngym.server.pipeline.direct_answers``): no scope, no request cycle, no ASGI messages
+in; a body over the protocol's ``READY_MAX_BODY`` takes uvicorn's request cycle straight to this front
+(``FastRoutes.app_for``), past the server app's outer layers, which have nothing to do for them. A case not
+answered here (on either path) goes to the whole app, as any request does.
 
 Only the plain case is answered here: the bare route (``/ping``, not ``/<env_name>/ping``), its method, an
 ``X-Session-ID`` naming a live episode where one is needed, a row without a Gymnasium observation for the prompt,
@@ -27,9 +29,10 @@ JSON) goes to the router, body included, which answers it, errors included.
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+import functools
+import random
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pydantic_core
 
@@ -68,6 +71,66 @@ def _length(body: bytes) -> tuple[bytes, bytes]:
 def _json(body: bytes) -> Answer:
     """A JSON body with the headers Starlette's ``Response(body, media_type="application/json")`` sends."""
     return [_length(body), _JSON_TYPE], body
+
+
+_PING_ANSWER = _json(_PING_OK)
+#: a ready answer's bytes (``FastRoutes.ready``) for the two kinds of answer made here, the body's length and body
+#: put in: what joining their header fields writes, without the join
+_JSON_READY = b"content-length: %d\r\ncontent-type: application/json\r\n\r\n%s"
+_SSE_READY = (
+    b"".join(b"%s: %s\r\n" % field for field in _SSE_HEADERS)
+    + b"content-length: %d\r\n"
+    + b"%s: %s\r\n\r\n" % _SSE_TYPE
+    + b"%s"
+)
+
+
+def _plain_object(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
+    """``body`` as a JSON object with exactly ``keys`` (strict JSON), else None."""
+    if not body:
+        return None
+    try:
+        data = parse_json(body)
+    except ValueError:
+        return None
+    return data if type(data) is dict and data.keys() == keys else None
+
+
+#: How many URLs a front remembers what they are (``FastRoutes._resolve``): its own few, NeMo Gym's wire's routes.
+_KNOWN_URLS = 256
+
+
+class _Route(NamedTuple):
+    """What a request's method and URL are to the front (``FastRoutes._resolve``)."""
+
+    at_once: Callable[[str | None], Answer | None] | None
+    runner: Callable[[str, bytes, Send], Coroutine[Any, Any, None] | None] | None
+    root: bool
+    route: str
+
+
+_NOT_ORS = _Route(None, None, False, "")
+
+
+def _scan(headers: list[tuple[bytes, bytes]], root: bool, max_body: int) -> tuple[bool, str | None]:
+    """One pass over a request's headers (the protocol checked ``content-length`` is digits): whether it is ORS's
+    (a root request carries ``X-Session-ID`` or asks for an event stream: ``paths.is_ors_request``) with a body
+    within ``max_body``, and its ``X-Session-ID`` (the first, stripped; None when missing or blank)."""
+    sid: str | None = None
+    seen_sid = False
+    ors = not root
+    for name, value in headers:
+        if name == _SESSION_HEADER:
+            ors = True
+            if not seen_sid:
+                seen_sid = True
+                sid = value.decode("latin-1").strip() or None
+        elif name == b"content-length":
+            if int(value) > max_body:
+                return False, None
+        elif name == b"accept" and not ors and b"text/event-stream" in value:
+            ors = True
+    return ors, sid
 
 
 class _Plain:
@@ -122,6 +185,12 @@ class FastRoutes:
         }
         self.handlers = handlers
         self._direct = frozenset((method.encode(), route) for method, route in handlers)
+        self._runners: dict[str, Callable[[str, bytes, Send], Coroutine[Any, Any, None] | None]] = {
+            "/create": self._create_runner,
+            "/call": self._call_runner,
+            "/delete": self._delete_runner,
+        }
+        self._known: dict[tuple[bytes, bytes], _Route] = {}
         opened = sse.finished_text("\0", "").encode()
         self._opened_head, self._opened_tail = opened.split(b"\0")
 
@@ -146,32 +215,80 @@ class FastRoutes:
         await send({"type": "http.response.body", "body": body})
         return None
 
+    def _resolve(self, method: bytes, url: bytes) -> _Route:
+        """What ``method`` at ``url`` is to this front: its ready answer (or None), its direct runner (or None),
+        whether it is a root request (ORS's only with ``X-Session-ID`` or an event-stream ``accept``), its route;
+        remembered for the first ``_KNOWN_URLS`` URLs seen (a request is resolved once per URL, not per request)."""
+        key = (method, url)
+        found = self._known.get(key)
+        if found is not None:
+            return found
+        found = _NOT_ORS
+        if b"?" not in url and b"%" not in url:
+            path = url.decode("latin-1")
+            route = mounted_route(path)
+            root = route is None
+            route = path if route is None else route
+            at_once = self._by_bytes.get((method, route))
+            runner = self._runners.get(route) if (method, route) in self._direct else None
+            if at_once is not None or runner is not None:
+                found = _Route(at_once, runner, root, route)
+        if len(self._known) < _KNOWN_URLS:
+            self._known[key] = found
+        return found
+
     def ready(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
         """The plain cases of the requests that run no environment code as the HTTP protocol writes them
         (``ngym.server.pipeline.ready_answers``): the headers and body after the status line and
         the server's default headers; None for any other request (it goes on to the app as usual)."""
-        if b"?" in url or b"%" in url:
-            return None
-        path = url.decode("latin-1")
-        route = mounted_route(path)
         # the route's answer is looked up before the headers are read: most requests (NeMo Gym's wire, ORS's
         # /create and /call) are declined without a header scan
-        at_once = self._by_bytes.get((method, path if route is None else route))
-        if at_once is None or (route is None and not is_ors_root(path, headers)):
+        found = self._resolve(method, url)
+        at_once = found.at_once
+        if at_once is None:
             return None
-        sid: str | None = None
-        seen_sid = False
-        for name, value in headers:
-            if name == _SESSION_HEADER and not seen_sid:
-                seen_sid = True
-                sid = value.decode("latin-1").strip() or None
-            elif name == b"content-length" and int(value) > self.max_body:  # the protocol checked it is digits
-                return None
+        ors, sid = _scan(headers, found.root, self.max_body)
+        if not ors:
+            return None
         answer = at_once(sid)
         if answer is None:
             return None
         fields, body = answer
+        if fields[-1] is _JSON_TYPE:
+            return _JSON_READY % (len(body), body)
+        if fields[-1] is _SSE_TYPE:
+            return _SSE_READY % (len(body), body)
         return b"".join(b"%s: %s\r\n" % field for field in fields) + b"\r\n" + body
+
+    def direct(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> Any:
+        """The runner (``ngym.server.pipeline.direct_answers.Runner``) of an ORS ``/create``, ``/call`` or
+        ``/delete`` naming a session, with a body within the server's limit: the HTTP protocol runs it from its
+        parser's callbacks once the body is in. None for every other request (the usual path)."""
+        found = self._resolve(method, url)
+        if found.runner is None:
+            return None
+        ors, sid = _scan(headers, found.root, self.max_body)
+        if not ors or sid is None:
+            return None
+        return functools.partial(found.runner, sid)
+
+    def _create_runner(self, sid: str, body: bytes, send: Send) -> Coroutine[Any, Any, None] | None:
+        data = _plain_object(body, _CREATE_KEYS)
+        if data is None or type(data["split"]) is not str or type(data["index"]) is not int:
+            return None
+        return self._create(sid, data["split"], data["index"], send)
+
+    def _call_runner(self, sid: str, body: bytes, send: Send) -> Coroutine[Any, Any, None] | None:
+        episode = self.episodes.find(sid)
+        if episode is None:
+            return None
+        data = _plain_object(body, _CALL_KEYS)
+        if data is None or type(data["name"]) is not str or type(data["input"]) is not dict:
+            return None
+        return self._call(episode, data["name"], data["input"], send)
+
+    def _delete_runner(self, sid: str, body: bytes, send: Send) -> Coroutine[Any, Any, None] | None:
+        return self._delete(sid, send)
 
     def app_for(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], app: Any) -> Any:
         """The ASGI app the HTTP protocol runs an ORS ``/create``, ``/call`` or ``/delete`` with
@@ -179,16 +296,10 @@ class FastRoutes:
         cycle, past the server app's layers above the front (error page, telemetry, body limit, proxy headers,
         the ORS dispatch), which have nothing to do for it; any other case goes to ``app``, the server's whole
         application, body included, as it would have. None for every other request."""
-        if b"?" in url or b"%" in url:
+        found = self._resolve(method, url)
+        if found.runner is None or (found.root and not is_ors_root(found.route, headers)):
             return None
-        path = url.decode("latin-1")
-        route = mounted_route(path)
-        if route is None:
-            route = path
-            if (method, route) not in self._direct or not is_ors_root(path, headers):
-                return None
-        elif (method, route) not in self._direct:
-            return None
+        route = found.route
         fast = self
 
         async def direct(scope: Any, receive: Receive, send: Send) -> None:
@@ -217,13 +328,9 @@ class FastRoutes:
                 return message
             return await receive()
 
-        if message["type"] != "http.request" or message.get("more_body") or not body:
+        if message["type"] != "http.request" or message.get("more_body"):
             return None, again
-        try:
-            data = parse_json(body)
-        except ValueError:
-            return None, again
-        return (data if type(data) is dict and data.keys() == keys else None), again
+        return _plain_object(body, keys), again
 
     # ---- the requests that run no environment code: answers made at once ----------------------------------
 
@@ -232,7 +339,7 @@ class FastRoutes:
         return [*_SSE_HEADERS, _length(body), _SSE_TYPE], body
 
     def ping(self, sid: str | None) -> Answer | None:
-        return None if self._episode(sid) is None else _json(_PING_OK)
+        return None if self._episode(sid) is None else _PING_ANSWER
 
     def prompt(self, sid: str | None) -> Answer | None:
         episode = self._episode(sid)
@@ -262,18 +369,21 @@ class FastRoutes:
         data, receive = await self._object(plain, receive, _CREATE_KEYS)
         if data is None or type(data["split"]) is not str or type(data["index"]) is not int:
             return receive
+        await self._create(plain.sid, data["split"], data["index"], send)
+        return None
+
+    async def _create(self, sid: str, split: str, index: int, send: Send) -> None:
         try:
-            await self.front.open_episode(plain.sid, data["split"], data["index"])
+            await self.front.open_episode(sid, split, index)
         except (FrontError, ConfigError) as exc:  # as the router answers them
             refused = refusal(exc)
             assert refused is not None
             await send({"type": "http.response.start", "status": refused.status_code, "headers": refused.raw_headers})
             await send({"type": "http.response.body", "body": bytes(refused.body)})
-            return None
-        headers, body = _json(pydantic_core.to_json({"sid": plain.sid}))
+            return
+        headers, body = _json(pydantic_core.to_json({"sid": sid}))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-        return None
 
     async def call(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
         episode = self._episode(plain.sid)
@@ -282,18 +392,24 @@ class FastRoutes:
         data, receive = await self._object(plain, receive, _CALL_KEYS)
         if data is None or type(data["name"]) is not str or type(data["input"]) is not dict:
             return receive
-        task_id = os.urandom(16).hex()
+        await self._call(episode, data["name"], data["input"], send)
+        return None
+
+    async def _call(self, episode: Episode, name: str, arguments: dict[str, Any], send: Send) -> None:
+        task_id = f"{random.getrandbits(128):032x}"  # within its session: no system call per call for it
         result: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.front.keep_result(episode, task_id, result)
-        await sse.answer_inline(task_id, self.front.call_json(episode, data["name"], data["input"]), result, send)
-        return None
+        await sse.answer_inline(task_id, self.front.call_json(episode, name, arguments), result, send)
 
     async def delete(self, plain: _Plain, receive: Receive, send: Send) -> Outcome:
         """``/delete`` of a session still open: closed (the environment's close), then forgotten."""
         if plain.sid is None:
             return receive
-        await self.episodes.delete(plain.sid)
-        headers, body = _json(pydantic_core.to_json({"sid": plain.sid}))
+        await self._delete(plain.sid, send)
+        return None
+
+    async def _delete(self, sid: str, send: Send) -> None:
+        await self.episodes.delete(sid)
+        headers, body = _json(pydantic_core.to_json({"sid": sid}))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-        return None

@@ -56,6 +56,7 @@ class _LazyFront:
             front = build_front(self._server, self._app)
             self._fast = FastRoutes(front)
             self._ready.answer = self._fast.ready
+            self._ready.direct = self._fast.direct
             self._ready.app_for = self._fast.app_for
             self._router = RequestLimitsMiddleware(
                 front.router(),

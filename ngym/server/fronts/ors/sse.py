@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
@@ -97,19 +98,23 @@ async def respond(task_id: str, task: asyncio.Future[bytes]) -> Response:
 async def answer_inline(task_id: str, work: Awaitable[bytes], result: asyncio.Future[bytes], send: Send) -> None:
     """Run ``work`` (the JSON answer of a call) in this task and send its stream as plain ASGI, as
     ``respond`` would with ``work`` in a task of its own: one response when it is done within ``PING_SECONDS``
-    (nearly every call), else the stream starts (its ``task_id``, then a ping every ``PING_SECONDS``) from a timer
-    and ends with the answer. ``result`` gets the outcome, for a client resuming a cut stream by ``task_id``.
-    Running ``work`` here costs a timer; a task and a wait for it cost about ten times that."""
-    loop = asyncio.get_running_loop()
+    (nearly every call), else the stream starts (its ``task_id``, then a ping every ``PING_SECONDS``) once it has
+    run ``PING_SECONDS`` (``_Watch``: within a quarter of that more) and ends with the answer. ``result`` gets the
+    outcome, for a client resuming a cut stream by ``task_id``. Running ``work`` here costs an entry in the loop's
+    table of running calls; a timer per call costs more, a task and a wait for it about ten times that."""
     late = _LateStream(task_id, send)
-    timer = loop.call_later(PING_SECONDS, late.start)
+    loop = asyncio.get_running_loop()
+    watch = _WATCHES.get(loop)
+    if watch is None:
+        watch = _WATCHES[loop] = _Watch()
+    watch.add(late, loop)
     try:
         result.set_result(await work)
     except Exception as exc:  # the call's own failure: the client reads it as the stream's error event
         result.set_exception(exc)
         result.exception()  # retrieved: a failure the client was told of is not "never retrieved"
     finally:
-        timer.cancel()
+        watch.running.pop(late, None)
     if late.pinger is None:
         body = finished_bytes(task_id, result)
         headers = [*_RAW_HEADERS, (b"content-length", b"%d" % len(body)), _RAW_TYPE]
@@ -117,6 +122,33 @@ async def answer_inline(task_id: str, work: Awaitable[bytes], result: asyncio.Fu
         await send({"type": "http.response.body", "body": body})
         return
     await late.finish(result_events(*_outcome(result)))
+
+
+class _Watch:
+    """The calls running inline in one event loop (``answer_inline``), and one timer for all of them: every quarter
+    of ``PING_SECONDS`` while any runs, a call running ``PING_SECONDS`` or more starts its stream. No timer made
+    and cancelled per call."""
+
+    def __init__(self) -> None:
+        self.running: dict[_LateStream, float] = {}
+        self.timer: asyncio.TimerHandle | None = None
+
+    def add(self, late: _LateStream, loop: asyncio.AbstractEventLoop) -> None:
+        self.running[late] = loop.time()
+        if self.timer is None:
+            self.timer = loop.call_later(PING_SECONDS / 4, self._check, loop)
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        for late, since in list(self.running.items()):
+            if now - since >= PING_SECONDS:
+                del self.running[late]
+                late.start()
+        self.timer = loop.call_later(PING_SECONDS / 4, self._check, loop) if self.running else None
+
+
+#: each event loop's ``_Watch`` (it holds no reference to its loop: the loop's entry goes with the loop)
+_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watch] = weakref.WeakKeyDictionary()
 
 
 _RAW_HEADERS = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
