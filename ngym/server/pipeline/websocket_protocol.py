@@ -114,7 +114,7 @@ FRAMES_READ_DIRECTLY = False
 WebSocketProtocol: type[asyncio.Protocol] | None = None
 try:  # uvicorn >= 0.35 with websockets installed (uvicorn[standard]); otherwise uvicorn's default is used
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
-    from websockets.protocol import State
+    from websockets.protocol import Protocol, Side, State
     from websockets.streams import StreamReader
 
     try:
@@ -141,8 +141,6 @@ def _frames_read_directly() -> bool:
     at a frame boundary in the reader's ``at_eof``, its size limits' and state's names, as in websockets 15-17);
     otherwise every read goes to websockets' own parser (messages are still written directly)."""
     try:
-        from websockets.protocol import Protocol, Side
-
         probe: Any = Protocol(Side.SERVER, state=State.OPEN)
         _ = (probe.max_message_size, probe.max_fragment_size, probe.current_size, probe.extensions)
         return isinstance(probe.reader.buffer, bytearray) and _waits_for_a_frame(probe.parser)
