@@ -22,9 +22,10 @@ import contextvars
 import http
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
+
+from ngym.server.pipeline.error_body import error_json
 
 log = logging.getLogger("ngym.server")
 
@@ -33,15 +34,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 #: A request's body and its ``DirectReply`` → the coroutine that answers it, or None for the application to answer.
 Runner = Callable[[bytes, Send], "Coroutine[Any, Any, None] | None"]
 
-_HEAP_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _STATUS_LINES: dict[int, bytes] = {}
-
-
-def error_json(exc: BaseException) -> bytes:
-    """The body of the 500 an exception is answered with: ``repr(exc)`` as a JSON string, as the protocol says, less
-    any heap address an object's repr put in it (it tells a client about the server's memory layout and nothing
-    about the error)."""
-    return json.dumps(_HEAP_ADDRESS.sub("", repr(exc))).encode()
 
 
 def status_line(status: int) -> bytes:

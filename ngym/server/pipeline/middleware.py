@@ -24,7 +24,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ngym.errors import SessionStoreError
-from ngym.server.pipeline.direct_answers import error_json
+from ngym.server.pipeline.error_body import error_json
 from ngym.server.pipeline.lazy_episodes import EpisodeWatch
 from ngym.server.sessions.cookies import DuplicateSessionCookie
 from ngym.server.sessions.lost import lost_lazy_session, send_gone
